@@ -1,0 +1,35 @@
+"""hexir-format: the `.hxb` layout, declared once, with a typed model in front of it."""
+
+from hexir_format.__about__ import __version__
+from hexir_format.errors import FormatError, HexirError
+from hexir_format.model import (
+    BINARY_KINDS,
+    LATEST_VERSION,
+    MAGIC,
+    MAX_RANK,
+    OPERAND_NAMES,
+    V3_KINDS,
+    V3_OPS,
+    Command,
+    Device,
+    DType,
+    Executable,
+    Function,
+    KernelKind,
+    Layout,
+    Module,
+    Op,
+    Section,
+    SectionKind,
+    Slot,
+    TensorType,
+)
+from hexir_format.reader import parse, parse_layout
+from hexir_format.writer import build, minimum_version
+
+__all__ = [
+    "BINARY_KINDS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",
+    "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
+    "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "Slot", "TensorType",
+    "__version__", "build", "minimum_version", "parse", "parse_layout",
+]

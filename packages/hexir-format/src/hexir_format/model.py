@@ -1,0 +1,330 @@
+"""The typed model of a `.hxb` module: what the writer takes and the reader returns.
+
+Frozen dataclasses, so nothing outside this package handles construct's raw containers.
+Payloads (rodata, device images) may be `bytes` or `memoryview` slices of a mapping; the
+model compares them by content.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+MAGIC = b"HEXIRMOD"
+VERSIONS = (3, 4)
+LATEST_VERSION = 4
+MAX_RANK = 6
+NAME_BYTES = 32
+
+
+class Device(IntEnum):
+    CPU = 0
+    CUDA = 1
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def from_name(cls, name: str) -> Device:
+        """`cpu`, `cuda` or its alias `gpu`."""
+        key = {"gpu": "cuda"}.get(name, name)
+        try:
+            return cls[key.upper()]
+        except KeyError:
+            raise ValueError(f"'{name}' is not a device; expected cpu or cuda") from None
+
+
+class DType(IntEnum):
+    F32 = 1
+    F64 = 2
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    @property
+    def itemsize(self) -> int:
+        return {DType.F32: 4, DType.F64: 8}[self]
+
+    @property
+    def numpy(self) -> str:
+        """The numpy dtype name, so callers need not import numpy to compare."""
+        return {DType.F32: "float32", DType.F64: "float64"}[self]
+
+    @classmethod
+    def from_name(cls, name: str) -> DType:
+        try:
+            return cls[name.upper()]
+        except KeyError:
+            raise ValueError(f"'{name}' is not an element type; expected f32 or f64") from None
+
+
+class SectionKind(IntEnum):
+    SYMBOLS = 1
+    PROGRAM = 2
+    RODATA = 3
+    EXECUTABLES = 4
+    SLOTS = 5
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+class Op(IntEnum):
+    END = 0
+    ALLOC = 1
+    CONST = 2
+    DISPATCH = 3
+    PRINT = 4
+    INPUT = 5
+    OUTPUT = 6
+    COPY = 7
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+
+# Named operands of each command, in order; DISPATCH's slots follow its named operands.
+OPERAND_NAMES: dict[Op, tuple[str, ...]] = {
+    Op.END: (),
+    Op.ALLOC: ("slot", "bytes"),
+    Op.CONST: ("slot", "rodata_offset", "bytes"),
+    Op.DISPATCH: ("executable", "argc"),
+    Op.PRINT: ("slot", "rows", "cols"),
+    Op.INPUT: ("slot", "index"),
+    Op.OUTPUT: ("slot", "index"),
+    Op.COPY: ("dst", "src"),
+}
+V3_OPS = frozenset({Op.END, Op.ALLOC, Op.CONST, Op.DISPATCH, Op.PRINT})
+
+
+class KernelKind(IntEnum):
+    MATMUL = 1
+    ADD = 2
+    RELU = 3
+    SUB = 4
+    MUL = 5
+    DIV = 6
+    SIGMOID = 7
+    TANH = 8
+    EXP = 9
+    SQRT = 10
+    NEG = 11
+    GELU = 12
+    SOFTMAX = 13
+    LAYER_NORM = 14
+    TRANSPOSE = 15
+    RESHAPE = 16
+    REDUCE_SUM = 17
+    REDUCE_MEAN = 18
+    REDUCE_MAX = 19
+
+    def __str__(self) -> str:
+        return self.name.lower()
+
+    @property
+    def arity(self) -> int:
+        """Number of inputs (the destination comes after them)."""
+        if self in BINARY_KINDS or self is KernelKind.MATMUL:
+            return 2
+        return 3 if self is KernelKind.LAYER_NORM else 1
+
+
+BINARY_KINDS = frozenset({KernelKind.ADD, KernelKind.SUB, KernelKind.MUL, KernelKind.DIV})
+V3_KINDS = frozenset({KernelKind.MATMUL, KernelKind.ADD, KernelKind.RELU})
+
+
+@dataclass(frozen=True)
+class TensorType:
+    dtype: DType
+    shape: tuple[int, ...]
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __str__(self) -> str:
+        return "x".join([*(str(d) for d in self.shape), str(self.dtype)])
+
+    @classmethod
+    def parse(cls, text: str) -> TensorType:
+        """`2x3xf32` (or `f64` for a scalar)."""
+        *dims, dtype = text.split("x")
+        try:
+            shape = tuple(int(d) for d in dims)
+        except ValueError:
+            raise ValueError(f"'{text}' is not a tensor type; expected e.g. 2x3xf32") from None
+        if any(d < 0 for d in shape):
+            raise ValueError(f"'{text}' has a negative dimension")
+        return cls(DType.from_name(dtype), shape)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A buffer of the program (v4): where it lives and what it holds."""
+
+    device: Device
+    type: TensorType
+
+
+@dataclass(frozen=True)
+class Command:
+    op: Op
+    operands: tuple[int, ...] = ()
+
+    def __getattr__(self, name: str) -> int:
+        names = OPERAND_NAMES.get(object.__getattribute__(self, "op"), ())
+        if name in names and names.index(name) < len(self.operands):
+            return self.operands[names.index(name)]
+        raise AttributeError(name)
+
+    @property
+    def slots(self) -> tuple[int, ...]:
+        """DISPATCH's argument slots (the last one is the destination)."""
+        return self.operands[2:] if self.op is Op.DISPATCH else ()
+
+    @classmethod
+    def end(cls) -> Command:
+        return cls(Op.END)
+
+    @classmethod
+    def alloc(cls, slot: int, nbytes: int) -> Command:
+        return cls(Op.ALLOC, (slot, nbytes))
+
+    @classmethod
+    def const(cls, slot: int, rodata_offset: int, nbytes: int) -> Command:
+        return cls(Op.CONST, (slot, rodata_offset, nbytes))
+
+    @classmethod
+    def dispatch(cls, executable: int, slots: tuple[int, ...] | list[int]) -> Command:
+        return cls(Op.DISPATCH, (executable, len(slots), *slots))
+
+    @classmethod
+    def print(cls, slot: int, rows: int, cols: int) -> Command:
+        return cls(Op.PRINT, (slot, rows, cols))
+
+    @classmethod
+    def input(cls, slot: int, index: int) -> Command:
+        return cls(Op.INPUT, (slot, index))
+
+    @classmethod
+    def output(cls, slot: int, index: int) -> Command:
+        return cls(Op.OUTPUT, (slot, index))
+
+    @classmethod
+    def copy(cls, dst: int, src: int) -> Command:
+        return cls(Op.COPY, (dst, src))
+
+    def __str__(self) -> str:
+        names = OPERAND_NAMES[self.op]
+        parts = [f"{n}={v}" for n, v in zip(names, self.operands)]
+        parts += [f"%{v}" for v in self.operands[len(names) :]]
+        return " ".join([str(self.op), *parts])
+
+
+@dataclass(frozen=True)
+class Function:
+    """An entry point: a symbol and the commands from its program offset to its END."""
+
+    name: str
+    commands: tuple[Command, ...]
+
+
+def _payload_eq(a: bytes | memoryview | None, b: bytes | memoryview | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return bytes(a) == bytes(b)
+
+
+@dataclass(frozen=True, eq=False)
+class Executable:
+    """A kernel: what it computes, where, on which argument types, and its device image.
+
+    `image` is None for a descriptor (the runtime supplies the body). `grid` and `block` are
+    the launch geometry (x, y, z); all zero when there is no image.
+    """
+
+    name: str
+    kind: KernelKind
+    device: Device
+    args: tuple[TensorType, ...]
+    params: tuple[float, ...] = ()
+    image: bytes | memoryview | None = None
+    grid: tuple[int, int, int] = (0, 0, 0)
+    block: tuple[int, int, int] = (0, 0, 0)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Executable):
+            return NotImplemented
+        mine = (self.name, self.kind, self.device, self.args, self.params, self.grid, self.block)
+        theirs = (other.name, other.kind, other.device, other.args, other.params, other.grid,
+                  other.block)
+        return mine == theirs and _payload_eq(self.image, other.image)
+
+    def __hash__(self) -> int:
+        return hash((self.name, self.kind, self.device, self.args))
+
+    @property
+    def destination(self) -> TensorType:
+        return self.args[-1]
+
+
+@dataclass(frozen=True)
+class Section:
+    kind: int
+    flags: int
+    offset: int
+    size: int
+
+    @property
+    def name(self) -> str:
+        try:
+            return str(SectionKind(self.kind))
+        except ValueError:
+            return f"kind{self.kind}"
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The header and section table: what can be shown of a file before trusting its payloads."""
+
+    file_size: int
+    version: int
+    flags: int
+    sections: tuple[Section, ...]
+
+    def section(self, kind: SectionKind) -> Section | None:
+        return next((s for s in self.sections if s.kind == kind), None)
+
+
+@dataclass(frozen=True, eq=False)
+class Module:
+    """A whole `.hxb`. `slots` is empty in version 3, where buffers are untyped."""
+
+    version: int
+    functions: tuple[Function, ...]
+    rodata: bytes | memoryview = b""
+    executables: tuple[Executable, ...] = ()
+    slots: tuple[Slot, ...] = ()
+    layout: Layout | None = field(default=None, repr=False)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Module):
+            return NotImplemented
+        mine = (self.version, self.functions, self.executables, self.slots)
+        theirs = (other.version, other.functions, other.executables, other.slots)
+        return mine == theirs and _payload_eq(self.rodata, other.rodata)
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.functions))
+
+    def function(self, name: str) -> Function | None:
+        return next((f for f in self.functions if f.name == name), None)
