@@ -1,0 +1,100 @@
+"""Every fixed-size structure of a `.hxb`, declared once with construct.
+
+The reader and the writer both use these declarations, so the two cannot drift; the sizes
+asserted in the tests (header 24, section entry 24, symbol 40, executable 80/96, ...) are
+the `sizeof()` of these structs.
+"""
+
+from construct import Array, Bytes, Const, Int32ul, Int64ul, Float64l, Struct
+
+from hexir_format.model import MAGIC, MAX_RANK, NAME_BYTES
+
+Header = Struct(
+    "magic" / Const(MAGIC),
+    "version" / Int32ul,
+    "flags" / Int32ul,
+    "section_count" / Int32ul,
+    "reserved" / Int32ul,
+)
+
+SectionEntry = Struct(
+    "kind" / Int32ul,
+    "flags" / Int32ul,
+    "offset" / Int64ul,
+    "size" / Int64ul,
+)
+
+Symbol = Struct(
+    "name" / Bytes(NAME_BYTES),
+    "program_offset" / Int32ul,
+    "reserved" / Int32ul,
+)
+
+# A command is this header followed by `operand_count` u64 operands.
+CommandHeader = Struct(
+    "kind" / Int32ul,
+    "operand_count" / Int32ul,
+)
+Operand = Int64ul
+
+ExecutablesHeader = Struct(
+    "count" / Int32ul,
+    "reserved" / Int32ul,
+)
+
+ExecutableV3 = Struct(
+    "name" / Bytes(NAME_BYTES),
+    "kind" / Int32ul,
+    "device" / Int32ul,
+    "m" / Int32ul,
+    "n" / Int32ul,
+    "k" / Int32ul,
+    "elem_size" / Int32ul,
+    "image_offset" / Int32ul,
+    "image_size" / Int32ul,
+    "grid_x" / Int32ul,
+    "grid_y" / Int32ul,
+    "block_x" / Int32ul,
+    "block_y" / Int32ul,
+)
+
+ExecutableV4 = Struct(
+    "name" / Bytes(NAME_BYTES),
+    "kind" / Int32ul,
+    "device" / Int32ul,
+    "argc" / Int32ul,
+    "args_offset" / Int32ul,
+    "params_offset" / Int32ul,
+    "params_count" / Int32ul,
+    "image_offset" / Int32ul,
+    "image_size" / Int32ul,
+    "grid_x" / Int32ul,
+    "grid_y" / Int32ul,
+    "grid_z" / Int32ul,
+    "block_x" / Int32ul,
+    "block_y" / Int32ul,
+    "block_z" / Int32ul,
+    "reserved" / Int32ul,
+)
+
+TensorTypeEntry = Struct(
+    "dtype" / Int32ul,
+    "rank" / Int32ul,
+    "dims" / Array(MAX_RANK, Int64ul),
+)
+
+SlotEntry = Struct(
+    "device" / Int32ul,
+    "reserved" / Int32ul,
+    "type" / TensorTypeEntry,
+)
+
+Param = Float64l
+
+EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4}
+ALIGNMENT = 8
+
+
+def align(offset: int) -> int:
+    """Round up to the payload alignment (8 bytes), the one rule every offset obeys."""
+    return -(-offset // ALIGNMENT) * ALIGNMENT

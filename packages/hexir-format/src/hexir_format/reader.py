@@ -1,0 +1,376 @@
+"""Parse a `.hxb` without trusting it and without copying its payloads.
+
+Every offset, size and count comes off disk, so each is checked against what holds it before
+anything is read through it, and a violation becomes one `FormatError` that names the field
+and the absolute byte offset. Rodata and device images are returned as memoryview slices of
+the caller's buffer (an mmap stays an mmap): validation touches headers and tables only.
+"""
+
+from __future__ import annotations
+
+import struct
+
+import construct
+
+from hexir_format import layout as L
+from hexir_format.errors import FormatError
+from hexir_format.model import (
+    MAGIC,
+    MAX_RANK,
+    NAME_BYTES,
+    OPERAND_NAMES,
+    V3_KINDS,
+    V3_OPS,
+    VERSIONS,
+    Command,
+    Device,
+    DType,
+    Executable,
+    Function,
+    KernelKind,
+    Layout,
+    Module,
+    Op,
+    Section,
+    SectionKind,
+    Slot,
+    TensorType,
+)
+
+Buffer = bytes | bytearray | memoryview
+
+
+def parse_layout(buf: Buffer) -> Layout:
+    """The header and the section table, each section checked to lie inside the file."""
+    data = memoryview(buf).cast("B")
+    size = len(data)
+    if size < L.Header.sizeof():
+        raise FormatError(f"file is {size} bytes, too short for the {L.Header.sizeof()}-byte "
+                          "header", field="header", offset=0)
+    if bytes(data[:8]) != MAGIC:
+        raise FormatError(f"bad magic {bytes(data[:8])!r} at offset 0, expected {MAGIC!r}: "
+                          "this is not a hexir module", field="magic", offset=0)
+    header = _struct(L.Header, data, 0, "header")
+    if header.version not in VERSIONS:
+        raise FormatError(f"header: version {header.version} at offset 8 is not supported; "
+                          f"expected one of {', '.join(map(str, VERSIONS))}",
+                          field="version", offset=8)
+    if header.flags:
+        raise FormatError(f"header: flags 0x{header.flags:x} at offset 12; no flags are "
+                          "defined, expected 0", field="flags", offset=12)
+    if header.reserved:
+        raise FormatError(f"header: reserved field at offset 20 is {header.reserved}, "
+                          "expected 0", field="reserved", offset=20)
+    count = header.section_count
+    table_end = L.Header.sizeof() + count * L.SectionEntry.sizeof()
+    if table_end > size:
+        raise FormatError(f"header: section_count {count} at offset 16 needs a table ending at "
+                          f"{table_end}, past the end of the {size}-byte file",
+                          field="section_count", offset=16)
+    sections = []
+    for i in range(count):
+        at = L.Header.sizeof() + i * L.SectionEntry.sizeof()
+        e = _struct(L.SectionEntry, data, at, f"section {i}")
+        sections.append(Section(e.kind, e.flags, e.offset, e.size))
+    layout = Layout(size, header.version, header.flags, tuple(sections))
+    _check_sections(layout, table_end)
+    return layout
+
+
+def _check_sections(layout: Layout, table_end: int) -> None:
+    known = {k for k in SectionKind if k is not SectionKind.SLOTS or layout.version >= 4}
+    seen: dict[int, int] = {}
+    for i, s in enumerate(layout.sections):
+        where = f"section {i} ({s.name})"
+        at = L.Header.sizeof() + i * L.SectionEntry.sizeof()
+        if s.kind not in known:
+            raise FormatError(f"{where}: kind {s.kind} at offset {at} is not a section of "
+                              f"version {layout.version}", field="kind", offset=at)
+        if s.kind in seen:
+            raise FormatError(f"{where}: duplicates section {seen[s.kind]}", field="kind",
+                              offset=at)
+        seen[s.kind] = i
+        if s.flags:
+            raise FormatError(f"{where}: flags 0x{s.flags:x} at offset {at + 4}, expected 0",
+                              field="flags", offset=at + 4)
+        if s.offset > layout.file_size or s.size > layout.file_size - s.offset:
+            raise FormatError(f"{where}: offset {s.offset} + size {s.size} runs past the end of "
+                              f"the {layout.file_size}-byte file", field="offset", offset=at + 8)
+        if s.offset < table_end and s.size:
+            raise FormatError(f"{where}: offset {s.offset} lies inside the header and section "
+                              f"table (which end at {table_end})", field="offset", offset=at + 8)
+        if s.offset % L.ALIGNMENT:
+            raise FormatError(f"{where}: offset {s.offset} is not {L.ALIGNMENT}-byte aligned",
+                              field="offset", offset=at + 8)
+    spans = sorted((s.offset, s.offset + s.size, i) for i, s in enumerate(layout.sections)
+                   if s.size)
+    for (_, end, i), (start, _, j) in zip(spans, spans[1:]):
+        if start < end:
+            raise FormatError(f"section {j} ({layout.sections[j].name}) at offset {start} "
+                              f"overlaps section {i} ({layout.sections[i].name}), which ends at "
+                              f"{end}", field="offset", offset=start)
+    required = [SectionKind.SYMBOLS, SectionKind.PROGRAM, SectionKind.RODATA,
+                SectionKind.EXECUTABLES] + ([SectionKind.SLOTS] if layout.version >= 4 else [])
+    for kind in required:
+        if kind not in seen:
+            raise FormatError(f"the {kind} section is missing", field="kind")
+
+
+def parse(buf: Buffer) -> Module:
+    """The whole module. Raises FormatError for anything the layout does not allow."""
+    data = memoryview(buf).cast("B")
+    layout = parse_layout(data)
+
+    def payload(kind: SectionKind) -> tuple[memoryview, int]:
+        s = layout.section(kind)
+        assert s is not None  # _check_sections requires every kind
+        return data[s.offset:s.offset + s.size], s.offset
+
+    slots = _slots(*payload(SectionKind.SLOTS)) if layout.version >= 4 else ()
+    functions = _functions(layout.version, payload(SectionKind.SYMBOLS),
+                           payload(SectionKind.PROGRAM))
+    executables = _executables(layout.version, *payload(SectionKind.EXECUTABLES))
+    rodata, _ = payload(SectionKind.RODATA)
+    return Module(layout.version, functions, rodata, executables, slots, layout)
+
+
+def _struct(decl: construct.Construct, data: memoryview, at: int, where: str):
+    """Parse a fixed-size struct at `at`, which the caller has bounds-checked or not."""
+    end = at + decl.sizeof()
+    if at < 0 or end > len(data):
+        raise FormatError(f"{where}: a {decl.sizeof()}-byte record at offset {at} runs past the "
+                          f"end ({len(data)})", offset=at)
+    try:
+        return decl.parse(bytes(data[at:end]))
+    except construct.ConstructError as e:  # unreachable for fixed-size records; kept as a net
+        raise FormatError(f"{where}: {e}", offset=at) from None
+
+
+def _name(raw: bytes, where: str, at: int) -> str:
+    end = raw.find(b"\0")
+    if end < 0:
+        raise FormatError(f"{where}: name at offset {at} has no NUL terminator within "
+                          f"{NAME_BYTES} bytes", field="name", offset=at)
+    if end == 0:
+        raise FormatError(f"{where}: name at offset {at} is empty", field="name", offset=at)
+    if any(raw[end:]):
+        raise FormatError(f"{where}: name at offset {at} has bytes after its terminator",
+                          field="name", offset=at)
+    try:
+        return raw[:end].decode("utf-8")
+    except UnicodeDecodeError:
+        raise FormatError(f"{where}: name at offset {at} is not UTF-8", field="name",
+                          offset=at) from None
+
+
+def _commands(version: int, program: memoryview, base: int) -> list[tuple[int, Command]]:
+    """Every command of the program section with its offset inside the section."""
+    out, pc, end = [], 0, len(program)
+    header = L.CommandHeader.sizeof()
+    while pc < end:
+        at = base + pc
+        if end - pc < header:
+            raise FormatError(f"program: {end - pc} stray bytes at offset {at}, too short for a "
+                              "command header", field="kind", offset=at)
+        kind, count = struct.unpack_from("<II", program, pc)
+        if count > (end - pc - header) // 8:
+            raise FormatError(f"program: command at offset {at} claims {count} operands and runs "
+                              f"off the end of the program section (at {base + end})",
+                              field="operand_count", offset=at + 4)
+        try:
+            op = Op(kind)
+        except ValueError:
+            op = None
+        if op is None or (version == 3 and op not in V3_OPS):
+            raise FormatError(f"program: command at offset {at} has unknown kind {kind} for "
+                              f"version {version}", field="kind", offset=at)
+        operands = struct.unpack_from(f"<{count}Q", program, pc + header)
+        _check_operand_count(op, operands, at)
+        out.append((pc, Command(op, operands)))
+        pc += header + 8 * count
+    return out
+
+
+def _check_operand_count(op: Op, operands: tuple[int, ...], at: int) -> None:
+    named = len(OPERAND_NAMES[op])
+    if op is Op.DISPATCH:
+        if len(operands) < 2 or len(operands) != 2 + operands[1]:
+            argc = operands[1] if len(operands) >= 2 else "?"
+            raise FormatError(f"program: dispatch at offset {at} has {len(operands)} operands "
+                              f"but argc {argc} needs {argc} + 2", field="argc", offset=at)
+        return
+    if len(operands) != named:
+        raise FormatError(f"program: {op} at offset {at} has {len(operands)} operands, expected "
+                          f"{named}", field="operand_count", offset=at + 4)
+
+
+def _functions(version: int, symbols: tuple[memoryview, int],
+               program: tuple[memoryview, int]) -> tuple[Function, ...]:
+    sym, sym_base = symbols
+    if len(sym) % L.Symbol.sizeof():
+        raise FormatError(f"symbols: size {len(sym)} at offset {sym_base} is not a multiple of "
+                          f"{L.Symbol.sizeof()}", field="size", offset=sym_base)
+    commands = _commands(version, *program)
+    index = {pc: i for i, (pc, _) in enumerate(commands)}
+    functions, expected, names = [], 0, set()
+    for n in range(len(sym) // L.Symbol.sizeof()):
+        at = n * L.Symbol.sizeof()
+        where = f"symbol {n}"
+        entry = _struct(L.Symbol, sym, at, where)
+        name = _name(entry.name, where, sym_base + at)
+        where = f"symbol {n} ({name})"
+        if name in names:
+            raise FormatError(f"{where}: entry point defined twice", field="name",
+                              offset=sym_base + at)
+        names.add(name)
+        if entry.reserved:
+            raise FormatError(f"{where}: reserved field at offset {sym_base + at + 36} is "
+                              f"{entry.reserved}, expected 0", field="reserved",
+                              offset=sym_base + at + 36)
+        if entry.program_offset != expected:
+            raise FormatError(f"{where}: program_offset {entry.program_offset} at offset "
+                              f"{sym_base + at + 32} should be {expected}, where the previous "
+                              "entry point ends", field="program_offset", offset=sym_base + at + 32)
+        first = index.get(entry.program_offset, len(commands))
+        body = []
+        for pc, command in commands[first:]:
+            if command.op is Op.END:
+                expected = pc + 8
+                break
+            body.append(command)
+        else:
+            raise FormatError(f"{where}: its commands run off the end of the program section "
+                              "without an END", field="program_offset", offset=program[1])
+        functions.append(Function(name, tuple(body)))
+    if expected != len(program[0]):
+        raise FormatError(f"program: bytes {expected}..{len(program[0])} (offset "
+                          f"{program[1] + expected}) belong to no entry point", field="size",
+                          offset=program[1] + expected)
+    return tuple(functions)
+
+
+def _enum(enum, value: int, where: str, field: str, at: int):
+    try:
+        return enum(value)
+    except ValueError:
+        raise FormatError(f"{where}: {field} {value} at offset {at} is not a known "
+                          f"{enum.__name__}", field=field, offset=at) from None
+
+
+def _tensor_type(entry, where: str, at: int) -> TensorType:
+    dtype = _enum(DType, entry.dtype, where, "dtype", at)
+    if entry.rank > MAX_RANK:
+        raise FormatError(f"{where}: rank {entry.rank} at offset {at + 4} exceeds {MAX_RANK}",
+                          field="rank", offset=at + 4)
+    if any(entry.dims[entry.rank:]):
+        raise FormatError(f"{where}: dimensions past rank {entry.rank} at offset {at + 8} are "
+                          "not zero", field="dims", offset=at + 8)
+    return TensorType(dtype, tuple(entry.dims[:entry.rank]))
+
+
+def _slots(data: memoryview, base: int) -> tuple[Slot, ...]:
+    size = L.SlotEntry.sizeof()
+    if len(data) % size:
+        raise FormatError(f"slots: size {len(data)} at offset {base} is not a multiple of "
+                          f"{size}", field="size", offset=base)
+    slots = []
+    for i in range(len(data) // size):
+        at = base + i * size
+        e = _struct(L.SlotEntry, data, i * size, f"slot {i}")
+        device = _enum(Device, e.device, f"slot {i}", "device", at)
+        if e.reserved:
+            raise FormatError(f"slot {i}: reserved field at offset {at + 4} is {e.reserved}, "
+                              "expected 0", field="reserved", offset=at + 4)
+        slots.append(Slot(device, _tensor_type(e.type, f"slot {i}", at + 8)))
+    return tuple(slots)
+
+
+def _executables(version: int, data: memoryview, base: int) -> tuple[Executable, ...]:
+    head = L.ExecutablesHeader.sizeof()
+    if len(data) < head:
+        raise FormatError(f"executables: size {len(data)} at offset {base} is too small for "
+                          f"the {head}-byte header", field="size", offset=base)
+    h = _struct(L.ExecutablesHeader, data, 0, "executables")
+    entry = L.EXECUTABLE[version]
+    if h.count > (len(data) - head) // entry.sizeof():
+        raise FormatError(f"executables: count {h.count} at offset {base} needs "
+                          f"{head + h.count * entry.sizeof()} bytes but the section has "
+                          f"{len(data)}", field="count", offset=base)
+    if h.reserved:
+        raise FormatError(f"executables: reserved field at offset {base + 4} is {h.reserved}, "
+                          "expected 0", field="reserved", offset=base + 4)
+    exes = []
+    for i in range(h.count):
+        at = head + i * entry.sizeof()
+        e = _struct(entry, data, at, f"executable {i}")
+        name = _name(e.name, f"executable {i}", base + at)
+        where = f"executable {i} ({name})"
+        kind = _enum(KernelKind, e.kind, where, "kind", base + at + 32)
+        device = _enum(Device, e.device, where, "device", base + at + 36)
+        image = _image(e, data, base, where, at)
+        if version == 3:
+            exes.append(_v3_executable(e, name, kind, device, image, where, base + at))
+        else:
+            exes.append(_v4_executable(e, name, kind, device, image, data, base, where, at))
+    return tuple(exes)
+
+
+def _image(e, data: memoryview, base: int, where: str, at: int) -> memoryview | None:
+    if e.image_size == 0:
+        if e.image_offset:
+            raise FormatError(f"{where}: image_offset {e.image_offset} with image_size 0",
+                              field="image_offset", offset=base + at + 56)
+        return None
+    if e.image_offset > len(data) or e.image_size > len(data) - e.image_offset:
+        raise FormatError(f"{where}: image_offset {e.image_offset} + image_size {e.image_size} "
+                          f"runs past the end of the {len(data)}-byte executables section",
+                          field="image_offset", offset=base + at)
+    return data[e.image_offset:e.image_offset + e.image_size]
+
+
+def _v3_executable(e, name, kind, device, image, where: str, at: int) -> Executable:
+    if kind not in V3_KINDS:
+        raise FormatError(f"{where}: kind {kind.value} at offset {at + 32} is not a version 3 "
+                          "kernel", field="kind", offset=at + 32)
+    if e.elem_size != 8:
+        raise FormatError(f"{where}: elem_size {e.elem_size} at offset {at + 52}; version 3 "
+                          "holds f64 (8) only", field="elem_size", offset=at + 52)
+    if kind is not KernelKind.MATMUL and e.k:
+        raise FormatError(f"{where}: k {e.k} at offset {at + 48} must be 0 for {kind}",
+                          field="k", offset=at + 48)
+    f64 = DType.F64
+    out = TensorType(f64, (e.m, e.n))
+    if kind is KernelKind.MATMUL:
+        args = (TensorType(f64, (e.m, e.k)), TensorType(f64, (e.k, e.n)), out)
+    else:
+        args = (out,) * (kind.arity + 1)
+    z = 1 if image is not None else 0
+    return Executable(name, kind, device, args, (), image, (e.grid_x, e.grid_y, z),
+                      (e.block_x, e.block_y, z))
+
+
+def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, where: str,
+                   at: int) -> Executable:
+    if e.reserved:
+        raise FormatError(f"{where}: reserved field is {e.reserved}, expected 0",
+                          field="reserved", offset=base + at + 92)
+    if e.argc != kind.arity + 1:
+        raise FormatError(f"{where}: argc {e.argc} at offset {base + at + 40}; {kind} takes "
+                          f"{kind.arity} inputs + 1 destination", field="argc",
+                          offset=base + at + 40)
+    size = L.TensorTypeEntry.sizeof()
+    if e.args_offset > len(data) or e.argc * size > len(data) - e.args_offset:
+        raise FormatError(f"{where}: args_offset {e.args_offset} + {e.argc} x {size} bytes runs "
+                          "past the end of the executables section", field="args_offset",
+                          offset=base + at + 44)
+    args = tuple(
+        _tensor_type(_struct(L.TensorTypeEntry, data, e.args_offset + j * size, where),
+                     f"{where} argument {j}", base + e.args_offset + j * size)
+        for j in range(e.argc))
+    if e.params_offset > len(data) or e.params_count * 8 > len(data) - e.params_offset:
+        raise FormatError(f"{where}: params_offset {e.params_offset} + {e.params_count} x 8 "
+                          "bytes runs past the end of the executables section",
+                          field="params_offset", offset=base + at + 48)
+    params = struct.unpack_from(f"<{e.params_count}d", data, e.params_offset)
+    return Executable(name, kind, device, args, tuple(params), image,
+                      (e.grid_x, e.grid_y, e.grid_z), (e.block_x, e.block_y, e.block_z))

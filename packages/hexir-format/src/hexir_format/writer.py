@@ -1,0 +1,166 @@
+"""Build a `.hxb` from the typed model.
+
+Each section is built from the declarations in `layout`, then placed after the header and
+section table at the next 8-byte boundary. The version is the module's own; `minimum_version`
+tells a writer whether the smaller, older layout (v3) can express a module.
+"""
+
+from __future__ import annotations
+
+from hexir_format import layout as L
+from hexir_format.errors import FormatError
+from hexir_format.model import (
+    MAX_RANK,
+    NAME_BYTES,
+    V3_KINDS,
+    V3_OPS,
+    Command,
+    DType,
+    Executable,
+    KernelKind,
+    Module,
+    SectionKind,
+    TensorType,
+)
+
+
+def minimum_version(module: Module) -> int:
+    """3 when the v3 layout can hold the module exactly, else 4."""
+    return 3 if _v3_problem(module) is None else 4
+
+
+def _v3_problem(module: Module) -> str | None:
+    if module.slots:
+        return "typed slots"
+    for function in module.functions:
+        for command in function.commands:
+            if command.op not in V3_OPS:
+                return f"the {command.op} command"
+    for exe in module.executables:
+        if _v3_extents(exe) is None:
+            return f"kernel '{exe.name}' ({exe.kind} on {', '.join(map(str, exe.args))})"
+    return None
+
+
+def _v3_extents(exe: Executable) -> tuple[int, int, int] | None:
+    """(m, n, k) when the kernel is one v3 can describe: f64, rank 2, matmul/add/relu."""
+    if exe.kind not in V3_KINDS or exe.params or len(exe.args) != exe.kind.arity + 1:
+        return None
+    if any(t.dtype is not DType.F64 or t.rank != 2 for t in exe.args):
+        return None
+    if exe.image is not None and (exe.grid[2] != 1 or exe.block[2] != 1):
+        return None
+    m, n = exe.destination.shape
+    if exe.kind is KernelKind.MATMUL:
+        a, b, _ = exe.args
+        if a.shape[0] != m or b.shape[1] != n or a.shape[1] != b.shape[0]:
+            return None
+        return m, n, a.shape[1]
+    if any(t.shape != (m, n) for t in exe.args):
+        return None
+    return m, n, 0
+
+
+def build(module: Module) -> bytes:
+    """The bytes of `module` in its own version's layout."""
+    if module.version == 3 and (problem := _v3_problem(module)):
+        raise FormatError(f"version 3 cannot express {problem}; write version 4")
+    if module.version not in L.EXECUTABLE:
+        raise FormatError(f"cannot write version {module.version}; expected 3 or 4")
+    symbols, program = _symbols_and_program(module)
+    sections = [
+        (SectionKind.SYMBOLS, symbols),
+        (SectionKind.PROGRAM, program),
+        (SectionKind.RODATA, bytes(module.rodata)),
+        (SectionKind.EXECUTABLES, _executables(module)),
+    ]
+    if module.version >= 4:
+        sections.append((SectionKind.SLOTS, b"".join(
+            L.SlotEntry.build(dict(device=s.device, reserved=0, type=_type(s.type)))
+            for s in module.slots)))
+    table_end = L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
+    out = bytearray(table_end)
+    table = []
+    for kind, payload in sections:
+        out += bytes(L.align(len(out)) - len(out))
+        table.append(dict(kind=kind, flags=0, offset=len(out), size=len(payload)))
+        out += payload
+    out[:table_end] = L.Header.build(dict(
+        version=module.version, flags=0, section_count=len(sections), reserved=0,
+    )) + b"".join(L.SectionEntry.build(e) for e in table)
+    return bytes(out)
+
+
+def _name(name: str, what: str) -> bytes:
+    raw = name.encode("utf-8")
+    if not raw or len(raw) >= NAME_BYTES or b"\0" in raw:
+        raise FormatError(f"{what} name '{name}' must be 1 to {NAME_BYTES - 1} bytes")
+    return raw.ljust(NAME_BYTES, b"\0")
+
+
+def _symbols_and_program(module: Module) -> tuple[bytes, bytes]:
+    symbols, program = bytearray(), bytearray()
+    seen: set[str] = set()
+    for function in module.functions:
+        if function.name in seen:
+            raise FormatError(f"entry point '{function.name}' is defined twice")
+        seen.add(function.name)
+        symbols += L.Symbol.build(dict(name=_name(function.name, "entry point"),
+                                       program_offset=len(program), reserved=0))
+        for command in (*function.commands, Command.end()):
+            program += L.CommandHeader.build(dict(kind=command.op,
+                                                  operand_count=len(command.operands)))
+            program += b"".join(L.Operand.build(v) for v in command.operands)
+    return bytes(symbols), bytes(program)
+
+
+def _type(t: TensorType) -> dict:
+    if t.rank > MAX_RANK:
+        raise FormatError(f"tensor type {t} has rank {t.rank}; at most {MAX_RANK} is supported")
+    return dict(dtype=t.dtype, rank=t.rank, dims=[*t.shape, *[0] * (MAX_RANK - t.rank)])
+
+
+def _executables(module: Module) -> bytes:
+    entry = L.EXECUTABLE[module.version]
+    exes = module.executables
+    tail = bytearray()  # v4 argument types and params, after the entries
+    tail_start = L.ExecutablesHeader.sizeof() + len(exes) * entry.sizeof()
+    placed: list[tuple[int, int, int]] = []  # (args_offset, params_offset, image_offset)
+    for exe in exes:
+        args_offset = tail_start + len(tail)
+        if module.version >= 4:
+            tail += b"".join(L.TensorTypeEntry.build(_type(t)) for t in exe.args)
+        params_offset = tail_start + len(tail)
+        if module.version >= 4:
+            tail += b"".join(L.Param.build(p) for p in exe.params)
+        placed.append((args_offset, params_offset, 0))
+    images = bytearray()
+    offset = tail_start + len(tail)
+    for i, exe in enumerate(exes):
+        if exe.image is None or len(exe.image) == 0:
+            continue
+        start = L.align(offset)
+        images += bytes(start - offset) + bytes(exe.image)
+        offset = start + len(exe.image)
+        placed[i] = (*placed[i][:2], start)
+    entries = b"".join(_entry(module.version, exe, *where) for exe, where in zip(exes, placed))
+    header = L.ExecutablesHeader.build(dict(count=len(exes), reserved=0))
+    return header + entries + bytes(tail) + bytes(images)
+
+
+def _entry(version: int, exe: Executable, args_offset: int, params_offset: int,
+           image_offset: int) -> bytes:
+    image_size = len(exe.image) if exe.image is not None else 0
+    common = dict(name=_name(exe.name, "kernel"), kind=exe.kind, device=exe.device,
+                  image_offset=image_offset, image_size=image_size)
+    if version == 3:
+        m, n, k = _v3_extents(exe)  # type: ignore[misc]  # checked by _v3_problem
+        return L.ExecutableV3.build(dict(
+            common, m=m, n=n, k=k, elem_size=exe.destination.dtype.itemsize,
+            grid_x=exe.grid[0], grid_y=exe.grid[1], block_x=exe.block[0], block_y=exe.block[1]))
+    return L.ExecutableV4.build(dict(
+        common, argc=len(exe.args), args_offset=args_offset, params_offset=params_offset,
+        params_count=len(exe.params), grid_x=exe.grid[0], grid_y=exe.grid[1],
+        grid_z=exe.grid[2], block_x=exe.block[0], block_y=exe.block[1], block_z=exe.block[2],
+        reserved=0))
+
