@@ -74,7 +74,7 @@ ExecutableV4 = Struct(
     "block_x" / Int32ul,
     "block_y" / Int32ul,
     "block_z" / Int32ul,
-    "reserved" / Int32ul,
+    "reserved" / Array(2, Int32ul),
 )
 
 TensorTypeEntry = Struct(

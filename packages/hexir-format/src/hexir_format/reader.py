@@ -351,9 +351,10 @@ def _v3_executable(e, name, kind, device, image, where: str, at: int) -> Executa
 
 def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, where: str,
                    at: int) -> Executable:
-    if e.reserved:
-        raise FormatError(f"{where}: reserved field is {e.reserved}, expected 0",
-                          field="reserved", offset=base + at + 92)
+    if any(e.reserved):
+        raise FormatError(f"{where}: reserved fields at offset {base + at + 88} are "
+                          f"{list(e.reserved)}, expected 0", field="reserved",
+                          offset=base + at + 88)
     if e.argc != kind.arity + 1:
         raise FormatError(f"{where}: argc {e.argc} at offset {base + at + 40}; {kind} takes "
                           f"{kind.arity} inputs + 1 destination", field="argc",

@@ -162,5 +162,5 @@ def _entry(version: int, exe: Executable, args_offset: int, params_offset: int,
         common, argc=len(exe.args), args_offset=args_offset, params_offset=params_offset,
         params_count=len(exe.params), grid_x=exe.grid[0], grid_y=exe.grid[1],
         grid_z=exe.grid[2], block_x=exe.block[0], block_y=exe.block[1], block_z=exe.block[2],
-        reserved=0))
+        reserved=[0, 0]))
 
