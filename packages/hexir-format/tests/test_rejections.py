@@ -1,5 +1,6 @@
 """Every rule the reader enforces, one damaged file each, and a fuzzer for the rest."""
 
+import pathlib
 import struct
 
 import pytest
@@ -10,7 +11,7 @@ import hexir_format as hf
 from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Module, Slot
 from hexir_format import TensorType
 
-from conftest import FIXTURES
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 
 
 def patch(data: bytes, offset: int, fmt: str, *values) -> bytes:

@@ -12,7 +12,7 @@ import hexir_format as hf
 from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Module, Slot
 from hexir_format import TensorType
 
-from conftest import FIXTURES
+FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 
 F64 = DType.F64
 
