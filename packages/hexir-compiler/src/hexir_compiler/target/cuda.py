@@ -1,0 +1,146 @@
+"""Device code for cuda kernels: hextir -> gpu -> NVVM -> PTX -> CUBIN -> fatbin.
+
+`compile_kernels` gives every cuda `hextir.prim_func` a `DeviceImage` for its executable
+entry. The image is a fatbin holding PTX for `sm_75` (the driver compiles it for whatever GPU
+loads it, sm_75 or newer) and a CUBIN for sm_75; `target="sm_90"` adds a CUBIN for sm_90, so
+that GPU starts without a JIT step. The kernel's entry function has the prim func's name and
+takes one device pointer per buffer (the bare-pointer calling convention).
+
+MLIR makes the PTX (`gpu-module-to-binary{format=isa}`, libdevice linked in for the `__nv_*`
+math functions); `ptxas` and `fatbinary` from the CUDA toolkit make the rest. Running them
+here rather than through MLIR's `format=fatbin` lets one PTX feed several CUBINs, keeps the
+parts uncompressed (so `hxb-dump` and the check below can read the kernel names) and turns a
+tool's failure into a one-line CompileError.
+"""
+
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import gpu, ir, passmanager
+from hexir_compiler.target.cuda_toolkit import CudaToolkit, find_toolkit
+from hexir_compiler.target.device_image import DeviceImage, parts
+from hexir_compiler.transforms import hextir_to_gpu
+
+BASE_ARCH = 75  # the oldest GPU the default image loads on; CUDA 13 still compiles for it
+NVVM_PIPELINE = (
+    "builtin.module("
+    "gpu.module(convert-scf-to-cf, convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
+    " reconcile-unrealized-casts),"
+    "gpu-module-to-binary{format=isa})"
+)
+
+
+def architectures(target: str | None) -> tuple[int, ...]:
+    """The CUBIN architectures for `target` ("sm_90" or None): always sm_75, plus target's."""
+    if target is None:
+        return (BASE_ARCH,)
+    match = re.fullmatch(r"sm_(\d+)", target)
+    if not match or int(match[1]) < BASE_ARCH:
+        raise CompileError(
+            f"expected a CUDA architecture sm_{BASE_ARCH} or newer, like sm_90; got '{target}'"
+        )
+    return tuple(sorted({BASE_ARCH, int(match[1])}))
+
+
+def compile_kernels(module: ir.Module, target: str | None = None) -> dict[str, DeviceImage]:
+    """A device image per cuda prim func of `module`, by name; `module` is left untouched."""
+    archs = architectures(target)
+    with module.context, ir.Location.unknown():
+        ptx = _kernels_as_ptx(module)
+    if not ptx:
+        return {}
+    toolkit = find_toolkit()
+    return {name: _fatbin(name, text, grid, block, archs, toolkit) for name, (text, grid, block) in ptx.items()}
+
+
+def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
+    """PTX for sm_75 and the launch geometry of each cuda kernel."""
+    clone = module.operation.clone(ip=False)
+    hextir_to_gpu.run(clone)
+    kernels = ir.Module.create()
+    kernels.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
+    geometry = {}
+    for op in list(clone.regions[0].blocks[0].operations):
+        if op.operation.name != "gpu.module" or "hexir.grid" not in op.operation.attributes:
+            continue
+        name = ir.StringAttr(op.operation.attributes["sym_name"]).value.removesuffix("_module")
+        geometry[name] = tuple(op.operation.attributes["hexir.grid"]), tuple(op.operation.attributes["hexir.block"])
+        kernels.body.append(op.operation)
+    if not geometry:
+        return {}
+
+    libdevice = find_toolkit().libdevice
+    target = ir.Attribute.parse(
+        f'[#nvvm.target<O = 3, chip = "sm_{BASE_ARCH}", link = [{_quote(str(libdevice))}]>]'
+    )
+    for op in kernels.body.operations:
+        op.operation.attributes["targets"] = target
+    try:
+        passmanager.PassManager.parse(NVVM_PIPELINE).run(kernels.operation)
+    except ir.MLIRError as err:
+        raise CompileError(f"could not compile cuda kernels to PTX: {_first_line(err)}") from None
+
+    ptx = {}
+    for op in kernels.body.operations:
+        name = ir.StringAttr(op.operation.attributes["sym_name"]).value.removesuffix("_module")
+        objects = ir.ArrayAttr(op.operation.attributes["objects"])
+        ptx[name] = (gpu.ObjectAttr(objects[0]).object, *geometry[name])
+    return ptx
+
+
+def _fatbin(name: str, ptx: bytes, grid, block, archs, toolkit: CudaToolkit) -> DeviceImage:
+    """Assemble CUBINs for `archs` from `ptx` and wrap them with the PTX in one fatbin."""
+    with tempfile.TemporaryDirectory(prefix="hexir-cuda-") as tmp:
+        source = Path(tmp, f"{name}.ptx")
+        source.write_bytes(ptx)
+        images = [f"--image3=kind=ptx,sm={BASE_ARCH},file={source}"]
+        for arch in archs:
+            cubin = Path(tmp, f"{name}.sm_{arch}.cubin")
+            _tool(toolkit.ptxas, [f"--gpu-name=sm_{arch}", "-O3", str(source), "-o", str(cubin)], name)
+            images.append(f"--image3=kind=elf,sm={arch},file={cubin}")
+        fatbin = Path(tmp, f"{name}.fatbin")
+        _tool(toolkit.fatbinary, ["-64", "--compress=false", f"--create={fatbin}", *images], name)
+        image = fatbin.read_bytes()
+    _check_names(name, image, archs)
+    return DeviceImage(image, "fatbin", _xyz(grid), _xyz(block))
+
+
+def _tool(tool: Path, args: list[str], kernel: str) -> None:
+    try:
+        done = subprocess.run([str(tool), *args], capture_output=True, text=True, check=False)
+    except OSError as err:
+        raise CompileError(f"could not run {tool}: {err.strerror}") from None
+    if done.returncode != 0:
+        detail = (done.stderr or done.stdout).strip().splitlines() or [f"exit status {done.returncode}"]
+        raise CompileError(f"{tool.name} failed on cuda kernel '{kernel}': {detail[0]}")
+
+
+def _check_names(name: str, image: bytes, archs: tuple[int, ...]) -> None:
+    """Refuse an image whose parts do not all define `name` (a kernel without device code)."""
+    found = {(p.kind, p.arch): p.kernels for p in parts(image)}
+    wanted = [("ptx", BASE_ARCH), *(("elf", arch) for arch in archs)]
+    for part in wanted:
+        if name not in found.get(part, ()):
+            raise CompileError(
+                f"device image of cuda kernel '{name}' has no {part[0]} entry '{name}' for "
+                f"sm_{part[1]} (found {sorted(found)})"
+            )
+
+
+def _xyz(sizes) -> tuple[int, int, int]:
+    x, y, z = (int(s) for s in sizes)
+    return (x, y, z)
+
+
+def _quote(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _first_line(err: ir.MLIRError) -> str:
+    diagnostics = getattr(err, "error_diagnostics", None)
+    if diagnostics:
+        return diagnostics[0].message.splitlines()[0]
+    return str(err).splitlines()[0]
