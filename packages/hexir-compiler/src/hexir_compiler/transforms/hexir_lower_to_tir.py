@@ -1,0 +1,148 @@
+"""hexir-lower-to-tir: each graph compute op becomes a `hextir` kernel and a `hexir.call_tir`.
+
+For every compute op (in walk order) a `hextir.prim_func` is appended to the module body,
+named `<mnemonic>_<counter>` with one counter for the whole module (`linear_0`, `relu_1`,
+...), taking one memref per operand plus the destination. The op is replaced by
+`hexir.call_tir @name(operands...)` that keeps the op's `device`. The prim func records
+`device`, the format's kernel kind (`hexir.kernel`; linear and matmul are both "matmul") and
+its params (`hexir.params`).
+
+How each kernel runs is decided here and written into its loops (see `tir.schedule`): cpu
+kernels get `parallel` loops over the output, cuda kernels get loops bound to
+blockIdx/threadIdx with a bounds guard; reduction axes are `serial` on both devices.
+
+`hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as
+they are. An op placed nowhere (no `device`) is lowered for the cpu.
+"""
+
+from __future__ import annotations
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import ir
+from hexir_compiler.shapes import ShapeError
+from hexir_compiler.transforms.tir import PLANS, GraphOp
+from hexir_compiler.transforms.tir.builder import KernelBuilder
+
+PASS_NAME = "hexir-lower-to-tir"
+DEVICES = ("cpu", "cuda")
+ELEMENT_TYPES = ("f32", "f64")
+
+
+def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
+    """The pass entry point for `PassManager.add(hexir_lower_to_tir, name=PASS_NAME)`."""
+    try:
+        run(op)
+    except _Located as error:
+        error.op.location.emit_error(str(error))
+        pass_.signal_pass_failure()
+
+
+def run(module: ir.Module | ir.Operation) -> None:
+    """Lower every compute op of `module` in place.
+
+    Raises CompileError naming the op (as `hexir.<op>: ...`) when one cannot be lowered;
+    through the pass entry point the message is reported at the op's location instead.
+    """
+    module = module.operation
+    body = module.regions[0].blocks[0]
+    taken = {
+        ir.StringAttr(op.attributes["sym_name"]).value
+        for op in (view.operation for view in body.operations)
+        if "sym_name" in op.attributes
+    }
+    counter = 0
+    for op in _compute_ops(module):
+        mnemonic = op.name.removeprefix("hexir.")
+        while f"{mnemonic}_{counter}" in taken:
+            counter += 1
+        name = f"{mnemonic}_{counter}"
+        counter += 1
+        _lower(op, name, body)
+
+
+class _Located(CompileError):
+    """A CompileError that belongs to one op's location."""
+
+    def __init__(self, op: ir.Operation, message: str) -> None:
+        super().__init__(message)
+        self.op = op
+
+
+def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
+    found: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name.startswith("hexir.") and op.name.removeprefix("hexir.") in PLANS:
+            found.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.walk(visit)
+    return found
+
+
+def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
+    graph_op, element = _read(op)
+    device = _device(op)
+    try:
+        kernel = PLANS[graph_op.mnemonic](graph_op)
+    except ShapeError as error:
+        raise _Located(op, f"{op.name}: {error}") from None
+    except CompileError as error:
+        raise _Located(op, str(error)) from None
+    builder = KernelBuilder(
+        ip=ir.InsertionPoint(module_body),
+        name=name,
+        device=device,
+        kind=kernel.kind,
+        params=kernel.params,
+        shapes=[*graph_op.inputs, graph_op.output],
+        element=element,
+        loc=op.location,
+    )
+    try:
+        kernel.emit(builder)
+    except CompileError as error:
+        builder.func.erase()
+        raise _Located(op, f"{op.name}: {error}") from None
+    call = ir.Operation.create(
+        "hexir.call_tir",
+        results=[op.results[0].type],
+        operands=list(op.operands),
+        attributes={
+            "callee": ir.FlatSymbolRefAttr.get(name),
+            "device": ir.StringAttr.get(device),
+        },
+        loc=op.location,
+        ip=ir.InsertionPoint(op),
+    )
+    op.results[0].replace_all_uses_with(call.results[0])
+    op.erase()
+
+
+def _read(op: ir.Operation) -> tuple[GraphOp, ir.Type]:
+    """The op's shapes and attributes, and the one element type all of them share."""
+    types = [value.type for value in (*op.operands, *op.results)]
+    element = None
+    for type_ in types:
+        if not (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape):
+            raise _Located(op, f"{op.name}: expected ranked tensors of static shape, found {type_}")
+        element = element or type_.element_type
+        if str(type_.element_type) not in ELEMENT_TYPES or type_.element_type != element:
+            raise _Located(
+                op,
+                f"{op.name}: expected f32 or f64 tensors of one element type, found "
+                f"{', '.join(str(t) for t in types)}",
+            )
+    shapes = [tuple(ir.RankedTensorType(t).shape) for t in types]
+    attributes = {name: op.attributes[name] for name in op.attributes}
+    graph_op = GraphOp(op.name.removeprefix("hexir."), tuple(shapes[:-1]), shapes[-1], attributes)
+    return graph_op, element
+
+
+def _device(op: ir.Operation) -> str:
+    if "device" not in op.attributes:
+        return "cpu"
+    device = ir.StringAttr(op.attributes["device"]).value
+    if device not in DEVICES:
+        raise _Located(op, f"{op.name}: device must be \"cpu\" or \"cuda\", found \"{device}\"")
+    return device

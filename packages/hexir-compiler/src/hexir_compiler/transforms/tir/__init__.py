@@ -1,0 +1,41 @@
+"""Kernel generators used by `hexir-lower-to-tir`, one plan per graph op mnemonic.
+
+`PLANS[mnemonic](GraphOp) -> Kernel`; the pass owns walking the graph and rewriting call
+sites, these modules own what each kernel computes and how its loops are scheduled.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from hexir_compiler.transforms.tir.contraction import plan_matmul
+from hexir_compiler.transforms.tir.elementwise import (
+    BINARY,
+    UNARY,
+    plan_binary,
+    plan_gelu,
+    plan_reshape,
+    plan_transpose,
+    plan_unary,
+)
+from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
+from hexir_compiler.transforms.tir.reduction import (
+    plan_layer_norm,
+    plan_reduce,
+    plan_softmax,
+)
+
+PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
+    "linear": plan_matmul,
+    "matmul": plan_matmul,
+    **dict.fromkeys(BINARY, plan_binary),
+    **dict.fromkeys(UNARY, plan_unary),
+    "gelu": plan_gelu,
+    "softmax": plan_softmax,
+    "layer_norm": plan_layer_norm,
+    "transpose": plan_transpose,
+    "reshape": plan_reshape,
+    **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max"), plan_reduce),
+}
+
+__all__ = ["PLANS", "GraphOp", "Kernel"]

@@ -1,0 +1,197 @@
+"""Emit one `hextir.prim_func`: buffers, index arithmetic, loops, guards.
+
+Kernel generators (elementwise, contraction, reduction) describe *what* a kernel computes in
+terms of this builder; the builder owns the *how* of writing hextir ops. Ops are created in
+generic form by name, so the only coupling to the dialect definitions is the IR contract (op
+names, operand order, attribute names), not the Python classes that declare them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+
+from hexir_compiler.mlir import arith, ir
+
+Fold = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
+
+
+class KernelBuilder:
+    """Builds the body of one prim_func; every op it creates carries `loc`.
+
+    Index constants and float constants are created once per kernel at the top of the entry
+    block, so the loops below can share them (and thread_binding loops get constant bounds,
+    which the GPU lowering reads as grid and block extents).
+    """
+
+    def __init__(
+        self,
+        *,
+        ip: ir.InsertionPoint,
+        name: str,
+        device: str,
+        kind: str,
+        params: Sequence[float],
+        shapes: Sequence[Sequence[int]],
+        element: ir.Type,
+        loc: ir.Location,
+    ) -> None:
+        self.device = device
+        self.element = element
+        self.loc = loc
+        self._constants: dict[tuple[str, float], ir.Value] = {}
+        self._last_constant: ir.Operation | None = None
+        with loc:
+            self.index_type = ir.IndexType.get()
+            types = [ir.MemRefType.get(list(shape), element) for shape in shapes]
+            attributes = {
+                "sym_name": ir.StringAttr.get(name),
+                "function_type": ir.TypeAttr.get(ir.FunctionType.get(types, [])),
+                "device": ir.StringAttr.get(device),
+                "hexir.kernel": ir.StringAttr.get(kind),
+                "hexir.params": ir.DenseF64ArrayAttr.get([float(p) for p in params]),
+            }
+            self.func = ir.Operation.create(
+                "hextir.prim_func", attributes=attributes, regions=1, ip=ip
+            )
+            self.entry = self.func.regions[0].blocks.append(*types)
+            with ir.InsertionPoint(self.entry):
+                ir.Operation.create("hextir.return")
+        self.args: list[ir.Value] = list(self.entry.arguments)
+        self._body_ip = ir.InsertionPoint.at_block_terminator(self.entry)
+
+    @contextmanager
+    def building(self) -> Iterator[None]:
+        """Insert the kernel body before the entry block's `hextir.return`."""
+        with self.loc, self._body_ip:
+            yield
+
+    # -- constants -------------------------------------------------------------------------
+
+    def index(self, value: int) -> ir.Value:
+        return self._constant("index", value, self.index_type)
+
+    def float(self, value: float) -> ir.Value:
+        return self._constant("float", value, self.element)
+
+    def _constant(self, tag: str, value: float, type_: ir.Type) -> ir.Value:
+        key = (tag, value)
+        if key not in self._constants:
+            if self._last_constant is None:
+                ip = ir.InsertionPoint.at_block_begin(self.entry)
+            else:
+                ip = ir.InsertionPoint.after(self._last_constant)
+            result = arith.constant(type_, value, loc=self.loc, ip=ip)
+            self._last_constant = result.owner
+            self._constants[key] = result
+        return self._constants[key]
+
+    # -- index arithmetic (folds the trivial cases so the printed IR stays readable) --------
+
+    def add(self, a: ir.Value, b: ir.Value | int) -> ir.Value:
+        if isinstance(b, int):
+            if b == 0:
+                return a
+            b = self.index(b)
+        return arith.addi(a, b)
+
+    def mul(self, a: ir.Value, b: int) -> ir.Value:
+        return a if b == 1 else arith.muli(a, self.index(b))
+
+    def linearize(self, coords: Sequence[ir.Value], shape: Sequence[int]) -> ir.Value:
+        """Row-major flat index of `coords` in `shape` (constant 0 for rank 0)."""
+        flat: ir.Value | None = None
+        for coord, extent in zip(coords, shape, strict=True):
+            flat = coord if flat is None else arith.addi(self.mul(flat, extent), coord)
+        return self.index(0) if flat is None else flat
+
+    def delinearize(self, flat: ir.Value, shape: Sequence[int]) -> list[ir.Value]:
+        """Row-major coordinates of `flat` in `shape`; the caller guarantees flat < size."""
+        total = product(shape)
+        coords: list[ir.Value] = []
+        stride = 1
+        for extent in reversed(shape):
+            if extent == 1:
+                coords.append(self.index(0))
+                continue
+            scaled = flat if stride == 1 else arith.divui(flat, self.index(stride))
+            outermost = stride * extent >= total  # flat < total: no remainder needed
+            coords.append(scaled if outermost else arith.remui(scaled, self.index(extent)))
+            stride *= extent
+        return coords[::-1]
+
+    # -- memory ----------------------------------------------------------------------------
+
+    def load(self, buffer: ir.Value, indices: Sequence[ir.Value]) -> ir.Value:
+        op = ir.Operation.create(
+            "hextir.buffer_load", results=[self.element], operands=[buffer, *indices]
+        )
+        return op.result
+
+    def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value]) -> None:
+        ir.Operation.create("hextir.buffer_store", operands=[value, buffer, *indices])
+
+    # -- control flow ----------------------------------------------------------------------
+
+    @contextmanager
+    def loop(self, extent: int, kind: str, bind: str | None = None) -> Iterator[ir.Value]:
+        """A `hextir.for` over [0, extent) without carried values; yields the induction var."""
+        op = self._for(extent, kind, bind, [])
+        body = op.regions[0].blocks[0]
+        with ir.InsertionPoint(body):
+            yield body.arguments[0]
+            _yield([])
+
+    def fold(self, extents: Sequence[int], inits: Sequence[ir.Value], body: Fold) -> list[ir.Value]:
+        """Serial loop nest over `extents` carrying `inits`; `body(ivs, carried)` -> next."""
+        if not extents:
+            return body([], list(inits))
+        op = self._for(extents[0], "serial", None, inits)
+        block = op.regions[0].blocks[0]
+        with ir.InsertionPoint(block):
+            iv, carried = block.arguments[0], list(block.arguments)[1:]
+            nxt = self.fold(extents[1:], carried, lambda ivs, c: body([iv, *ivs], c))
+            _yield(nxt)
+        return list(op.results)
+
+    @contextmanager
+    def guard(self, condition: ir.Value | None) -> Iterator[None]:
+        """`hextir.if condition { ... }`; no op at all when there is nothing to guard."""
+        if condition is None:
+            yield
+            return
+        op = ir.Operation.create("hextir.if", operands=[condition], regions=1)
+        with ir.InsertionPoint(op.regions[0].blocks.append()):
+            yield
+            _yield([])
+
+    def less_than(self, value: ir.Value, bound: int) -> ir.Value:
+        return arith.cmpi(arith.CmpIPredicate.ult, value, self.index(bound))
+
+    def _for(
+        self, extent: int, kind: str, bind: str | None, inits: Sequence[ir.Value]
+    ) -> ir.Operation:
+        attributes = {"kind": ir.StringAttr.get(kind)}
+        if bind is not None:
+            attributes["bind"] = ir.StringAttr.get(bind)
+        op = ir.Operation.create(
+            "hextir.for",
+            results=[value.type for value in inits],
+            operands=[self.index(0), self.index(extent), self.index(1), *inits],
+            attributes=attributes,
+            regions=1,
+        )
+        op.regions[0].blocks.append(self.index_type, *[value.type for value in inits])
+        return op
+
+
+def _yield(values: Sequence[ir.Value]) -> None:
+    ir.Operation.create("hextir.yield", operands=list(values))
+
+
+def product(shape: Sequence[int]) -> int:
+    """Element count of a static shape (1 for rank 0)."""
+    total = 1
+    for extent in shape:
+        total *= extent
+    return total

@@ -1,0 +1,41 @@
+"""`hexir.linear` and `hexir.matmul`: both the format's `matmul` kernel.
+
+np.matmul semantics: a [..., M, K] @ b [..., K, N] -> [..., M, N] with the batch dimensions
+broadcast. `linear` is input [..., K] @ weight [K, N]: its leading input dimensions are the
+batch and rows, and a vector input [K] has no row axis in the result. Every output element is
+one iteration of `schedule.matrix`, with a serial k loop carrying the accumulator.
+"""
+
+from __future__ import annotations
+
+from hexir_compiler import shapes
+from hexir_compiler.mlir import arith, ir
+from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
+from hexir_compiler.transforms.tir.schedule import matrix
+
+
+def plan_matmul(op: GraphOp) -> Kernel:
+    a, w = op.inputs
+    rule = shapes.linear if op.mnemonic == "linear" else shapes.matmul
+    op.expect_output(rule(a, w))
+    has_rows = len(a) >= 2
+    a_batch, w_batch = a[:-2], w[:-2]
+    batch = shapes.broadcast(a_batch, w_batch)
+    rows, cols, depth = (a[-2] if has_rows else 1), w[-1], a[-1]
+
+    def emit(b: KernelBuilder) -> None:
+        lhs, rhs, out = b.args
+        with b.building(), matrix(b, batch, rows, cols) as (coords, i, j):
+            row = [i] if has_rows else []
+            lhs_at = [*broadcast_indices(b, coords, a_batch, batch), *row]
+            rhs_at = broadcast_indices(b, coords, w_batch, batch)
+
+            def step(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                term = arith.mulf(b.load(lhs, [*lhs_at, *k]), b.load(rhs, [*rhs_at, *k, j]))
+                return [arith.addf(acc[0], term)]
+
+            (total,) = b.fold([depth], [b.float(0.0)], step)
+            b.store(total, out, [*coords, *row, j])
+
+    return Kernel("matmul", emit)

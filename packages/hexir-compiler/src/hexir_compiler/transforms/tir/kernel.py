@@ -1,0 +1,94 @@
+"""The interface between the pass and the kernel generators.
+
+The pass reads a graph op into a `GraphOp` (shapes and attributes, no MLIR op handle), a
+generator's `plan` checks it and returns a `Kernel`: the format's kernel kind, its params and
+an `emit` that writes the body through a `KernelBuilder`. The op verifiers normally reject bad
+shapes first; planning re-derives the result shape with the same rules (`hexir_compiler.shapes`)
+because a kernel that trusted a wrong result type would index outside its buffers. It fails
+with a CompileError (or a ShapeError) naming what was expected and what was found; the pass
+attaches the op's location.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import ir
+from hexir_compiler.shapes import fmt
+from hexir_compiler.transforms.tir.builder import KernelBuilder
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class GraphOp:
+    """One `hexir` compute op as the kernel generators see it."""
+
+    mnemonic: str
+    inputs: tuple[Shape, ...]
+    output: Shape
+    attributes: dict[str, ir.Attribute] = field(default_factory=dict)
+
+    def expect_output(self, shape: Sequence[int]) -> None:
+        """Fail unless the result type has `shape`, the shape the op's semantics give."""
+        if tuple(shape) != self.output:
+            raise CompileError(
+                f"hexir.{self.mnemonic}: expected a result of shape {fmt(shape)}, "
+                f"found {fmt(self.output)}"
+            )
+
+    def int_attr(self, name: str) -> int:
+        attr = self._attr(name, ir.IntegerAttr, "an integer")
+        return int(attr.value)
+
+    def float_attr(self, name: str) -> float:
+        return float(self._attr(name, ir.FloatAttr, "a float").value)
+
+    def bool_attr(self, name: str, default: bool) -> bool:
+        if name not in self.attributes:
+            return default
+        return bool(self._attr(name, ir.BoolAttr, "a boolean").value)
+
+    def string_attr(self, name: str, default: str) -> str:
+        if name not in self.attributes:
+            return default
+        return str(self._attr(name, ir.StringAttr, "a string").value)
+
+    def ints_attr(self, name: str) -> list[int]:
+        return [int(v) for v in self._attr(name, ir.DenseI64ArrayAttr, "an array<i64: ...>")]
+
+    def _attr(self, name: str, kind: type, what: str) -> ir.Attribute:
+        attr = self.attributes.get(name)
+        if attr is None:
+            raise CompileError(f"hexir.{self.mnemonic}: missing attribute '{name}' ({what})")
+        if not isinstance(attr, kind):
+            try:
+                return kind(attr)
+            except (TypeError, ValueError):
+                pass
+            raise CompileError(
+                f"hexir.{self.mnemonic}: attribute '{name}' must be {what}, found {attr}"
+            )
+        return attr
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A planned kernel: format kind, params, and how to write its body."""
+
+    kind: str
+    emit: Callable[[KernelBuilder], None]
+    params: tuple[float, ...] = ()
+
+
+def broadcast_indices(
+    b: KernelBuilder, coords: Sequence[ir.Value], shape: Shape, out: Sequence[int]
+) -> list[ir.Value]:
+    """Indices into an operand of `shape` numpy-broadcast to `out` at `coords`."""
+    offset = len(out) - len(shape)
+    return [
+        coords[offset + d] if extent == out[offset + d] else b.index(0)
+        for d, extent in enumerate(shape)
+    ]
