@@ -1,0 +1,70 @@
+"""Load a Python-defined dialect into the current context, without merging its constraints.
+
+`ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an SSA
+constraint value is a variable: every operand or result constrained by the same value must
+have the *same* type. CSE merges the identical `irdl.any` constraints of all fields, so after
+it `"hexir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got
+'f64'". This is `ext.Dialect.load` (numba-cuda-mlir 0.6.0) minus that pass pipeline.
+"""
+
+import functools
+
+from hexir_compiler.mlir import ext
+
+_cext = ext._cext
+
+
+def load(dialect: type) -> None:
+    """Emit, register and attach `dialect` (an `ext.Dialect` subclass) in the current context."""
+    dialect._mlir_module = dialect._emit_module()
+    ext.irdl.load_dialects(dialect._mlir_module)
+    for op in dialect.operations:
+        op._attach_traits()
+    _cext.globals._register_dialect_impl(dialect.DIALECT_NAMESPACE, dialect, replace=True)
+    for op in dialect.operations:
+        _cext.register_operation(dialect, replace=True)(op)
+        _cext.register_op_adaptor(op, replace=True)(op.Adaptor)
+    assert not dialect.types and not dialect.attributes, "no Python types/attributes expected"
+
+
+__all__ = ["load"]
+
+
+def without_segment_sizes(op: type) -> None:
+    """Make `op` work without operandSegmentSizes / resultSegmentSizes.
+
+    IRDL asks for those attributes only when an op has two or more variadic groups; ours have
+    at most one, so the generic form never carries them. `ext`, though, reads every variadic
+    group through them and its builder writes them. With one variadic group, positions say
+    it all: the accessors below slice by position, and the builder drops the attributes.
+    """
+    operands, _, results, _ = ext.partition_fields(op._fields)
+    for defs, values in ((operands, "operands"), (results, "results")):
+        variadic = [i for i, d in enumerate(defs) if d.variadicity != ext.Variadicity.single]
+        assert len(variadic) <= 1, f"{op.OPERATION_NAME}: at most one variadic group"
+        for i, d in enumerate(defs):
+            setattr(op, d.name, property(_accessor(values, i, len(defs), variadic)))
+    build = op.__init__
+
+    @functools.wraps(build)
+    def __init__(self, *args, **kwargs):
+        build(self, *args, **kwargs)
+        attrs = self.operation.attributes
+        for name in ("operandSegmentSizes", "resultSegmentSizes"):
+            if name in attrs:
+                del attrs[name]
+
+    __init__.__signature__ = build.__signature__
+    op.__init__ = __init__
+
+
+def _accessor(values: str, i: int, count: int, variadic: list[int]):
+    def get(self):
+        seq = list(getattr(self, values))
+        if not variadic or i < variadic[0]:
+            return seq[i]
+        if i == variadic[0]:
+            return seq[i : len(seq) - (count - 1 - i)]
+        return seq[len(seq) - count + i]
+
+    return get

@@ -1,0 +1,118 @@
+"""What every Python-defined op's verifier shares: type inspection and located errors.
+
+An op class defines `check(self)`, raising `Invalid` (or a `ShapeError`) with the message;
+`verify` (called from each base op class's `verify_invariants`) turns that into a diagnostic at the op's location, prefixed the
+way MLIR prefixes its own verifier messages (`'hexir.linear' op ...`), so a user sees
+`prog.mlir:3:8: error: 'hexir.linear' op inner dimensions differ: 3 vs 2`.
+"""
+
+from __future__ import annotations
+
+from hexir_compiler.mlir import ir
+from hexir_compiler.shapes import ShapeError
+
+ELEMENT_TYPES = ("f32", "f64")
+DEVICES = ("cpu", "cuda")
+
+
+class Invalid(Exception):
+    """A verifier's finding; the message is the diagnostic text without the op prefix."""
+
+
+def verify(op) -> bool:
+    """Run `op.check()` and report the first problem at the op (the body of every
+    `verify_invariants`; nanobind op classes admit one base, so this is not a mixin)."""
+    try:
+        check_device(op)
+        op.check()
+    except (Invalid, ShapeError) as err:
+        op.location.emit_error(f"'{op.operation.name}' op {err}")
+        return False
+    return True
+
+
+def check_device(op) -> None:
+    """`device` is discardable (written by hexir-partition) but, when present, a device."""
+    attrs = op.operation.attributes
+    if "device" not in attrs:
+        return
+    device = string_attr(attrs["device"], "device")
+    if device not in DEVICES:
+        raise Invalid(f"device '{device}' is not a device; expected cpu or cuda")
+
+
+def string_attr(attr: ir.Attribute, name: str) -> str:
+    if not isinstance(attr, ir.StringAttr):
+        raise Invalid(f"attribute '{name}' must be a string, got {attr}")
+    return attr.value
+
+
+def i64_array(attr: ir.Attribute, name: str) -> list[int]:
+    if not isinstance(attr, ir.DenseI64ArrayAttr):
+        raise Invalid(f"attribute '{name}' must be array<i64: ...>, got {attr}")
+    return list(attr)
+
+
+def tensor(value: ir.Value, what: str) -> tuple[tuple[int, ...], str]:
+    """(shape, element type) of a statically shaped f32/f64 tensor, else `Invalid`."""
+    return _shaped(value.type, what, ir.RankedTensorType, "tensor")
+
+
+def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...], str]:
+    """(shape, element type) of a static, identity-layout f32/f64 memref, else `Invalid`."""
+    t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
+    shape, elem = _shaped(t, what, ir.MemRefType, "memref")
+    layout = ir.MemRefType(t).layout
+    if not (isinstance(layout, ir.AffineMapAttr)
+            and layout.value == ir.AffineMap.get_identity(len(shape))):
+        raise Invalid(f"{what} must have the identity layout, got {t}")
+    return shape, elem
+
+
+def _shaped(t: ir.Type, what: str, cls: type, noun: str) -> tuple[tuple[int, ...], str]:
+    if not isinstance(t, cls):
+        raise Invalid(f"{what} must be a ranked {noun} of f32 or f64, got {t}")
+    st = cls(t)
+    if not st.has_static_shape:
+        raise Invalid(f"{what} must have a static shape, got {t}")
+    elem = str(st.element_type)
+    if elem not in ELEMENT_TYPES:
+        raise Invalid(f"{what} must have element type f32 or f64, got {t}")
+    return tuple(st.shape), elem
+
+
+def same_element(*pairs: tuple[str, str]) -> str:
+    """All (what, element type) pairs agree; returns the element type."""
+    first_what, first = pairs[0]
+    for what, elem in pairs[1:]:
+        if elem != first:
+            raise Invalid(f"element types differ: {first_what} is {first} but {what} is {elem}")
+    return first
+
+
+def expect_shape(result: tuple[int, ...], expected: tuple[int, ...]) -> None:
+    if tuple(result) != tuple(expected):
+        raise Invalid(f"result shape {_fmt(result)} does not match the expected {_fmt(expected)}")
+
+
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) if shape else "scalar"
+
+
+def enclosing_module(op: ir.Operation) -> ir.Operation | None:
+    node = op.parent
+    while node is not None and node.name != "builtin.module":
+        node = node.parent
+    return node
+
+
+def lookup_symbol(op: ir.Operation, name: str) -> ir.Operation | None:
+    """The op named `@name` in the module that holds `op` (its direct children only)."""
+    module = enclosing_module(op)
+    if module is None:
+        return None
+    for child in module.regions[0].blocks[0].operations:
+        attrs = child.operation.attributes
+        if "sym_name" in attrs and ir.StringAttr(attrs["sym_name"]).value == name:
+            return child.operation
+    return None

@@ -1,0 +1,344 @@
+"""The graph dialect `hexir`: neural-network ops on f32/f64 tensors, in MLIR generic form.
+
+Defined with the bindings' IRDL-based `ext` API, so ops print and parse only in the generic
+form (`"hexir.linear"(%a, %w) : (...) -> ...`). IRDL checks only that declared attributes are
+present; every type and shape rule is a `check` method here, so a bad program gets one
+located message that says what was expected and what was found. Optional attributes
+(`approximate`) and the placement attribute `device` are discardable, checked when present.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from hexir_compiler import shapes
+from hexir_compiler.dialects._verify import (
+    DEVICES,
+    Invalid,
+    expect_shape,
+    i64_array,
+    lookup_symbol,
+    memref,
+    same_element,
+    string_attr,
+    tensor,
+    verify,
+)
+from hexir_compiler.mlir import ext, ir
+
+
+class Hexir(ext.Dialect, name="hexir"):
+    pass
+
+
+class HexirOp(Hexir.Operation):
+    """Base of every hexir op (no name: not an op itself)."""
+
+    def check(self) -> None:
+        """Raise `Invalid` (or `ShapeError`) when the op breaks a rule; see `_verify`."""
+
+    def verify_invariants(self) -> bool:
+        return verify(self)
+
+
+def _result(op) -> tuple[tuple[int, ...], str]:
+    return tensor(op.results[0], "result")
+
+
+class ConstantOp(HexirOp, name="constant"):
+    """A literal tensor; `value` is dense f32/f64 elements (a splat is allowed)."""
+
+    value: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        _result(self)
+        value = self.operation.attributes["value"]
+        if not isinstance(value, ir.DenseFPElementsAttr):
+            raise Invalid(f"value must be dense floating-point elements, got {value}")
+        vtype = ir.RankedTensorType(value.type)
+        if vtype != self.results[0].type:
+            raise Invalid(f"value has type {vtype} but the result is {self.results[0].type}")
+
+
+class LinearOp(HexirOp, name="linear"):
+    """input [..., K] x weight [K, N] -> [..., N] (no bias, no transpose)."""
+
+    input: ext.Operand[Any]
+    weight: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input")
+        w, ew = tensor(self.operands[1], "weight")
+        r, er = _result(self)
+        same_element(("input", ex), ("weight", ew), ("result", er))
+        expect_shape(r, shapes.linear(x, w))
+
+
+class MatmulOp(HexirOp, name="matmul"):
+    """a [..., M, K] x b [..., K, N] -> [..., M, N]; batch dimensions broadcast."""
+
+    lhs: ext.Operand[Any]
+    rhs: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        a, ea = tensor(self.operands[0], "lhs")
+        b, eb = tensor(self.operands[1], "rhs")
+        r, er = _result(self)
+        same_element(("lhs", ea), ("rhs", eb), ("result", er))
+        expect_shape(r, shapes.matmul(a, b))
+
+
+class _Binary(HexirOp):
+    """Element-wise a op b with numpy broadcasting."""
+
+    lhs: ext.Operand[Any]
+    rhs: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        a, ea = tensor(self.operands[0], "lhs")
+        b, eb = tensor(self.operands[1], "rhs")
+        r, er = _result(self)
+        same_element(("lhs", ea), ("rhs", eb), ("result", er))
+        expect_shape(r, shapes.broadcast(a, b))
+
+
+class AddOp(_Binary, name="add"):
+    pass
+
+
+class SubOp(_Binary, name="sub"):
+    pass
+
+
+class MulOp(_Binary, name="mul"):
+    pass
+
+
+class DivOp(_Binary, name="div"):
+    pass
+
+
+class _Unary(HexirOp):
+    """Element-wise f(x); the result has the operand's type."""
+
+    input: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        tensor(self.operands[0], "input")
+        _result(self)
+        if self.results[0].type != self.operands[0].type:
+            raise Invalid(
+                f"result type {self.results[0].type} differs from the input type "
+                f"{self.operands[0].type}"
+            )
+
+
+class ReluOp(_Unary, name="relu"):
+    pass
+
+
+class SigmoidOp(_Unary, name="sigmoid"):
+    pass
+
+
+class TanhOp(_Unary, name="tanh"):
+    pass
+
+
+class ExpOp(_Unary, name="exp"):
+    pass
+
+
+class SqrtOp(_Unary, name="sqrt"):
+    pass
+
+
+class NegOp(_Unary, name="neg"):
+    pass
+
+
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+class GeluOp(_Unary, name="gelu"):
+    """x * Phi(x); `approximate` = "none" (erf, the default when absent) or "tanh"."""
+
+    def check(self) -> None:
+        super().check()
+        attrs = self.operation.attributes
+        if "approximate" in attrs:
+            mode = string_attr(attrs["approximate"], "approximate")
+            if mode not in GELU_APPROXIMATIONS:
+                raise Invalid(f"approximate must be \"none\" or \"tanh\", got \"{mode}\"")
+
+
+class SoftmaxOp(_Unary, name="softmax"):
+    """softmax along `axis` (i64, negative counts from the end)."""
+
+    axis: ir.IntegerAttr
+
+    def check(self) -> None:
+        super().check()
+        shape, _ = tensor(self.operands[0], "input")
+        shapes.normalize_axis(ir.IntegerAttr(self.operation.attributes["axis"]).value, len(shape))
+
+
+class LayerNormOp(HexirOp, name="layer_norm"):
+    """Normalize over the last dimension D, then scale by gamma [D] and shift by beta [D]."""
+
+    input: ext.Operand[Any]
+    gamma: ext.Operand[Any]
+    beta: ext.Operand[Any]
+    epsilon: ir.FloatAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input")
+        g, eg = tensor(self.operands[1], "gamma")
+        b, eb = tensor(self.operands[2], "beta")
+        r, er = _result(self)
+        same_element(("input", ex), ("gamma", eg), ("beta", eb), ("result", er))
+        expect_shape(r, shapes.layer_norm(x, g, b))
+        if ir.FloatAttr(self.operation.attributes["epsilon"]).value <= 0:
+            raise Invalid("epsilon must be positive")
+
+
+class TransposeOp(HexirOp, name="transpose"):
+    """Permute dimensions: result dim i = input dim permutation[i]."""
+
+    input: ext.Operand[Any]
+    permutation: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input")
+        r, er = _result(self)
+        same_element(("input", ex), ("result", er))
+        perm = i64_array(self.operation.attributes["permutation"], "permutation")
+        expect_shape(r, shapes.transpose(x, perm))
+
+
+class ReshapeOp(HexirOp, name="reshape"):
+    """Same elements in row-major order, the result type's shape."""
+
+    input: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input")
+        r, er = _result(self)
+        same_element(("input", ex), ("result", er))
+        shapes.reshape(x, r)
+
+
+class _Reduce(HexirOp):
+    """Reduce over `axes` (array<i64>); `keepdims` keeps them as size-1 dimensions."""
+
+    input: ext.Operand[Any]
+    axes: Any
+    keepdims: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input")
+        r, er = _result(self)
+        same_element(("input", ex), ("result", er))
+        attrs = self.operation.attributes
+        axes = i64_array(attrs["axes"], "axes")
+        if not isinstance(attrs["keepdims"], ir.BoolAttr):
+            raise Invalid(f"attribute 'keepdims' must be true or false, got {attrs['keepdims']}")
+        expect_shape(r, shapes.reduce(x, axes, ir.BoolAttr(attrs["keepdims"]).value))
+
+
+class ReduceSumOp(_Reduce, name="reduce_sum"):
+    pass
+
+
+class ReduceMeanOp(_Reduce, name="reduce_mean"):
+    pass
+
+
+class ReduceMaxOp(_Reduce, name="reduce_max"):
+    pass
+
+
+class PrintOp(HexirOp, name="print"):
+    """Print a tensor on the host (a memref once the linalg path has bufferized it)."""
+
+    input: ext.Operand[Any]
+
+    def check(self) -> None:
+        value = self.operands[0]
+        if isinstance(value.type, ir.MemRefType):
+            memref(value, "input")
+        else:
+            tensor(value, "input")
+
+
+class CallTirOp(HexirOp, name="call_tir"):
+    """Call the kernel `callee` (a hextir.prim_func) with the inputs plus a destination.
+
+    The inputs are declared as `first` plus the variadic `rest`: IRDL binds a variadic
+    operand's constraint once, so all of `rest` share one type. That covers every kernel
+    (at most two inputs, or layer_norm's gamma and beta, both [D]).
+    """
+
+    callee: ir.FlatSymbolRefAttr
+    first: ext.Operand[Any]
+    rest: Sequence[ext.Operand[Any]]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        _result(self)
+        name = ir.FlatSymbolRefAttr(self.operation.attributes["callee"]).value
+        kernel = lookup_symbol(self.operation, name)
+        if kernel is None or kernel.name != "hextir.prim_func":
+            raise Invalid(f"'{name}' does not reference a valid hextir.prim_func")
+        ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+        inputs = len(self.operands)
+        if len(ftype.inputs) != inputs + 1:
+            raise Invalid(
+                f"expected @{name} to take {inputs + 1} buffers ({inputs} inputs + 1 "
+                f"destination), but it takes {len(ftype.inputs)}"
+            )
+        for i, (value, buf) in enumerate(zip([*self.operands, self.results[0]], ftype.inputs)):
+            shape, elem = tensor(value, f"operand #{i}" if i < inputs else "result")
+            bshape, belem = memref(buf, f"buffer #{i} of @{name}")
+            if (shape, elem) != (bshape, belem):
+                raise Invalid(f"{value.type} does not match buffer #{i} of @{name}, {buf}")
+
+
+class TransferOp(HexirOp, name="transfer"):
+    """Copy a tensor from device `src` to device `dst` (inserted by hexir-insert-transfers)."""
+
+    input: ext.Operand[Any]
+    src: ir.StringAttr
+    dst: ir.StringAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        tensor(self.operands[0], "input")
+        if self.results[0].type != self.operands[0].type:
+            raise Invalid(
+                f"result type {self.results[0].type} differs from the input type "
+                f"{self.operands[0].type}"
+            )
+        attrs = self.operation.attributes
+        src, dst = (string_attr(attrs[k], k) for k in ("src", "dst"))
+        for key, dev in (("src", src), ("dst", dst)):
+            if dev not in DEVICES:
+                raise Invalid(f"{key} '{dev}' is not a device; expected cpu or cuda")
+        if src == dst:
+            raise Invalid(f"transfer from {src} to itself")
+
+
+# The compute ops: what hexir-partition places and hexir-lower-to-tir turns into kernels.
+COMPUTE_OPS: tuple[type, ...] = (
+    LinearOp, MatmulOp, AddOp, SubOp, MulOp, DivOp, ReluOp, SigmoidOp, TanhOp, ExpOp, SqrtOp,
+    NegOp, GeluOp, SoftmaxOp, LayerNormOp, TransposeOp, ReshapeOp, ReduceSumOp, ReduceMeanOp,
+    ReduceMaxOp,
+)

@@ -1,0 +1,246 @@
+"""The kernel dialect `hextir`: one device kernel on memrefs, each loop carrying its schedule.
+
+A `prim_func` is a kernel in destination-passing style (the last buffer is the output), reached
+only through `hexir.call_tir`. A `for` loop says how it runs (`kind`): serial, parallel,
+vectorized, unrolled, or bound to a GPU axis (`thread_binding` + `bind`), so a scheduling
+decision is written in the IR rather than implied by which pass ran. Generic form only, like
+`hexir`; the verifiers check what the IRDL declaration cannot.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from hexir_compiler.dialects._verify import (
+    DEVICES,
+    Invalid,
+    memref,
+    string_attr,
+    verify,
+)
+from hexir_compiler.mlir import ext, ir
+
+LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
+AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+# Kernel kinds, named as in the format README (the executable kinds of a .hxb).
+KERNELS = (
+    "matmul", "add", "relu", "sub", "mul", "div", "sigmoid", "tanh", "exp", "sqrt", "neg",
+    "gelu", "softmax", "layer_norm", "transpose", "reshape", "reduce_sum", "reduce_mean",
+    "reduce_max",
+)
+
+
+class Hextir(ext.Dialect, name="hextir"):
+    pass
+
+
+class HextirOp(Hextir.Operation):
+    """Base of every hextir op (no name: not an op itself)."""
+
+    def check(self) -> None:
+        """Raise `Invalid` when the op breaks a rule; see `_verify`."""
+
+    def verify_invariants(self) -> bool:
+        return verify(self)
+
+
+def _entry_block(op) -> ir.Block:
+    region = op.regions[0]
+    if len(region.blocks) != 1:
+        raise Invalid(f"expected a body of one block, got {len(region.blocks)}")
+    return region.blocks[0]
+
+
+def _types(values) -> list[str]:
+    return [str(v.type) for v in values]
+
+
+class PrimFuncOp(HextirOp, name="prim_func", traits=[ir.NoTerminatorTrait]):
+    """A kernel: `function_type` = (memref..., memref_dst) -> (), body ends in hextir.return.
+
+    Discardable attributes, checked when present: `device`, `hexir.kernel` (one of KERNELS),
+    `hexir.params` (array<f64>: the kernel's parameters as the format README lists them).
+    """
+
+    sym_name: ir.StringAttr
+    function_type: ir.TypeAttr
+    body: ext.Region
+
+    def check(self) -> None:
+        attrs = self.operation.attributes
+        ftype = ir.TypeAttr(attrs["function_type"]).value
+        if not isinstance(ftype, ir.FunctionType):
+            raise Invalid(f"function_type must be a function type, got {ftype}")
+        ftype = ir.FunctionType(ftype)
+        if ftype.results:
+            raise Invalid("a kernel returns nothing; it writes its last buffer")
+        if not ftype.inputs:
+            raise Invalid("a kernel takes at least its destination buffer")
+        for i, t in enumerate(ftype.inputs):
+            memref(t, f"buffer #{i}")
+        block = _entry_block(self)
+        if _types(block.arguments) != [str(t) for t in ftype.inputs]:
+            raise Invalid(
+                f"entry block arguments ({', '.join(_types(block.arguments))}) do not match "
+                f"function_type {ftype}"
+            )
+        ops = list(block.operations)
+        if not ops or ops[-1].operation.name != "hextir.return":
+            raise Invalid("body must end with hextir.return")
+        if "hexir.kernel" in attrs:
+            kind = string_attr(attrs["hexir.kernel"], "hexir.kernel")
+            if kind not in KERNELS:
+                raise Invalid(f"hexir.kernel '{kind}' is not a kernel kind; expected one of "
+                              f"{', '.join(KERNELS)}")
+        if "hexir.params" in attrs and not isinstance(attrs["hexir.params"], ir.DenseF64ArrayAttr):
+            raise Invalid(f"hexir.params must be array<f64: ...>, got {attrs['hexir.params']}")
+
+
+class ReturnOp(HextirOp, name="return", traits=[ir.IsTerminatorTrait]):
+    """Terminator of a prim_func (no values: the result is in the destination buffer)."""
+
+    def check(self) -> None:
+        parent = self.operation.parent
+        if parent is None or parent.name != "hextir.prim_func":
+            raise Invalid("expects its parent to be a hextir.prim_func")
+        if len(self.operands):
+            raise Invalid("a kernel returns no values")
+
+
+class ForOp(HextirOp, name="for"):
+    """for %iv = lb to ub step s, carrying values (`init_args` -> results).
+
+    The body's block arguments are (%iv: index, %carried...), and its hextir.yield gives the
+    next carried values. IRDL binds a variadic operand's constraint once, so all carried
+    values share one type (one accumulator, or several of one element type).
+    """
+
+    lower_bound: ext.Operand[Any]
+    upper_bound: ext.Operand[Any]
+    step: ext.Operand[Any]
+    init_args: Sequence[ext.Operand[Any]]
+    kind: ir.StringAttr
+    results_: Sequence[ext.Result[Any]]
+    body: ext.Region
+
+    def check(self) -> None:
+        for name, v in (("lower bound", self.lower_bound), ("upper bound", self.upper_bound),
+                        ("step", self.step)):
+            if not isinstance(v.type, ir.IndexType):
+                raise Invalid(f"{name} must be an index, got {v.type}")
+        attrs = self.operation.attributes
+        kind = string_attr(attrs["kind"], "kind")
+        if kind not in LOOP_KINDS:
+            raise Invalid(f"kind '{kind}' is not a loop kind; expected one of "
+                          f"{', '.join(LOOP_KINDS)}")
+        if kind == "thread_binding":
+            if "bind" not in attrs:
+                raise Invalid("a thread_binding loop needs 'bind' (blockIdx.x ... threadIdx.z)")
+            axis = string_attr(attrs["bind"], "bind")
+            if axis not in AXES:
+                raise Invalid(f"bind '{axis}' is not a GPU axis; expected one of {', '.join(AXES)}")
+        elif "bind" in attrs:
+            raise Invalid(f"only a thread_binding loop takes 'bind'; this one is {kind}")
+        carried = _types(self.init_args)
+        if _types(self.results) != carried:
+            raise Invalid(f"results ({', '.join(_types(self.results))}) must match the "
+                          f"init_args ({', '.join(carried)})")
+        block = _entry_block(self)
+        if _types(block.arguments) != ["index", *carried]:
+            raise Invalid(f"body arguments ({', '.join(_types(block.arguments))}) must be "
+                          f"(index{''.join(', ' + t for t in carried)})")
+        _check_yield(block, carried)
+
+
+def _check_yield(block: ir.Block, carried: list[str]) -> None:
+    ops = list(block.operations)
+    if not ops or ops[-1].operation.name != "hextir.yield":
+        raise Invalid("body must end with hextir.yield")
+    yielded = _types(ops[-1].operands)
+    if yielded != carried:
+        raise Invalid(f"hextir.yield gives ({', '.join(yielded)}) but the loop carries "
+                      f"({', '.join(carried)})")
+
+
+class IfOp(HextirOp, name="if"):
+    """Run the body when `cond` (i1) holds: the bounds guard of a thread-bound loop nest."""
+
+    cond: ext.Operand[Any]
+    body: ext.Region
+
+    def check(self) -> None:
+        t = self.operands[0].type
+        if not (isinstance(t, ir.IntegerType) and ir.IntegerType(t).width == 1):
+            raise Invalid(f"condition must be i1, got {t}")
+        _check_yield(_entry_block(self), [])
+
+
+class BlockOp(HextirOp, name="block"):
+    """A named schedulable region (`name`), run once."""
+
+    name: ir.StringAttr
+    body: ext.Region
+
+    def check(self) -> None:
+        _check_yield(_entry_block(self), [])
+
+
+class YieldOp(HextirOp, name="yield", traits=[ir.IsTerminatorTrait]):
+    """Terminator of for / if / block; for a loop, the next carried values."""
+
+    values: Sequence[ext.Operand[Any]]
+
+    def check(self) -> None:
+        parent = self.operation.parent
+        if parent is None or parent.name not in ("hextir.for", "hextir.if", "hextir.block"):
+            raise Invalid("expects its parent to be hextir.for, hextir.if or hextir.block")
+
+
+def _indices(op, buffer: ir.Value, indices: list[ir.Value]) -> None:
+    shape, _ = memref(buffer, "buffer")
+    if len(indices) != len(shape):
+        raise Invalid(f"a rank-{len(shape)} buffer needs {len(shape)} indices, got {len(indices)}")
+    for i, v in enumerate(indices):
+        if not isinstance(v.type, ir.IndexType):
+            raise Invalid(f"index #{i} must be an index, got {v.type}")
+
+
+class BufferLoadOp(HextirOp, name="buffer_load"):
+    """buffer[indices...] -> element."""
+
+    buffer: ext.Operand[Any]
+    indices: Sequence[ext.Operand[Any]]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        buffer, *indices = self.operands
+        _indices(self, buffer, indices)
+        elem = ir.MemRefType(buffer.type).element_type
+        if self.results[0].type != elem:
+            raise Invalid(f"result type {self.results[0].type} is not the element type {elem}")
+
+
+class BufferStoreOp(HextirOp, name="buffer_store"):
+    """buffer[indices...] = value."""
+
+    value: ext.Operand[Any]
+    buffer: ext.Operand[Any]
+    indices: Sequence[ext.Operand[Any]]
+
+    def check(self) -> None:
+        value, buffer, *indices = self.operands
+        _indices(self, buffer, indices)
+        elem = ir.MemRefType(buffer.type).element_type
+        if value.type != elem:
+            raise Invalid(f"stored value type {value.type} is not the element type {elem}")
+
+
+class AllocBufferOp(HextirOp, name="alloc_buffer"):
+    """A kernel-local buffer."""
+
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        memref(self.results[0], "result")
+
+
+__all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS"]

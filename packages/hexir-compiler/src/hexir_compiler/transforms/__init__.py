@@ -1,0 +1,1 @@
+"""Passes, one per module; the module name is the pass name with underscores."""
