@@ -1,0 +1,227 @@
+"""hexir-lower-cuda-to-gpu: each cuda-placed linalg op on buffers becomes one `gpu.launch`.
+
+Runs after bufferization. The launch is truly parallel: the op's parallel loops are flattened
+and spread over `ceil(total / block)` blocks of `block` threads (256, or fewer rounded up to a
+warp when the op is small); thread `blockIdx.x * block + threadIdx.x` computes one output
+element, guarded by `scf.if idx < total` because the total rarely divides evenly. Reduction
+loops (a matmul's K, a softmax's row sum) stay serial inside the thread, carrying the
+accumulator the way linalg defines it: start from the output element, fold every step in.
+
+One rule covers every linalg op, named or generic: a loop that appears in the output's
+indexing map is parallel, any other is a reduction. Named elementwise ops and `linalg.fill`
+carry no maps; theirs are the identity (scalars read no index). The op's scalar body is cloned
+into the launch with its block arguments bound to loaded elements, so whatever
+hexir-lower-to-linalg wrote (gelu, layer_norm's normalisation ...) runs unchanged on the GPU.
+
+The launch carries the op's `device = "cuda"`. A transfer (a `linalg.copy` with `src`/`dst`,
+see hexir-prepare-bufferization) becomes `memref.copy` with those attributes: data movement,
+never a kernel.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Sequence
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import arith, gpu, ir, memref, scf
+from hexir_compiler.transforms.linalg_build import where
+
+PASS_NAME = "hexir-lower-cuda-to-gpu"
+
+#: Threads per block for ops with at least this many output elements.
+BLOCK = 256
+WARP = 32
+
+#: Named ops whose implicit maps are the identity (a scalar operand reads no index).
+IDENTITY_NAMED = frozenset(
+    {"linalg.fill", "linalg.copy", "linalg.add", "linalg.sub", "linalg.mul", "linalg.div"}
+)
+
+
+def run(module: ir.Module) -> None:
+    work: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name.startswith("linalg.") and (_is_transfer(op) or _device(op) == "cuda"):
+            work.append(op)
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
+    for op in work:
+        if _is_transfer(op):
+            _transfer(op)
+        else:
+            _launch(op)
+
+
+def _device(op: ir.Operation) -> str | None:
+    attr = op.attributes["device"] if "device" in op.attributes else None
+    return ir.StringAttr(attr).value if attr is not None else None
+
+
+def _is_transfer(op: ir.Operation) -> bool:
+    return op.name == "linalg.copy" and "src" in op.attributes
+
+
+def _transfer(op: ir.Operation) -> None:
+    source, dest = _memref_operands(op)
+    with ir.InsertionPoint(op), op.location:
+        copy = memref.CopyOp(source, dest)
+    for name in ("src", "dst"):
+        copy.attributes[name] = op.attributes[name]
+    op.erase()
+
+
+def _memref_operands(op: ir.Operation) -> list[ir.Value]:
+    if op.results:
+        raise CompileError(
+            f"{where(op)}: error: {PASS_NAME}: '{op.name}' still returns a tensor; expected the "
+            "bufferized form (run one-shot-bufferize first)"
+        )
+    return list(op.operands)
+
+
+def _maps(op: ir.Operation, operands: Sequence[ir.Value], out: ir.MemRefType) -> list[ir.AffineMap]:
+    """The op's indexing maps: written on it, or the defaults of the named ops we emit."""
+    if "indexing_maps" in op.attributes:
+        return [ir.AffineMapAttr(a).value for a in ir.ArrayAttr(op.attributes["indexing_maps"])]
+    if op.name == "linalg.matmul":
+        return [ir.AffineMap.get(3, 0, [ir.AffineDimExpr.get(a), ir.AffineDimExpr.get(b)])
+                for a, b in ((0, 2), (2, 1), (0, 1))]
+    if op.name not in IDENTITY_NAMED:
+        raise CompileError(
+            f"{where(op)}: error: {PASS_NAME}: unsupported cuda linalg op '{op.name}'; expected "
+            f"linalg.generic, linalg.matmul or one of {', '.join(sorted(IDENTITY_NAMED))}"
+        )
+    identity = ir.AffineMap.get_identity(out.rank)
+    scalar = ir.AffineMap.get(out.rank, 0, [])
+    return [identity if isinstance(v.type, ir.MemRefType) else scalar for v in operands]
+
+
+def _launch(op: ir.Operation) -> None:
+    operands = _memref_operands(op)
+    n_in, n_out = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])
+    if n_out != 1:
+        raise CompileError(f"{where(op)}: error: {PASS_NAME}: '{op.name}' has {n_out} outputs; expected 1")
+    out = operands[n_in]
+    out_t = ir.MemRefType(out.type)
+    if not out_t.has_static_shape:
+        raise CompileError(f"{where(op)}: error: {PASS_NAME}: expected a static-shape output, got {out_t}")
+    maps = _maps(op, operands, out_t)
+    extents = _loop_extents(op, operands, maps)
+    out_dims = [_dim(e, op) for e in maps[n_in].results]
+    reductions = [d for d in range(len(extents)) if d not in out_dims]
+    total = pymath.prod(extents[d] for d in out_dims)
+    block = BLOCK if total >= BLOCK else max(WARP, -(-total // WARP) * WARP)
+    grid = -(-total // block)
+    with ir.InsertionPoint(op), op.location:
+        launch = gpu.LaunchOp((grid, 1, 1), (block, 1, 1))
+        launch.attributes["device"] = op.attributes["device"]
+        body = launch.regions[0].blocks[0]
+        with ir.InsertionPoint(body):
+            _thread(op, operands, maps, extents, out_dims, reductions, total, block, body.arguments)
+            gpu.TerminatorOp()
+    op.erase()
+
+
+def _dim(expr: ir.AffineExpr, op: ir.Operation) -> int:
+    if not isinstance(expr, ir.AffineDimExpr):
+        raise CompileError(f"{where(op)}: error: {PASS_NAME}: output indexing map is not a projection")
+    return ir.AffineDimExpr(expr).position
+
+
+def _loop_extents(op: ir.Operation, operands: Sequence[ir.Value], maps: Sequence[ir.AffineMap]) -> list[int]:
+    """Each loop's trip count, read off the first operand dimension it indexes."""
+    extents: dict[int, int] = {}
+    for value, amap in zip(operands, maps):
+        if not isinstance(value.type, ir.MemRefType):
+            continue
+        shape = ir.MemRefType(value.type).shape
+        for pos, expr in enumerate(amap.results):
+            if isinstance(expr, ir.AffineDimExpr):
+                extents.setdefault(ir.AffineDimExpr(expr).position, shape[pos])
+    n = maps[0].n_dims
+    if sorted(extents) != list(range(n)):
+        raise CompileError(f"{where(op)}: error: {PASS_NAME}: some loop of '{op.name}' indexes no operand")
+    return [extents[d] for d in range(n)]
+
+
+def _index(v: int) -> ir.Value:
+    return arith.ConstantOp(ir.IndexType.get(), v).result
+
+
+def _thread(op, operands, maps, extents, out_dims, reductions, total, block, args) -> None:
+    """One output element per thread: flat id, guard, delinearize, reduce serially, store."""
+    block_id, thread_id = args[0], args[3]
+    flat = arith.addi(arith.muli(block_id, _index(block)), thread_id)
+    inside = arith.cmpi(arith.CmpIPredicate.ult, flat, _index(total))
+    guard = scf.IfOp(inside)
+    with ir.InsertionPoint(guard.then_block):
+        ivs: dict[int, ir.Value] = {}
+        rest = flat
+        for n, d in enumerate(reversed(out_dims)):
+            last = n == len(out_dims) - 1
+            ivs[d] = rest if last else arith.remui(rest, _index(extents[d]))
+            rest = rest if last else arith.divui(rest, _index(extents[d]))
+        out = operands[-1]
+        out_idx = _indices(maps[-1], ivs)
+        reads_out = reductions or _used(op.regions[0].blocks[0].arguments[-1])
+        acc = memref.load(out, out_idx) if reads_out else None
+        final = _reduce(op, operands, maps, extents, reductions, ivs, acc)
+        memref.store(final, out, out_idx)
+        scf.YieldOp([])
+
+
+def _reduce(op, operands, maps, extents, reductions, ivs, acc) -> ir.Value:
+    if not reductions:
+        return _body(op, operands, maps, ivs, acc)
+    d, inner = reductions[0], reductions[1:]
+    loop = scf.ForOp(_index(0), _index(extents[d]), _index(1), [acc])
+    with ir.InsertionPoint(loop.body):
+        ivs = {**ivs, d: loop.induction_variable}
+        scf.YieldOp([_reduce(op, operands, maps, extents, inner, ivs, loop.body.arguments[1])])
+    return loop.results[0]
+
+
+def _indices(amap: ir.AffineMap, ivs: dict[int, ir.Value]) -> list[ir.Value]:
+    out = []
+    for expr in amap.results:
+        if isinstance(expr, ir.AffineDimExpr):
+            out.append(ivs[ir.AffineDimExpr(expr).position])
+        else:
+            out.append(_index(ir.AffineConstantExpr(expr).value))
+    return out
+
+
+def _body(op, operands, maps, ivs, acc) -> ir.Value:
+    """Clone the linalg body with its arguments bound to this thread's elements."""
+    block = op.regions[0].blocks[0]
+    bound: dict[ir.Value, ir.Value] = {}
+    for arg, value, amap in zip(block.arguments[:-1], operands[:-1], maps[:-1]):
+        if not isinstance(value.type, ir.MemRefType):
+            bound[arg] = value
+        elif _used(arg):
+            bound[arg] = memref.load(value, _indices(amap, ivs))
+    if acc is not None:
+        bound[block.arguments[-1]] = acc
+    for inner in block.operations:
+        if inner.name == "linalg.yield":
+            return _lookup(bound, inner.operands[0])
+        if inner.name == "linalg.index":
+            bound[inner.results[0]] = ivs[ir.IntegerAttr(inner.attributes["dim"]).value]
+            continue
+        clone = inner.clone(ip=ir.InsertionPoint.current)
+        for i, operand in enumerate(clone.operands):
+            clone.operands[i] = _lookup(bound, operand)
+        for old, new in zip(inner.results, clone.results):
+            bound[old] = new
+    raise AssertionError("a linalg body ends with linalg.yield")
+
+
+def _used(value: ir.Value) -> bool:
+    return any(True for _ in value.uses)
+
+
+def _lookup(bound: dict[ir.Value, ir.Value], value: ir.Value) -> ir.Value:
+    return bound.get(value, value)
