@@ -91,11 +91,15 @@ def _normal(rng: np.random.Generator, shape: tuple[int, ...], std: float) -> np.
 
 
 def mlp_weights() -> dict[str, np.ndarray]:
-    """He-initialised layers with small biases, so the logits stay O(1) (no saturated softmax)."""
+    """He-initialised layers with small biases. The last layer is scaled up (x4) so the logits
+    spread over a few units and the softmax is peaked, as a trained classifier's is, rather
+    than nearly uniform."""
     rng = np.random.default_rng(MLP_SEED)
+    layers = len(MLP_SIZES) - 1
     weights = {}
     for i, (k, n) in enumerate(zip(MLP_SIZES, MLP_SIZES[1:]), start=1):
-        weights[f"w{i}"] = _normal(rng, (k, n), np.sqrt(2.0 / k))
+        gain = 4.0 if i == layers else 1.0
+        weights[f"w{i}"] = _normal(rng, (k, n), gain * np.sqrt(2.0 / k))
         weights[f"b{i}"] = _normal(rng, (n,), 0.1)
     return weights
 

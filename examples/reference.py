@@ -1,4 +1,4 @@
-"""numpy implementations of the example networks: the oracle the compiled modules are checked against.
+"""numpy versions of the example networks: the oracle compiled modules are checked against.
 
 Independent of the compiler on purpose: the weights are read back from the `.mlir` file's
 `hexir.constant` hex literals by name (`%w1 = "hexir.constant"() {value = dense<"0x...">
@@ -28,7 +28,15 @@ _CONSTANT = re.compile(
     re.MULTILINE,
 )
 _TITLE = re.compile(r"^// (?P<title>MLP|Transformer block) ")
+_SIGNATURE = re.compile(
+    r"^func\.func @main\(%x: tensor<(?P<type>[0-9x]*f(?:32|64))>\)", re.MULTILINE
+)
 _ELEMENT = {"f32": "<f4", "f64": "<f8"}
+
+# How close a compiled module must come, by element type: max|out - ref| <= tol * max|ref|.
+# Norm-wise, not element-wise: an f32 output near zero (a residual sum that cancels) has a
+# large relative error of its own without anything being wrong.
+TOLERANCE = {"f32": 1e-5, "f64": 1e-12}
 
 
 class ReferenceError(Exception):
@@ -51,6 +59,30 @@ def load_constants(text: str) -> dict[str, np.ndarray]:
             )
         weights[match["name"]] = data.reshape(shape).astype(np.float64)
     return weights
+
+
+def input_type(text: str) -> tuple[tuple[int, ...], str]:
+    """(shape, element type) of the program's one argument, `%x`."""
+    match = _SIGNATURE.search(text)
+    if match is None:
+        raise ReferenceError("no 'func.func @main(%x: tensor<...>)' in the program")
+    *dims, elem = match["type"].split("x")
+    return tuple(int(d) for d in dims), elem
+
+
+def sample_input(program: Path | str, rng: np.random.Generator) -> np.ndarray:
+    """A random input of the program's type: pixel-like [0, 1) for the MLP, N(0, 1) for the
+    transformer block (the scale of an embedding)."""
+    text = Path(program).read_text()
+    shape, elem = input_type(text)
+    x = rng.random(shape) if _network(program, text) is mlp else rng.standard_normal(shape)
+    return x.astype(_ELEMENT[elem])
+
+
+def relative_error(out: np.ndarray, ref: np.ndarray) -> float:
+    """max|out - ref| / max|ref|, in float64: the measure TOLERANCE bounds."""
+    ref = np.asarray(ref, dtype=np.float64)
+    return float(np.abs(np.asarray(out, dtype=np.float64) - ref).max() / np.abs(ref).max())
 
 
 def softmax(x: np.ndarray, axis: int = -1) -> np.ndarray:
@@ -101,14 +133,23 @@ def transformer_block(x: np.ndarray, w: dict[str, np.ndarray], heads: int = 4,
 NETWORKS = {"MLP": mlp, "Transformer block": transformer_block}
 
 
-def evaluate(program: Path | str, x: np.ndarray) -> np.ndarray:
-    """The network's output for input x (computed in float64), weights from `program`."""
-    text = Path(program).read_text()
+def _network(program: Path | str, text: str):
     title = _TITLE.match(text)
     if title is None:
         raise ReferenceError(f"{program}: not an example program (no '// MLP' or "
                              "'// Transformer block' title on line 1)")
-    return NETWORKS[title["title"]](np.asarray(x, dtype=np.float64), load_constants(text))
+    return NETWORKS[title["title"]]
+
+
+def evaluate(program: Path | str, x: np.ndarray) -> np.ndarray:
+    """The network's output for input x (computed in float64), weights from `program`."""
+    text = Path(program).read_text()
+    network = _network(program, text)
+    shape, _ = input_type(text)
+    if np.shape(x) != shape:
+        raise ReferenceError(f"{program} takes an input of shape {list(shape)}, "
+                             f"got {list(np.shape(x))}")
+    return network(np.asarray(x, dtype=np.float64), load_constants(text))
 
 
 def main(argv: list[str] | None = None) -> int:
