@@ -1,0 +1,68 @@
+"""Read a `.hxb` as far as it is safe to, and collect what can be said about it.
+
+A file is examined in three widening steps, each kept only if it succeeds: the file's size,
+then the header and section table (`hexir_format.parse_layout`), then the whole module
+(`hexir_format.parse`) and the checks that follow references (`verify`). The first failure
+becomes the report's one error, and the facts gathered before it are still shown.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+from pathlib import Path
+
+import hexir_format
+from hexir_format import HexirError, Module
+
+from hxb_dump.errors import DumpError
+from hxb_dump.facts import Facts, layout_facts, module_facts
+from hxb_dump.verify import verify
+
+
+@dataclass
+class Report:
+    facts: Facts
+    module: Module | None  # the parsed module, when the file parsed and verified
+    error: str | None
+
+
+def examine(path: str, *, values: bool) -> Report:
+    """Everything `path` safely shows; rodata values too when `values` is set."""
+    facts: Facts = {"file": path}
+    try:
+        data = _map(Path(path))
+    except OSError as e:
+        return Report(facts, None, f"cannot read '{path}': {e.strerror or e}")
+    facts["size"] = len(data)
+    try:
+        facts |= layout_facts(hexir_format.parse_layout(data))
+        module = hexir_format.parse(data)
+        facts |= module_facts(module, values=values)
+        verify(module)
+    except HexirError as e:
+        return Report(facts, None, str(e))
+    return Report(facts, module, None)
+
+
+def _map(path: Path) -> bytes | mmap.mmap:
+    """The file's bytes, mapped read-only so rodata and images are never copied whole."""
+    with path.open("rb") as f:
+        size = path.stat().st_size
+        if size == 0:
+            return b""
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+
+
+def kernel_image(module: Module, name: str, path: str) -> bytes:
+    """The device image of kernel `name`; DumpError naming the kernels that exist, or saying
+    the kernel carries none."""
+    exe = next((e for e in module.executables if e.name == name), None)
+    if exe is None:
+        names = ", ".join(e.name for e in module.executables)
+        known = f"its kernels are: {names}" if names else "it has no kernels"
+        raise DumpError(f"no kernel '{name}' in {path}; {known}")
+    if exe.image is None:
+        raise DumpError(f"kernel '{name}' is placed on {exe.device} and carries no device "
+                        "image (the runtime supplies the body)")
+    return bytes(exe.image)

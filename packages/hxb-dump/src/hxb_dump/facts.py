@@ -1,0 +1,132 @@
+"""What a `.hxb` holds, as plain data: the one source of both the text listing and `--json`.
+
+Everything here is derived from hexir_format's typed model (or, for a damaged file, from its
+layout alone) and made of dicts, lists, strings and numbers, so the two outputs cannot say
+different things. A module can parse yet name slots or executables that do not exist;
+nothing here indexes on trust, and the verifier says what is wrong.
+"""
+
+from __future__ import annotations
+
+from hexir_format import (
+    OPERAND_NAMES,
+    V3_KINDS,
+    Command,
+    Executable,
+    KernelKind,
+    Layout,
+    Module,
+    Op,
+)
+
+from hxb_dump import images, params, rodata
+from hxb_dump.errors import DumpError
+
+Facts = dict[str, object]
+COMMAND_HEADER = 8
+OPERAND = 8
+
+
+def layout_facts(layout: Layout) -> Facts:
+    """The header and section table."""
+    return {
+        "version": layout.version,
+        "flags": layout.flags,
+        "sections": [{"kind": s.kind, "name": s.name, "offset": s.offset, "size": s.size}
+                     for s in layout.sections],
+    }
+
+
+def module_facts(module: Module, *, values: bool) -> Facts:
+    """Slots, entry points with their commands, rodata and executables."""
+    return {
+        "slots": [{"index": i, "device": str(s.device), "type": str(s.type),
+                   "dtype": str(s.type.dtype), "shape": list(s.type.shape),
+                   "bytes": s.type.nbytes} for i, s in enumerate(module.slots)],
+        "functions": _functions(module),
+        "rodata": {"size": len(module.rodata),
+                   "ranges": rodata.ranges(module, values=values)},
+        "executables": [_executable(module.version, i, e)
+                        for i, e in enumerate(module.executables)],
+    }
+
+
+def command_size(command: Command) -> int:
+    return COMMAND_HEADER + OPERAND * len(command.operands)
+
+
+def _functions(module: Module) -> list[Facts]:
+    out, offset = [], 0
+    for function in module.functions:
+        commands, pc = [], offset
+        for command in function.commands:
+            commands.append(_command(pc, command))
+            pc += command_size(command)
+        inputs = _bound(module, function.commands, Op.INPUT)
+        outputs = _bound(module, function.commands, Op.OUTPUT)
+        out.append({
+            "name": function.name,
+            "program_offset": offset,
+            "inputs": inputs,
+            "outputs": outputs,
+            "signature": f"{function.name}({', '.join(inputs)}) -> ({', '.join(outputs)})",
+            "commands": commands,
+        })
+        offset = pc + COMMAND_HEADER  # the END that closes the function
+    return out
+
+
+def _command(pc: int, command: Command) -> Facts:
+    names = OPERAND_NAMES[command.op]
+    return {
+        "offset": pc,
+        "op": str(command.op),
+        "args": dict(zip(names, command.operands)),
+        "slots": list(command.operands[len(names):]),
+    }
+
+
+def _bound(module: Module, commands: tuple[Command, ...], op: Op) -> list[str]:
+    """The types of the slots an entry point's INPUT (or OUTPUT) commands name, by index;
+    `?` where an index is missing or names no slot."""
+    by_index = {c.index: c.slot for c in commands if c.op is op}
+    slots = [by_index.get(i, len(module.slots)) for i in range(len(by_index))]
+    return [str(module.slots[s].type) if s < len(module.slots) else "?" for s in slots]
+
+
+def _executable(version: int, index: int, exe: Executable) -> Facts:
+    try:
+        named = params.decode(exe.kind, exe.params, exe.args[0].rank)
+    except DumpError:
+        named = None
+    return {
+        "index": index,
+        "name": exe.name,
+        "kind": str(exe.kind),
+        "device": str(exe.device),
+        "args": [str(t) for t in exe.args],
+        "params": named,
+        "raw_params": list(exe.params),
+        "extents": extents(exe),
+        "image": images.describe(bytes(exe.image)) if exe.image is not None else None,
+        "grid": list(exe.grid if version >= 4 else exe.grid[:2]),
+        "block": list(exe.block if version >= 4 else exe.block[:2]),
+    }
+
+
+def extents(exe: Executable) -> Facts | None:
+    """Version 3's description of a kernel (m, n, k, elem_size) where it applies: a rank-2
+    matmul, add or relu whose arguments share one element type and agree in shape."""
+    if exe.kind not in V3_KINDS or len(exe.args) != exe.kind.arity + 1:
+        return None
+    if any(t.rank != 2 or t.dtype is not exe.destination.dtype for t in exe.args):
+        return None
+    m, n = exe.destination.shape
+    k = 0
+    if exe.kind is KernelKind.MATMUL:
+        (am, k), (bk, bn), _ = (t.shape for t in exe.args)
+        if (am, bk, bn) != (m, k, n):
+            return None
+    elif any(t.shape != (m, n) for t in exe.args):
+        return None
+    return {"m": m, "n": n, "k": k, "elem_size": exe.destination.dtype.itemsize}

@@ -1,0 +1,116 @@
+"""Device images: what kind of blob a kernel carries, writing it out, and its SASS.
+
+A cuda kernel's image is whatever the compiler's `gpu-module-to-binary` produced: PTX text
+(the driver compiles it at load), an ELF cubin (SASS for one architecture) or a fatbin (both).
+The flavour decides what can be done with it: only a cubin or a fatbin holds SASS that
+`cuobjdump --dump-sass` can print.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from hxb_dump.errors import DumpError
+
+ELF_MAGIC = b"\x7fELF"
+FATBIN_MAGIC = bytes.fromhex("50ED55BA")
+PTX_TARGET = re.compile(rb"\.target\s+(sm_\w+)")
+SNIFF_BYTES = 4096
+
+
+def flavour(image: bytes) -> str:
+    """`ELF cubin`, `fatbin`, `PTX text` or `unknown`, from the first bytes."""
+    if image.startswith(ELF_MAGIC):
+        return "ELF cubin"
+    if image.startswith(FATBIN_MAGIC):
+        return "fatbin"
+    if image.startswith(b"//") or b".target" in image[:256]:
+        return "PTX text"
+    return "unknown"
+
+
+def ptx_target(image: bytes) -> str | None:
+    """The `.target sm_XX` of PTX text, which says what a cubin should be built for."""
+    match = PTX_TARGET.search(image[:SNIFF_BYTES])
+    return match.group(1).decode("ascii") if match else None
+
+
+def describe(image: bytes) -> dict[str, object]:
+    kind = flavour(image)
+    return {"size": len(image), "flavour": kind,
+            "target": ptx_target(image) if kind == "PTX text" else None}
+
+
+def next_step(image: bytes, path: str) -> str:
+    """What to do with a written image: disassemble a cubin or fatbin, assemble PTX."""
+    kind = flavour(image)
+    if kind == "PTX text":
+        arch = ptx_target(image) or "sm_XX"
+        return f"PTX text; assemble it with: ptxas -arch={arch} -o {path}.cubin {path}"
+    if kind == "unknown":
+        return "not a cubin, fatbin or PTX"
+    return f"try: cuobjdump --dump-sass {path}"
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Write `data` to `path` through a temporary file beside it, so no reader (and no
+    interrupted run) ever sees half an image. The file gets the umask's usual permissions."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def find_cuobjdump() -> str | None:
+    """`cuobjdump` on PATH, else in $CUDA_HOME/bin, else in /usr/local/cuda/bin."""
+    found = shutil.which("cuobjdump")
+    if found:
+        return found
+    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    for home in filter(None, homes):
+        candidate = Path(home) / "bin" / "cuobjdump"
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def sass(name: str, image: bytes) -> str:
+    """The SASS of kernel `name`'s image, as `cuobjdump --dump-sass` prints it."""
+    kind = flavour(image)
+    if kind == "PTX text":
+        arch = ptx_target(image) or "sm_XX"
+        raise DumpError(f"kernel '{name}' carries PTX text only (the driver compiles it when the "
+                        f"module loads), so there is no SASS to show; compile with "
+                        f"-target=cuda:{arch} to embed a cubin")
+    if kind == "unknown":
+        raise DumpError(f"kernel '{name}' carries a {len(image)}-byte image that is neither an "
+                        "ELF cubin nor a fatbin, so cuobjdump cannot read it")
+    tool = find_cuobjdump()
+    if tool is None:
+        raise DumpError("cuobjdump was not found on PATH, in $CUDA_HOME/bin or in "
+                        f"/usr/local/cuda/bin; write the image with --image {name} and "
+                        "disassemble it where the CUDA toolkit is installed")
+    suffix = ".cubin" if kind == "ELF cubin" else ".fatbin"
+    with tempfile.TemporaryDirectory(prefix="hxb-dump-") as tmp:
+        path = Path(tmp) / f"{name}{suffix}"
+        path.write_bytes(image)
+        try:
+            done = subprocess.run([tool, "--dump-sass", str(path)], capture_output=True,
+                                  text=True, check=False)
+        except OSError as e:
+            raise DumpError(f"could not run {tool}: {e.strerror}") from None
+    if done.returncode != 0:
+        lines = (done.stderr or done.stdout).strip().splitlines() or ["no message"]
+        raise DumpError(f"{tool} --dump-sass failed with exit code {done.returncode} on "
+                        f"kernel '{name}': {lines[-1]}")
+    return done.stdout

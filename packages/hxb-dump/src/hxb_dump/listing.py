@@ -1,0 +1,126 @@
+"""The text listing of a module's facts, in the earlier tool's format.
+
+Version 3 modules print exactly as `tools/hxb-dump.py` printed them; version 4 adds the slots,
+entry-point signatures, typed rodata, argument types and params. Each part prints only when
+its facts are there, which is how a damaged file gets its header and section table (or just
+its size) and nothing that was not safe to read.
+"""
+
+from __future__ import annotations
+
+from hxb_dump.facts import Facts
+from hxb_dump.params import render as render_params
+
+VALUES_PER_ROW = 4
+ITEMSIZE = {"f32": 4, "f64": 8}
+NO_IMAGE = "none -- the runtime supplies the body"
+
+
+def render(facts: Facts) -> list[str]:
+    if "size" not in facts:  # the file could not be read at all
+        return []
+    lines = [f"{facts['file']}  ({facts['size']} bytes)"]
+    if "sections" not in facts:
+        return lines
+    lines += _sections(facts)
+    if "functions" not in facts:
+        return lines
+    typed = facts["version"] >= 4
+    lines += _symbols(facts["functions"])
+    if typed:
+        lines += _slots(facts["slots"])
+    lines += _program(facts["functions"], typed)
+    lines += _rodata(facts["rodata"], typed)
+    lines += _executables(facts["executables"], typed)
+    return lines
+
+
+def _sections(facts: Facts) -> list[str]:
+    sections = facts["sections"]
+    lines = [f"version {facts['version']}, flags 0x{facts['flags']:x}, {len(sections)} sections"]
+    lines += [f"  {s['name']:<12} offset={s['offset']:<8} size={s['size']}" for s in sections]
+    return lines
+
+
+def _symbols(functions: list[Facts]) -> list[str]:
+    return ["", "symbols", *(f"  {f['name']:<20} program+{f['program_offset']}"
+                             for f in functions)]
+
+
+def _slots(slots: list[Facts]) -> list[str]:
+    return ["", f"slots  ({len(slots)})",
+            *(f"  {'%' + str(s['index']):<6} {s['device']:<5} {s['type']}" for s in slots)]
+
+
+def _program(functions: list[Facts], typed: bool) -> list[str]:
+    lines = ["", "program"]
+    for f in functions:
+        lines.append(f"  {f['signature'] if typed else f['name']}:")
+        for c in f["commands"]:
+            parts = [f"{name}={value}" for name, value in c["args"].items()]
+            parts += [f"%{slot}" for slot in c["slots"]]
+            lines.append(f"    {c['op']:<9} {' '.join(parts)}")
+        lines.append("    end")
+    return lines
+
+
+def _rodata(facts: Facts, typed: bool) -> list[str]:
+    ranges = facts["ranges"]
+    if not typed:
+        (whole,) = ranges
+        return ["", f"rodata  {facts['size']} bytes ({whole['count']} f64)",
+                *_rows(whole)]
+    noun = "constant" if len(ranges) == 1 else "constants"
+    lines = ["", f"rodata  {facts['size']} bytes ({len(ranges)} {noun})"]
+    if not any("values" in r for r in ranges):
+        return lines
+    for r in ranges:
+        noun = "slot" if len(r["slots"]) == 1 else "slots"
+        slots = " ".join([noun, *(f"%{s}" for s in r["slots"])])
+        what = r["type"] or "untyped (no such slot)"
+        where = "" if "count" in r or r["type"] is None else "  (outside rodata)"
+        lines.append(f"  +{r['offset']:<5} {r['bytes']} bytes  {what}  {slots}{where}")
+        lines += _rows(r)
+    return lines
+
+
+def _rows(r: Facts) -> list[str]:
+    values = r.get("values")
+    if values is None:
+        return []
+    itemsize = ITEMSIZE[r["dtype"]]
+    return [f"    +{r['offset'] + i * itemsize:<5} "
+            + "  ".join(f"{v:g}" for v in values[i:i + VALUES_PER_ROW])
+            for i in range(0, len(values), VALUES_PER_ROW)]
+
+
+def _executables(exes: list[Facts], typed: bool) -> list[str]:
+    lines = ["", f"executables  ({len(exes)})"]
+    for e in exes:
+        extents = e["extents"]
+        size = f"{extents['m']}x{extents['n']}x{extents['k']}  elem={extents['elem_size']}B" \
+            if extents else ""
+        if typed:
+            *inputs, dest = e["args"]
+            head = f"  {e['name']:<16} {e['kind']:<11} {e['device']:<5} " \
+                   f"{', '.join(inputs)} -> {dest}"
+            lines.append(f"{head}  {size}" if size else head)
+        else:
+            lines.append(f"  {e['name']:<16} {e['kind']:<6} {e['device']:<6}  {size}")
+        if e["params"]:
+            lines.append(f"    params         {render_params(e['params'])}")
+        elif e["params"] is None:
+            raw = ", ".join(f"{p:g}" for p in e["raw_params"]) or "none"
+            lines.append(f"    params         {raw} (not valid for {e['kind']})")
+        lines.append(f"    device image   {_image(e)}")
+    return lines
+
+
+def _image(e: Facts) -> str:
+    image = e["image"]
+    if image is None:
+        return NO_IMAGE
+    flavour = image["flavour"] + (f" ({image['target']})" if image["target"] else "")
+    grid = ",".join(map(str, e["grid"]))
+    block = ",".join(map(str, e["block"]))
+    return f"{image['size']} bytes, {flavour}   launch grid=({grid}) block=({block})"
