@@ -1,0 +1,186 @@
+"""The Python API for programs that embed the runtime.
+
+    with hexir_runtime.load("model.hxb", device="cuda") as m:
+        printed = m.run("main")        # what the program PRINTed, as numpy arrays
+        y = m.main(x)                  # or m["main"](x): the entry's results
+
+`load` maps and validates the file, then creates the devices: cpu always, cuda when asked
+for. Executables are loaded and constants uploaded once per load, on first use, and reused
+by every later call.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from hexir_format import Device, TensorType
+
+from hexir_runtime import hal
+from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
+from hexir_runtime.interpreter import Execution, Printer, Resident, execute
+from hexir_runtime.loader import MappedModule
+from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_module
+
+
+def load(path: str | os.PathLike[str], device: str = "cpu", *,
+         max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None) -> Module:
+    """Map, validate and prepare a `.hxb`. `device="cuda"` makes the GPU available (cpu is
+    always available); `driver` replaces cuda-python's driver module (tests)."""
+    return Module(path, device, max_alloc_bytes=max_alloc_bytes, driver=driver)
+
+
+def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
+    """The inputs as contiguous arrays of the entry's signature, or a one-line InputError."""
+    want = plan.signature.inputs
+    if len(inputs) != len(want):
+        types = ", ".join(map(str, want)) or "none"
+        raise InputError(f"{plan.name} takes {len(want)} input{'s' * (len(want) != 1)} "
+                         f"({types}), got {len(inputs)}")
+    return [_check_input(plan.name, i, x, t) for i, (x, t) in enumerate(zip(inputs, want))]
+
+
+def _check_input(entry: str, index: int, x: Any, t: TensorType) -> np.ndarray:
+    where = f"input {index} of {entry}: expected {t}"
+    if not isinstance(x, np.ndarray):
+        try:
+            x = np.asarray(x, dtype=t.dtype.numpy)
+        except (TypeError, ValueError) as e:
+            raise InputError(f"{where}, got a {type(x).__name__} numpy cannot convert ({e})") \
+                from None
+    elif x.dtype != np.dtype(t.dtype.numpy):
+        raise InputError(f"{where}, got a {x.dtype} array of shape {_shape(x.shape)}")
+    if x.shape != t.shape:
+        raise InputError(f"{where}, got shape {_shape(x.shape)}")
+    return np.ascontiguousarray(x)
+
+
+def _shape(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape)) or "scalar"
+
+
+class EntryPoint:
+    """One entry of a loaded module; calling it runs it and returns its results."""
+
+    def __init__(self, module: Module, plan: EntryPlan):
+        self._module = module
+        self.name = plan.name
+        self.signature = plan.signature
+
+    def __call__(self, *inputs: Any) -> np.ndarray | tuple[np.ndarray, ...] | None:
+        """The results: None without outputs, the array for one, a tuple for several."""
+        outputs = self._module.execute(self.name, inputs).outputs
+        if not outputs:
+            return None
+        return outputs[0] if len(outputs) == 1 else outputs
+
+    def __str__(self) -> str:
+        return f"{self.name}{self.signature}"
+
+    def __repr__(self) -> str:
+        return f"<hexir_runtime.EntryPoint {self}>"
+
+
+class Module:
+    """A loaded `.hxb`: its entry points, ready to run on the devices it was loaded with."""
+
+    def __init__(self, path: str | os.PathLike[str], device: str = "cpu", *,
+                 max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None):
+        try:
+            requested = Device.from_name(device)
+        except ValueError as e:
+            raise DeviceError(str(e)) from None
+        self.path = str(path)
+        self._mapped = MappedModule(path)
+        try:
+            plan = check_module(self._mapped.module, max_alloc_bytes=max_alloc_bytes)
+            devices = {Device.CPU: hal.create_device("cpu")}
+            if requested is Device.CUDA:
+                devices[Device.CUDA] = hal.create_device("cuda", driver=driver)
+        except BaseException:
+            self._mapped.close()
+            raise
+        self.version = plan.module.version
+        self.layout = plan.module.layout
+        self._plans = plan.entries
+        self._resident: Resident | None = Resident(plan, devices)
+        self._entries = {name: EntryPoint(self, p) for name, p in plan.entries.items()}
+
+    # ---- running -------------------------------------------------------------------------
+
+    def execute(self, entry: str = "main", inputs: Sequence[Any] = (),
+                on_print: Printer | None = None) -> Execution:
+        """Run `entry`; `on_print` sees each PRINTed array as it is printed."""
+        if self._resident is None:
+            raise ClosedError(f"module '{self.path}' is closed")
+        plan = self._plan(entry)
+        return execute(self._resident, plan, check_inputs(plan, inputs), on_print)
+
+    def run(self, entry: str = "main", *inputs: Any) -> list[np.ndarray]:
+        """Run `entry` and return what it printed, one array per PRINT."""
+        return self.execute(entry, inputs).printed
+
+    def _plan(self, entry: str) -> EntryPlan:
+        if entry not in self._plans:
+            names = ", ".join(self._plans) or "none"
+            raise EntryNotFound(f"no entry point '{entry}' in '{self.path}' (it has: {names})")
+        return self._plans[entry]
+
+    # ---- entry points ----------------------------------------------------------------------
+
+    @property
+    def entry_points(self) -> dict[str, EntryPoint]:
+        return dict(self._entries)
+
+    def __getitem__(self, name: str) -> EntryPoint:
+        self._plan(name)
+        return self._entries[name]
+
+    def __getattr__(self, name: str) -> EntryPoint:
+        entries = self.__dict__.get("_entries", {})
+        if name in entries:
+            return entries[name]
+        raise AttributeError(f"'{type(self).__name__}' has no attribute or entry point '{name}'")
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._entries
+
+    def __dir__(self) -> list[str]:
+        return [*super().__dir__(), *(n for n in self._entries if n.isidentifier())]
+
+    # ---- devices and lifetime --------------------------------------------------------------
+
+    @property
+    def devices(self) -> tuple[hal.Device, ...]:
+        """The devices this load can run on (cpu first)."""
+        return tuple(self._resident.devices.values()) if self._resident else ()
+
+    def devices_used(self, entry: str = "main") -> tuple[hal.Device, ...]:
+        """The devices `entry` needs, among those of this load, in the load's order."""
+        needed = {need.device for need in self._plan(entry).needs} or {Device.CPU}
+        return tuple(d for d in self.devices if d.kind in needed)
+
+    @property
+    def closed(self) -> bool:
+        return self._resident is None
+
+    def close(self) -> None:
+        """Free device buffers and images, release the devices and unmap the file. Arrays
+        returned by runs are copies and stay valid."""
+        resident, self._resident = self._resident, None
+        if resident is not None:
+            resident.close()
+        self._mapped.close()
+
+    def __enter__(self) -> Module:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else "on " + ", ".join(d.name for d in self.devices)
+        entries = "; ".join(str(e) for e in self._entries.values()) or "no entry points"
+        return f"<hexir_runtime.Module '{self.path}' v{self.version} {state}: {entries}>"

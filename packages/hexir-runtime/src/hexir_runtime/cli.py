@@ -1,0 +1,171 @@
+"""`hexir-run`: run a `.hxb` module, or exercise a device's HAL with `--selftest`.
+
+    hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
+              [--input=TYPE=VALUES | --input=@FILE.npy]... [--output=@FILE.npz]
+    hexir-run --selftest [--device=cpu|cuda]
+
+Exit status: 0 ok, 1 the module could not be loaded or run, 2 bad arguments. Every failure
+is one line on stderr starting with `hexir-run: `; there are no tracebacks for bad input.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import numpy as np
+from hexir_format import Device, HexirError
+
+from hexir_runtime import hal
+from hexir_runtime.api import Module
+from hexir_runtime.errors import EntryNotFound, ValidationError
+from hexir_runtime.tensors_io import parse_input, write_outputs
+
+PROG = "hexir-run"
+USAGE = """\
+usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
+                 [--input=TYPE=VALUES | --input=@FILE.npy]... [--output=@FILE.npz]
+       hexir-run --selftest [--device=cpu|cuda]"""
+SELFTEST_VALUES = np.array([1.0, 2.0, 3.0, 4.0])
+
+
+class UsageError(Exception):
+    """Bad command-line arguments: exit status 2."""
+
+
+@dataclass
+class Options:
+    path: str | None = None
+    device: str = "cpu"
+    entry: str = "main"
+    quiet: bool = False
+    selftest: bool = False
+    help: bool = False
+    inputs: list[str] = field(default_factory=list)
+    output: str | None = None
+
+
+def parse_args(argv: list[str]) -> Options:
+    opts = Options()
+    for arg in argv:
+        name, eq, value = arg.partition("=")
+        if arg in ("-q", "--quiet"):
+            opts.quiet = True
+        elif arg == "--selftest":
+            opts.selftest = True
+        elif arg in ("-h", "--help"):
+            opts.help = True
+        elif name in ("--device", "--entry", "--input", "--output") and not eq:
+            raise UsageError(f"{name} needs a value: {name}=...")
+        elif name == "--device":
+            try:
+                Device.from_name(value)
+            except ValueError:
+                raise UsageError(f"unknown device '{value}'; expected cpu or cuda") from None
+            opts.device = value
+        elif name == "--entry":
+            opts.entry = value
+        elif name == "--input":
+            opts.inputs.append(value)
+        elif name == "--output":
+            opts.output = value
+        elif arg.startswith("-"):
+            raise UsageError(f"unknown option '{arg}' (see {PROG} --help)")
+        elif opts.path is not None:
+            raise UsageError(f"one module at a time: got '{opts.path}' and '{arg}'")
+        else:
+            opts.path = arg
+    if opts.path is None and not (opts.selftest or opts.help):
+        raise UsageError(f"no module given; usage: {PROG} <module.hxb> [--device=cpu|cuda] "
+                         "[--entry=NAME] [--quiet]")
+    return opts
+
+
+def selftest(device_name: str, out: TextIO) -> int:
+    """Allocate 32 bytes, write four doubles, wait, read them back and compare."""
+    device = hal.create_device(device_name)
+    try:
+        print(f"device        : {device.name}", file=out)
+        buffer = device.allocate(SELFTEST_VALUES.nbytes)
+        device.write(buffer, SELFTEST_VALUES)
+        device.wait()
+        back = device.read(buffer).view(np.float64)
+        device.release(buffer)
+    finally:
+        device.close()
+    ok = np.array_equal(back, SELFTEST_VALUES)
+    print(f"hal roundtrip : {'ok' if ok else 'MISMATCH'} ({SELFTEST_VALUES.nbytes} bytes)",
+          file=out)
+    return 0 if ok else 1
+
+
+def banner(module: Module, entry: str, out: TextIO) -> None:
+    print(f"module        : {module.path}", file=out)
+    print(f"version       : {module.version}", file=out)
+    print(f"sections      : {len(module.layout.sections)}", file=out)
+    for i, s in enumerate(module.layout.sections):
+        print(f"  [{i}] {s.name:<12} offset={s.offset:<10} size={s.size}", file=out)
+    for device in module.devices_used(entry):
+        print(f"device        : {device.name}", file=out)
+    print("--", file=out)
+
+
+def print_rows(array: np.ndarray, out: TextIO) -> None:
+    """A PRINT: each value as C's `%f` followed by a space, one line per row."""
+    for row in array:
+        out.write("".join(f"{float(v):f} " for v in row) + "\n")
+    out.flush()
+
+
+def print_result(index: int, array: np.ndarray, out: TextIO) -> None:
+    shape = "x".join([*map(str, array.shape), {"float32": "f32"}.get(str(array.dtype), "f64")])
+    print(f"result[{index}]: {shape}", file=out)
+    print(np.array2string(array, threshold=1000, edgeitems=3), file=out)
+
+
+def run_module(opts: Options, out: TextIO) -> int:
+    inputs = [array for text in opts.inputs for array in parse_input(text)]
+    try:
+        module = Module(opts.path, opts.device)
+    except ValidationError as e:
+        raise HexirError(f"cannot load '{opts.path}': invalid module: {e}") from None
+    with module:
+        try:
+            module[opts.entry]
+        except EntryNotFound as e:
+            raise HexirError(f"{opts.entry} failed: not found: {e}") from None
+        if not opts.quiet:
+            banner(module, opts.entry, out)
+        result = module.execute(opts.entry, inputs, on_print=lambda a: print_rows(a, out))
+    if opts.output is not None:
+        write_outputs(opts.output, result.outputs)
+    elif not opts.quiet:
+        for i, array in enumerate(result.outputs):
+            print_result(i, array, out)
+    return 0
+
+
+def main(argv: list[str] | None = None, out: TextIO | None = None,
+         err: TextIO | None = None) -> int:
+    out = out or sys.stdout
+    err = err or sys.stderr
+    try:
+        opts = parse_args(sys.argv[1:] if argv is None else argv)
+    except UsageError as e:
+        print(f"{PROG}: {e}", file=err)
+        return 2
+    if opts.help:
+        print(USAGE, file=out)
+        return 0
+    try:
+        if opts.selftest:
+            return selftest(opts.device, out)
+        return run_module(opts, out)
+    except HexirError as e:
+        out.flush()
+        prefix = "hal selftest failed: " if opts.selftest else ""
+        print(f"{PROG}: {prefix}{e}", file=err)
+        return 1
+    except BrokenPipeError:
+        return 1

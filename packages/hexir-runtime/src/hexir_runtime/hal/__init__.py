@@ -1,0 +1,192 @@
+"""The hardware abstraction layer: one small interface that every backend implements.
+
+The interpreter talks only to `Device` and `Buffer`, so the host program is replayed the same
+way whether a buffer lives in host memory (cpu) or device memory (cuda). The base class does
+the argument checking and bookkeeping; a backend fills in the `_`-prefixed hooks
+(the template-method pattern). Backends are found by name through a lazy registry, so a
+cpu-only process never imports the CUDA bindings.
+"""
+
+from __future__ import annotations
+
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Any
+
+import numpy as np
+from hexir_format import Device as DeviceKind
+from hexir_format import Executable
+
+from hexir_runtime.errors import DeviceError
+
+
+class MemoryKind(IntEnum):
+    """Where a buffer lives, which decides how the host reaches it."""
+
+    HOST_LOCAL = 0  # host RAM
+    DEVICE_LOCAL = 1  # device memory: only write/read reach it (explicit transfers)
+    HOST_VISIBLE = 2  # device-accessible memory the host can address directly
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@dataclass(eq=False)
+class Buffer:
+    """A device allocation. `handle` is the backend's: a numpy array (cpu) or an address (cuda)."""
+
+    device: Device
+    size: int
+    memory: MemoryKind
+    handle: Any
+    read_only: bool = False
+    released: bool = field(default=False, repr=False)
+
+    def __repr__(self) -> str:
+        ro = ", read-only" if self.read_only else ""
+        return f"<Buffer {self.size} bytes {self.memory} on {self.device.name}{ro}>"
+
+
+class Device(ABC):
+    """A device of one backend: allocate, write, read, load executables, launch, wait."""
+
+    kind: DeviceKind
+    name: str
+
+    def __repr__(self) -> str:
+        return f"<hexir_runtime.hal.Device {self.name!r} kind={self.kind}>"
+
+    # ---- buffers ---------------------------------------------------------------------------
+
+    def allocate(self, size: int, memory: MemoryKind = MemoryKind.DEVICE_LOCAL) -> Buffer:
+        """A fresh, zeroed buffer of `size` bytes."""
+        if size < 0:
+            raise DeviceError(f"{self.name}: cannot allocate {size} bytes")
+        return self._allocate(size, MemoryKind(memory))
+
+    def constant(self, data: memoryview) -> Buffer:
+        """A read-only buffer holding `data`. Backends that can address host memory bind it
+        in place; the others upload it (the caller keeps the buffer for the whole load)."""
+        buffer = self.allocate(len(data))
+        self.write(buffer, data)
+        buffer.read_only = True
+        return buffer
+
+    def write(self, buffer: Buffer, data: Any, offset: int = 0) -> None:
+        """Copy host bytes into the buffer (host to device on a device-local buffer)."""
+        view = memoryview(data).cast("B")
+        self._check(buffer, offset, len(view), "write")
+        self._write(buffer, view, offset)
+
+    def read(self, buffer: Buffer, size: int | None = None,
+             out: np.ndarray | None = None) -> np.ndarray:
+        """The first `size` bytes of the buffer (device to host on a device-local buffer),
+        into `out` (a contiguous uint8 host array) or a fresh array."""
+        size = (buffer.size if out is None else len(out)) if size is None else size
+        self._check(buffer, 0, size, "read")
+        if out is None:
+            out = np.empty(size, dtype=np.uint8)
+        elif out.dtype != np.uint8 or out.ndim != 1 or len(out) < size \
+                or not out.flags.c_contiguous or not out.flags.writeable:
+            raise DeviceError(f"{self.name}: read needs a writable contiguous uint8 array of "
+                              f"at least {size} bytes")
+        self._read(buffer, out[:size])
+        return out[:size]
+
+    def copy(self, dst: Buffer, src: Buffer) -> None:
+        """Copy `src` into `dst`, both on this device and of the same size."""
+        self._check(src, 0, src.size, "copy from")
+        self._check(dst, 0, src.size, "copy to")
+        self._copy(dst, src)
+
+    def host_pointer(self, buffer: Buffer) -> np.ndarray | None:
+        """The buffer's bytes as a host array, or None when only write/read reach it."""
+        self._check(buffer, 0, 0, "map")
+        return self._host_pointer(buffer)
+
+    def release(self, buffer: Buffer) -> None:
+        if buffer.released:
+            return
+        if buffer.device is not self:
+            raise DeviceError(f"{self.name}: cannot release a buffer of {buffer.device.name}")
+        buffer.released = True
+        self._release(buffer)
+
+    def _check(self, buffer: Buffer, offset: int, size: int, what: str) -> None:
+        if buffer.device is not self:
+            raise DeviceError(f"{self.name}: cannot {what} a buffer of {buffer.device.name}")
+        if buffer.released:
+            raise DeviceError(f"{self.name}: cannot {what} a released buffer")
+        if buffer.read_only and what in ("write", "copy to"):
+            raise DeviceError(f"{self.name}: cannot {what} a read-only buffer")
+        if offset < 0 or size < 0 or size > buffer.size - offset:
+            raise DeviceError(f"{self.name}: {what} of {size} bytes at offset {offset} does not "
+                              f"fit a {buffer.size}-byte buffer")
+
+    # ---- executables -----------------------------------------------------------------------
+
+    def load_executable(self, exe: Executable) -> Any:
+        """Prepare a kernel for launching; the caller loads each executable once per device."""
+        if exe.device is not self.kind:
+            raise DeviceError(f"kernel '{exe.name}' is placed on {exe.device} but was loaded "
+                              f"on {self.name}")
+        return self._load_executable(exe)
+
+    def launch(self, loaded: Any, buffers: list[Buffer]) -> None:
+        """Run a loaded kernel on the buffers (inputs, then the destination). Asynchronous:
+        results are guaranteed only after `wait()`."""
+        for b in buffers:
+            self._check(b, 0, 0, "pass")
+        self._launch(loaded, buffers)
+
+    @abstractmethod
+    def wait(self) -> None:
+        """Block until all launched work has finished; device faults surface here."""
+
+    def close(self) -> None:
+        """Give back everything the device holds (contexts, loaded images)."""
+
+    # ---- backend hooks ---------------------------------------------------------------------
+
+    @abstractmethod
+    def _allocate(self, size: int, memory: MemoryKind) -> Buffer: ...
+
+    @abstractmethod
+    def _write(self, buffer: Buffer, data: memoryview, offset: int) -> None: ...
+
+    @abstractmethod
+    def _read(self, buffer: Buffer, out: np.ndarray) -> None: ...
+
+    @abstractmethod
+    def _copy(self, dst: Buffer, src: Buffer) -> None: ...
+
+    @abstractmethod
+    def _host_pointer(self, buffer: Buffer) -> np.ndarray | None: ...
+
+    @abstractmethod
+    def _release(self, buffer: Buffer) -> None: ...
+
+    @abstractmethod
+    def _load_executable(self, exe: Executable) -> Any: ...
+
+    @abstractmethod
+    def _launch(self, loaded: Any, buffers: list[Buffer]) -> None: ...
+
+
+# name -> module that defines `create(**options) -> Device`; imported on first use only.
+_BACKENDS = {"cpu": "hexir_runtime.hal.cpu", "cuda": "hexir_runtime.hal.cuda"}
+DEVICE_NAMES = tuple(_BACKENDS)
+
+
+def create_device(name: str, **options: Any) -> Device:
+    """Create a device by backend name (`cpu`, `cuda`; `gpu` is an alias of `cuda`)."""
+    key = {"gpu": "cuda"}.get(name, name)
+    if key not in _BACKENDS:
+        raise DeviceError(f"unknown device '{name}'; expected {' or '.join(DEVICE_NAMES)}")
+    backend = importlib.import_module(_BACKENDS[key])
+    return backend.create(**options)
+
+
+__all__ = ["DEVICE_NAMES", "Buffer", "Device", "MemoryKind", "create_device"]

@@ -1,0 +1,84 @@
+"""The cpu backend: buffers are numpy byte arrays and kernels are the numpy reference bodies.
+
+Every buffer is host memory, so it is reported HOST_VISIBLE whatever was asked for, and
+`host_pointer` is the array itself. A constant is bound in place: the buffer is a read-only
+view of the module's mapping, so weights are never copied.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from hexir_format import Device as DeviceKind
+from hexir_format import Executable, TensorType
+
+from hexir_runtime import kernels
+from hexir_runtime.errors import DeviceError
+from hexir_runtime.hal import Buffer, Device, MemoryKind
+
+
+def typed_view(host: np.ndarray, t: TensorType) -> np.ndarray:
+    """The first `t.nbytes` bytes of a host byte array, seen as a tensor of type `t`."""
+    return host[:t.nbytes].view(t.dtype.numpy).reshape(t.shape)
+
+
+@dataclass(frozen=True)
+class CpuKernel:
+    """A loaded cpu executable: the descriptor whose body `kernels.run` supplies."""
+
+    exe: Executable
+
+
+class CpuDevice(Device):
+    kind = DeviceKind.CPU
+    name = "cpu"
+
+    def constant(self, data: memoryview) -> Buffer:
+        host = np.frombuffer(data, dtype=np.uint8)
+        if host.flags.writeable:  # a caller's bytearray: never let a kernel write rodata
+            host = host.view()
+            host.flags.writeable = False
+        return Buffer(self, len(host), MemoryKind.HOST_VISIBLE, host, read_only=True)
+
+    def wait(self) -> None:
+        """Kernels run synchronously on the calling thread: nothing to wait for."""
+
+    def _allocate(self, size: int, memory: MemoryKind) -> Buffer:
+        try:
+            host = np.zeros(size, dtype=np.uint8)
+        except MemoryError:
+            raise DeviceError(f"cpu: out of memory allocating {size} bytes") from None
+        return Buffer(self, size, MemoryKind.HOST_VISIBLE, host)
+
+    def _write(self, buffer: Buffer, data: memoryview, offset: int) -> None:
+        buffer.handle[offset:offset + len(data)] = np.frombuffer(data, dtype=np.uint8)
+
+    def _read(self, buffer: Buffer, out: np.ndarray) -> None:
+        out[:] = buffer.handle[:len(out)]
+
+    def _copy(self, dst: Buffer, src: Buffer) -> None:
+        dst.handle[:src.size] = src.handle
+
+    def _host_pointer(self, buffer: Buffer) -> np.ndarray:
+        return buffer.handle
+
+    def _release(self, buffer: Buffer) -> None:
+        buffer.handle = None
+
+    def _load_executable(self, exe: Executable) -> CpuKernel:
+        if exe.image is not None:
+            raise DeviceError(f"kernel '{exe.name}' is placed on cpu but carries a "
+                              f"{len(exe.image)}-byte device image; the cpu backend runs "
+                              "descriptors only")
+        return CpuKernel(exe)
+
+    def _launch(self, loaded: CpuKernel, buffers: list[Buffer]) -> None:
+        exe = loaded.exe
+        views = [typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
+        *inputs, out = views
+        kernels.run(exe.kind, exe.params, inputs, out)
+
+
+def create() -> CpuDevice:
+    return CpuDevice()

@@ -1,0 +1,88 @@
+"""Tensors on the command line and in files, with `iree-run-module`'s conventions.
+
+`--input=2x2xf32=1,2,3,4` (values separated by commas or spaces; one value fills the tensor),
+`--input=f64=3` (a scalar), `--input=@x.npy` (one array), `--input=@inputs.npz` (its arrays,
+in file order, each the next input). `--output=@out.npz` (every result) or `@out.npy` (the
+only result), written to a temporary file beside the target and renamed into place, so a
+failed run never leaves half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import zipfile
+from collections.abc import Sequence
+
+import numpy as np
+from hexir_format import TensorType
+
+from hexir_runtime.errors import InputError
+
+
+def parse_input(text: str) -> list[np.ndarray]:
+    """The arrays one `--input=` value stands for."""
+    if text.startswith("@"):
+        return _load_file(text[1:])
+    spec, sep, values = text.partition("=")
+    if not sep:
+        raise InputError(f"--input={text}: expected TYPE=VALUES (e.g. 2x2xf32=1,2,3,4) or "
+                         "@FILE.npy / @FILE.npz")
+    try:
+        t = TensorType.parse(spec)
+    except ValueError as e:
+        raise InputError(f"--input={text}: {e}") from None
+    words = values.replace(",", " ").split()
+    try:
+        flat = np.array([float(w) for w in words], dtype=t.dtype.numpy)
+    except ValueError:
+        raise InputError(f"--input={text}: values must be numbers separated by commas") from None
+    if len(flat) == 1 and t.size != 1:
+        flat = np.full(t.size, flat[0], dtype=flat.dtype)
+    if len(flat) != t.size:
+        raise InputError(f"--input={text}: {t} holds {t.size} values, {len(flat)} given")
+    return [flat.reshape(t.shape)]
+
+
+def _load_file(path: str) -> list[np.ndarray]:
+    try:
+        loaded = np.load(path, allow_pickle=False)
+    except OSError as e:
+        raise InputError(f"--input=@{path}: cannot read: {e.strerror or e}") from None
+    except (ValueError, zipfile.BadZipFile) as e:
+        raise InputError(f"--input=@{path}: not a .npy or .npz file ({e})") from None
+    if isinstance(loaded, np.ndarray):
+        return [loaded]
+    with loaded:
+        return [loaded[name] for name in loaded.files]
+
+
+def write_outputs(target: str, arrays: Sequence[np.ndarray]) -> None:
+    """Write results to `@path.npz` or `@path.npy` atomically."""
+    if not target.startswith("@"):
+        raise InputError(f"--output={target}: expected @FILE.npz or @FILE.npy")
+    path = target[1:]
+    if path.endswith(".npy") and len(arrays) != 1:
+        raise InputError(f"--output={target}: a .npy file holds one array, the entry returned "
+                         f"{len(arrays)}; use a .npz file")
+    if not path.endswith((".npy", ".npz")):
+        raise InputError(f"--output={target}: expected a .npz or .npy file name")
+    directory = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".hexir-run-", suffix=".tmp", dir=directory)
+    except OSError as e:
+        raise InputError(f"--output={target}: cannot write in {directory}: "
+                         f"{e.strerror or e}") from None
+    try:
+        with os.fdopen(fd, "wb") as f:
+            if path.endswith(".npy"):
+                np.save(f, arrays[0])
+            else:
+                np.savez(f, *arrays)
+        os.replace(tmp, path)
+    except OSError as e:
+        os.unlink(tmp)
+        raise InputError(f"--output={target}: cannot write: {e.strerror or e}") from None
+    except BaseException:
+        os.unlink(tmp)
+        raise
