@@ -98,13 +98,16 @@ class CudaToolkit:
 
 
 def find_toolkit(env: Mapping[str, str] | None = None) -> CudaToolkit:
-    """Resolve ptxas, fatbinary and libdevice; cached per relevant environment."""
+    """Resolve ptxas, fatbinary and libdevice; cached per environment and search list."""
     env = os.environ if env is None else env
-    key = tuple(env.get(var, "") for var in (*ENV_VARS, "PATH"))
-    return _find_cached(key)
+    return _find_cached(tuple(env.get(var, "") for var in _KEY_VARS), USUAL_ROOTS)
+
+
+_KEY_VARS = (*ENV_VARS, "PATH")
 
 
 @functools.cache
-def _find_cached(key: tuple[str, ...]) -> CudaToolkit:
-    env = dict(zip((*ENV_VARS, "PATH"), key, strict=True))
+def _find_cached(values: tuple[str, ...], usual_roots: tuple[str, ...]) -> CudaToolkit:
+    # usual_roots only keys the cache (lookup_from reads USUAL_ROOTS), so tests may patch it.
+    env = dict(zip(_KEY_VARS, values, strict=True))
     return CudaToolkit(find_tool("ptxas", env), find_tool("fatbinary", env), find_libdevice(env))

@@ -3,8 +3,8 @@
 The reader exists so the compiler can prove, without a GPU and without `cuobjdump`, that the
 image it embeds names the kernel the executable entry names: a fatbin is a list of PTX and
 ELF (CUBIN) parts for given architectures; PTX declares its kernels as `.entry <name>(`; a
-CUBIN lists them as FUNC symbols. Only uncompressed parts can be read, which is what
-`cuda.compile_kernels` writes.
+CUBIN lists them as FUNC symbols marked as entries. Only uncompressed parts can be read,
+which is what `cuda.compile_kernels` writes.
 """
 
 import re
@@ -63,7 +63,7 @@ def parts(image: bytes) -> list[Part]:
         case "fatbin":
             return list(_fatbin_parts(image))
         case "cubin":
-            return [Part("elf", None, elf_functions(image))]
+            return [Part("elf", None, elf_kernels(image))]
         case "ptx":
             return [Part("ptx", None, ptx_entries(image))]
 
@@ -73,8 +73,11 @@ def ptx_entries(ptx: bytes) -> tuple[str, ...]:
     return tuple(m.decode() for m in _PTX_ENTRY.findall(ptx))
 
 
-def elf_functions(elf: bytes) -> tuple[str, ...]:
-    """Names of the FUNC symbols of a 64-bit little-endian ELF file (a CUBIN)."""
+def elf_kernels(elf: bytes) -> tuple[str, ...]:
+    """Kernels of a CUBIN (64-bit little-endian ELF): FUNC symbols marked as CUDA entries.
+
+    Helpers ptxas adds (such as the slow path of a float division) are FUNC symbols too, but
+    without the entry mark, so they are left out."""
     try:
         shoff, = struct.unpack_from("<Q", elf, 0x28)
         shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
@@ -85,8 +88,8 @@ def elf_functions(elf: bytes) -> tuple[str, ...]:
                 continue
             strtab_offset = sections[link][4]
             for sym in range(offset, offset + size, entsize):
-                st_name, st_info = struct.unpack_from("<IB", elf, sym)
-                if st_info & 0xF == 2:  # STT_FUNC
+                st_name, st_info, st_other = struct.unpack_from("<IBB", elf, sym)
+                if st_info & 0xF == 2 and st_other & 0x10:  # STT_FUNC, STO_CUDA_ENTRY
                     end = elf.index(b"\0", strtab_offset + st_name)
                     names.append(elf[strtab_offset + st_name : end].decode())
         return tuple(names)
@@ -112,4 +115,4 @@ def _fatbin_parts(image: bytes):
         if _PART_KINDS[kind] == "ptx":
             yield Part("ptx", arch, ptx_entries(payload))
         else:
-            yield Part("elf", arch, elf_functions(payload))
+            yield Part("elf", arch, elf_kernels(payload))
