@@ -1,12 +1,42 @@
 """The compiler's error: a program, flag or stage Hexir refuses, with a one-line message.
 
 Derives from `hexir_format.HexirError` so a caller catches everything Hexir reports about bad
-input with one `except`. The message is what the CLI prints after `error: ` (or, when it
-already carries a location, as `<file>:<line>:<col>: error: ...`).
+input with one `except`. An error about one op carries its location; `diagnostic` renders it
+the way MLIR does, `prog.mlir:3:8: error: <message>`, and `error: <message>` without one.
 """
 
+from __future__ import annotations
+
+import re
+
 from hexir_format import HexirError
+
+_FILE_LINE_COL = re.compile(r'^loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)')
 
 
 class CompileError(HexirError):
     """A program or option the compiler cannot turn into output."""
+
+    def __init__(self, message: str, location=None) -> None:
+        super().__init__(message)
+        self.location = location
+
+
+def where(location) -> str | None:
+    """`file:line:col` of an `ir.Location` (or its text), None when it names no file."""
+    if location is None:
+        return None
+    match = _FILE_LINE_COL.match(str(location))
+    return f"{match['file']}:{match['line']}:{match['col']}" if match else None
+
+
+def diagnostic(err: Exception) -> str:
+    """The one line a CLI prints for `err`."""
+    message = str(err)
+    location = getattr(err, "location", None)
+    if location is None and getattr(err, "op", None) is not None:
+        location = err.op.location
+    place = where(location)
+    if place is None and re.match(r"^\S+:\d+:\d+: error: ", message):
+        return message  # already rendered with its location
+    return f"{place}: error: {message}" if place else f"error: {message}"

@@ -1,0 +1,190 @@
+"""The `hexir` command: compile a program (or the built-in one) to one `-emit` stage.
+
+    hexir [options] [input.mlir]
+
+MLIR and LLVM IR go to stdout (or `-o`), so stages can be piped; `-emit=hxb` writes `-o`
+(default out.hxb) through a temporary file, so a failed compile leaves no file behind.
+Exit status, as in the earlier C++ tool: 0 done; 2 bad options (with the usage text);
+255 an input that cannot be read or parsed; 4 a pass that fails; 1 no .hxb could be written.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hexir_compiler import placement as placement_
+from hexir_compiler.errors import CompileError, diagnostic
+from hexir_compiler.pipeline import DESCRIPTIONS, STAGES, Options, ParseError, compile_file
+
+EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
+
+
+class UsageError(CompileError):
+    """A bad command line: answered with the message, a blank line and the usage text."""
+
+
+@dataclass
+class Args:
+    stage: str | None = None
+    output: str | None = None
+    input: str | None = None
+    placement: list[str] = field(default_factory=list)
+    targets: list[str] = field(default_factory=list)
+
+
+def usage() -> str:
+    lines = [
+        "usage: hexir [options] [input.mlir]",
+        "",
+        "Compiles input.mlir (hexir dialect, MLIR generic form); with no input (or '-'), the",
+        "built-in program: print(linear([[3, 1], [2, 2]], [[1, 5], [5, 2]])).",
+        "",
+        "  -emit=<stage>          what to produce (required):",
+        *(f"      {s:<13}      {DESCRIPTIONS[s]}" for s in STAGES),
+        "  -o <file>              output file (hxb: default out.hxb; others: stdout)",
+        "  -target=<dev>[:<arch>] cpu, cuda or cuda:sm_XX (comma-separated, repeatable)",
+        "  -placement=<op>=<dev>  place an op on a device (comma-separated, repeatable)",
+        "",
+        "examples:",
+        "  hexir -emit=hxb -o model.hxb",
+        "  hexir -emit=mlir-tir -placement=hexir.linear=cuda,hexir.relu=cpu prog.mlir",
+        "  hexir -emit=hxb -placement=hexir.linear=gpu -target=cuda:sm_90 -o gpu.hxb",
+        "",
+        *placement_.usage_lines(),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def parse_args(argv: list[str]) -> Args:
+    args = Args()
+    it = iter(argv)
+    for arg in it:
+        name, eq, value = arg.partition("=")
+        if name in ("-h", "-help", "--help"):
+            raise SystemExit(0)
+        if name in ("-emit", "--emit") and eq:
+            args.stage = value
+        elif name in ("-placement", "--placement") and eq:
+            args.placement.append(value)
+        elif name in ("-target", "--target") and eq:
+            args.targets.append(value)
+        elif name in ("-o", "--o"):
+            args.output = value if eq else next(it, None)
+            if not args.output:
+                raise UsageError("-o needs a file name")
+        elif arg.startswith("-") and arg != "-":
+            raise UsageError(f"unknown option '{arg}'")
+        elif args.input is not None:
+            raise UsageError(f"more than one input file ('{args.input}' and '{arg}')")
+        else:
+            args.input = arg
+    return args
+
+
+def parse_targets(entries: list[str]) -> str | None:
+    """The CUDA architecture `-target` names (None: the default image)."""
+    chip = None
+    for text in entries:
+        for entry in text.split(","):
+            device, colon, arch = entry.partition(":")
+            if device == "cpu":
+                if colon:
+                    raise UsageError(f"the cpu target takes no architecture ('{entry}')")
+            elif device in ("cuda", "gpu"):
+                if colon and not re.fullmatch(r"sm_\d+", arch):
+                    raise UsageError(
+                        f"'{arch}' is not a CUDA architecture; expected sm_XX, for example sm_75"
+                    )
+                chip = arch or chip
+            else:
+                raise UsageError(f"'{device}' is not a device; expected cpu or cuda")
+    return chip
+
+
+def options(args: Args) -> Options:
+    if args.stage is None:
+        raise UsageError("no -emit=<stage> given, so there is nothing to produce")
+    if args.stage not in STAGES:
+        raise UsageError(f"'{args.stage}' is not a stage; expected one of {', '.join(STAGES)}")
+    chip = parse_targets(args.targets)
+    try:
+        placement = placement_.parse_placement(args.placement)
+    except placement_.PlacementError as err:
+        raise UsageError(str(err)) from None
+    return Options(args.stage, placement, chip)
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write `data` to `path` via a temporary file in the same directory and os.replace."""
+    target = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def run(argv: list[str]) -> int:
+    """The whole command, minus the process: messages go to stderr, output to stdout/-o."""
+    try:
+        args = parse_args(argv)
+        opts = options(args)
+    except UsageError as err:
+        sys.stderr.write(f"error: {err}\n\n{usage()}")
+        return EXIT_USAGE
+    if args.input not in (None, "-") and not os.access(args.input, os.R_OK):
+        reason = "no such file" if not os.path.exists(args.input) else "permission denied"
+        sys.stderr.write(f"error: could not open {args.input}: {reason}\n")
+        return EXIT_INPUT
+    try:
+        result = compile_file(args.input, opts)
+    except ParseError as err:
+        sys.stderr.write(f"{diagnostic(err)}\nerror: could not parse {args.input}\n")
+        return EXIT_INPUT
+    except CompileError as err:
+        sys.stderr.write(f"{diagnostic(err)}\n")
+        return EXIT_OUTPUT if opts.stage == "hxb" else EXIT_PASS
+    return _emit(result, args)
+
+
+def _emit(result: str | bytes, args: Args) -> int:
+    if isinstance(result, bytes):
+        path = args.output or "out.hxb"
+        try:
+            write_atomically(path, result)
+        except OSError as err:
+            sys.stderr.write(f"error: cannot open '{path}': {err.strerror}\n")
+            return EXIT_OUTPUT
+        sys.stderr.write(f"wrote {path}\n")
+        return 0
+    text = result if result.endswith("\n") else result + "\n"
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    try:
+        write_atomically(args.output, text.encode())
+    except OSError as err:
+        sys.stderr.write(f"error: cannot open '{args.output}': {err.strerror}\n")
+        return EXIT_OUTPUT
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except SystemExit as done:  # -h
+        if done.code == 0:
+            sys.stdout.write(usage())
+        return int(done.code or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""Which ops can be placed where, and the `-placement` option that chooses.
+
+One registry for the compiler: the CLI's usage text lists it, `hexir-partition` reads it, and
+the linalg path places the ops it creates with it. Every hexir compute op and every linalg
+op the linalg path produces runs on both devices; an op not listed here is not placeable
+(constants, prints and transfers are placed by the passes, never by the user).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from hexir_compiler.errors import CompileError
+
+DEVICES = ("cpu", "cuda")
+ALIASES = {"gpu": "cuda"}
+DEFAULT_DEVICE = "cpu"
+
+_HEXIR = (
+    "linear", "matmul", "add", "sub", "mul", "div", "relu", "sigmoid", "tanh", "exp", "sqrt",
+    "neg", "gelu", "softmax", "layer_norm", "transpose", "reshape", "reduce_sum",
+    "reduce_mean", "reduce_max",
+)
+_LINALG = ("add", "sub", "mul", "div", "matmul", "batch_matmul", "fill", "generic")
+
+#: op name -> devices it can run on.
+PLACEABLE: Mapping[str, tuple[str, ...]] = {
+    **{f"hexir.{name}": DEVICES for name in _HEXIR},
+    **{f"linalg.{name}": DEVICES for name in _LINALG},
+}
+
+
+class PlacementError(CompileError):
+    """A malformed `-placement` entry (the CLI answers with usage and exit 2)."""
+
+
+def normalize_device(name: str) -> str | None:
+    """`cpu` / `cuda` for a device name or alias, None for anything else."""
+    name = ALIASES.get(name, name)
+    return name if name in DEVICES else None
+
+
+def parse_placement(entries: Iterable[str]) -> dict[str, str]:
+    """`["hexir.linear=cuda,hexir.relu=gpu", ...]` -> `{op: device}` (later entries win)."""
+    placement: dict[str, str] = {}
+    for text in entries:
+        for entry in text.split(","):
+            op, device = _parse_entry(entry)
+            placement[op] = device
+    return placement
+
+
+def _parse_entry(entry: str) -> tuple[str, str]:
+    op, sep, device = entry.partition("=")
+    op, device = op.strip(), device.strip()
+    prefix = f"invalid -placement entry '{entry}'"
+    if not sep or not op or not device:
+        raise PlacementError(f"{prefix}: it is not of the form <op-name>=<device>")
+    normalized = normalize_device(device)
+    if normalized is None:
+        raise PlacementError(f"{prefix}: '{device}' is not a device; expected cpu, cuda or gpu")
+    if op not in PLACEABLE:
+        raise PlacementError(f"{prefix}: '{op}' is not a placeable op")
+    if normalized not in PLACEABLE[op]:
+        raise PlacementError(
+            f"{prefix}: op '{op}' cannot run on '{normalized}'; it supports "
+            f"{', '.join(sorted(PLACEABLE[op]))}"
+        )
+    return op, normalized
+
+
+def usage_lines() -> list[str]:
+    """The "placeable ops" part of the CLI usage text."""
+    lines = ["placeable ops:"]
+    lines += [f"  {op}  ->  {', '.join(devs)}" for op, devs in sorted(PLACEABLE.items())]
+    lines.append("devices: cpu, cuda (gpu is accepted as an alias)")
+    return lines

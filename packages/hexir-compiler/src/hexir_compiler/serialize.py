@@ -1,0 +1,220 @@
+"""The serializer: a kernel-level module (after hexir-lower-to-tir) -> a `.hxb` model.
+
+Each `func.func` becomes an entry point: a flat list of commands over numbered buffers
+(slots). Each `hextir.prim_func` becomes an executable; a cuda one carries the device image
+`hexir_compiler.target.cuda.compile_kernels` made for it, never just a descriptor.
+
+Per op of a function's body, in order:
+- function argument i -> a cpu slot, `INPUT(slot, i)` (inputs arrive from the host);
+- `hexir.constant` with users -> its elements (splats expanded) appended to RODATA at an
+  8-aligned offset, `CONST(slot, offset, bytes)`; an unused constant is skipped;
+- `hexir.call_tir` -> `ALLOC(dst, bytes)`, `DISPATCH(executable, inputs..., dst)`;
+- `hexir.transfer` -> `COPY(dst, src)`, dst on the transfer's destination device;
+- `hexir.print` -> `PRINT(slot, rows, cols)` (rows x cols = all elements, last dim as cols);
+- `func.return` -> `OUTPUT(slot, i)` per returned value (the format writes the `END`).
+
+The result is written as version 3 (the earlier C implementation's layout, byte for byte)
+when `hexir_format.minimum_version` says v3 holds it without typed slots, else version 4 with
+the slots section.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import hexir_format as hf
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import ir
+
+
+MAX_NAME = 31  # bytes of a symbol or kernel name (NUL-terminated in a 32-byte field)
+
+
+class SerializeError(CompileError):
+    """An op the host program cannot express; `location` says where."""
+
+    def __init__(self, message: str, location: ir.Location | None = None) -> None:
+        super().__init__(message)
+        self.location = location
+
+
+def serialize(module: ir.Module, target: str | None = None) -> hf.Module:
+    """The `.hxb` model of `module`; `target` is the CUDA architecture (e.g. "sm_90")."""
+    executables, index = _executables(module, target)
+    writer = _Writer(index)
+    functions = [writer.function(op) for op in _ops(module, "func.func")]
+    candidate = hf.Module(3, tuple(functions), bytes(writer.rodata), tuple(executables))
+    if hf.minimum_version(candidate) == 3 and not writer.needs_slots:
+        return candidate
+    return hf.Module(4, tuple(functions), bytes(writer.rodata), tuple(executables),
+                     tuple(writer.slots))
+
+
+def to_bytes(module: ir.Module, target: str | None = None) -> bytes:
+    return hf.build(serialize(module, target))
+
+
+def _ops(module: ir.Module, name: str) -> list[ir.Operation]:
+    return [op.operation for op in module.body.operations if op.operation.name == name]
+
+
+def _attr_str(op: ir.Operation, name: str, default: str | None = None) -> str | None:
+    return ir.StringAttr(op.attributes[name]).value if name in op.attributes else default
+
+
+def tensor_type(t: ir.Type) -> hf.TensorType:
+    """The format's type for a static f32/f64 tensor or memref."""
+    shaped = ir.ShapedType(t)
+    try:
+        dtype = hf.DType.from_name(str(shaped.element_type))
+    except ValueError as err:
+        raise CompileError(str(err)) from None
+    if len(shaped.shape) > hf.MAX_RANK:
+        raise CompileError(f"{t} has rank {len(shaped.shape)}; a .hxb holds at most rank "
+                           f"{hf.MAX_RANK}")
+    return hf.TensorType(dtype, tuple(shaped.shape))
+
+
+def _executables(module: ir.Module, target: str | None):
+    funcs = _ops(module, "hextir.prim_func")
+    images = {}
+    if any(_attr_str(f, "device", "cpu") == "cuda" for f in funcs):
+        images = _device_images(module, target)
+    executables, index = [], {}
+    for func in funcs:
+        name = _attr_str(func, "sym_name")
+        if len(name.encode()) > MAX_NAME:
+            raise SerializeError(f"kernel name '{name}' is longer than {MAX_NAME} bytes",
+                                 func.location)
+        kind = _attr_str(func, "hexir.kernel")
+        if kind is None:
+            raise SerializeError("prim func has no hexir.kernel attribute; it was not produced "
+                                 "by hexir-lower-to-tir", func.location)
+        device = hf.Device.from_name(_attr_str(func, "device", "cpu"))
+        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+        params = tuple(func.attributes["hexir.params"]) if "hexir.params" in func.attributes \
+            else ()
+        exe = hf.Executable(name, hf.KernelKind[kind.upper()], device,
+                            tuple(tensor_type(t) for t in ftype.inputs), params)
+        if device is hf.Device.CUDA:
+            image = images.get(name)
+            if image is None:
+                raise SerializeError(f"cuda kernel '{name}' has no device code", func.location)
+            exe = hf.Executable(exe.name, exe.kind, exe.device, exe.args, exe.params,
+                                image.image, tuple(image.grid), tuple(image.block))
+        index[name] = len(executables)
+        executables.append(exe)
+    return executables, index
+
+
+def _device_images(module: ir.Module, target: str | None) -> dict:
+    try:
+        from hexir_compiler.target import cuda
+    except ImportError as err:
+        raise CompileError(f"cuda kernels need device code, but the cuda target is not "
+                           f"available ({err})") from None
+    return cuda.compile_kernels(module, target)
+
+
+@dataclass
+class _Writer:
+    """Slots, RODATA and commands, shared by every function of the module."""
+
+    executables: dict[str, int]
+    rodata: bytearray = field(default_factory=bytearray)
+    slots: list[hf.Slot] = field(default_factory=list)
+    needs_slots: bool = False  # something only v4 says: inputs, outputs, copies, devices
+
+    def new_slot(self, device: str, t: ir.Type) -> int:
+        self.slots.append(hf.Slot(hf.Device.from_name(device), tensor_type(t)))
+        return len(self.slots) - 1
+
+    def function(self, func: ir.Operation) -> hf.Function:
+        name = _attr_str(func, "sym_name")
+        if len(name.encode()) > MAX_NAME:
+            raise SerializeError(f"function name '{name}' is longer than 31 bytes", func.location)
+        block = func.regions[0].blocks[0]
+        slot_of: dict[ir.Value, int] = {}
+        commands: list[hf.Command] = []
+        for i, arg in enumerate(block.arguments):
+            slot_of[arg] = self.new_slot("cpu", arg.type)
+            commands.append(hf.Command.input(slot_of[arg], i))
+            self.needs_slots = True
+        for view in block.operations:
+            commands += self._op(view.operation, slot_of)
+        return hf.Function(name, tuple(commands))
+
+    def _op(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
+        name = op.name
+        if name == "hexir.constant":
+            return self._constant(op, slot_of)
+        if name == "hexir.call_tir":
+            return self._call(op, slot_of)
+        if name == "hexir.transfer":
+            src = self._slot(op, op.operands[0], slot_of)
+            dst = self._result(op, slot_of, _attr_str(op, "dst"))
+            self.needs_slots = True
+            return [hf.Command.copy(dst, src)]
+        if name == "hexir.print":
+            return [self._print(op, slot_of)]
+        if name == "func.return":
+            outs = [hf.Command.output(self._slot(op, v, slot_of), i)
+                    for i, v in enumerate(op.operands)]
+            self.needs_slots |= bool(outs)
+            return outs
+        raise SerializeError("cannot serialize this op into a host program", op.location)
+
+    def _result(self, op: ir.Operation, slot_of: dict, device: str | None = None) -> int:
+        device = device or _attr_str(op, "device", "cpu")
+        if device != "cpu":
+            self.needs_slots = True
+        slot = self.new_slot(device, op.results[0].type)
+        slot_of[op.results[0]] = slot
+        return slot
+
+    def _slot(self, op: ir.Operation, value: ir.Value, slot_of: dict) -> int:
+        if value not in slot_of:
+            raise SerializeError("operand has no slot; it is not produced by a constant, a "
+                                 "call or a transfer in this function", op.location)
+        return slot_of[value]
+
+    def _constant(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
+        if not list(op.results[0].uses):
+            return []
+        value = op.attributes["value"]
+        if not isinstance(value, ir.DenseFPElementsAttr):
+            raise SerializeError("expected a dense constant", op.location)
+        ttype = tensor_type(op.results[0].type)
+        dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")
+        if value.is_splat:
+            data = np.full(ttype.shape, float(value.get_splat_value().value), dtype=dtype)
+        else:
+            data = np.asarray([float(x) for x in value], dtype=dtype)
+        raw = data.tobytes()
+        offset = len(self.rodata)
+        self.rodata += raw
+        self.rodata += bytes(-len(self.rodata) % 8)
+        slot = self._result(op, slot_of)
+        return [hf.Command.const(slot, offset, len(raw))]
+
+    def _call(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
+        callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+        if callee not in self.executables:
+            raise SerializeError("callee has no executable entry", op.location)
+        args = [self._slot(op, v, slot_of) for v in op.operands]
+        dst = self._result(op, slot_of)
+        nbytes = tensor_type(op.results[0].type).nbytes
+        return [hf.Command.alloc(dst, nbytes),
+                hf.Command.dispatch(self.executables[callee], [*args, dst])]
+
+    def _print(self, op: ir.Operation, slot_of: dict) -> hf.Command:
+        slot = self._slot(op, op.operands[0], slot_of)
+        shape = tensor_type(op.operands[0].type).shape
+        if len(shape) != 2:
+            self.needs_slots = True  # v3 prints rank-2 tensors only
+        cols = shape[-1] if shape else 1
+        rows = math.prod(shape[:-1]) if shape else 1
+        return hf.Command.print(slot, rows, cols)

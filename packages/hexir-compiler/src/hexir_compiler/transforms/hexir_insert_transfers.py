@@ -1,0 +1,91 @@
+"""hexir-insert-transfers: make every value live where its consumer runs.
+
+Runs after hexir-partition. A value lives on its producer's device: a function argument on
+the cpu (inputs arrive from the host), an op's result on the op's `device`. It is consumed
+on the consumer's device, where `hexir.print` and `func.return` are cpu (results go back to
+the host) and a transfer consumes on its `src`. Where the two differ, one
+`hexir.transfer {src, dst}` per (value, destination device) goes right after the producer,
+and every consumer on that device reads the copy: a value used twice on the GPU moves once.
+
+A constant whose consumers all run on cuda is placed on cuda instead: weights are uploaded
+once at load time, never staged through the cpu. Running the pass twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hexir_compiler.mlir import ir
+
+PASS_NAME = "hexir-insert-transfers"
+HOST_CONSUMERS = frozenset({"hexir.print", "func.return"})
+
+
+def run(module: ir.Module | ir.Operation) -> None:
+    """Insert the transfers in every `func.func` of `module`."""
+    module = module.operation
+    with module.context:
+        for view in module.regions[0].blocks[0].operations:
+            if view.operation.name == "func.func":
+                _function(view.operation)
+
+
+def _device(op: ir.Operation) -> str:
+    if op.name == "hexir.transfer":
+        return ir.StringAttr(op.attributes["dst"]).value
+    if "device" in op.attributes:
+        return ir.StringAttr(op.attributes["device"]).value
+    return "cpu"
+
+
+def _consumer_device(op: ir.Operation) -> str:
+    if op.name in HOST_CONSUMERS:
+        return "cpu"
+    if op.name == "hexir.transfer":
+        return ir.StringAttr(op.attributes["src"]).value
+    return _device(op)
+
+
+def _function(func: ir.Operation) -> None:
+    block = func.regions[0].blocks[0]
+    for arg in block.arguments:
+        _route(arg, "cpu", func.location, ir.InsertionPoint.at_block_begin(block), None)
+    for view in list(block.operations):
+        op = view.operation
+        if op.name == "hexir.constant":
+            _place_constant(op)
+        for result in op.results:
+            _route(result, _device(op), op.location, ir.InsertionPoint(op), op)
+
+
+def _place_constant(op: ir.Operation) -> None:
+    devices = {_consumer_device(use.owner.operation) for use in op.results[0].uses}
+    if devices == {"cuda"}:
+        op.attributes["device"] = ir.StringAttr.get("cuda")
+
+
+def _route(value: ir.Value, device: str, loc: ir.Location, ip: ir.InsertionPoint,
+           producer: ir.Operation | None) -> None:
+    """Give the consumers of `value` on other devices one copy per device.
+
+    The copies go at `ip`, then (for an op's result) move right after `producer`.
+    """
+    elsewhere: dict[str, list[tuple[ir.Operation, int]]] = defaultdict(list)
+    for use in value.uses:
+        owner = use.owner.operation
+        wanted = _consumer_device(owner)
+        if wanted != device:
+            elsewhere[wanted].append((owner, use.operand_number))
+    for dst in sorted(elsewhere, reverse=True):  # each goes first: the result is sorted
+        copy = ir.Operation.create(
+            "hexir.transfer",
+            results=[value.type],
+            operands=[value],
+            attributes={"src": ir.StringAttr.get(device), "dst": ir.StringAttr.get(dst)},
+            loc=loc,
+            ip=ip,
+        )
+        if producer is not None:
+            copy.move_after(producer)
+        for owner, index in elsewhere[dst]:
+            owner.operands[index] = copy.results[0]
