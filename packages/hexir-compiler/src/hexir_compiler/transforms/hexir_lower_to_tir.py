@@ -12,19 +12,19 @@ kernels get `parallel` loops over the output, cuda kernels get loops bound to
 blockIdx/threadIdx with a bounds guard; reduction axes are `serial` on both devices.
 
 `hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as
-they are. An op placed nowhere (no `device`) is lowered for the cpu.
+they are. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
 """
 
 from __future__ import annotations
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
+from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
 from hexir_compiler.shapes import ShapeError
 from hexir_compiler.transforms.tir import PLANS, GraphOp
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 
 PASS_NAME = "hexir-lower-to-tir"
-DEVICES = ("cpu", "cuda")
 ELEMENT_TYPES = ("f32", "f64")
 
 
@@ -141,7 +141,7 @@ def _read(op: ir.Operation) -> tuple[GraphOp, ir.Type]:
 
 def _device(op: ir.Operation) -> str:
     if "device" not in op.attributes:
-        return "cpu"
+        return DEFAULT_DEVICE
     device = ir.StringAttr(op.attributes["device"]).value
     if device not in DEVICES:
         raise _Located(op, f"{op.name}: device must be \"cpu\" or \"cuda\", found \"{device}\"")

@@ -81,7 +81,8 @@ class KernelBuilder:
                 ip = ir.InsertionPoint.at_block_begin(self.entry)
             else:
                 ip = ir.InsertionPoint.after(self._last_constant)
-            result = arith.constant(type_, value, loc=self.loc, ip=ip)
+            with self.loc:
+                result = arith.constant(type_, value, ip=ip)
             self._last_constant = result.owner
             self._constants[key] = result
         return self._constants[key]

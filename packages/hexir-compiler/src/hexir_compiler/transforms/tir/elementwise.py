@@ -21,12 +21,19 @@ Scalar = Callable[..., ir.Value]
 
 
 def _relu(b: KernelBuilder, x: ir.Value) -> ir.Value:
-    return arith.maximumf(x, b.float(0.0))
+    # x > 0 ? x : 0, so NaN gives 0 as in the reference (maximumf would keep the NaN).
+    zero = b.float(0.0)
+    return arith.select(arith.cmpf(arith.CmpFPredicate.OGT, x, zero), x, zero)
 
 
 def _sigmoid(b: KernelBuilder, x: ir.Value) -> ir.Value:
-    one = b.float(1.0)
-    return arith.divf(one, arith.addf(one, math.exp(arith.negf(x))))
+    # e = exp(-|x|); x >= 0 ? 1 / (1 + e) : e / (1 + e) -- exp never overflows, and tiny
+    # results for very negative x stay nonzero, as in the reference.
+    zero, one = b.float(0.0), b.float(1.0)
+    e = math.exp(arith.negf(math.absf(x)))
+    denominator = arith.addf(one, e)
+    positive = arith.cmpf(arith.CmpFPredicate.OGE, x, zero)
+    return arith.select(positive, arith.divf(one, denominator), arith.divf(e, denominator))
 
 
 def _gelu_erf(b: KernelBuilder, x: ir.Value) -> ir.Value:

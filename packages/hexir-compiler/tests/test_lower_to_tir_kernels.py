@@ -1,0 +1,139 @@
+"""Every kernel hexir-lower-to-tir writes computes its op, on both devices, in f32 and f64.
+
+Each case is a one-op program on random shapes (broadcasting, sizes that thread blocks and
+16x16 tiles do not divide, rank 0 where the op allows it). The kernel is run by `tir_interp`
+under its own schedule -- a cuda kernel as every thread of its grid, guards and all, with
+races and out-of-bounds accesses as failures -- and compared with numpy.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from tir_programs import Case, Lowered, assert_close, reference, sample
+
+UNARY = ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg")
+BINARY = ("add", "sub", "mul", "div")
+SEEDS = range(4)
+
+
+def _shape(rng: np.random.Generator, low: int = 0, high: int = 3, dim: int = 7) -> tuple:
+    return tuple(int(d) for d in rng.integers(1, dim + 1, rng.integers(low, high + 1)))
+
+
+def _broadcast_operand(rng: np.random.Generator, out: tuple) -> tuple:
+    """A shape that numpy-broadcasts to `out`: leading dims dropped, some dims set to 1."""
+    kept = out[rng.integers(0, len(out) + 1):]
+    return tuple(1 if rng.random() < 0.3 else d for d in kept)
+
+
+def _cases(seed: int) -> list[Case]:
+    rng = np.random.default_rng(seed)
+    cases = [Case(op, [s := _shape(rng)], s) for op in UNARY]
+    for op in BINARY:
+        out = _shape(rng, 0, 4)
+        a, b = _broadcast_operand(rng, out), _broadcast_operand(rng, out)
+        full = tuple(np.broadcast_shapes(a, b))
+        cases.append(Case(op, [a, b], full))
+    for approximate in ("none", "tanh"):
+        s = _shape(rng, 1)
+        cases.append(Case("gelu", [s], s, {"approximate": f'"{approximate}"'}))
+    m, k, n = (int(v) for v in rng.integers(1, 21, 3))
+    batch = _shape(rng, 0, 2, 3)
+    a_batch, b_batch = _broadcast_operand(rng, batch), _broadcast_operand(rng, batch)
+    full = tuple(np.broadcast_shapes(a_batch, b_batch))
+    cases.append(Case("matmul", [(*a_batch, m, k), (*b_batch, k, n)], (*full, m, n)))
+    lead = _shape(rng, 0, 2, 4)
+    cases.append(Case("linear", [(*lead, k), (k, n)], (*lead, n)))
+    s = _shape(rng, 1)
+    axis = int(rng.integers(-len(s), len(s)))
+    cases.append(Case("softmax", [s], s, {"axis": f"{axis} : i64"}))
+    s = _shape(rng, 1)
+    cases.append(Case("layer_norm", [s, s[-1:], s[-1:]], s, {"epsilon": "1.0e-05 : f64"}))
+    s = _shape(rng, 0, 4, 5)
+    perm = [int(p) for p in rng.permutation(len(s))]
+    cases.append(Case("transpose", [s], tuple(s[p] for p in perm),
+                      {"permutation": f"array<i64{': ' if perm else ''}{', '.join(map(str, perm))}>"}))
+    s = _shape(rng, 0, 3)
+    target = (math.prod(s),) if rng.random() < 0.5 else (*reversed(s), 1)
+    cases.append(Case("reshape", [s], target))
+    for op in ("reduce_sum", "reduce_mean", "reduce_max"):
+        s = _shape(rng, 1, 4, 5)
+        count = int(rng.integers(1, len(s) + 1))
+        axes = [int(a) - len(s) * int(rng.integers(0, 2)) for a in rng.choice(len(s), count, replace=False)]
+        keepdims = bool(rng.integers(0, 2))
+        norm = {a % len(s) for a in axes}
+        out = tuple(1 if i in norm else d for i, d in enumerate(s) if keepdims or i not in norm)
+        cases.append(Case(op, [s], out, {"axes": f"array<i64: {', '.join(map(str, axes))}>",
+                                         "keepdims": str(keepdims).lower()}))
+    return cases
+
+
+PARAMS = [
+    pytest.param(case, id=f"{seed}-{case.op}-{'x'.join(map(str, case.output)) or 'scalar'}")
+    for seed in SEEDS
+    for case in _cases(seed)
+]
+
+
+@pytest.mark.parametrize("element", ["f32", "f64"])
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("case", PARAMS)
+def test_kernel_matches_numpy(case: Case, device: str, element: str) -> None:
+    lowered = Lowered(case.program(element, device))
+    (kernel,) = lowered.kernels
+    rng = np.random.default_rng(abs(hash((case.op, device, element))) % 2**32)
+    inputs = sample(case, element, rng)
+    out = np.full(case.output, np.nan, dtype=inputs[0].dtype)
+    with lowered.context:
+        kernel(*inputs, out)
+    assert_close(out, reference(case, inputs), element)
+    if device == "cuda":
+        assert math.prod(kernel.block) >= 32, f"{kernel.name}: block {kernel.block}"
+
+
+@pytest.mark.parametrize(
+    ("rows", "cols", "grid", "block"),
+    [
+        (16, 16, [1, 1, 1], [16, 16, 1]),
+        (33, 50, [4, 3, 1], [16, 16, 1]),
+        (3, 7, [1, 1, 1], [64, 4, 1]),
+        (1, 300, [2, 1, 1], [256, 1, 1]),
+    ],
+)
+def test_matmul_cuda_geometry(rows: int, cols: int, grid: list, block: list) -> None:
+    case = Case("matmul", [(2, rows, 5), (5, cols)], (2, rows, cols))
+    lowered = Lowered(case.program("f64", "cuda"))
+    (kernel,) = lowered.kernels
+    assert kernel.block == block
+    assert kernel.grid == [grid[0], grid[1], 2]
+    inputs = sample(case, "f64", np.random.default_rng(0))
+    out = np.full(case.output, np.nan)
+    with lowered.context:
+        kernel(*inputs, out)
+    assert_close(out, reference(case, inputs), "f64")
+
+
+@pytest.mark.parametrize(("size", "grid", "block"), [(1, 1, 32), (40, 1, 64), (256, 1, 256),
+                                                     (1000, 4, 256), (1024, 4, 256)])
+def test_elementwise_cuda_geometry(size: int, grid: int, block: int) -> None:
+    case = Case("exp", [(size,)], (size,))
+    lowered = Lowered(case.program("f32", "cuda"))
+    (kernel,) = lowered.kernels
+    assert (kernel.grid, kernel.block) == ([grid, 1, 1], [block, 1, 1])
+    assert ('"hextir.if"' in lowered.text) == (size % block != 0)
+
+
+def test_reduce_max_propagates_nan_and_relu_drops_it() -> None:
+    for op, x, want in (("reduce_max", [1.0, np.nan, 3.0], [np.nan]), ("relu", [np.nan, -1.0, 2.0], [0.0, 0.0, 2.0])):
+        out_shape = (1,) if op == "reduce_max" else (3,)
+        attrs = {"axes": "array<i64: 0>", "keepdims": "true"} if op == "reduce_max" else {}
+        case = Case(op, [(3,)], out_shape, attrs)
+        for device in ("cpu", "cuda"):
+            lowered = Lowered(case.program("f64", device))
+            out = np.zeros(out_shape)
+            with lowered.context:
+                lowered.kernels[0](np.array(x), out)
+            np.testing.assert_array_equal(out, want)

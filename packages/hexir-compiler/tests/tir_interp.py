@@ -1,0 +1,333 @@
+"""A test-only interpreter of `hextir.prim_func` kernels on numpy arrays.
+
+It gives evidence that a kernel computes the right values *under the schedule it declares*,
+with no GPU and no runtime:
+
+- cpu kernels run their loops in order; a `parallel` loop's iterations are owners, and two
+  iterations of one parallel loop touching the same output element is a race.
+- cuda kernels run as a launch does after `hextir-to-gpu`: the grid and block are the extents
+  of the thread_binding loops (unbound axes 1), and every thread runs the whole body once,
+  where a thread_binding loop runs its body once with the induction variable set to the
+  thread's block/thread index on that axis. Two threads writing (or one reading what another
+  wrote) the same element is a race. Guards (`hextir.if`) are honoured as written.
+- Every access is bounds-checked (numpy would silently wrap a negative index), every op
+  must be one the device lowering accepts (hextir, arith, math), and floats are computed in
+  the buffers' precision (numpy f32 or f64 scalars).
+
+The body is compiled once into closures over a slot array, so a launch of a few thousand
+threads over small shapes takes well under a second.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from hexir_compiler.mlir import ir
+
+Step = Callable[["_Thread"], None]
+AXES = ("x", "y", "z")
+
+
+class InterpError(AssertionError):
+    """The kernel is wrong: out of bounds, racing, unsupported op, or malformed schedule."""
+
+
+class _Thread:
+    """Per-run state: slot values, the current owner (thread or parallel iterations)."""
+
+    def __init__(self, size: int, buffers: list[np.ndarray], launch: "_Launch") -> None:
+        self.env: list = [None] * size
+        self.buffers = buffers
+        self.launch = launch
+        self.coords: dict[str, int] = {}
+        self.owner: tuple = ()
+
+
+class _Launch:
+    """Ownership of every element touched during one kernel run."""
+
+    def __init__(self) -> None:
+        self.writers: dict[tuple[int, tuple[int, ...]], tuple] = {}
+        self.instances = itertools.count()
+
+    def touch(self, owner: tuple, buffer: int, index: tuple[int, ...], write: bool) -> None:
+        key = (buffer, index)
+        previous = self.writers.get(key)
+        if previous is not None and _conflict(previous, owner):
+            what = "writes" if write else "reads"
+            raise InterpError(f"race: {owner} {what} buffer #{buffer}{list(index)} written by {previous}")
+        if write:
+            self.writers[key] = owner
+
+
+def _conflict(a: tuple, b: tuple) -> bool:
+    if a and a[0] == "thread":
+        return a != b
+    for (loop_a, iv_a), (loop_b, iv_b) in zip(a, b):
+        if loop_a != loop_b:
+            return False
+        if iv_a != iv_b:
+            return True
+    return False
+
+
+class Kernel:
+    """A compiled prim_func; call it with one array per buffer (the last is written)."""
+
+    def __init__(self, prim_func: ir.Operation) -> None:
+        self.op = prim_func.operation
+        attrs = self.op.attributes
+        self.name = ir.StringAttr(attrs["sym_name"]).value
+        self.device = ir.StringAttr(attrs["device"]).value
+        self.kind = ir.StringAttr(attrs["hexir.kernel"]).value
+        self.params = [float(p) for p in ir.DenseF64ArrayAttr(attrs["hexir.params"])]
+        self.grid = [1, 1, 1]
+        self.block = [1, 1, 1]
+        self._bound: set[str] = set()
+        self._slots: dict[ir.Value, int] = {}
+        entry = self.op.regions[0].blocks[0]
+        self._args = [self._slot(a) for a in entry.arguments]
+        self._body = self._compile_block(entry, terminator="hextir.return")
+
+    @property
+    def threads(self) -> int:
+        return math.prod(self.grid) * math.prod(self.block)
+
+    def __call__(self, *buffers: np.ndarray) -> None:
+        if len(buffers) != len(self._args):
+            raise InterpError(f"{self.name} takes {len(self._args)} buffers, got {len(buffers)}")
+        launch = _Launch()
+        if self.device == "cpu":
+            self._run(list(buffers), launch, {}, ())
+        else:
+            self._launch(list(buffers), launch)
+        destination = len(buffers) - 1
+        written = sum(1 for number, _ in launch.writers if number == destination)
+        if written != buffers[-1].size:
+            raise InterpError(
+                f"{self.name} wrote {written} of the {buffers[-1].size} destination elements"
+            )
+
+    def _launch(self, buffers: list[np.ndarray], launch: _Launch) -> None:
+        for block in itertools.product(*(range(n) for n in reversed(self.grid))):
+            for thread in itertools.product(*(range(n) for n in reversed(self.block))):
+                coords = {f"blockIdx.{a}": i for a, i in zip(AXES, reversed(block))}
+                coords |= {f"threadIdx.{a}": i for a, i in zip(AXES, reversed(thread))}
+                self._run(buffers, launch, coords, ("thread", block, thread))
+
+    def _run(self, buffers, launch, coords, owner) -> None:
+        t = _Thread(len(self._slots), buffers, launch)
+        t.coords, t.owner = coords, owner
+        for slot, buffer in zip(self._args, buffers):
+            t.env[slot] = buffer
+        with np.errstate(all="ignore"):
+            for step in self._body:
+                step(t)
+
+    # -- compilation -----------------------------------------------------------------------
+
+    def _slot(self, value: ir.Value) -> int:
+        if value not in self._slots:
+            self._slots[value] = len(self._slots)
+        return self._slots[value]
+
+    def _compile_block(self, block: ir.Block, terminator: str) -> list[Step]:
+        ops = [view.operation for view in block.operations]
+        if not ops or ops[-1].name != terminator:
+            raise InterpError(f"block does not end with {terminator}")
+        return [self._compile(op) for op in ops[:-1]]
+
+    def _compile(self, op: ir.Operation) -> Step:
+        name = op.name
+        ins = [self._slot(v) for v in op.operands]
+        outs = [self._slot(v) for v in op.results]
+        if name == "hextir.for":
+            return self._compile_for(op, ins, outs)
+        if name == "hextir.if":
+            body = self._compile_block(op.regions[0].blocks[0], "hextir.yield")
+            return lambda t: _run_if(t, ins[0], body)
+        if name == "hextir.block":
+            body = self._compile_block(op.regions[0].blocks[0], "hextir.yield")
+            return lambda t: _run_all(t, body)
+        if name == "hextir.buffer_load":
+            return self._compile_access(ins, outs, write=False)
+        if name == "hextir.buffer_store":
+            return self._compile_access(ins, outs, write=True)
+        if name == "arith.constant":
+            value = _constant(op)
+            out = outs[0]
+            return lambda t: t.env.__setitem__(out, value)
+        fn = _SCALAR.get(name) or (name == "arith.cmpi" and _cmpi(op)) or (
+            name == "arith.cmpf" and _cmpf(op))
+        if not fn:
+            raise InterpError(f"no semantics for '{name}' (not an op the device lowering takes)")
+        out = outs[0]
+        if len(ins) == 1:
+            a = ins[0]
+            return lambda t: t.env.__setitem__(out, fn(t.env[a]))
+        if len(ins) == 2:
+            a, b = ins
+            return lambda t: t.env.__setitem__(out, fn(t.env[a], t.env[b]))
+        a, b, c = ins
+        return lambda t: t.env.__setitem__(out, fn(t.env[a], t.env[b], t.env[c]))
+
+    def _compile_for(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
+        kind = ir.StringAttr(op.attributes["kind"]).value
+        block = op.regions[0].blocks[0]
+        params = [self._slot(a) for a in block.arguments]
+        yielded = [self._slot(v) for v in _last(block).operands]
+        body = self._compile_block(block, "hextir.yield")
+        if kind != "thread_binding":
+            return lambda t: _run_for(t, ins, outs, params, body, yielded, kind == "parallel")
+        if self.device != "cuda":
+            raise InterpError(f"{self.name}: a {self.device} kernel has a thread_binding loop")
+        axis = ir.StringAttr(op.attributes["bind"]).value
+        lb, ub, step = (_constant_operand(op, i) for i in range(3))
+        if len(ins) != 3 or (lb, step) != (0, 1) or ub <= 0 or axis in self._bound:
+            raise InterpError(f"{self.name}: malformed thread_binding loop on {axis}")
+        self._bound.add(axis)
+        kind_, _, dim = axis.partition(".")
+        (self.grid if kind_ == "blockIdx" else self.block)[AXES.index(dim)] = ub
+        iv = params[0]
+
+        def bound(t: _Thread) -> None:
+            t.env[iv] = t.coords[axis]
+            _run_all(t, body)
+
+        return bound
+
+    def _compile_access(self, ins: list[int], outs: list[int], write: bool) -> Step:
+        if write:
+            value, buffer, *indices = ins
+        else:
+            (buffer, *indices), (value,) = ins, outs
+        number = self._args.index(buffer) if buffer in self._args else -1
+
+        def access(t: _Thread) -> None:
+            array = t.env[buffer]
+            index = tuple(t.env[i] for i in indices)
+            if len(index) != array.ndim or any(not 0 <= i < n for i, n in zip(index, array.shape)):
+                raise InterpError(f"buffer #{number} of shape {array.shape} indexed at {index}")
+            t.launch.touch(t.owner, number, index, write)
+            if write:
+                array[index] = t.env[value]
+            else:
+                t.env[value] = array[index]
+
+        return access
+
+
+def _run_all(t: _Thread, body: list[Step]) -> None:
+    for step in body:
+        step(t)
+
+
+def _run_if(t: _Thread, cond: int, body: list[Step]) -> None:
+    if t.env[cond]:
+        _run_all(t, body)
+
+
+def _run_for(t, ins, outs, params, body, yielded, parallel: bool) -> None:
+    lb, ub, step, *carried = (t.env[i] for i in ins)
+    instance = next(t.launch.instances) if parallel else None
+    owner = t.owner
+    for iv in range(lb, ub, step):
+        if parallel:
+            t.owner = (*owner, (instance, iv))
+        t.env[params[0]] = iv
+        for slot, value in zip(params[1:], carried):
+            t.env[slot] = value
+        _run_all(t, body)
+        carried = [t.env[i] for i in yielded]
+    t.owner = owner
+    for slot, value in zip(outs, carried):
+        t.env[slot] = value
+
+
+def _last(block: ir.Block) -> ir.Operation:
+    ops = block.operations
+    return ops[len(ops) - 1].operation
+
+
+def _constant(op: ir.Operation):
+    attr = op.attributes["value"]
+    type_ = op.results[0].type
+    if isinstance(type_, ir.IndexType):
+        return int(ir.IntegerAttr(attr).value)
+    if isinstance(type_, ir.IntegerType) and ir.IntegerType(type_).width == 1:
+        return bool(ir.IntegerAttr(attr).value)
+    return _FLOAT[str(type_)](ir.FloatAttr(attr).value)
+
+
+def _constant_operand(op: ir.Operation, i: int) -> int:
+    owner = op.operands[i].owner
+    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+        raise InterpError("a thread_binding loop needs constant bounds")
+    return int(ir.IntegerAttr(owner.attributes["value"]).value)
+
+
+_FLOAT = {"f32": np.float32, "f64": np.float64}
+_CMPI = {0: "eq", 1: "ne", 2: "lt", 3: "le", 4: "gt", 5: "ge", 6: "lt", 7: "le", 8: "gt", 9: "ge"}
+_COMPARE = {
+    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+}
+# Ordered float predicates (false when either side is NaN), by arith.cmpf's numbering.
+_CMPF = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le", 6: "ne"}
+
+
+def _cmpi(op: ir.Operation):
+    return _COMPARE[_CMPI[ir.IntegerAttr(op.attributes["predicate"]).value]]
+
+
+def _cmpf(op: ir.Operation):
+    predicate = ir.IntegerAttr(op.attributes["predicate"]).value
+    if predicate not in _CMPF:
+        raise InterpError(f"arith.cmpf predicate {predicate} is not supported here")
+    compare = _COMPARE[_CMPF[predicate]]
+    return lambda a, b: bool(not (np.isnan(a) or np.isnan(b)) and compare(a, b))
+
+
+def _erf(x):
+    return type(x)(math.erf(float(x)))
+
+
+def _divui(a: int, b: int) -> int:
+    if b == 0 or a < 0:
+        raise InterpError(f"arith.divui {a} / {b}")
+    return a // b
+
+
+def _remui(a: int, b: int) -> int:
+    if b == 0 or a < 0:
+        raise InterpError(f"arith.remui {a} % {b}")
+    return a % b
+
+
+_SCALAR: dict[str, Callable] = {
+    "arith.addi": lambda a, b: a + b,
+    "arith.subi": lambda a, b: a - b,
+    "arith.muli": lambda a, b: a * b,
+    "arith.divui": _divui,
+    "arith.remui": _remui,
+    "arith.andi": lambda a, b: a and b,
+    "arith.ori": lambda a, b: a or b,
+    "arith.select": lambda c, a, b: a if c else b,
+    "arith.addf": lambda a, b: a + b,
+    "arith.subf": lambda a, b: a - b,
+    "arith.mulf": lambda a, b: a * b,
+    "arith.divf": lambda a, b: a / b,
+    "arith.maximumf": lambda a, b: np.maximum(a, b),
+    "arith.minimumf": lambda a, b: np.minimum(a, b),
+    "arith.negf": lambda a: -a,
+    "math.absf": np.abs,
+    "math.exp": np.exp,
+    "math.tanh": np.tanh,
+    "math.sqrt": np.sqrt,
+    "math.erf": _erf,
+}
