@@ -1,0 +1,49 @@
+"""Regenerate the compiler-built fixtures in the repository's `fixtures/` directory.
+
+    python -m hexir_compiler.fixtures [fixtures-dir]
+
+The runtime's tests run only against checked-in `.hxb` files, never the compiler; this is how
+those files are made, and `tests/test_fixtures.py` fails when they drift from what the
+compiler now produces. `builtin.hxb` is the built-in program on the cpu (the 488-byte v3
+module); `builtin-cuda.hxb` places its linear on cuda (v4: the constants live on the GPU,
+the product is copied back for the print), which needs the CUDA toolkit to build.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hexir_compiler.cli import write_atomically
+from hexir_compiler.errors import CompileError, diagnostic
+from hexir_compiler.pipeline import Options, compile_file
+
+FIXTURES: dict[str, Options] = {
+    "builtin.hxb": Options("hxb"),
+    "builtin-cuda.hxb": Options("hxb", {"hexir.linear": "cuda"}),
+}
+DEFAULT_DIR = Path(__file__).resolve().parents[4] / "fixtures"
+
+
+def build(name: str) -> bytes:
+    """The bytes the compiler produces now for fixture `name`."""
+    return compile_file(None, FIXTURES[name])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    out = Path(argv[0]) if argv else DEFAULT_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    for name in FIXTURES:
+        try:
+            data = build(name)
+        except CompileError as err:
+            sys.stderr.write(f"{name}: {diagnostic(err)}\n")
+            return 1
+        write_atomically(str(out / name), data)
+        sys.stderr.write(f"wrote {out / name} ({len(data)} bytes)\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
