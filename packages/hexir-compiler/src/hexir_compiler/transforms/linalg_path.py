@@ -28,6 +28,7 @@ from pathlib import Path
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, llvm, passmanager
 from hexir_compiler.transforms import (
+    hexir_insert_transfers,
     hexir_lower_cuda_to_gpu,
     hexir_lower_to_linalg,
     hexir_partition,
@@ -72,7 +73,7 @@ def run(
         hexir_lower_to_linalg.run(module)
         return module
     hexir_partition.run(module, placement)
-    _insert_transfers(module)
+    hexir_insert_transfers.run(module)
     hexir_lower_to_linalg.run(module)
     hexir_partition.run(module, placement)
     if level >= 2:
@@ -93,15 +94,6 @@ def host_triple() -> str:
     system = platform.system().lower()
     vendor_os = {"linux": "unknown-linux-gnu", "darwin": "apple-darwin"}.get(system, system)
     return f"{platform.machine()}-{vendor_os}"
-
-
-def _insert_transfers(module: ir.Module) -> None:
-    """hexir-insert-transfers (engineer A's), once it exists in this checkout."""
-    try:
-        from hexir_compiler.transforms import hexir_insert_transfers
-    except ImportError:
-        return
-    hexir_insert_transfers.run(module)
 
 
 def _to_llvm_dialect(module: ir.Module, chip: str) -> None:
