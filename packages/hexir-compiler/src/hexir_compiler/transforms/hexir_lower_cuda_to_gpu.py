@@ -104,23 +104,19 @@ def _launch(op: ir.Operation) -> None:
     n_in, n_out = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])
     if n_out != 1:
         raise CompileError(f"{where(op)}: error: {PASS_NAME}: '{op.name}' has {n_out} outputs; expected 1")
-    out = operands[n_in]
-    out_t = ir.MemRefType(out.type)
+    out_t = ir.MemRefType(operands[n_in].type)
     if not out_t.has_static_shape:
         raise CompileError(f"{where(op)}: error: {PASS_NAME}: expected a static-shape output, got {out_t}")
     maps = _maps(op, operands, out_t)
-    extents = _loop_extents(op, operands, maps)
-    out_dims = [_dim(e, op) for e in maps[n_in].results]
-    reductions = [d for d in range(len(extents)) if d not in out_dims]
-    total = pymath.prod(extents[d] for d in out_dims)
-    block = BLOCK if total >= BLOCK else max(WARP, -(-total // WARP) * WARP)
-    grid = -(-total // block)
+    kernel = _Kernel(op, operands, maps, _loop_extents(op, operands, maps))
+    block = BLOCK if kernel.total >= BLOCK else max(WARP, -(-kernel.total // WARP) * WARP)
+    grid = -(-kernel.total // block)
     with ir.InsertionPoint(op), op.location:
         launch = gpu.LaunchOp((grid, 1, 1), (block, 1, 1))
         launch.attributes["device"] = op.attributes["device"]
         body = launch.regions[0].blocks[0]
         with ir.InsertionPoint(body):
-            _thread(op, operands, maps, extents, out_dims, reductions, total, block, body.arguments)
+            kernel.thread(body, block)
             gpu.TerminatorOp()
     op.erase()
 
@@ -128,7 +124,7 @@ def _launch(op: ir.Operation) -> None:
 def _dim(expr: ir.AffineExpr, op: ir.Operation) -> int:
     if not isinstance(expr, ir.AffineDimExpr):
         raise CompileError(f"{where(op)}: error: {PASS_NAME}: output indexing map is not a projection")
-    return ir.AffineDimExpr(expr).position
+    return expr.position
 
 
 def _loop_extents(op: ir.Operation, operands: Sequence[ir.Value], maps: Sequence[ir.AffineMap]) -> list[int]:
@@ -140,88 +136,100 @@ def _loop_extents(op: ir.Operation, operands: Sequence[ir.Value], maps: Sequence
         shape = ir.MemRefType(value.type).shape
         for pos, expr in enumerate(amap.results):
             if isinstance(expr, ir.AffineDimExpr):
-                extents.setdefault(ir.AffineDimExpr(expr).position, shape[pos])
+                extents.setdefault(expr.position, shape[pos])
     n = maps[0].n_dims
     if sorted(extents) != list(range(n)):
         raise CompileError(f"{where(op)}: error: {PASS_NAME}: some loop of '{op.name}' indexes no operand")
     return [extents[d] for d in range(n)]
 
 
-def _index(v: int) -> ir.Value:
-    return arith.ConstantOp(ir.IndexType.get(), v).result
+class _Kernel:
+    """What one thread of the launch does for `op`: one output element, reductions serial."""
 
+    def __init__(self, op: ir.Operation, operands: list[ir.Value], maps: list[ir.AffineMap],
+                 extents: list[int]) -> None:
+        self.op, self.operands, self.maps, self.extents = op, operands, maps, extents
+        self.out_dims = [_dim(e, op) for e in maps[-1].results]
+        self.reductions = [d for d in range(len(extents)) if d not in self.out_dims]
+        self.total = pymath.prod(extents[d] for d in self.out_dims)
+        self.body = op.regions[0].blocks[0]
+        self._consts: dict[int, ir.Value] = {}
+        self._launch_body: ir.Block | None = None
 
-def _thread(op, operands, maps, extents, out_dims, reductions, total, block, args) -> None:
-    """One output element per thread: flat id, guard, delinearize, reduce serially, store."""
-    block_id, thread_id = args[0], args[3]
-    flat = arith.addi(arith.muli(block_id, _index(block)), thread_id)
-    inside = arith.cmpi(arith.CmpIPredicate.ult, flat, _index(total))
-    guard = scf.IfOp(inside)
-    with ir.InsertionPoint(guard.then_block):
+    def index(self, v: int) -> ir.Value:
+        """An index constant, made once at the top of the launch body (it dominates all uses)."""
+        if v not in self._consts:
+            with ir.InsertionPoint.at_block_begin(self._launch_body):
+                self._consts[v] = arith.ConstantOp(ir.IndexType.get(), v).result
+        return self._consts[v]
+
+    def thread(self, launch_body: ir.Block, block: int) -> None:
+        """Flat id, guard, delinearize, reduce, store."""
+        self._launch_body = launch_body
+        block_id, thread_id = launch_body.arguments[0], launch_body.arguments[3]
+        flat = arith.addi(arith.muli(block_id, self.index(block)), thread_id)
+        inside = arith.cmpi(arith.CmpIPredicate.ult, flat, self.index(self.total))
+        guard = scf.IfOp(inside)
+        with ir.InsertionPoint(guard.then_block):
+            ivs = self._delinearize(flat)
+            out = self.operands[-1]
+            out_idx = self._indices(self.maps[-1], ivs)
+            reads_out = self.reductions or _used(self.body.arguments[-1])
+            acc = memref.load(out, out_idx) if reads_out else None
+            memref.store(self._reduce(self.reductions, ivs, acc), out, out_idx)
+            scf.YieldOp([])
+
+    def _delinearize(self, flat: ir.Value) -> dict[int, ir.Value]:
+        """Row-major: the innermost output loop varies fastest (coalesced stores)."""
         ivs: dict[int, ir.Value] = {}
         rest = flat
-        for n, d in enumerate(reversed(out_dims)):
-            last = n == len(out_dims) - 1
-            ivs[d] = rest if last else arith.remui(rest, _index(extents[d]))
-            rest = rest if last else arith.divui(rest, _index(extents[d]))
-        out = operands[-1]
-        out_idx = _indices(maps[-1], ivs)
-        reads_out = reductions or _used(op.regions[0].blocks[0].arguments[-1])
-        acc = memref.load(out, out_idx) if reads_out else None
-        final = _reduce(op, operands, maps, extents, reductions, ivs, acc)
-        memref.store(final, out, out_idx)
-        scf.YieldOp([])
+        for n, d in enumerate(reversed(self.out_dims)):
+            if n == len(self.out_dims) - 1:
+                ivs[d] = rest
+                break
+            ivs[d] = arith.remui(rest, self.index(self.extents[d]))
+            rest = arith.divui(rest, self.index(self.extents[d]))
+        return ivs
 
+    def _reduce(self, reductions: list[int], ivs: dict[int, ir.Value], acc: ir.Value | None) -> ir.Value:
+        if not reductions:
+            return self._scalar_body(ivs, acc)
+        d, inner = reductions[0], reductions[1:]
+        loop = scf.ForOp(self.index(0), self.index(self.extents[d]), self.index(1), [acc])
+        with ir.InsertionPoint(loop.body):
+            ivs = {**ivs, d: loop.induction_variable}
+            scf.YieldOp([self._reduce(inner, ivs, loop.body.arguments[1])])
+        return loop.results[0]
 
-def _reduce(op, operands, maps, extents, reductions, ivs, acc) -> ir.Value:
-    if not reductions:
-        return _body(op, operands, maps, ivs, acc)
-    d, inner = reductions[0], reductions[1:]
-    loop = scf.ForOp(_index(0), _index(extents[d]), _index(1), [acc])
-    with ir.InsertionPoint(loop.body):
-        ivs = {**ivs, d: loop.induction_variable}
-        scf.YieldOp([_reduce(op, operands, maps, extents, inner, ivs, loop.body.arguments[1])])
-    return loop.results[0]
+    def _indices(self, amap: ir.AffineMap, ivs: dict[int, ir.Value]) -> list[ir.Value]:
+        return [
+            ivs[e.position] if isinstance(e, ir.AffineDimExpr) else self.index(e.value)
+            for e in amap.results
+        ]
 
-
-def _indices(amap: ir.AffineMap, ivs: dict[int, ir.Value]) -> list[ir.Value]:
-    out = []
-    for expr in amap.results:
-        if isinstance(expr, ir.AffineDimExpr):
-            out.append(ivs[ir.AffineDimExpr(expr).position])
-        else:
-            out.append(_index(ir.AffineConstantExpr(expr).value))
-    return out
-
-
-def _body(op, operands, maps, ivs, acc) -> ir.Value:
-    """Clone the linalg body with its arguments bound to this thread's elements."""
-    block = op.regions[0].blocks[0]
-    bound: dict[ir.Value, ir.Value] = {}
-    for arg, value, amap in zip(block.arguments[:-1], operands[:-1], maps[:-1]):
-        if not isinstance(value.type, ir.MemRefType):
-            bound[arg] = value
-        elif _used(arg):
-            bound[arg] = memref.load(value, _indices(amap, ivs))
-    if acc is not None:
-        bound[block.arguments[-1]] = acc
-    for inner in block.operations:
-        if inner.name == "linalg.yield":
-            return _lookup(bound, inner.operands[0])
-        if inner.name == "linalg.index":
-            bound[inner.results[0]] = ivs[ir.IntegerAttr(inner.attributes["dim"]).value]
-            continue
-        clone = inner.clone(ip=ir.InsertionPoint.current)
-        for i, operand in enumerate(clone.operands):
-            clone.operands[i] = _lookup(bound, operand)
-        for old, new in zip(inner.results, clone.results):
-            bound[old] = new
-    raise AssertionError("a linalg body ends with linalg.yield")
+    def _scalar_body(self, ivs: dict[int, ir.Value], acc: ir.Value | None) -> ir.Value:
+        """Clone the linalg body with its arguments bound to this thread's elements."""
+        bound: dict[ir.Value, ir.Value] = {}
+        for arg, value, amap in zip(self.body.arguments[:-1], self.operands[:-1], self.maps[:-1]):
+            if not isinstance(value.type, ir.MemRefType):
+                bound[arg] = value
+            elif _used(arg):
+                bound[arg] = memref.load(value, self._indices(amap, ivs))
+        if acc is not None:
+            bound[self.body.arguments[-1]] = acc
+        for inner in self.body.operations:
+            if inner.name == "linalg.yield":
+                return bound.get(inner.operands[0], inner.operands[0])
+            if inner.name == "linalg.index":
+                bound[inner.results[0]] = ivs[ir.IntegerAttr(inner.attributes["dim"]).value]
+                continue
+            clone = inner.clone(ip=ir.InsertionPoint.current)
+            for i, operand in enumerate(clone.operands):
+                clone.operands[i] = bound.get(operand, operand)
+            for old, new in zip(inner.results, clone.results):
+                bound[old] = new
+        raise AssertionError("a linalg body ends with linalg.yield")
 
 
 def _used(value: ir.Value) -> bool:
     return any(True for _ in value.uses)
-
-
-def _lookup(bound: dict[ir.Value, ir.Value], value: ir.Value) -> ir.Value:
-    return bound.get(value, value)
