@@ -20,6 +20,7 @@ import sys
 from hexir_format import HexirError
 
 from hexir_compiler.dialects import context
+from hexir_compiler.errors import diagnostic
 from hexir_compiler.mlir import ir, passmanager
 from hexir_compiler.placement import parse_placement
 
@@ -73,8 +74,7 @@ def main(argv: list[str] | None = None) -> int:
         print(_diagnostic(err), file=sys.stderr)
         return 1
     except (HexirError, ValueError) as err:
-        message = str(err).splitlines()[0]
-        print(message if ": error: " in message else f"error: {message}", file=sys.stderr)
+        print(diagnostic(err).splitlines()[0], file=sys.stderr)
         return 1
     return 0
 
