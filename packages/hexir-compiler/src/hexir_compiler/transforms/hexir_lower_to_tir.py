@@ -32,16 +32,16 @@ def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
     """The pass entry point for `PassManager.add(hexir_lower_to_tir, name=PASS_NAME)`."""
     try:
         run(op)
-    except _Located as error:
-        error.op.location.emit_error(str(error))
+    except CompileError as error:
+        (error.location or op.location).emit_error(str(error))
         pass_.signal_pass_failure()
 
 
 def run(module: ir.Module | ir.Operation) -> None:
     """Lower every compute op of `module` in place.
 
-    Raises CompileError naming the op (as `hexir.<op>: ...`) when one cannot be lowered;
-    through the pass entry point the message is reported at the op's location instead.
+    Raises CompileError (`hexir.<op>: ...`, with the op's location) when one cannot be
+    lowered.
     """
     module = module.operation
     body = module.regions[0].blocks[0]
@@ -58,14 +58,6 @@ def run(module: ir.Module | ir.Operation) -> None:
         name = f"{mnemonic}_{counter}"
         counter += 1
         _lower(op, name, body)
-
-
-class _Located(CompileError):
-    """A CompileError that belongs to one op's location."""
-
-    def __init__(self, op: ir.Operation, message: str) -> None:
-        super().__init__(message)
-        self.op = op
 
 
 def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
@@ -86,9 +78,9 @@ def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
     try:
         kernel = PLANS[graph_op.mnemonic](graph_op)
     except ShapeError as error:
-        raise _Located(op, f"{op.name}: {error}") from None
+        raise CompileError(f"{op.name}: {error}", op.location) from None
     except CompileError as error:
-        raise _Located(op, str(error)) from None
+        raise CompileError(str(error), op.location) from None
     builder = KernelBuilder(
         ip=ir.InsertionPoint(module_body),
         name=name,
@@ -103,7 +95,7 @@ def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
         kernel.emit(builder)
     except CompileError as error:
         builder.func.erase()
-        raise _Located(op, f"{op.name}: {error}") from None
+        raise CompileError(f"{op.name}: {error}", op.location) from None
     call = ir.Operation.create(
         "hexir.call_tir",
         results=[op.results[0].type],
@@ -125,13 +117,15 @@ def _read(op: ir.Operation) -> tuple[GraphOp, ir.Type]:
     element = None
     for type_ in types:
         if not (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape):
-            raise _Located(op, f"{op.name}: expected ranked tensors of static shape, found {type_}")
+            raise CompileError(
+                f"{op.name}: expected ranked tensors of static shape, found {type_}", op.location
+            )
         element = element or type_.element_type
         if str(type_.element_type) not in ELEMENT_TYPES or type_.element_type != element:
-            raise _Located(
-                op,
+            raise CompileError(
                 f"{op.name}: expected f32 or f64 tensors of one element type, found "
                 f"{', '.join(str(t) for t in types)}",
+                op.location,
             )
     shapes = [tuple(ir.RankedTensorType(t).shape) for t in types]
     attributes = {name: op.attributes[name] for name in op.attributes}
@@ -144,5 +138,7 @@ def _device(op: ir.Operation) -> str:
         return DEFAULT_DEVICE
     device = ir.StringAttr(op.attributes["device"]).value
     if device not in DEVICES:
-        raise _Located(op, f"{op.name}: device must be \"cpu\" or \"cuda\", found \"{device}\"")
+        raise CompileError(
+            f"{op.name}: device must be \"cpu\" or \"cuda\", found \"{device}\"", op.location
+        )
     return device

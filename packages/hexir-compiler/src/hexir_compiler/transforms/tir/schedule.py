@@ -8,9 +8,10 @@ of inferring it:
 - cuda, flat: `blockIdx.x` x `threadIdx.x` (256 threads, fewer -- rounded to a warp -- for
   small spaces), flat index = block * threads + thread, delinearized into the axes; a
   `hextir.if flat < size` guard unless the threads cover the space exactly.
-- cuda, matrix: output tiles of `ty` x `tx` threads (16 x 16; fewer rows and wider for short
-  matrices) on blockIdx.y/x and threadIdx.y/x, the flattened batch on blockIdx.z, and a guard
-  on the rows/columns that do not divide.
+- cuda, matrix: output tiles of `ty` x `tx` threads on blockIdx.y/x and threadIdx.y/x, the
+  flattened batch on blockIdx.z, and a guard on the rows/columns that do not divide. Tiles
+  are 16 x 16; a short matrix gets fewer rows and up to 256 columns, a narrow one fewer
+  columns, never fewer than a warp (32 threads) per block.
 
 Reduction axes are never in the space: kernels run them as serial loops inside one iteration.
 """
@@ -52,7 +53,7 @@ def matrix(
             yield coords[:-2], coords[-2], coords[-1]
         return
     ty = min(TILE, _next_power_of_two(rows))
-    tx = THREADS // ty
+    tx = max(WARP // ty, min(_next_power_of_two(cols), THREADS // ty))
     grid_y, grid_x, grid_z = _blocks(rows, ty), _blocks(cols, tx), max(1, product(batch))
     _check_grid("y", grid_y, MAX_GRID_YZ)
     _check_grid("z", grid_z, MAX_GRID_YZ)
