@@ -172,6 +172,7 @@ class Module:
         resident, self._resident = self._resident, None
         if resident is not None:
             resident.close()
+        del resident  # it holds views of the mapping: drop them before unmapping
         self._mapped.close()
 
     def __enter__(self) -> Module:

@@ -20,7 +20,7 @@ from hexir_format import Device, HexirError
 from hexir_runtime import hal
 from hexir_runtime.api import Module
 from hexir_runtime.errors import EntryNotFound, ValidationError
-from hexir_runtime.tensors_io import parse_input, write_outputs
+from hexir_runtime.tensors_io import output_path, parse_input, write_outputs
 
 PROG = "hexir-run"
 USAGE = """\
@@ -126,6 +126,8 @@ def print_result(index: int, array: np.ndarray, out: TextIO) -> None:
 
 def run_module(opts: Options, out: TextIO) -> int:
     inputs = [array for text in opts.inputs for array in parse_input(text)]
+    if opts.output is not None:
+        output_path(opts.output)
     try:
         module = Module(opts.path, opts.device)
     except ValidationError as e:

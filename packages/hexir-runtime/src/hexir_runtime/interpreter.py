@@ -167,7 +167,7 @@ class _Run:
     def _input(self, c: Command) -> None:
         array = self.inputs[c.index]
         device = self._device(c.slot)
-        buffer = device.allocate(array.nbytes)
+        buffer = device.allocate(array.nbytes, zeroed=False)
         self._own(c.slot, buffer)
         device.write(buffer, array.reshape(-1).view(np.uint8))
 
@@ -177,7 +177,7 @@ class _Run:
     def _copy(self, c: Command) -> None:
         src = self.buffers[c.src]
         dst_device, src_device = self._device(c.dst), src.device
-        dst = dst_device.allocate(src.size)
+        dst = dst_device.allocate(src.size, zeroed=False)
         self._own(c.dst, dst)
         if dst_device is src_device:
             dst_device.copy(dst, src)

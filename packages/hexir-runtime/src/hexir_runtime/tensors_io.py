@@ -57,16 +57,20 @@ def _load_file(path: str) -> list[np.ndarray]:
         return [loaded[name] for name in loaded.files]
 
 
+def output_path(target: str) -> str:
+    """The file an `--output=@FILE` names, checked before anything runs."""
+    path = target[1:]
+    if not target.startswith("@") or not path.endswith((".npy", ".npz")):
+        raise InputError(f"--output={target}: expected @FILE.npz or @FILE.npy")
+    return path
+
+
 def write_outputs(target: str, arrays: Sequence[np.ndarray]) -> None:
     """Write results to `@path.npz` or `@path.npy` atomically."""
-    if not target.startswith("@"):
-        raise InputError(f"--output={target}: expected @FILE.npz or @FILE.npy")
-    path = target[1:]
+    path = output_path(target)
     if path.endswith(".npy") and len(arrays) != 1:
         raise InputError(f"--output={target}: a .npy file holds one array, the entry returned "
                          f"{len(arrays)}; use a .npz file")
-    if not path.endswith((".npy", ".npz")):
-        raise InputError(f"--output={target}: expected a .npz or .npy file name")
     directory = os.path.dirname(os.path.abspath(path))
     try:
         fd, tmp = tempfile.mkstemp(prefix=".hexir-run-", suffix=".tmp", dir=directory)

@@ -60,16 +60,17 @@ class Device(ABC):
 
     # ---- buffers ---------------------------------------------------------------------------
 
-    def allocate(self, size: int, memory: MemoryKind = MemoryKind.DEVICE_LOCAL) -> Buffer:
-        """A fresh, zeroed buffer of `size` bytes."""
+    def allocate(self, size: int, memory: MemoryKind = MemoryKind.DEVICE_LOCAL, *,
+                 zeroed: bool = True) -> Buffer:
+        """A fresh buffer of `size` bytes, zeroed unless the caller is about to overwrite it."""
         if size < 0:
             raise DeviceError(f"{self.name}: cannot allocate {size} bytes")
-        return self._allocate(size, MemoryKind(memory))
+        return self._allocate(size, MemoryKind(memory), zeroed)
 
     def constant(self, data: memoryview) -> Buffer:
         """A read-only buffer holding `data`. Backends that can address host memory bind it
         in place; the others upload it (the caller keeps the buffer for the whole load)."""
-        buffer = self.allocate(len(data))
+        buffer = self.allocate(len(data), zeroed=False)
         self.write(buffer, data)
         buffer.read_only = True
         return buffer
@@ -151,7 +152,7 @@ class Device(ABC):
     # ---- backend hooks ---------------------------------------------------------------------
 
     @abstractmethod
-    def _allocate(self, size: int, memory: MemoryKind) -> Buffer: ...
+    def _allocate(self, size: int, memory: MemoryKind, zeroed: bool) -> Buffer: ...
 
     @abstractmethod
     def _write(self, buffer: Buffer, data: memoryview, offset: int) -> None: ...

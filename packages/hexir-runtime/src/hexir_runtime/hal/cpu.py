@@ -44,9 +44,9 @@ class CpuDevice(Device):
     def wait(self) -> None:
         """Kernels run synchronously on the calling thread: nothing to wait for."""
 
-    def _allocate(self, size: int, memory: MemoryKind) -> Buffer:
+    def _allocate(self, size: int, memory: MemoryKind, zeroed: bool) -> Buffer:
         try:
-            host = np.zeros(size, dtype=np.uint8)
+            host = (np.zeros if zeroed else np.empty)(size, dtype=np.uint8)
         except MemoryError:
             raise DeviceError(f"cpu: out of memory allocating {size} bytes") from None
         return Buffer(self, size, MemoryKind.HOST_VISIBLE, host)

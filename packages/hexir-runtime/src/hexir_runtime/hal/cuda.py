@@ -99,7 +99,7 @@ class CudaDevice(Device):
         self._kernels.clear()
         _check(self._cu.cuDevicePrimaryCtxRelease(self._device), "cuDevicePrimaryCtxRelease")
 
-    def _allocate(self, size: int, memory: MemoryKind) -> Buffer:
+    def _allocate(self, size: int, memory: MemoryKind, zeroed: bool) -> Buffer:
         if memory is not MemoryKind.DEVICE_LOCAL:
             raise DeviceError(f"{self.name}: only DEVICE_LOCAL buffers are supported, not "
                               f"{memory}")
@@ -107,6 +107,8 @@ class CudaDevice(Device):
             return Buffer(self, 0, memory, 0)
         address = int(_check(self._cu.cuMemAlloc(size), f"cuMemAlloc({size})"))
         buffer = Buffer(self, size, memory, address)
+        if not zeroed:
+            return buffer
         try:
             _check(self._cu.cuMemsetD8(address, 0, size), f"cuMemsetD8({size})")
         except DeviceError:

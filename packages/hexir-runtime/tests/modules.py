@@ -1,0 +1,155 @@
+"""Modules for the tests, built from hexir-format's typed model (never by the compiler).
+
+`ptx_matmul` is a hand-written PTX kernel (bare-pointer convention, one thread per output
+element) so cuda modules carry real device code: the fake driver only needs the name in the
+image, a real GPU runs it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hexir_format as hf
+import numpy as np
+from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Slot
+from hexir_format import TensorType as T
+
+CPU, CUDA = Device.CPU, Device.CUDA
+F32, F64 = DType.F32, DType.F64
+A = np.array([[3.0, 1.0], [2.0, 2.0]])
+W = np.array([[1.0, 5.0], [5.0, 2.0]])
+
+PTX_MATMUL = """\
+//
+// {name}: c[{m}x{n}] = a[{m}x{k}] . b[{k}x{n}], f64, one thread per element of c
+//
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry {name}(.param .u64 a, .param .u64 b, .param .u64 c)
+{{
+    .reg .pred %p<3>;
+    .reg .b32 %r<10>;
+    .reg .b64 %rd<10>;
+    .reg .f64 %fd<4>;
+
+    ld.param.u64 %rd1, [a];
+    ld.param.u64 %rd2, [b];
+    ld.param.u64 %rd3, [c];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    cvta.to.global.u64 %rd3, %rd3;
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.u32 %r4, %r1, %r2, %r3;
+    setp.ge.u32 %p1, %r4, {mn};
+    @%p1 bra DONE;
+    div.u32 %r5, %r4, {n};
+    rem.u32 %r6, %r4, {n};
+    mov.f64 %fd1, 0d0000000000000000;
+    mov.u32 %r7, 0;
+LOOP:
+    setp.ge.u32 %p2, %r7, {k};
+    @%p2 bra STORE;
+    mad.lo.u32 %r8, %r5, {k}, %r7;
+    mul.wide.u32 %rd4, %r8, 8;
+    add.s64 %rd5, %rd1, %rd4;
+    ld.global.f64 %fd2, [%rd5];
+    mad.lo.u32 %r9, %r7, {n}, %r6;
+    mul.wide.u32 %rd6, %r9, 8;
+    add.s64 %rd7, %rd2, %rd6;
+    ld.global.f64 %fd3, [%rd7];
+    fma.rn.f64 %fd1, %fd2, %fd3, %fd1;
+    add.u32 %r7, %r7, 1;
+    bra LOOP;
+STORE:
+    mul.wide.u32 %rd8, %r4, 8;
+    add.s64 %rd9, %rd3, %rd8;
+    st.global.f64 [%rd9], %fd1;
+DONE:
+    ret;
+}}
+"""
+BLOCK = 128
+
+
+def ptx_matmul(name: str, m: int, n: int, k: int) -> bytes:
+    return PTX_MATMUL.format(name=name, m=m, n=n, k=k, mn=m * n).encode()
+
+
+def matmul_exe(name: str, m: int, n: int, k: int, device: Device = CPU,
+               dtype: DType = F64) -> Executable:
+    args = (T(dtype, (m, k)), T(dtype, (k, n)), T(dtype, (m, n)))
+    if device is CPU:
+        return Executable(name, KernelKind.MATMUL, CPU, args)
+    grid = (-(-(m * n) // BLOCK), 1, 1)
+    return Executable(name, KernelKind.MATMUL, CUDA, args, (), ptx_matmul(name, m, n, k),
+                      grid, (BLOCK, 1, 1))
+
+
+def fake_image_exe(name: str, kind: KernelKind, args: tuple[T, ...],
+                   params: tuple[float, ...] = ()) -> Executable:
+    """A cuda executable whose image only names the kernel: for the fake driver."""
+    image = f"// fake image\n.entry {name}\n".encode()
+    return Executable(name, kind, CUDA, args, params, image, (1, 1, 1), (32, 1, 1))
+
+
+def builtin(device: Device = CPU) -> hf.Module:
+    """The built-in program: CONST A, CONST W, ALLOC, DISPATCH linear_0, PRINT (v3)."""
+    rodata = A.tobytes() + W.tobytes()
+    main = Function("main", (Command.const(0, 0, 32), Command.const(1, 32, 32),
+                             Command.alloc(2, 32), Command.dispatch(0, (0, 1, 2)),
+                             Command.print(2, 2, 2)))
+    return hf.Module(3, (main,), rodata, (matmul_exe("linear_0", 2, 2, 2, device),))
+
+
+def mlp(device: Device = CPU, dtype: DType = F32) -> hf.Module:
+    """v4: y = relu(x . W + b) with x an input [2x3] and y an output [2x4], all on `device`."""
+    w = np.arange(12, dtype=dtype.numpy).reshape(3, 4) / 4 - 1
+    b = np.array([0.5, -1.0, 0.25, 2.0], dtype=dtype.numpy)
+    x, wt, bt, h, y = T(dtype, (2, 3)), T(dtype, (3, 4)), T(dtype, (4,)), T(dtype, (2, 4)), \
+        T(dtype, (2, 4))
+    kinds = [("linear_0", KernelKind.MATMUL, (x, wt, h)), ("add_1", KernelKind.ADD, (h, bt, h)),
+             ("relu_2", KernelKind.RELU, (h, y))]
+    if device is CPU:
+        exes = tuple(Executable(n, k, CPU, a) for n, k, a in kinds)
+    else:
+        exes = tuple(fake_image_exe(n, k, a) for n, k, a in kinds)
+    slots = tuple(Slot(device, t) for t in (x, wt, h, bt, h, y))
+    wbytes = w.tobytes()
+    main = Function("main", (
+        Command.input(0, 0), Command.const(1, 0, len(wbytes)), Command.alloc(2, h.nbytes),
+        Command.dispatch(0, (0, 1, 2)), Command.const(3, len(wbytes), b.nbytes),
+        Command.alloc(4, h.nbytes), Command.dispatch(1, (2, 3, 4)), Command.alloc(5, y.nbytes),
+        Command.dispatch(2, (4, 5)), Command.output(5, 0), Command.print(5, 2, 4)))
+    return hf.Module(4, (main,), wbytes + b.tobytes(), exes, slots)
+
+
+def mlp_reference(x: np.ndarray, module: hf.Module) -> np.ndarray:
+    dtype = module.slots[1].type.dtype.numpy
+    w = np.frombuffer(bytes(module.rodata), dtype=dtype, count=12).reshape(3, 4)
+    b = np.frombuffer(bytes(module.rodata), dtype=dtype, count=4, offset=w.nbytes)
+    return np.maximum(x @ w + b, 0)
+
+
+def hetero() -> hf.Module:
+    """v4 across devices: x (cpu) -COPY-> cuda, matmul on cuda, -COPY-> cpu, relu on cpu, and
+    the result twice (out 0 on cpu, out 1 the cuda product)."""
+    x, w, h = T(F64, (2, 2)), T(F64, (2, 2)), T(F64, (2, 2))
+    exes = (fake_image_exe("linear_0", KernelKind.MATMUL, (x, w, h)),
+            Executable("relu_1", KernelKind.RELU, CPU, (h, h)))
+    slots = (Slot(CPU, x), Slot(CUDA, x), Slot(CUDA, w), Slot(CUDA, h), Slot(CPU, h),
+             Slot(CPU, h))
+    main = Function("main", (
+        Command.input(0, 0), Command.copy(1, 0), Command.const(2, 0, 32), Command.alloc(3, 32),
+        Command.dispatch(0, (1, 2, 3)), Command.copy(4, 3), Command.alloc(5, 32),
+        Command.dispatch(1, (4, 5)), Command.output(5, 0), Command.output(3, 1)))
+    return hf.Module(4, (main,), W.tobytes(), exes, slots)
+
+
+def write(directory: Path, name: str, module: hf.Module) -> Path:
+    path = Path(directory) / name
+    path.write_bytes(hf.build(module))
+    return path

@@ -1,0 +1,79 @@
+"""hexir-run in-process: arguments, exit codes, inputs and outputs (lit covers the texts)."""
+
+import io
+
+import modules
+import numpy as np
+import pytest
+
+from hexir_runtime.cli import main
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    code = main(list(map(str, argv)), out, err)
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_quiet_run_prints_only_the_program_output(builtin_hxb):
+    assert run("--quiet", builtin_hxb) == (0, "8.000000 17.000000 \n12.000000 14.000000 \n", "")
+
+
+@pytest.mark.parametrize("argv,message", [
+    ((), "no module given"),
+    (("--device=tpu", "x.hxb"), "unknown device 'tpu'; expected cpu or cuda"),
+    (("--bogus", "x.hxb"), "unknown option '--bogus'"),
+    (("a.hxb", "b.hxb"), "one module at a time"),
+    (("--entry", "x.hxb"), "--entry needs a value"),
+])
+def test_bad_arguments_exit_2_with_one_line(argv, message):
+    code, out, err = run(*argv)
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("hexir-run: ") and message in err
+
+
+def test_help(builtin_hxb):
+    code, out, _ = run("--help")
+    assert code == 0 and out.startswith("usage: hexir-run <module.hxb>")
+
+
+def test_inputs_from_text_and_npy_and_outputs_to_npz(tmp_path):
+    module = modules.mlp()
+    path = modules.write(tmp_path, "mlp.hxb", module)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) / 3
+    np.save(tmp_path / "x.npy", x)
+    want = modules.mlp_reference(x, module)
+    values = ",".join(str(float(v)) for v in x.ravel())
+    for arg in (f"--input=@{tmp_path / 'x.npy'}", f"--input=2x3xf32={values}"):
+        code, out, err = run(path, arg, f"--output=@{tmp_path / 'y.npz'}", "--quiet")
+        assert (code, err) == (0, "")
+        with np.load(tmp_path / "y.npz") as z:
+            np.testing.assert_allclose(z["arr_0"], want, rtol=1e-6)
+    code, out, err = run(path, f"--input=@{tmp_path / 'x.npy'}")
+    assert code == 0 and "result[0]: 2x4xf32\n[[" in out
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hexir-run-")] == []
+
+
+@pytest.mark.parametrize("arg,message", [
+    ("--input=2x3xf64=1", "input 0 of main: expected 2x3xf32, got a float64 array of shape 2x3"),
+    ("--input=3x2xf32=1", "input 0 of main: expected 2x3xf32, got shape 3x2"),
+    ("--input=2x3xf32=1,2", "--input=2x3xf32=1,2: 2x3xf32 holds 6 values, 2 given"),
+    ("--input=2x3xf32=a", "values must be numbers"),
+    ("--input=2x3xq8=1", "'q8' is not an element type"),
+    ("--input=12", "expected TYPE=VALUES"),
+    ("--input=@/nonexistent.npy", "cannot read: No such file or directory"),
+    ("--entry=main", "main takes 1 input (2x3xf32), got 0"),
+    ("--entry=other", "other failed: not found: no entry point 'other'"),
+])
+def test_bad_inputs_exit_1_with_one_line(tmp_path, arg, message):
+    path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
+    code, out, err = run(path, arg, "--quiet")
+    assert code == 1 and err.count("\n") == 1 and message in err, err
+
+
+def test_output_to_npy_needs_exactly_one_result(tmp_path):
+    path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
+    code, _, err = run(path, "--input=2x3xf32=1", f"--output=@{tmp_path / 'y.npy'}", "-q")
+    assert code == 0 and np.load(tmp_path / "y.npy").shape == (2, 4)
+    code, _, err = run(path, "--input=2x3xf32=1", f"--output={tmp_path / 'y.npy'}", "-q")
+    assert code == 1 and "expected @FILE.npz or @FILE.npy" in err

@@ -1,0 +1,120 @@
+"""The cuda backend's logic on a CPU machine: the fake driver counts and emulates."""
+
+import hexir_format as hf
+import modules
+import numpy as np
+import pytest
+from fake_driver import CUresult, FakeDriver
+
+import hexir_runtime as hr
+
+
+def load(tmp_path, module, **kw):
+    path = modules.write(tmp_path, "m.hxb", module)
+    fake = FakeDriver(hf.parse(path.read_bytes()).executables, **kw)
+    return hr.load(path, device="cuda", driver=fake), fake
+
+
+def test_builtin_on_cuda_loads_once_uploads_once_syncs_where_read(tmp_path):
+    m, fake = load(tmp_path, modules.builtin(modules.CUDA))
+    with m:
+        for _ in range(5):
+            assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
+        assert [d.name for d in m.devices_used()] == ["cuda (Fake GPU)"]
+    c = fake.calls
+    assert (c["cuModuleLoadData"], c["cuModuleGetFunction"], c["cuModuleUnload"]) == (1, 1, 1)
+    assert c["cuMemcpyHtoD"] == 2  # the two constants, once per load
+    assert c["cuMemcpyDtoH"] == 5  # one PRINT per run
+    assert c["cuLaunchKernel"] == 5 and c["cuCtxSynchronize"] == 5  # at the PRINT only
+    assert c["cuMemAlloc"] == c["cuMemFree"] == 2 + 5 and fake.memory == {}
+    name, geometry, addresses = fake.launches[0]
+    assert name == "linear_0" and geometry == (1, 1, 1, 128, 1, 1) and len(addresses) == 3
+
+
+def test_mlp_on_cuda_matches_cpu(tmp_path):
+    rng = np.random.default_rng(1)
+    cpu = hr.load(modules.write(tmp_path, "cpu.hxb", modules.mlp()))
+    gpu_module = modules.mlp(modules.CUDA)
+    m, fake = load(tmp_path, gpu_module)
+    with m, cpu:
+        for _ in range(4):
+            x = rng.standard_normal((2, 3)).astype(np.float32)
+            np.testing.assert_array_equal(m.main(x), cpu.main(x))
+    c = fake.calls
+    assert c["cuModuleLoadData"] == 3  # three kernels, each once
+    assert c["cuMemcpyHtoD"] == 2 + 4  # W and b once, x per call
+    assert c["cuMemcpyDtoH"] == 2 * 4  # the output and the PRINT per call
+
+
+def test_heterogeneous_copies_exactly_what_crosses_devices(tmp_path):
+    m, fake = load(tmp_path, modules.hetero())
+    with m:
+        names = [d.name for d in m.devices_used()]
+        for _ in range(3):
+            relu, product = m.main(modules.A)
+    assert names == ["cpu", "cuda (Fake GPU)"]
+    assert product.tolist() == (modules.A @ modules.W).tolist()
+    # per call: x to cuda (COPY); product back (COPY) and output 1 read; W uploaded once.
+    assert fake.copies == {"cuMemcpyHtoD": 1 + 3, "cuMemcpyDtoH": 2 * 3, "cuMemcpyDtoD": 0}
+    assert fake.calls["cuCtxSynchronize"] == 3  # before the COPY off the GPU
+
+
+def test_heterogeneous_module_without_cuda_is_refused_naming_the_kernel(tmp_path):
+    path = modules.write(tmp_path, "h.hxb", modules.hetero())
+    with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
+        m.main(modules.A)
+    assert str(info.value) == "kernel 'linear_0' is placed on cuda but the active device is cpu"
+
+
+def test_launch_failure_names_entry_command_and_cuda_error(tmp_path):
+    m, fake = load(tmp_path, modules.builtin(modules.CUDA))
+    fake.fail["cuLaunchKernel"] = CUresult.CUDA_ERROR_LAUNCH_FAILED
+    with m:
+        with pytest.raises(hr.ExecutionError) as info:
+            m.run()
+        assert len(fake.memory) == 2  # the run's buffer is freed; the constants stay resident
+    assert str(info.value) == ("main: command 3 (dispatch): launch of 'linear_0' "
+                               "(cuLaunchKernel) failed: CUDA_ERROR_LAUNCH_FAILED")
+    assert fake.memory == {}
+
+
+def test_fault_surfaces_at_the_next_read(tmp_path):
+    m, fake = load(tmp_path, modules.builtin(modules.CUDA))
+    fake.kernels = {}  # no emulation: inject a fault instead
+    fake.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+    with m, pytest.raises(hr.ExecutionError, match=r"main: command 4 \(print\): device "
+                                                   r"synchronize .* CUDA_ERROR_ILLEGAL_ADDRESS"):
+        m.run()
+
+
+def test_bad_image_and_missing_function(tmp_path):
+    module = modules.builtin(modules.CUDA)
+    exe = module.executables[0]
+    bad = hf.Executable(exe.name, exe.kind, exe.device, exe.args, (), b"BAD image", exe.grid,
+                        exe.block)
+    m, fake = load(tmp_path, hf.Module(3, module.functions, module.rodata, (bad,)))
+    with m, pytest.raises(hr.ExecutionError, match="main: loading the device image of "
+                                                   "'linear_0' .* CUDA_ERROR_INVALID_IMAGE"):
+        m.run()
+    other = hf.Executable(exe.name, exe.kind, exe.device, exe.args, (), b"// no such kernel",
+                          exe.grid, exe.block)
+    m, fake = load(tmp_path, hf.Module(3, module.functions, module.rodata, (other,)))
+    with m, pytest.raises(hr.ExecutionError, match="looking up kernel 'linear_0' .* "
+                                                   "CUDA_ERROR_NOT_FOUND"):
+        m.run()
+    assert fake.calls["cuLaunchKernel"] == 0 and fake.calls["cuMemAlloc"] == 0
+
+
+def test_out_of_memory_is_an_execution_error(tmp_path):
+    m, fake = load(tmp_path, modules.builtin(modules.CUDA), memory_limit=64)
+    with m, pytest.raises(hr.ExecutionError, match=r"command 2 \(alloc\): cuMemAlloc\(32\) "
+                                                   "failed: CUDA_ERROR_OUT_OF_MEMORY"):
+        m.run()
+
+
+def test_cpu_module_with_cuda_available_stays_on_cpu(builtin_hxb):
+    fake = FakeDriver()
+    with hr.load(builtin_hxb, device="cuda", driver=fake) as m:
+        assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
+        assert [d.name for d in m.devices_used()] == ["cpu"]
+    assert fake.calls["cuMemAlloc"] == 0 and fake.calls["cuLaunchKernel"] == 0

@@ -1,0 +1,133 @@
+"""The HAL contract, on the cpu backend and on the cuda backend over the fake driver."""
+
+import sys
+
+import numpy as np
+import pytest
+from fake_driver import CUresult, FakeDriver
+
+from hexir_runtime import hal
+from hexir_runtime.errors import DeviceError
+from hexir_runtime.hal import MemoryKind
+from hexir_runtime.hal import cuda as cuda_backend
+
+
+@pytest.fixture(params=["cpu", "cuda-fake"])
+def device(request):
+    if request.param == "cpu":
+        d = hal.create_device("cpu")
+    else:
+        d = hal.create_device("cuda", driver=FakeDriver())
+    yield d
+    d.close()
+
+
+def test_roundtrip_and_memory_kind(device):
+    data = np.arange(4, dtype=np.float64)
+    buf = device.allocate(32)
+    assert device.read(buf).tolist() == [0] * 32  # zeroed, even on cuda
+    device.write(buf, data)
+    device.wait()
+    assert device.read(buf).view(np.float64).tolist() == [0.0, 1.0, 2.0, 3.0]
+    if device.kind.name == "CPU":
+        assert buf.memory is MemoryKind.HOST_VISIBLE and device.host_pointer(buf) is not None
+    else:
+        assert buf.memory is MemoryKind.DEVICE_LOCAL and device.host_pointer(buf) is None
+    device.release(buf)
+    device.release(buf)  # releasing twice is harmless
+
+
+def test_out_of_bounds_write_and_read_are_refused(device):
+    buf = device.allocate(16)
+    with pytest.raises(DeviceError, match="write of 24 bytes at offset 0 does not fit a 16-byte"):
+        device.write(buf, bytes(24))
+    with pytest.raises(DeviceError, match="write of 8 bytes at offset 12"):
+        device.write(buf, bytes(8), offset=12)
+    with pytest.raises(DeviceError, match="read of 17 bytes"):
+        device.read(buf, 17)
+    device.release(buf)
+    with pytest.raises(DeviceError, match="released buffer"):
+        device.read(buf)
+
+
+def test_constants_are_read_only(device):
+    buf = device.constant(memoryview(bytes(range(16))))
+    assert device.read(buf).tolist() == list(range(16))
+    with pytest.raises(DeviceError, match="read-only"):
+        device.write(buf, bytes(4))
+
+
+def test_copy_and_buffers_of_another_device(device):
+    a, b = device.allocate(8), device.allocate(8)
+    device.write(a, np.array([7.0]))
+    device.copy(b, a)
+    assert device.read(b).view(np.float64)[0] == 7.0
+    foreign = hal.create_device("cpu").allocate(8)  # another device, even of the same kind
+    with pytest.raises(DeviceError, match="cannot write a buffer of cpu"):
+        device.write(foreign, bytes(8))
+
+
+def test_cpu_constant_is_a_view_not_a_copy():
+    data = bytearray(b"\x01" * 16)
+    buf = hal.create_device("cpu").constant(memoryview(data))
+    data[0] = 9
+    assert buf.handle[0] == 9 and not buf.handle.flags.writeable
+
+
+def test_unknown_backend():
+    with pytest.raises(DeviceError, match="unknown device 'tpu'; expected cpu or cuda"):
+        hal.create_device("tpu")
+
+
+def test_cuda_errors_carry_the_error_name():
+    fake = FakeDriver(memory_limit=64)
+    device = hal.create_device("cuda", driver=fake)
+    assert device.name == "cuda (Fake GPU)"
+    with pytest.raises(DeviceError, match=r"cuMemAlloc\(128\) failed: CUDA_ERROR_OUT_OF_MEMORY"):
+        device.allocate(128)
+    fake.fail["cuMemcpyHtoD"] = CUresult.CUDA_ERROR_INVALID_VALUE
+    buf = device.allocate(8)
+    with pytest.raises(DeviceError, match=r"host to device copy of 8 bytes \(cuMemcpyHtoD\) "
+                                          "failed: CUDA_ERROR_INVALID_VALUE"):
+        device.write(buf, bytes(8))
+    fake.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+    with pytest.raises(DeviceError, match="synchronize .* failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
+        device.wait()
+
+
+def test_cuda_device_fails_cleanly_when_init_fails():
+    fake = FakeDriver()
+    fake.fail["cuInit"] = CUresult.CUDA_ERROR_INVALID_DEVICE
+    with pytest.raises(DeviceError, match="cuInit failed: CUDA_ERROR_INVALID_DEVICE"):
+        hal.create_device("cuda", driver=fake)
+
+
+def test_cuda_device_releases_its_context_and_frees_on_release():
+    fake = FakeDriver()
+    device = hal.create_device("cuda", driver=fake)
+    buf = device.allocate(64)
+    device.release(buf)
+    device.close()
+    device.close()
+    assert fake.memory == {} and fake.context_refs == 0
+
+
+def test_missing_cuda_python_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "cuda", None)  # `import cuda...` raises ImportError
+    monkeypatch.setitem(sys.modules, "cuda.bindings", None)
+    with pytest.raises(DeviceError, match=r"pip install 'hexir-runtime\[cuda\]'"):
+        cuda_backend.load_driver()
+
+
+class _NoLibcuda:
+    def cuInit(self, flags):
+        raise RuntimeError('"cuda" is an NVIDIA driver library and can only be found via\n'
+                           "system search.")
+
+
+def test_missing_libcuda_is_one_line():
+    with pytest.raises(DeviceError) as info:
+        hal.create_device("cuda", driver=_NoLibcuda())
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("cannot use cuda: the NVIDIA driver library (libcuda) could not")
