@@ -42,3 +42,28 @@ config.substitutions.append(("FileCheck", filecheck))
 
 if shutil.which("ptxas") or Path("/usr/local/cuda/bin/ptxas").exists():
     config.available_features.add("cuda-toolkit")
+
+
+def _gpu_works() -> bool:
+    """A CUDA driver and at least one device, probed in a child so a broken driver can't
+    take lit down."""
+    probe = (
+        "from cuda.bindings import driver as d\n"
+        "import sys\n"
+        "try:\n"
+        "    ok = d.cuInit(0)[0] == d.CUresult.CUDA_SUCCESS\n"
+        "    ok = ok and d.cuDeviceGetCount()[1] > 0\n"
+        "except Exception:\n"
+        "    ok = False\n"
+        "sys.exit(0 if ok else 1)\n"
+    )
+    import subprocess
+
+    try:
+        return subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+if _gpu_works():
+    config.available_features.add("gpu")

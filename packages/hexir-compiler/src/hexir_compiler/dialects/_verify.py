@@ -23,12 +23,42 @@ def verify(op) -> bool:
     """Run `op.check()` and report the first problem at the op (the body of every
     `verify_invariants`; nanobind op classes admit one base, so this is not a mixin)."""
     try:
+        check_attributes(op)
         check_device(op)
         op.check()
     except (Invalid, ShapeError) as err:
         op.location.emit_error(f"'{op.operation.name}' op {err}")
         return False
     return True
+
+
+def check_attributes(op) -> None:
+    """Declared attributes are present and of their declared kind.
+
+    The Python verifier runs even when IRDL's own checks fail, so `check` must be able to
+    rely on them: they are checked here first.
+    """
+    attrs = op.operation.attributes
+    for field in op._fields:
+        if type(field).__name__ != "AttributeDef":
+            continue
+        if field.name not in attrs:
+            raise Invalid(f"requires attribute '{field.name}'")
+        kind = field.constraint
+        if isinstance(kind, type) and issubclass(kind, ir.Attribute):
+            if not isinstance(attrs[field.name], kind):
+                raise Invalid(f"attribute '{field.name}' must be a {_noun(kind)}, got "
+                              f"{attrs[field.name]}")
+
+
+def _noun(kind: type) -> str:
+    return {
+        ir.IntegerAttr: "integer (e.g. 1 : i64)",
+        ir.FloatAttr: "float (e.g. 1.0e-05 : f64)",
+        ir.StringAttr: "string",
+        ir.FlatSymbolRefAttr: "symbol reference (@name)",
+        ir.TypeAttr: "type",
+    }.get(kind, kind.__name__)
 
 
 def check_device(op) -> None:

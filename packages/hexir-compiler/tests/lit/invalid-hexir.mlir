@@ -1,0 +1,180 @@
+// Verifier errors of the hexir dialect: one located line each, exit 255 (a program that
+// does not verify is one that could not be parsed).
+
+// RUN: %python %S/Inputs/split_compile.py %s | FileCheck %s
+
+func.func @inner(%a: tensor<2x3xf32>, %w: tensor<2x2xf32>) {
+  // CHECK: invalid-hexir.mlir:8:8: error: 'hexir.linear' op inner dimensions differ: 3 vs 2
+  %r = "hexir.linear"(%a, %w) : (tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
+  return
+}
+// CHECK-NEXT: error: could not parse {{.*}}invalid-hexir.mlir
+// CHECK-NEXT: exit 255
+
+// -----
+
+func.func @linear_result(%a: tensor<2x3xf32>, %w: tensor<3x4xf32>) {
+  // CHECK: :18:8: error: 'hexir.linear' op result shape 2x3 does not match the expected 2x4
+  %r = "hexir.linear"(%a, %w) : (tensor<2x3xf32>, tensor<3x4xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @mixed(%a: tensor<2x2xf32>, %w: tensor<2x2xf64>) {
+  // CHECK: :26:8: error: 'hexir.matmul' op element types differ: lhs is f32 but rhs is f64
+  %r = "hexir.matmul"(%a, %w) : (tensor<2x2xf32>, tensor<2x2xf64>) -> tensor<2x2xf32>
+  return
+}
+
+// -----
+
+func.func @batch(%a: tensor<3x2x4xf32>, %b: tensor<2x4x5xf32>) {
+  // CHECK: :34:8: error: 'hexir.matmul' op batch dimensions 3 and 2 are not broadcast-compatible
+  %r = "hexir.matmul"(%a, %b) : (tensor<3x2x4xf32>, tensor<2x4x5xf32>) -> tensor<3x2x5xf32>
+  return
+}
+
+// -----
+
+func.func @broadcast(%a: tensor<2x3xf64>, %b: tensor<4x3xf64>) {
+  // CHECK: :42:8: error: 'hexir.add' op shapes 2x3 and 4x3 are not broadcast-compatible
+  %r = "hexir.add"(%a, %b) : (tensor<2x3xf64>, tensor<4x3xf64>) -> tensor<4x3xf64>
+  return
+}
+
+// -----
+
+func.func @int(%a: tensor<2xi32>) {
+  // CHECK: :50:8: error: 'hexir.relu' op input must have element type f32 or f64, got tensor<2xi32>
+  %r = "hexir.relu"(%a) : (tensor<2xi32>) -> tensor<2xi32>
+  return
+}
+
+// -----
+
+func.func @dynamic(%a: tensor<?x2xf32>) {
+  // CHECK: :58:8: error: 'hexir.exp' op input must have a static shape, got tensor<?x2xf32>
+  %r = "hexir.exp"(%a) : (tensor<?x2xf32>) -> tensor<?x2xf32>
+  return
+}
+
+// -----
+
+func.func @unary_type(%a: tensor<2xf32>) {
+  // CHECK: :66:8: error: 'hexir.sigmoid' op result type tensor<3xf32> differs from the input type tensor<2xf32>
+  %r = "hexir.sigmoid"(%a) : (tensor<2xf32>) -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @axis(%a: tensor<2x3xf32>) {
+  // CHECK: :74:8: error: 'hexir.softmax' op axis 2 is out of range for rank 2; expected -2..1
+  %r = "hexir.softmax"(%a) {axis = 2 : i64} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @no_axis(%a: tensor<2x3xf32>) {
+  // CHECK: :82:8: error: {{.*}}axis
+  %r = "hexir.softmax"(%a) : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @gelu(%a: tensor<2xf32>) {
+  // CHECK: :90:8: error: 'hexir.gelu' op approximate must be "none" or "tanh", got "fast"
+  %r = "hexir.gelu"(%a) {approximate = "fast"} : (tensor<2xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @perm(%a: tensor<2x3x4xf32>) {
+  // CHECK: :98:8: error: 'hexir.transpose' op permutation [0, 2, 2] is not a permutation of 0..2
+  %r = "hexir.transpose"(%a) {permutation = array<i64: 0, 2, 2>} : (tensor<2x3x4xf32>) -> tensor<2x4x4xf32>
+  return
+}
+
+// -----
+
+func.func @perm_result(%a: tensor<2x3x4xf32>) {
+  // CHECK: :106:8: error: 'hexir.transpose' op result shape 2x3x4 does not match the expected 2x4x3
+  %r = "hexir.transpose"(%a) {permutation = array<i64: 0, 2, 1>} : (tensor<2x3x4xf32>) -> tensor<2x3x4xf32>
+  return
+}
+
+// -----
+
+func.func @reshape(%a: tensor<2x3xf32>) {
+  // CHECK: :114:8: error: 'hexir.reshape' op cannot reshape 2x3 (6 elements) to 4x2 (8 elements)
+  %r = "hexir.reshape"(%a) : (tensor<2x3xf32>) -> tensor<4x2xf32>
+  return
+}
+
+// -----
+
+func.func @axes(%a: tensor<2x3xf32>) {
+  // CHECK: :122:8: error: 'hexir.reduce_sum' op axes [1, -1] name an axis twice
+  %r = "hexir.reduce_sum"(%a) {axes = array<i64: 1, -1>, keepdims = false} : (tensor<2x3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @keepdims(%a: tensor<2x3xf32>) {
+  // CHECK: :130:8: error: 'hexir.reduce_max' op result shape 2 does not match the expected 2x1
+  %r = "hexir.reduce_max"(%a) {axes = array<i64: 1>, keepdims = true} : (tensor<2x3xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @gamma(%x: tensor<2x4xf32>, %g: tensor<3xf32>, %b: tensor<4xf32>) {
+  // CHECK: :138:8: error: 'hexir.layer_norm' op gamma has shape 3; expected 4 (the last dimension)
+  %r = "hexir.layer_norm"(%x, %g, %b) {epsilon = 1.0e-5 : f64} : (tensor<2x4xf32>, tensor<3xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @constant() {
+  // CHECK: :146:8: error: 'hexir.constant' op value has type tensor<2xf32> but the result is tensor<3xf32>
+  %c = "hexir.constant"() {value = dense<1.0> : tensor<2xf32>} : () -> tensor<3xf32>
+  return
+}
+
+// -----
+
+func.func @constant_int() {
+  // CHECK: :154:8: error: 'hexir.constant' op value must be dense floating-point elements, got dense<1> : tensor<2xi32>
+  %c = "hexir.constant"() {value = dense<1> : tensor<2xi32>} : () -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @device(%a: tensor<2xf32>) {
+  // CHECK: :162:8: error: 'hexir.relu' op device 'tpu' is not a device; expected cpu or cuda
+  %r = "hexir.relu"(%a) {device = "tpu"} : (tensor<2xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @transfer(%a: tensor<2xf32>) {
+  // CHECK: :170:8: error: 'hexir.transfer' op transfer from cpu to itself
+  %r = "hexir.transfer"(%a) {src = "cpu", dst = "cpu"} : (tensor<2xf32>) -> tensor<2xf32>
+  return
+}
+
+// -----
+
+func.func @unknown(%a: tensor<2xf32>) {
+  // CHECK: :178:8: error: {{.*}}hexir.swish
+  %r = "hexir.swish"(%a) : (tensor<2xf32>) -> tensor<2xf32>
+  return
+}
