@@ -138,3 +138,26 @@ def test_reduce_max_propagates_nan_and_relu_drops_it() -> None:
             with lowered.context:
                 lowered.kernels[0](np.array(x), out)
             np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("case", [p for p in PARAMS if p.values[0].op != "linear"
+                                  or len(p.values[0].inputs[0]) >= 2])
+def test_kind_and_params_drive_the_runtime_reference_to_the_same_values(case: Case) -> None:
+    """What the serializer writes (kind, params, argument types) means the same to the
+    runtime's numpy bodies as the kernel body says. (A vector input to linear is left out:
+    the runtime's matmul type rule wants rank >= 2 operands.)"""
+    kernels = pytest.importorskip("hexir_runtime.kernels")
+    from hexir_format import DType, KernelKind, TensorType
+
+    lowered = Lowered(case.program("f64", "cuda"))
+    (kernel,) = lowered.kernels
+    inputs = sample(case, "f64", np.random.default_rng(7))
+    ours = np.full(case.output, np.nan)
+    with lowered.context:
+        kernel(*inputs, ours)
+    kind = KernelKind[kernel.kind.upper()]
+    types = [TensorType(DType.F64, tuple(a.shape)) for a in (*inputs, ours)]
+    assert kernels.signature_problem(kind, types, kernel.params) is None
+    theirs = np.full(case.output, np.nan)
+    kernels.run(kind, kernel.params, inputs, theirs)
+    assert_close(ours, theirs, "f64")
