@@ -4,6 +4,8 @@ No compiler, MLIR or LLVM is ever imported, and the CUDA bindings are imported o
 cuda device is asked for.
 """
 
+from hexir_format import HexirError
+
 from hexir_runtime.__about__ import __version__
 from hexir_runtime.api import EntryPoint, Module, load
 from hexir_runtime.errors import (
@@ -22,6 +24,6 @@ from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, Signature
 
 __all__ = [
     "DEFAULT_MAX_ALLOC_BYTES", "ClosedError", "DeviceError", "EntryNotFound", "EntryPoint",
-    "Execution", "ExecutionError", "InputError", "LoadError", "Module", "PlacementError",
+    "Execution", "ExecutionError", "HexirError", "InputError", "LoadError", "Module", "PlacementError",
     "RuntimeFailure", "Signature", "ValidationError", "__version__", "load",
 ]
