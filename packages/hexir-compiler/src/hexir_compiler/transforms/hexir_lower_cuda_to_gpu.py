@@ -25,7 +25,6 @@ from collections.abc import Sequence
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, gpu, ir, memref, scf
-from hexir_compiler.transforms.linalg_build import where
 
 PASS_NAME = "hexir-lower-cuda-to-gpu"
 
@@ -76,8 +75,8 @@ def _transfer(op: ir.Operation) -> None:
 def _memref_operands(op: ir.Operation) -> list[ir.Value]:
     if op.results:
         raise CompileError(
-            f"{where(op)}: error: {PASS_NAME}: '{op.name}' still returns a tensor; expected the "
-            "bufferized form (run one-shot-bufferize first)"
+            f"{PASS_NAME}: '{op.name}' still returns a tensor; expected the bufferized form "
+            "(run one-shot-bufferize first)", op.location
         )
     return list(op.operands)
 
@@ -91,8 +90,8 @@ def _maps(op: ir.Operation, operands: Sequence[ir.Value], out: ir.MemRefType) ->
                 for a, b in ((0, 2), (2, 1), (0, 1))]
     if op.name not in IDENTITY_NAMED:
         raise CompileError(
-            f"{where(op)}: error: {PASS_NAME}: unsupported cuda linalg op '{op.name}'; expected "
-            f"linalg.generic, linalg.matmul or one of {', '.join(sorted(IDENTITY_NAMED))}"
+            f"{PASS_NAME}: unsupported cuda linalg op '{op.name}'; expected linalg.generic, "
+            f"linalg.matmul or one of {', '.join(sorted(IDENTITY_NAMED))}", op.location
         )
     identity = ir.AffineMap.get_identity(out.rank)
     scalar = ir.AffineMap.get(out.rank, 0, [])
@@ -103,10 +102,10 @@ def _launch(op: ir.Operation) -> None:
     operands = _memref_operands(op)
     n_in, n_out = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])
     if n_out != 1:
-        raise CompileError(f"{where(op)}: error: {PASS_NAME}: '{op.name}' has {n_out} outputs; expected 1")
+        raise CompileError(f"{PASS_NAME}: '{op.name}' has {n_out} outputs; expected 1", op.location)
     out_t = ir.MemRefType(operands[n_in].type)
     if not out_t.has_static_shape:
-        raise CompileError(f"{where(op)}: error: {PASS_NAME}: expected a static-shape output, got {out_t}")
+        raise CompileError(f"{PASS_NAME}: expected a static-shape output, got {out_t}", op.location)
     maps = _maps(op, operands, out_t)
     kernel = _Kernel(op, operands, maps, _loop_extents(op, operands, maps))
     block = BLOCK if kernel.total >= BLOCK else max(WARP, -(-kernel.total // WARP) * WARP)
@@ -123,7 +122,7 @@ def _launch(op: ir.Operation) -> None:
 
 def _dim(expr: ir.AffineExpr, op: ir.Operation) -> int:
     if not isinstance(expr, ir.AffineDimExpr):
-        raise CompileError(f"{where(op)}: error: {PASS_NAME}: output indexing map is not a projection")
+        raise CompileError(f"{PASS_NAME}: output indexing map is not a projection", op.location)
     return expr.position
 
 
@@ -139,7 +138,7 @@ def _loop_extents(op: ir.Operation, operands: Sequence[ir.Value], maps: Sequence
                 extents.setdefault(expr.position, shape[pos])
     n = maps[0].n_dims
     if sorted(extents) != list(range(n)):
-        raise CompileError(f"{where(op)}: error: {PASS_NAME}: some loop of '{op.name}' indexes no operand")
+        raise CompileError(f"{PASS_NAME}: some loop of '{op.name}' indexes no operand", op.location)
     return [extents[d] for d in range(n)]
 
 

@@ -107,8 +107,8 @@ def _build(op: ir.Operation) -> ir.Value:
         axes = sorted({a % rank for a in ir.DenseI64ArrayAttr(op.attributes["axes"])})
         return lb.reduce(xs[0], axes, name.removeprefix("hexir.reduce_"), out)
     raise CompileError(
-        f"{lb.where(op)}: error: {PASS_NAME} cannot lower '{name}'; the linalg path takes graph "
-        "ops only (call_tir belongs to the kernel-level branch: -emit=mlir-tir or -emit=hxb)"
+        f"{PASS_NAME} cannot lower '{name}'; the linalg path takes graph ops only (call_tir "
+        "belongs to the kernel-level branch: -emit=mlir-tir or -emit=hxb)", op.location
     )
 
 

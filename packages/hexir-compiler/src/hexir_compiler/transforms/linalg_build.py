@@ -15,15 +15,6 @@ from hexir_compiler.mlir import arith, ir, linalg, math, tensor
 Body = Callable[..., ir.Value]
 
 
-def where(op: ir.Operation) -> str:
-    """`file:line:col` of an op, or `<unknown>`, for a one-line diagnostic."""
-    loc = str(op.location)
-    if loc.startswith('loc("') and '":' in loc:
-        file, _, rest = loc[len('loc("'):].partition('":')
-        return f"{file}:{rest.rstrip(')')}"
-    return "<unknown>"
-
-
 # --- indexing maps -------------------------------------------------------------------------
 
 def affine(n_dims: int, results: Sequence[int | None]) -> ir.AffineMap:

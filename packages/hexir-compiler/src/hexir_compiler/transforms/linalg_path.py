@@ -130,14 +130,7 @@ def _upstream(module: ir.Module, passes: tuple[str, ...]) -> None:
     try:
         pm.run(module.operation)
     except ir.MLIRError as err:
-        raise CompileError(_first_diagnostic(err, passes)) from None
-
-
-def _first_diagnostic(err: ir.MLIRError, passes: tuple[str, ...]) -> str:
-    diags = err.error_diagnostics
-    if not diags:
-        return f"error: the passes {', '.join(passes)} failed: {err}"
-    first = diags[0]
-    loc = str(first.location)
-    where = loc[len('loc("'):-1].replace('":', ":", 1) if loc.startswith('loc("') else "<unknown>"
-    return f"{where}: error: {first.message}"
+        first = err.error_diagnostics[0] if err.error_diagnostics else None
+        if first is None:
+            raise CompileError(f"the passes {', '.join(passes)} failed: {err}") from None
+        raise CompileError(first.message, first.location) from None
