@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             print(report.facts["sass"], end="")
     if report.error:
         sys.stdout.flush()
-        print(f"{PROG}: error: {report.error}", file=sys.stderr)
+        print(f"{PROG}: error: {listing.printable(report.error)}", file=sys.stderr)
         return 1
     return 0
 

@@ -17,6 +17,17 @@ NO_IMAGE = "none -- the runtime supplies the body"
 
 
 def render(facts: Facts) -> list[str]:
+    return [printable(line) for line in _render(facts)]
+
+
+def printable(text: str) -> str:
+    """`text` with control characters escaped: names come off disk, and a newline or an
+    escape sequence in one must not forge listing lines or drive the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
+def _render(facts: Facts) -> list[str]:
     if "size" not in facts:  # the file could not be read at all
         return []
     lines = [f"{facts['file']}  ({facts['size']} bytes)"]

@@ -20,7 +20,7 @@ from hxb_dump.facts import COMMAND_HEADER, command_size
 
 def verify(module: Module) -> None:
     for index, exe in enumerate(module.executables):
-        _executable(index, exe)
+        _executable(module.version, index, exe)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
     base = program.offset if program else 0
     offset = 0
@@ -28,23 +28,25 @@ def verify(module: Module) -> None:
         offset = _Replay(module, function, base, offset).run()
 
 
-def _executable(index: int, exe: Executable) -> None:
+def _executable(version: int, index: int, exe: Executable) -> None:
     where = f"executable {index} ({exe.name})"
+    axes = 3 if version >= 4 else 2  # version 3 records x and y only
     try:
         params.decode(exe.kind, exe.params, exe.args[0].rank)
     except DumpError as e:
         raise DumpError(f"{where}: {e}") from None
-    geometry = (*exe.grid, *exe.block)
-    if exe.image is None and any(geometry):
-        raise DumpError(f"{where}: launch geometry grid={_dims(exe.grid)} "
-                        f"block={_dims(exe.block)} but no device image; expected all zero")
-    if exe.image is not None and not all(geometry):
-        raise DumpError(f"{where}: device image with launch geometry grid={_dims(exe.grid)} "
-                        f"block={_dims(exe.block)}; expected every extent >= 1")
+    grid, block = exe.grid[:axes], exe.block[:axes]
+    launch = f"grid=({_dims(grid)}) block=({_dims(block)})"
+    if exe.image is None and any((*grid, *block)):
+        raise DumpError(f"{where}: launch geometry {launch} but no device image; expected "
+                        "all zero")
+    if exe.image is not None and not all((*grid, *block)):
+        raise DumpError(f"{where}: device image with launch geometry {launch}; expected every "
+                        "extent >= 1")
 
 
 def _dims(values: tuple[int, ...]) -> str:
-    return "x".join(map(str, values))
+    return ",".join(map(str, values))
 
 
 class _Replay:

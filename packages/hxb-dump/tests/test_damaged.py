@@ -1,0 +1,149 @@
+"""Damaged files: as much listing as is safe, then one error line and exit 1, never a
+traceback."""
+
+from __future__ import annotations
+
+import json
+
+import corruptions
+import hexir_format as hf
+import pytest
+import sample_modules
+from conftest import BUILTIN
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+FULL_LISTING_LINES = 24  # the built-in fixture's listing without --rodata
+
+
+def one_error(r, expect: str = "") -> str:
+    """The single `hxb-dump: error:` line of a failed run."""
+    assert r.rc == 1
+    assert "Traceback" not in r.err
+    lines = r.err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("hxb-dump: error: ")
+    assert expect in lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize("length", range(488))
+def test_every_truncation_of_the_fixture(dump, builtin_bytes, tmp_path, length):
+    path = tmp_path / "cut.hxb"
+    path.write_bytes(builtin_bytes[:length])
+    r = dump(path)
+    one_error(r)
+    lines = r.out.splitlines()
+    assert lines[0] == f"{path}  ({length} bytes)"
+    # every cut loses part of the last section, so the layout is rejected: size line only
+    assert lines == lines[:1]
+
+
+@pytest.mark.parametrize("c", corruptions.V3, ids=lambda c: c.name)
+def test_corrupted_fixture_field(dump, builtin_bytes, tmp_path, c):
+    path = tmp_path / f"{c.name}.hxb"
+    path.write_bytes(c.apply(builtin_bytes))
+    r = dump(path)
+    one_error(r, c.expect)
+    assert r.out.splitlines()[0] == f"{path}  (488 bytes)"
+
+
+def _v4_cases():
+    data = hf.build(sample_modules.kernels())
+    return [(data, c) for c in corruptions.v4(data)]
+
+
+@pytest.mark.parametrize("data, c", _v4_cases(), ids=lambda x: getattr(x, "name", ""))
+def test_corrupted_v4_field(dump, tmp_path, data, c):
+    path = tmp_path / f"{c.name}.hxb"
+    path.write_bytes(c.apply(data))
+    one_error(dump(path), c.expect)
+
+
+def test_layout_survives_when_the_program_does_not(dump, builtin_bytes, tmp_path):
+    """A broken command: the header and section table still print, nothing after them."""
+    path = tmp_path / "bad.hxb"
+    path.write_bytes(corruptions.V3[[c.name for c in corruptions.V3]
+                                   .index("const-kind-unknown")].apply(builtin_bytes))
+    r = dump(path)
+    one_error(r, "unknown kind 99")
+    assert r.out.splitlines()[1:] == [
+        "version 3, flags 0x0, 4 sections",
+        "  symbols      offset=120      size=40",
+        "  program      offset=160      size=176",
+        "  rodata       offset=336      size=64",
+        "  executables  offset=400      size=88",
+    ]
+
+
+def test_a_dangling_reference_still_lists_everything(dump, builtin_bytes, tmp_path):
+    """It parsed, so the whole listing is safe; the error comes after it."""
+    bad = [c for c in corruptions.V3 if c.name == "dispatch-executable"][0]
+    path = tmp_path / "dangling.hxb"
+    path.write_bytes(bad.apply(builtin_bytes))
+    r = dump(path)
+    one_error(r, "executable 1 does not exist")
+    assert len(r.out.splitlines()) == FULL_LISTING_LINES
+    assert "    dispatch  executable=1 argc=3 %0 %1 %2" in r.out.splitlines()
+
+
+def test_json_reports_the_error_with_the_facts_it_has(dump, builtin_bytes, tmp_path):
+    path = tmp_path / "cut.hxb"
+    path.write_bytes(builtin_bytes[:300])
+    r = dump(path, "--json")
+    message = one_error(r)
+    facts = json.loads(r.out)
+    assert facts == {"file": str(path), "size": 300,
+                     "error": message.removeprefix("hxb-dump: error: ")}
+
+
+def test_text_file_is_not_a_module(dump):
+    r = dump(__file__)
+    one_error(r, "this is not a hexir module")
+
+
+def test_missing_file(dump, tmp_path):
+    r = dump(tmp_path / "absent.hxb")
+    one_error(r, f"cannot read '{tmp_path / 'absent.hxb'}': No such file or directory")
+    assert r.out == ""
+
+
+def test_directory(dump, tmp_path):
+    one_error(dump(tmp_path), "Is a directory")
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(module=st.sampled_from(["builtin", "kernels", "small"]),
+       edits=st.lists(st.tuples(st.integers(min_value=0), st.integers(0, 255)), min_size=1,
+                      max_size=4))
+def test_random_byte_edits_never_escape(dump, tmp_path, module, edits):
+    """Whatever bytes change, the outcome is a listing (exit 0) or one error line (exit 1)."""
+    data = bytearray(BUILTIN.read_bytes() if module == "builtin"
+                     else hf.build(sample_modules.MODULES[module]()))
+    for at, value in edits:
+        data[at % len(data)] = value
+    path = tmp_path / "edited.hxb"
+    path.write_bytes(bytes(data))
+    r = dump(path)
+    if r.rc != 0:
+        one_error(r)
+    for flag in ("--json", "--rodata"):
+        assert dump(path, flag).rc == r.rc
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(module=st.sampled_from(["builtin", "kernels", "small"]), word=st.integers(min_value=0),
+       value=st.one_of(st.integers(0, 16), st.integers(0, 2**32 - 1)))
+def test_random_field_values_never_escape(dump, tmp_path, module, word, value):
+    """A whole u32 field (count, offset, size, kind, operand) set to a small or huge value."""
+    data = bytearray(BUILTIN.read_bytes() if module == "builtin"
+                     else hf.build(sample_modules.MODULES[module]()))
+    at = word * 4 % len(data)
+    data[at:at + 4] = value.to_bytes(4, "little")
+    path = tmp_path / "edited.hxb"
+    path.write_bytes(bytes(data))
+    r = dump(path)
+    if r.rc != 0:
+        one_error(r)
