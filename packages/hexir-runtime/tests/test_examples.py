@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import hexir_runtime
+from hexir_runtime import cli
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 NAMES = ("mlp-f32", "mlp-f64", "transformer_block-f32", "transformer_block-f64")
@@ -72,3 +73,15 @@ def test_a_different_input_does_not_match(example):
     name, module, x, expected = example
     out = module.main(np.ascontiguousarray(x[::-1]))
     assert relative_error(out, expected) > 1e3 * TOLERANCE[expected.dtype], name
+
+
+def test_hexir_run_writes_the_output(tmp_path):
+    """The README's command line: `hexir-run <module> --input=@x.npy --output=@out.npz`."""
+    path, x, expected = fixture("transformer_block-f64")
+    np.save(tmp_path / "x.npy", x)
+    rc = cli.main([str(path), f"--input=@{tmp_path / 'x.npy'}",
+                   f"--output=@{tmp_path / 'out.npz'}", "--quiet"])
+    assert rc == 0
+    with np.load(tmp_path / "out.npz", allow_pickle=False) as data:
+        (out,) = (data[key] for key in data.files)
+    assert relative_error(out, expected) <= TOLERANCE[expected.dtype]

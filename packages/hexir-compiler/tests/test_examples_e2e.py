@@ -1,0 +1,109 @@
+"""The example networks end to end: compile examples/*.mlir, run, compare with numpy.
+
+Each program is compiled with the `hexir` CLI (in process), run on the cpu runtime with a
+fresh random input (the seed is in the failure message), and compared with the float64
+numpy reference of examples/reference.py, which reads only the weights from the program.
+With every op placed on cuda the same programs must compile to device code: each executable
+carries an image. The checked-in programs and fixtures must be what the scripts produce.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import pathlib
+import re
+import sys
+
+import hexir_format as hf
+import numpy as np
+import pytest
+
+import hexir_runtime
+from hexir_compiler import cli
+
+ROOT = pathlib.Path(__file__).resolve().parents[3]
+EXAMPLES = ROOT / "examples"
+FIXTURES = ROOT / "fixtures"
+
+
+def _load(name: str):
+    """A script of examples/ as a module (examples/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(f"examples_{name}", EXAMPLES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+reference = _load("reference")
+generate = _load("generate")
+PROGRAMS = tuple(generate.PROGRAMS)
+
+
+def compile_program(program: pathlib.Path, output: pathlib.Path, *flags: str) -> None:
+    rc = cli.main(["-emit=hxb", "-o", str(output), *flags, str(program)])
+    assert rc == 0, f"hexir {' '.join(flags)} {program.name} exited with {rc}"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory) -> dict[str, pathlib.Path]:
+    """Every example compiled for the cpu, once."""
+    out = tmp_path_factory.mktemp("examples")
+    modules = {}
+    for filename in PROGRAMS:
+        modules[filename] = out / f"{filename}.hxb"
+        compile_program(EXAMPLES / filename, modules[filename])
+    return modules
+
+
+@pytest.mark.parametrize("filename", PROGRAMS)
+def test_matches_numpy_on_fresh_inputs(compiled, filename):
+    seed = np.random.SeedSequence().entropy
+    rng = np.random.default_rng(seed)
+    program = EXAMPLES / filename
+    module = hexir_runtime.load(compiled[filename], device="cpu")
+    elem = generate.PROGRAMS[filename][1]
+    for _ in range(2):
+        x = reference.sample_input(program, rng)
+        out = module.main(x)
+        assert out.dtype == x.dtype
+        error = reference.relative_error(out, reference.evaluate(program, x))
+        assert error <= reference.TOLERANCE[elem], (
+            f"{filename}: relative error {error:.3e} with seed {seed}"
+        )
+
+
+def _placed_ops(program: pathlib.Path) -> list[str]:
+    ops = set(re.findall(r'"(hexir\.\w+)"\(', program.read_text()))
+    return sorted(ops - {"hexir.constant"})
+
+
+@pytest.mark.parametrize("filename", PROGRAMS)
+def test_every_op_on_cuda_compiles_to_device_code(tmp_path, filename):
+    program = EXAMPLES / filename
+    placement = ",".join(f"{op}=cuda" for op in _placed_ops(program))
+    output = tmp_path / "cuda.hxb"
+    compile_program(program, output, f"-placement={placement}")
+    module = hf.parse(output.read_bytes())
+    kernels = len(re.findall(r'"hexir\.(?!constant)\w+"\(', program.read_text()))
+    assert len(module.executables) == kernels
+    for exe in module.executables:
+        assert exe.device is hf.Device.CUDA, exe.name
+        assert exe.image is not None and len(exe.image) > 0, f"{exe.name} has no image"
+        assert min(exe.grid) >= 1 and min(exe.block) >= 1, (exe.name, exe.grid, exe.block)
+
+
+def test_checked_in_programs_are_up_to_date():
+    assert generate.main(["--check"]) == 0, "run python examples/generate.py"
+
+
+@pytest.mark.parametrize("filename", PROGRAMS)
+def test_checked_in_fixture_expects_the_reference(filename):
+    """fixtures/<name>.npz holds the reference's answer for the current weights."""
+    elem = generate.PROGRAMS[filename][1]
+    name = f"{generate.PROGRAMS[filename][0].__name__}-{elem}"
+    with np.load(FIXTURES / f"{name}.npz", allow_pickle=False) as data:
+        x, expected = data["input_0"], data["output_0"]
+    want = reference.evaluate(EXAMPLES / filename, x)
+    # The only difference allowed is expected's rounding to the element type.
+    assert reference.relative_error(expected, want) <= np.finfo(expected.dtype).eps
