@@ -36,9 +36,24 @@ PTX = b"""//
 \tret;
 }
 """
-# An ELF64 little-endian header for EM_CUDA (190), as the start of a cubin.
-ELF = b"\x7fELF\x02\x01\x01\x33" + bytes(8) + struct.pack("<HHI", 2, 190, 1) + bytes(40)
-FATBIN = bytes.fromhex("50ED55BA") + struct.pack("<HHQ", 1, 16, 64) + bytes(64)
+# The 64-byte ELF64 header of a cubin: EM_CUDA (190), ELF ABI version 8, sm_90 in e_flags.
+ELF = (b"\x7fELF\x02\x01\x01\x41\x08" + bytes(7)
+       + struct.pack("<HHIQQQIHHHHHH", 2, 190, 1, 0, 0, 0, 0x6005A04, 64, 0, 0, 64, 0, 0))
+
+
+def fatbin(*entries: tuple[int, int, bytes]) -> bytes:
+    """A fatbin of (kind, sm, payload) entries: kind 1 PTX, 2 ELF."""
+    body = b""
+    for kind, sm, payload in entries:
+        payload += bytes(-len(payload) % 8)
+        header = struct.pack("<HHIIIIIII", kind, 0x101, 64, len(payload), 0, len(payload), 0,
+                             0, sm)
+        body += header.ljust(64, b"\0") + payload
+    return struct.pack("<IHHQ", 0xBA55ED50, 1, 16, len(body)) + body
+
+
+FATBIN = fatbin((1, 90, PTX), (2, 90, ELF))
+FATBIN_PTX_ONLY = fatbin((1, 80, PTX))
 
 
 def f32s(*values: float) -> bytes:

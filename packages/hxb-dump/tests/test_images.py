@@ -40,6 +40,23 @@ def test_flavour(blob, flavour):
     assert images.flavour(blob) == flavour
 
 
+def test_what_an_image_targets(real_cubin):
+    assert images.describe(sample_modules.ELF)["target"] == "sm_90"
+    assert images.describe(real_cubin)["target"] == "sm_90"
+    assert images.describe(sample_modules.FATBIN)["contents"] == [
+        {"kind": "PTX", "arch": "sm_90"}, {"kind": "ELF", "arch": "sm_90"}]
+
+
+@pytest.mark.parametrize("blob", [
+    sample_modules.FATBIN[:40],                                 # cut inside an entry
+    sample_modules.FATBIN[:16] + bytes(64),                     # entry header size 0
+    bytes.fromhex("50ED55BA") + bytes(4) + (2**63).to_bytes(8, "little"),  # size past end
+])
+def test_a_fatbin_whose_headers_do_not_add_up_is_just_a_fatbin(blob):
+    facts = images.describe(blob)
+    assert (facts["flavour"], facts["contents"]) == ("fatbin", None)
+
+
 def test_ptx_target():
     assert images.ptx_target(sample_modules.PTX) == "sm_90"
     assert images.ptx_target(b"// no target here\n") is None
@@ -137,6 +154,15 @@ def test_sass_of_ptx_says_there_is_none(dump, tmp_path):
         "hxb-dump: error: kernel 'linear_0' carries PTX text only (the driver compiles it when "
         "the module loads), so there is no SASS to show; compile with -target=cuda:sm_90 to "
         "embed a cubin"]
+
+
+def test_sass_of_a_ptx_only_fatbin_says_there_is_none(dump, tmp_path):
+    path = module_file(tmp_path, one_kernel(sample_modules.FATBIN_PTX_ONLY))
+    assert "fatbin (PTX sm_80)" in dump(path).out
+    r = dump(path, "--sass", "linear_0")
+    assert r.err.splitlines() == [
+        "hxb-dump: error: kernel 'linear_0' carries a fatbin of PTX only, so there is no SASS "
+        "to show; compile with -target=cuda:sm_80 to embed a cubin"]
 
 
 def fake_cuda_home(tmp_path: Path, script: str) -> Path:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 from pathlib import Path
@@ -18,7 +19,12 @@ from pathlib import Path
 from hxb_dump.errors import DumpError
 
 ELF_MAGIC = b"\x7fELF"
+ELF_HEADER = 64
+EM_CUDA = 190
 FATBIN_MAGIC = bytes.fromhex("50ED55BA")
+FATBIN_HEADER = 16
+FATBIN_ENTRY = 40
+FATBIN_KINDS = {1: "PTX", 2: "ELF"}
 PTX_TARGET = re.compile(rb"\.target\s+(sm_\w+)")
 SNIFF_BYTES = 4096
 
@@ -40,10 +46,52 @@ def ptx_target(image: bytes) -> str | None:
     return match.group(1).decode("ascii") if match else None
 
 
+def elf_arch(image: bytes) -> str | None:
+    """The SM a CUDA ELF (e_machine 190) was built for, from e_flags: bits 8-15 since ELF ABI
+    version 8 (CUDA 13), the low byte before it."""
+    if len(image) < ELF_HEADER or struct.unpack_from("<H", image, 18)[0] != EM_CUDA:
+        return None
+    flags = struct.unpack_from("<I", image, 48)[0]
+    sm = (flags >> 8) & 0xFF if image[8] >= 8 else flags & 0xFF
+    return f"sm_{sm}" if sm else None
+
+
+def fatbin_contents(image: bytes) -> list[dict[str, str]] | None:
+    """The entries of a fatbin (PTX or ELF, and for which SM), or None when its headers do not
+    add up. The layout is NVIDIA's undocumented one, read defensively for display only:
+    a 16-byte header (magic, version u16, header size u16, payload size u64), then entries of
+    kind u16, version u16, header size u32, padded payload size u32, ..., sm u32 at +28."""
+    if len(image) < FATBIN_HEADER:
+        return None
+    _, _, header, size = struct.unpack_from("<IHHQ", image, 0)
+    end = header + size
+    if header < FATBIN_HEADER or end > len(image):
+        return None
+    entries, at = [], header
+    while at < end:
+        if end - at < FATBIN_ENTRY:
+            return None
+        kind, _, entry_header, payload = struct.unpack_from("<HHII", image, at)
+        if entry_header < FATBIN_ENTRY or payload > end - at - entry_header:
+            return None
+        sm = struct.unpack_from("<I", image, at + 28)[0]
+        entries.append({"kind": FATBIN_KINDS.get(kind, f"kind{kind}"), "arch": f"sm_{sm}"})
+        at += entry_header + payload
+    return entries
+
+
 def describe(image: bytes) -> dict[str, object]:
+    """Size, flavour and what the image targets (`target` for PTX and ELF, `contents` for a
+    fatbin; None where it cannot be told)."""
     kind = flavour(image)
-    return {"size": len(image), "flavour": kind,
-            "target": ptx_target(image) if kind == "PTX text" else None}
+    facts: dict[str, object] = {"size": len(image), "flavour": kind, "target": None}
+    if kind == "PTX text":
+        facts["target"] = ptx_target(image)
+    elif kind == "ELF cubin":
+        facts["target"] = elf_arch(image)
+    elif kind == "fatbin":
+        facts["contents"] = fatbin_contents(image)
+    return facts
 
 
 def next_step(image: bytes, path: str) -> str:
@@ -92,6 +140,11 @@ def sass(name: str, image: bytes) -> str:
         raise DumpError(f"kernel '{name}' carries PTX text only (the driver compiles it when the "
                         f"module loads), so there is no SASS to show; compile with "
                         f"-target=cuda:{arch} to embed a cubin")
+    contents = fatbin_contents(image) if kind == "fatbin" else None
+    if contents and all(entry["kind"] == "PTX" for entry in contents):
+        arch = contents[0]["arch"]
+        raise DumpError(f"kernel '{name}' carries a fatbin of PTX only, so there is no SASS to "
+                        f"show; compile with -target=cuda:{arch} to embed a cubin")
     if kind == "unknown":
         raise DumpError(f"kernel '{name}' carries a {len(image)}-byte image that is neither an "
                         "ELF cubin nor a fatbin, so cuobjdump cannot read it")

@@ -131,7 +131,12 @@ def _image(e: Facts) -> str:
     image = e["image"]
     if image is None:
         return NO_IMAGE
-    flavour = image["flavour"] + (f" ({image['target']})" if image["target"] else "")
+    flavour = image["flavour"]
+    if image["target"]:
+        flavour += f" ({image['target']})"
+    elif image.get("contents"):
+        entries = ", ".join(f"{c['kind']} {c['arch']}" for c in image["contents"])
+        flavour += f" ({entries})"
     grid = ",".join(map(str, e["grid"]))
     block = ",".join(map(str, e["block"]))
     return f"{image['size']} bytes, {flavour}   launch grid=({grid}) block=({block})"

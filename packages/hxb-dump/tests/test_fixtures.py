@@ -1,0 +1,56 @@
+"""Every checked-in module lists cleanly; every hostile one fails with one error line.
+
+The fixtures are what the compiler writes, so this is where hxb-dump (a second reader) and
+the compiler would be seen to disagree.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import FIXTURES
+
+MODULES = sorted(p for p in FIXTURES.glob("*.hxb"))
+HOSTILE = sorted(p for p in (FIXTURES / "hostile").glob("*.hxb"))
+
+
+def test_the_builtin_fixture_is_there():
+    assert FIXTURES / "builtin.hxb" in MODULES
+
+
+@pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
+def test_fixture_lists(dump, path):
+    r = dump(path)
+    assert (r.rc, r.err) == (0, "")
+    facts = json.loads(dump(path, "--json").out)
+    assert facts["size"] == path.stat().st_size
+    assert len(facts["executables"]) == r.out.count("    device image   ")
+
+
+# Hostile modules that are whole and self-consistent files, refused by the runtime for what
+# it will not run (device placement, CUDA launch limits, writes into constants, descriptors
+# on cuda, a v3 module split across devices). A dump lists them: seeing them is the point.
+RUNTIME_POLICY = {
+    "cpu-kernel-with-image.hxb",
+    "cuda-descriptor.hxb",
+    "launch-block-huge.hxb",
+    "launch-too-many-threads.hxb",
+    "placed-on-cuda.hxb",
+    "split-devices-v3.hxb",
+    "write-into-constant.hxb",
+}
+
+
+@pytest.mark.parametrize("path", HOSTILE or [None], ids=lambda p: p.name if p else "none")
+def test_hostile_fixture(dump, path):
+    """A broken file or reference fails in one line; a runtime-policy case is listed."""
+    if path is None:
+        pytest.skip("fixtures/hostile holds no modules yet")
+    r = dump(path)
+    if path.name in RUNTIME_POLICY:
+        assert (r.rc, r.err) == (0, "")
+        return
+    assert r.rc == 1
+    lines = r.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hxb-dump: error: ")
