@@ -31,7 +31,11 @@ def _ops(lowered: Lowered) -> list[str]:
 def test_compute_ops_become_call_tir_and_the_rest_stays() -> None:
     lowered = Lowered(PROGRAM)
     assert _ops(lowered) == [
-        "hexir.constant", "hexir.call_tir", "hexir.transfer", "hexir.call_tir", "hexir.print",
+        "hexir.constant",
+        "hexir.call_tir",
+        "hexir.transfer",
+        "hexir.call_tir",
+        "hexir.print",
         "func.return",
     ]
     assert [(k.name, k.device, k.kind) for k in lowered.kernels] == [
@@ -60,15 +64,29 @@ def test_kernel_names_skip_symbols_already_taken() -> None:
         (Case("gelu", [(3,)], (3,)), "gelu", [0.0]),
         (Case("gelu", [(3,)], (3,), {"approximate": '"tanh"'}), "gelu", [1.0]),
         (Case("softmax", [(2, 3, 4)], (2, 3, 4), {"axis": "-2 : i64"}), "softmax", [1.0]),
-        (Case("layer_norm", [(2, 4), (4,), (4,)], (2, 4), {"epsilon": "1.0e-03 : f64"}),
-         "layer_norm", [1e-3]),
-        (Case("transpose", [(2, 3, 4)], (4, 2, 3), {"permutation": "array<i64: 2, 0, 1>"}),
-         "transpose", [2.0, 0.0, 1.0]),
+        (
+            Case("layer_norm", [(2, 4), (4,), (4,)], (2, 4), {"epsilon": "1.0e-03 : f64"}),
+            "layer_norm",
+            [1e-3],
+        ),
+        (
+            Case("transpose", [(2, 3, 4)], (4, 2, 3), {"permutation": "array<i64: 2, 0, 1>"}),
+            "transpose",
+            [2.0, 0.0, 1.0],
+        ),
         (Case("reshape", [(2, 6)], (3, 4)), "reshape", []),
-        (Case("reduce_max", [(2, 3, 4)], (3,), {"axes": "array<i64: 2, -3>", "keepdims": "false"}),
-         "reduce_max", [0.0, 0.0, 2.0]),
-        (Case("reduce_sum", [(2, 3)], (2, 1), {"axes": "array<i64: -1>", "keepdims": "true"}),
-         "reduce_sum", [1.0, 1.0]),
+        (
+            Case(
+                "reduce_max", [(2, 3, 4)], (3,), {"axes": "array<i64: 2, -3>", "keepdims": "false"}
+            ),
+            "reduce_max",
+            [0.0, 0.0, 2.0],
+        ),
+        (
+            Case("reduce_sum", [(2, 3)], (2, 1), {"axes": "array<i64: -1>", "keepdims": "true"}),
+            "reduce_sum",
+            [1.0, 1.0],
+        ),
     ],
     ids=lambda v: v.op if isinstance(v, Case) else None,
 )

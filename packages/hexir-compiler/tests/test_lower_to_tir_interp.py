@@ -45,7 +45,13 @@ COPY = """\
   "hextir.return"() : () -> ()
 }}) {{device = "{DEVICE}", function_type = (memref<40xf32>, memref<40xf32>) -> (), hexir.kernel = "mul", hexir.params = array<f64>, sym_name = "k"}} : () -> ()
 """
-GOOD = {"INDEX": "%t", "BOUND": "%c40", "OP": "arith.mulf", "OUTER": "thread_binding", "DEVICE": "cuda"}
+GOOD = {
+    "INDEX": "%t",
+    "BOUND": "%c40",
+    "OP": "arith.mulf",
+    "OUTER": "thread_binding",
+    "DEVICE": "cuda",
+}
 
 
 def _run(**change: str) -> np.ndarray:

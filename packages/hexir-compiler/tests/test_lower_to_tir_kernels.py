@@ -25,7 +25,7 @@ def _shape(rng: np.random.Generator, low: int = 0, high: int = 3, dim: int = 7) 
 
 def _broadcast_operand(rng: np.random.Generator, out: tuple) -> tuple:
     """A shape that numpy-broadcasts to `out`: leading dims dropped, some dims set to 1."""
-    kept = out[rng.integers(0, len(out) + 1):]
+    kept = out[rng.integers(0, len(out) + 1) :]
     return tuple(1 if rng.random() < 0.3 else d for d in kept)
 
 
@@ -54,20 +54,38 @@ def _cases(seed: int) -> list[Case]:
     cases.append(Case("layer_norm", [s, s[-1:], s[-1:]], s, {"epsilon": "1.0e-05 : f64"}))
     s = _shape(rng, 0, 4, 5)
     perm = [int(p) for p in rng.permutation(len(s))]
-    cases.append(Case("transpose", [s], tuple(s[p] for p in perm),
-                      {"permutation": f"array<i64{': ' if perm else ''}{', '.join(map(str, perm))}>"}))
+    cases.append(
+        Case(
+            "transpose",
+            [s],
+            tuple(s[p] for p in perm),
+            {"permutation": f"array<i64{': ' if perm else ''}{', '.join(map(str, perm))}>"},
+        )
+    )
     s = _shape(rng, 0, 3)
     target = (math.prod(s),) if rng.random() < 0.5 else (*reversed(s), 1)
     cases.append(Case("reshape", [s], target))
     for op in ("reduce_sum", "reduce_mean", "reduce_max"):
         s = _shape(rng, 1, 4, 5)
         count = int(rng.integers(1, len(s) + 1))
-        axes = [int(a) - len(s) * int(rng.integers(0, 2)) for a in rng.choice(len(s), count, replace=False)]
+        axes = [
+            int(a) - len(s) * int(rng.integers(0, 2))
+            for a in rng.choice(len(s), count, replace=False)
+        ]
         keepdims = bool(rng.integers(0, 2))
         norm = {a % len(s) for a in axes}
         out = tuple(1 if i in norm else d for i, d in enumerate(s) if keepdims or i not in norm)
-        cases.append(Case(op, [s], out, {"axes": f"array<i64: {', '.join(map(str, axes))}>",
-                                         "keepdims": str(keepdims).lower()}))
+        cases.append(
+            Case(
+                op,
+                [s],
+                out,
+                {
+                    "axes": f"array<i64: {', '.join(map(str, axes))}>",
+                    "keepdims": str(keepdims).lower(),
+                },
+            )
+        )
     return cases
 
 
@@ -117,8 +135,10 @@ def test_matmul_cuda_geometry(rows: int, cols: int, grid: list, block: list) -> 
     assert_close(out, reference(case, inputs), "f64")
 
 
-@pytest.mark.parametrize(("size", "grid", "block"), [(1, 1, 32), (40, 1, 64), (256, 1, 256),
-                                                     (1000, 4, 256), (1024, 4, 256)])
+@pytest.mark.parametrize(
+    ("size", "grid", "block"),
+    [(1, 1, 32), (40, 1, 64), (256, 1, 256), (1000, 4, 256), (1024, 4, 256)],
+)
 def test_elementwise_cuda_geometry(size: int, grid: int, block: int) -> None:
     case = Case("exp", [(size,)], (size,))
     lowered = Lowered(case.program("f32", "cuda"))
@@ -128,7 +148,10 @@ def test_elementwise_cuda_geometry(size: int, grid: int, block: int) -> None:
 
 
 def test_reduce_max_propagates_nan_and_relu_drops_it() -> None:
-    for op, x, want in (("reduce_max", [1.0, np.nan, 3.0], [np.nan]), ("relu", [np.nan, -1.0, 2.0], [0.0, 0.0, 2.0])):
+    for op, x, want in (
+        ("reduce_max", [1.0, np.nan, 3.0], [np.nan]),
+        ("relu", [np.nan, -1.0, 2.0], [0.0, 0.0, 2.0]),
+    ):
         out_shape = (1,) if op == "reduce_max" else (3,)
         attrs = {"axes": "array<i64: 0>", "keepdims": "true"} if op == "reduce_max" else {}
         case = Case(op, [(3,)], out_shape, attrs)
@@ -140,8 +163,9 @@ def test_reduce_max_propagates_nan_and_relu_drops_it() -> None:
             np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("case", [p for p in PARAMS if p.values[0].op != "linear"
-                                  or len(p.values[0].inputs[0]) >= 2])
+@pytest.mark.parametrize(
+    "case", [p for p in PARAMS if p.values[0].op != "linear" or len(p.values[0].inputs[0]) >= 2]
+)
 def test_kind_and_params_drive_the_runtime_reference_to_the_same_values(case: Case) -> None:
     """What the serializer writes (kind, params, argument types) means the same to the
     runtime's numpy bodies as the kernel body says. (A vector input to linear is left out:
@@ -161,3 +185,21 @@ def test_kind_and_params_drive_the_runtime_reference_to_the_same_values(case: Ca
     theirs = np.full(case.output, np.nan)
     kernels.run(kind, kernel.params, inputs, theirs)
     assert_close(ours, theirs, "f64")
+
+
+@pytest.mark.parametrize("case", PARAMS)
+def test_the_interpreted_launch_is_the_one_hextir_to_gpu_records(case: Case) -> None:
+    """The grid and block tir_interp ran are what the GPU lowering will launch with."""
+    from hexir_compiler.transforms import hextir_to_gpu
+
+    lowered = Lowered(case.program("f32", "cuda"))
+    (kernel,) = lowered.kernels
+    with lowered.context:
+        hextir_to_gpu.run(lowered.module)
+        (gpu_module,) = [
+            op.operation
+            for op in lowered.module.body.operations
+            if op.operation.name == "gpu.module"
+        ]
+        assert list(gpu_module.attributes["hexir.grid"]) == kernel.grid
+        assert list(gpu_module.attributes["hexir.block"]) == kernel.block

@@ -39,7 +39,7 @@ class InterpError(AssertionError):
 class _Thread:
     """Per-run state: slot values, the current owner (thread or parallel iterations)."""
 
-    def __init__(self, size: int, buffers: list[np.ndarray], launch: "_Launch") -> None:
+    def __init__(self, size: int, buffers: list[np.ndarray], launch: _Launch) -> None:
         self.env: list = [None] * size
         self.buffers = buffers
         self.launch = launch
@@ -59,7 +59,9 @@ class _Launch:
         previous = self.writers.get(key)
         if previous is not None and _conflict(previous, owner):
             what = "writes" if write else "reads"
-            raise InterpError(f"race: {owner} {what} buffer #{buffer}{list(index)} written by {previous}")
+            raise InterpError(
+                f"race: {owner} {what} buffer #{buffer}{list(index)} written by {previous}"
+            )
         if write:
             self.writers[key] = owner
 
@@ -67,7 +69,7 @@ class _Launch:
 def _conflict(a: tuple, b: tuple) -> bool:
     if a and a[0] == "thread":
         return a != b
-    for (loop_a, iv_a), (loop_b, iv_b) in zip(a, b):
+    for (loop_a, iv_a), (loop_b, iv_b) in zip(a, b, strict=False):
         if loop_a != loop_b:
             return False
         if iv_a != iv_b:
@@ -115,14 +117,14 @@ class Kernel:
     def _launch(self, buffers: list[np.ndarray], launch: _Launch) -> None:
         for block in itertools.product(*(range(n) for n in reversed(self.grid))):
             for thread in itertools.product(*(range(n) for n in reversed(self.block))):
-                coords = {f"blockIdx.{a}": i for a, i in zip(AXES, reversed(block))}
-                coords |= {f"threadIdx.{a}": i for a, i in zip(AXES, reversed(thread))}
+                coords = {f"blockIdx.{a}": i for a, i in zip(AXES, reversed(block), strict=True)}
+                coords |= {f"threadIdx.{a}": i for a, i in zip(AXES, reversed(thread), strict=True)}
                 self._run(buffers, launch, coords, ("thread", block, thread))
 
     def _run(self, buffers, launch, coords, owner) -> None:
         t = _Thread(len(self._slots), buffers, launch)
         t.coords, t.owner = coords, owner
-        for slot, buffer in zip(self._args, buffers):
+        for slot, buffer in zip(self._args, buffers, strict=True):
             t.env[slot] = buffer
         with np.errstate(all="ignore"):
             for step in self._body:
@@ -161,8 +163,11 @@ class Kernel:
             value = _constant(op)
             out = outs[0]
             return lambda t: t.env.__setitem__(out, value)
-        fn = _SCALAR.get(name) or (name == "arith.cmpi" and _cmpi(op)) or (
-            name == "arith.cmpf" and _cmpf(op))
+        fn = (
+            _SCALAR.get(name)
+            or (name == "arith.cmpi" and _cmpi(op))
+            or (name == "arith.cmpf" and _cmpf(op))
+        )
         if not fn:
             raise InterpError(f"no semantics for '{name}' (not an op the device lowering takes)")
         out = outs[0]
@@ -210,7 +215,9 @@ class Kernel:
         def access(t: _Thread) -> None:
             array = t.env[buffer]
             index = tuple(t.env[i] for i in indices)
-            if len(index) != array.ndim or any(not 0 <= i < n for i, n in zip(index, array.shape)):
+            if len(index) != array.ndim or any(
+                not 0 <= i < n for i, n in zip(index, array.shape, strict=True)
+            ):
                 raise InterpError(f"buffer #{number} of shape {array.shape} indexed at {index}")
             t.launch.touch(t.owner, number, index, write)
             if write:
@@ -239,12 +246,12 @@ def _run_for(t, ins, outs, params, body, yielded, parallel: bool) -> None:
         if parallel:
             t.owner = (*owner, (instance, iv))
         t.env[params[0]] = iv
-        for slot, value in zip(params[1:], carried):
+        for slot, value in zip(params[1:], carried, strict=True):
             t.env[slot] = value
         _run_all(t, body)
         carried = [t.env[i] for i in yielded]
     t.owner = owner
-    for slot, value in zip(outs, carried):
+    for slot, value in zip(outs, carried, strict=True):
         t.env[slot] = value
 
 
@@ -274,8 +281,12 @@ def _constant_operand(op: ir.Operation, i: int) -> int:
 _FLOAT = {"f32": np.float32, "f64": np.float64}
 _CMPI = {0: "eq", 1: "ne", 2: "lt", 3: "le", 4: "gt", 5: "ge", 6: "lt", 7: "le", 8: "gt", 9: "ge"}
 _COMPARE = {
-    "eq": lambda a, b: a == b, "ne": lambda a, b: a != b, "lt": lambda a, b: a < b,
-    "le": lambda a, b: a <= b, "gt": lambda a, b: a > b, "ge": lambda a, b: a >= b,
+    "eq": lambda a, b: a == b,
+    "ne": lambda a, b: a != b,
+    "lt": lambda a, b: a < b,
+    "le": lambda a, b: a <= b,
+    "gt": lambda a, b: a > b,
+    "ge": lambda a, b: a >= b,
 }
 # Ordered float predicates (false when either side is NaN), by arith.cmpf's numbering.
 _CMPF = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le", 6: "ne"}

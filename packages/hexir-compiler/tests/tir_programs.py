@@ -10,11 +10,11 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
+from tir_interp import Kernel
 
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir, passmanager
 from hexir_compiler.transforms.hexir_lower_to_tir import PASS_NAME, hexir_lower_to_tir
-from tir_interp import Kernel
 
 DTYPES = {"f32": np.float32, "f64": np.float64}
 
@@ -83,8 +83,9 @@ def reference(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
         case "linear" | "matmul":
             return np.matmul(xs[0], xs[1])
         case "add" | "sub" | "mul" | "div":
-            return {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-                    "div": np.divide}[case.op](xs[0], xs[1])
+            return {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide}[
+                case.op
+            ](xs[0], xs[1])
         case "relu":
             return np.where(x > 0, x, 0.0)
         case "sigmoid":

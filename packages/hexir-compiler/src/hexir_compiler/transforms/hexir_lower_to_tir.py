@@ -139,6 +139,6 @@ def _device(op: ir.Operation) -> str:
     device = ir.StringAttr(op.attributes["device"]).value
     if device not in DEVICES:
         raise CompileError(
-            f"{op.name}: device must be \"cpu\" or \"cuda\", found \"{device}\"", op.location
+            f'{op.name}: device must be "cpu" or "cuda", found "{device}"', op.location
         )
     return device

@@ -8,6 +8,7 @@ names, operand order, attribute names), not the Python classes that declare them
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
@@ -87,14 +88,7 @@ class KernelBuilder:
             self._constants[key] = result
         return self._constants[key]
 
-    # -- index arithmetic (folds the trivial cases so the printed IR stays readable) --------
-
-    def add(self, a: ir.Value, b: ir.Value | int) -> ir.Value:
-        if isinstance(b, int):
-            if b == 0:
-                return a
-            b = self.index(b)
-        return arith.addi(a, b)
+    # -- index arithmetic (multiplying by 1 is skipped, so the printed IR stays readable) ----
 
     def mul(self, a: ir.Value, b: int) -> ir.Value:
         return a if b == 1 else arith.muli(a, self.index(b))
@@ -108,7 +102,7 @@ class KernelBuilder:
 
     def delinearize(self, flat: ir.Value, shape: Sequence[int]) -> list[ir.Value]:
         """Row-major coordinates of `flat` in `shape`; the caller guarantees flat < size."""
-        total = product(shape)
+        total = math.prod(shape)
         coords: list[ir.Value] = []
         stride = 1
         for extent in reversed(shape):
@@ -188,11 +182,3 @@ class KernelBuilder:
 
 def _yield(values: Sequence[ir.Value]) -> None:
     ir.Operation.create("hextir.yield", operands=list(values))
-
-
-def product(shape: Sequence[int]) -> int:
-    """Element count of a static shape (1 for rank 0)."""
-    total = 1
-    for extent in shape:
-        total *= extent
-    return total

@@ -10,9 +10,9 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable
 
+from hexir_compiler import shapes
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
-from hexir_compiler import shapes
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import parallel
@@ -84,7 +84,7 @@ def plan_gelu(op: GraphOp) -> Kernel:
     approximate = op.string_attr("approximate", "none")
     if approximate not in GELU_APPROXIMATIONS:
         raise CompileError(
-            f"hexir.gelu: approximate must be \"none\" or \"tanh\", found \"{approximate}\""
+            f'hexir.gelu: approximate must be "none" or "tanh", found "{approximate}"'
         )
     scalar = _gelu_tanh if approximate == "tanh" else _gelu_erf
     return Kernel("gelu", lambda b: _map(b, op, scalar), (GELU_APPROXIMATIONS[approximate],))

@@ -9,9 +9,11 @@ numpy reference does); layer_norm uses the biased variance over the last dimensi
 
 from __future__ import annotations
 
+import math as pymath
+
 from hexir_compiler import shapes
 from hexir_compiler.mlir import arith, ir, math
-from hexir_compiler.transforms.tir.builder import KernelBuilder, product
+from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.schedule import parallel
 
@@ -35,11 +37,13 @@ def plan_softmax(op: GraphOp) -> Kernel:
                 return math.exp(arith.subf(b.load(x, at(k)), peak))
 
             (peak,) = b.fold(
-                [shape[axis]], [b.float(NEG_INF)],
+                [shape[axis]],
+                [b.float(NEG_INF)],
                 lambda k, c: [arith.maximumf(c[0], b.load(x, at(k[0])))],
             )
             (total,) = b.fold(
-                [shape[axis]], [b.float(0.0)],
+                [shape[axis]],
+                [b.float(0.0)],
                 lambda k, c: [arith.addf(c[0], shifted_exp(k[0], peak))],
             )
             with b.loop(shape[axis], "serial") as k:
@@ -63,12 +67,14 @@ def plan_layer_norm(op: GraphOp) -> Kernel:
                 return arith.subf(b.load(x, [*coords, k]), mean)
 
             (total,) = b.fold(
-                [depth], [b.float(0.0)],
+                [depth],
+                [b.float(0.0)],
                 lambda k, c: [arith.addf(c[0], b.load(x, [*coords, k[0]]))],
             )
             mean = arith.divf(total, count)
             (squares,) = b.fold(
-                [depth], [b.float(0.0)],
+                [depth],
+                [b.float(0.0)],
                 lambda k, c: [arith.addf(c[0], _square(centered(k[0], mean)))],
             )
             spread = math.sqrt(arith.addf(arith.divf(squares, count), b.float(epsilon)))
@@ -105,7 +111,7 @@ def plan_reduce(op: GraphOp) -> Kernel:
 
             (value,) = b.fold(reduced, [b.float(start)], step)
             if op.mnemonic == "reduce_mean":
-                value = arith.divf(value, b.float(float(product(reduced))))
+                value = arith.divf(value, b.float(float(pymath.prod(reduced))))
             at = [outer[d] if d in outer else b.index(0) for d in range(len(shape))]
             b.store(value, out, at if keepdims else coords)
 

@@ -18,12 +18,13 @@ Reduction axes are never in the space: kernels run them as serial loops inside o
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
-from hexir_compiler.transforms.tir.builder import KernelBuilder, product
+from hexir_compiler.transforms.tir.builder import KernelBuilder
 
 THREADS = 256
 WARP = 32
@@ -54,7 +55,7 @@ def matrix(
         return
     ty = min(TILE, _next_power_of_two(rows))
     tx = max(WARP // ty, min(_next_power_of_two(cols), THREADS // ty))
-    grid_y, grid_x, grid_z = _blocks(rows, ty), _blocks(cols, tx), max(1, product(batch))
+    grid_y, grid_x, grid_z = _blocks(rows, ty), _blocks(cols, tx), max(1, math.prod(batch))
     _check_grid("y", grid_y, MAX_GRID_YZ)
     _check_grid("z", grid_z, MAX_GRID_YZ)
     _check_grid("x", grid_x, MAX_GRID_X)
@@ -66,8 +67,8 @@ def matrix(
         bx = stack.enter_context(b.loop(grid_x, "thread_binding", "blockIdx.x"))
         iy = stack.enter_context(b.loop(ty, "thread_binding", "threadIdx.y"))
         ix = stack.enter_context(b.loop(tx, "thread_binding", "threadIdx.x"))
-        row = b.add(b.mul(by, ty), iy)
-        col = b.add(b.mul(bx, tx), ix)
+        row = arith.addi(b.mul(by, ty), iy)
+        col = arith.addi(b.mul(bx, tx), ix)
         checks = [
             b.less_than(index, extent)
             for index, extent, covered in ((row, rows, grid_y * ty), (col, cols, grid_x * tx))
@@ -89,7 +90,7 @@ def _parallel_nest(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir
 
 @contextmanager
 def _flat_threads(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.Value]]:
-    size = product(extents)
+    size = math.prod(extents)
     threads = min(THREADS, max(WARP, _blocks(size, WARP) * WARP))
     blocks = _blocks(size, threads)
     _check_grid("x", blocks, MAX_GRID_X)
@@ -97,7 +98,7 @@ def _flat_threads(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.
         b.loop(blocks, "thread_binding", "blockIdx.x") as block,
         b.loop(threads, "thread_binding", "threadIdx.x") as thread,
     ):
-        flat = b.add(b.mul(block, threads), thread)
+        flat = arith.addi(b.mul(block, threads), thread)
         condition = None if blocks * threads == size else b.less_than(flat, size)
         with b.guard(condition):
             yield b.delinearize(flat, extents)
