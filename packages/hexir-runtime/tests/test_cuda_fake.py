@@ -118,3 +118,15 @@ def test_cpu_module_with_cuda_available_stays_on_cpu(builtin_hxb):
         assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
         assert [d.name for d in m.devices_used()] == ["cpu"]
     assert fake.calls["cuMemAlloc"] == 0 and fake.calls["cuLaunchKernel"] == 0
+
+
+def test_the_compilers_cuda_fixture_runs_on_the_fake_driver(builtin_hxb):
+    """fixtures/builtin-cuda.hxb (v4, written by hexir-compiler): constants on the GPU, the
+    product copied to the cpu for the PRINT."""
+    path = builtin_hxb.parent / "builtin-cuda.hxb"
+    fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+    with hr.load(path, device="cuda", driver=fake) as m:
+        for _ in range(2):
+            assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
+    assert fake.copies == {"cuMemcpyHtoD": 2, "cuMemcpyDtoH": 2, "cuMemcpyDtoD": 0}
+    assert fake.calls["cuModuleLoadData"] == 1 and fake.calls["cuCtxSynchronize"] == 2

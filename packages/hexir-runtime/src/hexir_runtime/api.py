@@ -20,7 +20,7 @@ from hexir_format import Device, TensorType
 
 from hexir_runtime import hal
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
-from hexir_runtime.interpreter import Execution, Printer, Resident, execute
+from hexir_runtime.interpreter import Execution, Printer, Resident, execute, prepare
 from hexir_runtime.loader import MappedModule
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_module
 
@@ -110,13 +110,22 @@ class Module:
 
     # ---- running -------------------------------------------------------------------------
 
+    def prepare(self, entry: str = "main") -> EntryPoint:
+        """The entry point, once this load is known to have every device it needs and its
+        kernels are loaded; running it later cannot fail for those reasons."""
+        prepare(self._live(), self._plan(entry))
+        return self._entries[entry]
+
     def execute(self, entry: str = "main", inputs: Sequence[Any] = (),
                 on_print: Printer | None = None) -> Execution:
         """Run `entry`; `on_print` sees each PRINTed array as it is printed."""
+        plan = self._plan(entry)
+        return execute(self._live(), plan, check_inputs(plan, inputs), on_print)
+
+    def _live(self) -> Resident:
         if self._resident is None:
             raise ClosedError(f"module '{self.path}' is closed")
-        plan = self._plan(entry)
-        return execute(self._resident, plan, check_inputs(plan, inputs), on_print)
+        return self._resident
 
     def run(self, entry: str = "main", *inputs: Any) -> list[np.ndarray]:
         """Run `entry` and return what it printed, one array per PRINT."""

@@ -134,7 +134,7 @@ def run_module(opts: Options, out: TextIO) -> int:
         raise HexirError(f"cannot load '{opts.path}': invalid module: {e}") from None
     with module:
         try:
-            module[opts.entry]
+            module.prepare(opts.entry)
         except EntryNotFound as e:
             raise HexirError(f"{opts.entry} failed: not found: {e}") from None
         if not opts.quiet:

@@ -68,15 +68,20 @@ class Execution:
 Printer = Callable[[np.ndarray], None]
 
 
-def execute(resident: Resident, plan: EntryPlan, inputs: Sequence[np.ndarray],
-            on_print: Printer | None = None) -> Execution:
-    """Run `plan` with `inputs` (already checked against its signature)."""
+def prepare(resident: Resident, plan: EntryPlan) -> None:
+    """Refuse a plan this load cannot place, and load its executables (once per load)."""
     check_placement(plan, set(resident.devices))
-    for index in plan.executables:  # load images before the first command runs
+    for index in plan.executables:
         try:
             resident.executable(index)
         except DeviceError as e:
             raise ExecutionError(f"{plan.name}: {e}") from None
+
+
+def execute(resident: Resident, plan: EntryPlan, inputs: Sequence[np.ndarray],
+            on_print: Printer | None = None) -> Execution:
+    """Run `plan` with `inputs` (already checked against its signature)."""
+    prepare(resident, plan)  # before the first command runs
     return _Run(resident, plan, on_print).go(inputs)
 
 
