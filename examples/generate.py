@@ -46,6 +46,12 @@ class Program:
         self.elem = elem
         self.lines: list[str] = []
         self.types: dict[str, str] = {}
+        self.arguments: list[str] = []
+
+    def argument(self, name: str, shape: tuple[int, ...]) -> str:
+        self.types[name] = tensor_type(shape, self.elem)
+        self.arguments.append(name)
+        return name
 
     def constant(self, name: str, value: np.ndarray) -> str:
         data = np.ascontiguousarray(value, dtype=DTYPES[self.elem])
@@ -72,8 +78,8 @@ class Program:
         self.op(f"{name}_mm", "linear", [x, w], shape)
         return self.op(name, "add", [f"{name}_mm", b], shape)
 
-    def render(self, title: str, inputs: dict[str, tuple[int, ...]], output: str) -> str:
-        params = ", ".join(f"%{n}: {tensor_type(s, self.elem)}" for n, s in inputs.items())
+    def render(self, title: str, output: str) -> str:
+        params = ", ".join(f"%{n}: {self.types[n]}" for n in self.arguments)
         out_ty = self.types[output]
         body = "".join(f"  {line}\n" for line in self.lines)
         return (
@@ -107,10 +113,9 @@ def mlp_weights() -> dict[str, np.ndarray]:
 def mlp(elem: str) -> str:
     w = mlp_weights()
     p = Program(elem)
+    h = p.argument("x", (MLP_BATCH, MLP_SIZES[0]))
     for name, value in w.items():
         p.constant(name, value)
-    h = "x"
-    p.types["x"] = tensor_type((MLP_BATCH, MLP_SIZES[0]), elem)
     layers = len(MLP_SIZES) - 1
     for i in range(1, layers + 1):
         shape = (MLP_BATCH, MLP_SIZES[i])
@@ -119,7 +124,7 @@ def mlp(elem: str) -> str:
             h = p.op(f"a{i}", "relu", [h], shape)
     out = p.op("probs", "softmax", [h], (MLP_BATCH, MLP_SIZES[-1]), "axis = -1 : i64")
     title = f"MLP 784-256-128-10 (ReLU, softmax), batch {MLP_BATCH}, {elem}"
-    return p.render(title, {"x": (MLP_BATCH, MLP_SIZES[0])}, out)
+    return p.render(title, out)
 
 
 def transformer_block_weights() -> dict[str, np.ndarray]:
@@ -143,9 +148,9 @@ def transformer_block_weights() -> dict[str, np.ndarray]:
 def transformer_block(elem: str) -> str:
     b, s, d, h, dh, f = TB_BATCH, TB_SEQ, TB_MODEL, TB_HEADS, TB_HEAD, TB_FFN
     p = Program(elem)
+    p.argument("x", (b, s, d))
     for name, value in transformer_block_weights().items():
         p.constant(name, value)
-    p.types["x"] = tensor_type((b, s, d), elem)
     eps = f"epsilon = {LN_EPSILON:.1e} : f64"
     p.op("ln1", "layer_norm", ["x", "ln1_gamma", "ln1_beta"], (b, s, d), eps)
     for proj in ("q", "k", "v"):
@@ -170,7 +175,7 @@ def transformer_block(elem: str) -> str:
     out = p.op("y", "add", ["h", "ffn2"], (b, s, d))
     title = (f"Transformer block (d_model {d}, {h} heads, FFN {f} with GELU, pre-LayerNorm, "
              f"residuals), batch {b}, sequence {s}, {elem}")
-    return p.render(title, {"x": (b, s, d)}, out)
+    return p.render(title, out)
 
 
 # File name -> (network, element type). f32 is the default spelling; f64 carries a suffix.
