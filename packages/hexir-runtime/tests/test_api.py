@@ -157,3 +157,14 @@ def test_mapping_is_read_only(builtin_hxb):
         assert m._mapped._map.__class__ is mmap.mmap
         with pytest.raises(TypeError):
             m._mapped._map[0] = 0
+
+
+def test_a_buffer_placed_on_cuda_without_any_kernel_there_is_refused(tmp_path):
+    t = hf.TensorType(hf.DType.F64, (2,))
+    slots = (hf.Slot(hf.Device.CPU, t), hf.Slot(hf.Device.CUDA, t), hf.Slot(hf.Device.CPU, t))
+    main = hf.Function("main", (hf.Command.input(0, 0), hf.Command.copy(1, 0),
+                                hf.Command.copy(2, 1), hf.Command.output(2, 0)))
+    path = modules.write(tmp_path, "copy.hxb", hf.Module(4, (main,), b"", (), slots))
+    with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
+        m.main(np.ones(2))
+    assert str(info.value) == "slot 1 (command 1, copy) is placed on cuda but the active device is cpu"

@@ -77,3 +77,23 @@ def test_output_to_npy_needs_exactly_one_result(tmp_path):
     assert code == 0 and np.load(tmp_path / "y.npy").shape == (2, 4)
     code, _, err = run(path, "--input=2x3xf32=1", f"--output={tmp_path / 'y.npy'}", "-q")
     assert code == 1 and "expected @FILE.npz or @FILE.npy" in err
+
+
+def test_banner_is_byte_exact(builtin_hxb):
+    code, out, _ = run(builtin_hxb)
+    assert code == 0
+    assert out.splitlines()[3:8] == [
+        "  [0] symbols      offset=120        size=40",
+        "  [1] program      offset=160        size=176",
+        "  [2] rodata       offset=336        size=64",
+        "  [3] executables  offset=400        size=88",
+        "device        : cpu",
+    ]
+
+
+def test_print_uses_c_percent_f():
+    from hexir_runtime.cli import print_rows
+    out = io.StringIO()
+    print_rows(np.array([[-0.0, 1e20, 1 / 3], [np.inf, -np.inf, np.nan]]), out)
+    assert out.getvalue() == ("-0.000000 100000000000000000000.000000 0.333333 \n"
+                              "inf -inf nan \n")

@@ -24,6 +24,6 @@ from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, Signature
 
 __all__ = [
     "DEFAULT_MAX_ALLOC_BYTES", "ClosedError", "DeviceError", "EntryNotFound", "EntryPoint",
-    "Execution", "ExecutionError", "HexirError", "InputError", "LoadError", "Module", "PlacementError",
-    "RuntimeFailure", "Signature", "ValidationError", "__version__", "load",
+    "Execution", "ExecutionError", "HexirError", "InputError", "LoadError", "Module",
+    "PlacementError", "RuntimeFailure", "Signature", "ValidationError", "__version__", "load",
 ]

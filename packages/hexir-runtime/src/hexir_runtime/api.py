@@ -39,7 +39,8 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
         types = ", ".join(map(str, want)) or "none"
         raise InputError(f"{plan.name} takes {len(want)} input{'s' * (len(want) != 1)} "
                          f"({types}), got {len(inputs)}")
-    return [_check_input(plan.name, i, x, t) for i, (x, t) in enumerate(zip(inputs, want))]
+    pairs = enumerate(zip(inputs, want, strict=True))
+    return [_check_input(plan.name, i, x, t) for i, (x, t) in pairs]
 
 
 def _check_input(entry: str, index: int, x: Any, t: TensorType) -> np.ndarray:

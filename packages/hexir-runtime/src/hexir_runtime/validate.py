@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass, field
 
 import hexir_format as hf
-from hexir_format import Command, Device, Op, TensorType
+from hexir_format import Command, Device, TensorType
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import PlacementError, ValidationError
@@ -143,8 +143,9 @@ class _EntryChecker:
     command: Command = field(default_factory=Command.end)
 
     def run(self) -> EntryPlan:
-        for self.index, self.command in enumerate(self.function.commands):
-            getattr(self, f"_{self.command.op}")(self.command)
+        for index, command in enumerate(self.function.commands):
+            self.index, self.command = index, command
+            getattr(self, f"_{command.op}")(command)  # `_alloc`, `_const`, ... by op name
         self.index, self.command = len(self.function.commands), Command.end()
         signature = Signature(self._dense(self.inputs, "input"),
                               self._dense(self.outputs, "output"))

@@ -1,0 +1,84 @@
+"""On a machine with a GPU: the cuda backend for real, against the cpu backend.
+
+Skipped cleanly where there is no CUDA driver or no cuda-python. The modules carry the
+hand-written PTX matmul of `modules.ptx_matmul`, which the driver JIT-compiles for the GPU.
+"""
+
+import hexir_format as hf
+import modules
+import numpy as np
+import pytest
+from hexir_format import Command, Function, Slot
+
+import hexir_runtime as hr
+from hexir_runtime import hal
+
+
+def _gpu_or_skip() -> None:
+    try:
+        hal.create_device("cuda").close()
+    except hr.DeviceError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu():
+    _gpu_or_skip()
+
+
+def test_selftest_roundtrip():
+    device = hal.create_device("cuda")
+    try:
+        buf = device.allocate(32)
+        device.write(buf, np.arange(4.0))
+        device.wait()
+        assert device.read(buf).view(np.float64).tolist() == [0.0, 1.0, 2.0, 3.0]
+        device.release(buf)
+    finally:
+        device.close()
+
+
+def test_builtin_on_the_gpu_matches_the_cpu(tmp_path, builtin_hxb):
+    path = modules.write(tmp_path, "gpu.hxb", modules.builtin(modules.CUDA))
+    with hr.load(path, device="cuda") as gpu, hr.load(builtin_hxb) as cpu:
+        for _ in range(3):
+            np.testing.assert_array_equal(gpu.run()[0], cpu.run()[0])
+
+
+def test_the_compilers_cuda_fixture(builtin_hxb):
+    with hr.load(builtin_hxb.parent / "builtin-cuda.hxb", device="cuda") as m:
+        assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
+
+
+@pytest.mark.parametrize("m,n,k", [(37, 53, 29), (128, 1, 300), (1, 257, 3), (64, 64, 64)])
+def test_random_matmuls_match_the_cpu(tmp_path, m, n, k):
+    """Inputs on the cpu, copied to the GPU, multiplied there, copied back."""
+    exe = modules.matmul_exe("linear_0", m, n, k, modules.CUDA)
+    a, b, c = exe.args
+    slots = (Slot(modules.CPU, a), Slot(modules.CPU, b), Slot(modules.CUDA, a),
+             Slot(modules.CUDA, b), Slot(modules.CUDA, c), Slot(modules.CPU, c))
+    main = Function("main", (Command.input(0, 0), Command.input(1, 1), Command.copy(2, 0),
+                             Command.copy(3, 1), Command.alloc(4, c.nbytes),
+                             Command.dispatch(0, (2, 3, 4)), Command.copy(5, 4),
+                             Command.output(5, 0)))
+    path = modules.write(tmp_path, "mm.hxb", hf.Module(4, (main,), b"", (exe,), slots))
+    rng = np.random.default_rng(m * n * k)
+    with hr.load(path, device="cuda") as gpu:
+        for _ in range(3):  # fresh inputs every call, the image loaded once
+            x, y = rng.standard_normal(a.shape), rng.standard_normal(b.shape)
+            np.testing.assert_allclose(gpu.main(x, y), x @ y, rtol=1e-12, atol=1e-12)
+
+
+def test_a_fault_or_bad_image_is_a_one_line_error(tmp_path):
+    module = modules.builtin(modules.CUDA)
+    exe = module.executables[0]
+    bad = hf.Executable(exe.name, exe.kind, exe.device, exe.args, (), b"not an image at all",
+                        exe.grid, exe.block)
+    path = modules.write(tmp_path, "bad.hxb", hf.Module(3, module.functions, module.rodata,
+                                                        (bad,)))
+    with hr.load(path, device="cuda") as m, pytest.raises(hr.ExecutionError) as info:
+        m.run()
+    assert "cuModuleLoadData" in str(info.value) and "CUDA_ERROR_" in str(info.value)
