@@ -1,0 +1,19 @@
+"""Print a .hxb module's version, commands, slots and executables, one per line, for FileCheck."""
+
+import sys
+
+import hexir_format as hf
+
+module = hf.parse(open(sys.argv[1], "rb").read())
+print(f"version {module.version}")
+for function in module.functions:
+    print(f"function {function.name}")
+    for command in function.commands:
+        print(f"  {command}")
+for i, slot in enumerate(module.slots):
+    print(f"slot {i} {slot.device} {slot.type}")
+for exe in module.executables:
+    image = f"image {len(exe.image)} bytes" if exe.image is not None else "descriptor"
+    print(f"executable {exe.name} {exe.kind} {exe.device} "
+          f"({', '.join(map(str, exe.args))}) params {list(exe.params)} {image}"
+          f" grid {exe.grid} block {exe.block}")
