@@ -4,7 +4,8 @@ Each program is compiled with the `hexir` CLI (in process), run on the cpu runti
 fresh random input (the seed is in the failure message), and compared with the float64
 numpy reference of examples/reference.py, which reads only the weights from the program.
 With every op placed on cuda the same programs must compile to device code: each executable
-carries an image. The checked-in programs and fixtures must be what the scripts produce.
+carries an image. The checked-in programs and fixtures must be what the scripts and the
+compiler produce now.
 """
 
 from __future__ import annotations
@@ -97,12 +98,24 @@ def test_checked_in_programs_are_up_to_date():
     assert generate.main(["--check"]) == 0, "run python examples/generate.py"
 
 
+def fixture_name(filename: str) -> str:
+    network, elem = generate.PROGRAMS[filename]
+    return f"{network.__name__}-{elem}"
+
+
+@pytest.mark.parametrize("filename", PROGRAMS)
+def test_checked_in_module_is_what_the_compiler_writes(compiled, filename):
+    fixture = FIXTURES / f"{fixture_name(filename)}.hxb"
+    assert fixture.read_bytes() == compiled[filename].read_bytes(), (
+        f"{fixture.name} is stale: run python examples/make_fixtures.py"
+    )
+
+
 @pytest.mark.parametrize("filename", PROGRAMS)
 def test_checked_in_fixture_expects_the_reference(filename):
     """fixtures/<name>.npz holds the reference's answer for the current weights."""
     elem = generate.PROGRAMS[filename][1]
-    name = f"{generate.PROGRAMS[filename][0].__name__}-{elem}"
-    with np.load(FIXTURES / f"{name}.npz", allow_pickle=False) as data:
+    with np.load(FIXTURES / f"{fixture_name(filename)}.npz", allow_pickle=False) as data:
         x, expected = data["input_0"], data["output_0"]
     want = reference.evaluate(EXAMPLES / filename, x)
     # The only difference allowed is expected's rounding to the element type.
