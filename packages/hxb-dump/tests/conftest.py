@@ -3,14 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-
+from dump_samples import BUILTIN
 from hxb_dump.cli import main
-
-FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
-BUILTIN = FIXTURES / "builtin.hxb"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A corpus of single-field corruptions of the built-in fixture (version 3, 488 bytes).
+"""A corpus of single-field dump_corruptions of the built-in fixture (version 3, 488 bytes).
 
 Each entry overwrites one field at its absolute offset with a value the format or the
 program cannot allow, and names a fragment the one-line error must contain. Offsets follow
@@ -117,13 +117,14 @@ V3 = [
     Corruption("exe-block-y", EXE + 76, U32, 1, "but no device image"),
 ]
 
+V3_BY_NAME = {c.name: c for c in V3}
+
 
 def v4(data: bytes) -> list[Corruption]:
-    """Corruptions of the `kernels` sample module (see sample_modules.py), located through
+    """Corruptions of the `kernels` sample module (see dump_samples.py), located through
     its own layout: five executables (layer_norm, transpose, reduce_sum, reduce_mean,
     reduce_max) over nine slots."""
     import hexir_format as hf
-
     from hxb_dump.facts import module_facts
 
     layout = hf.parse_layout(data)

@@ -4,7 +4,7 @@ The checked-in fixtures hold what the compiler writes; these hold what a listing
 that the fixtures may not: every command, f32 and f64 constants, params of every kind, and
 device images of each flavour (small blobs with real headers, not compiled kernels).
 
-pytest imports this module; lit runs it: `python sample_modules.py NAME OUT.hxb`.
+pytest imports this module; lit runs it: `python dump_samples.py NAME OUT.hxb`.
 """
 
 from __future__ import annotations
@@ -16,6 +16,9 @@ from pathlib import Path
 import hexir_format as hf
 from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Module, Slot
 from hexir_format import TensorType as T
+
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"  # the repository's fixtures/
+BUILTIN = FIXTURES / "builtin.hxb"
 
 CPU, CUDA = Device.CPU, Device.CUDA
 F32, F64 = DType.F32, DType.F64
@@ -156,12 +159,25 @@ def small() -> Module:
     return Module(4, (main, other), rodata, exes, slots)
 
 
+def one_kernel(image: bytes | None, device: Device = CUDA) -> Module:
+    """A 2x2 f32 matmul `linear_0` carrying `image` (launched 1 x 4 threads when it has one)."""
+    t = T(F32, (2, 2))
+    launch = ((1, 1, 1), (4, 1, 1)) if image else ((0, 0, 0), (0, 0, 0))
+    exe = Executable("linear_0", KernelKind.MATMUL, device, (t, t, t), (), image, *launch)
+    return Module(4, (Function("main", ()),), b"", (exe,), ())
+
+
 MODULES = {"mlp": mlp, "kernels": kernels, "small": small}
 
 
-def write(name: str, path: Path) -> None:
-    path.write_bytes(hf.build(MODULES[name]()))
+def main(argv: list[str]) -> None:
+    """`NAME OUT` writes a sample module; `one-kernel IMAGE OUT` wraps a device image."""
+    if argv[0] == "one-kernel":
+        module = one_kernel(Path(argv[1]).read_bytes())
+    else:
+        module = MODULES[argv[0]]()
+    Path(argv[-1]).write_bytes(hf.build(module))
 
 
 if __name__ == "__main__":
-    write(sys.argv[1], Path(sys.argv[2]))
+    main(sys.argv[1:])

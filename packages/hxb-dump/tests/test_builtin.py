@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from conftest import BUILTIN
+from dump_samples import BUILTIN
 
 LISTING = """\
 {path}  (488 bytes)

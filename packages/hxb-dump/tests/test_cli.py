@@ -7,8 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import BUILTIN
-
+from dump_samples import BUILTIN
 from hxb_dump import __version__
 
 
@@ -60,18 +59,18 @@ def test_damaged_file_from_the_shell(tmp_path):
     done = run(sys.executable, "-m", "hxb_dump", str(path))
     assert done.returncode == 1
     assert done.stderr.splitlines() == [
-        "hxb-dump: error: section 1 (program): offset 160 + size 176 runs past the end of the "
-        "200-byte file"]
+        ("hxb-dump: error: section 1 (program): offset 160 + size 176 runs past the end of the "
+        "200-byte file")]
     assert done.stdout == f"{path}  (200 bytes)\n"
 
 
 def test_closed_pipe_is_not_an_error(tmp_path):
     """`hxb-dump big.hxb --rodata | head -1` must not end in a BrokenPipeError traceback."""
+    import dump_samples
     import hexir_format as hf
-    import sample_modules
 
     path = tmp_path / "mlp.hxb"
-    path.write_bytes(hf.build(sample_modules.mlp()))
+    path.write_bytes(hf.build(dump_samples.mlp()))
     proc = subprocess.Popen([sys.executable, "-m", "hxb_dump", str(path), "--rodata"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert proc.stdout.readline().decode().startswith(str(path))

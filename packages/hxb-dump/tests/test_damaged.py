@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 
-import corruptions
+import dump_corruptions
+import dump_samples
 import hexir_format as hf
 import pytest
-import sample_modules
-from conftest import BUILTIN
+from dump_samples import BUILTIN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +39,7 @@ def test_every_truncation_of_the_fixture(dump, builtin_bytes, tmp_path, length):
     assert lines == lines[:1]
 
 
-@pytest.mark.parametrize("c", corruptions.V3, ids=lambda c: c.name)
+@pytest.mark.parametrize("c", dump_corruptions.V3, ids=lambda c: c.name)
 def test_corrupted_fixture_field(dump, builtin_bytes, tmp_path, c):
     path = tmp_path / f"{c.name}.hxb"
     path.write_bytes(c.apply(builtin_bytes))
@@ -49,8 +49,8 @@ def test_corrupted_fixture_field(dump, builtin_bytes, tmp_path, c):
 
 
 def _v4_cases():
-    data = hf.build(sample_modules.kernels())
-    return [(data, c) for c in corruptions.v4(data)]
+    data = hf.build(dump_samples.kernels())
+    return [(data, c) for c in dump_corruptions.v4(data)]
 
 
 @pytest.mark.parametrize("data, c", _v4_cases(), ids=lambda x: getattr(x, "name", ""))
@@ -63,8 +63,7 @@ def test_corrupted_v4_field(dump, tmp_path, data, c):
 def test_layout_survives_when_the_program_does_not(dump, builtin_bytes, tmp_path):
     """A broken command: the header and section table still print, nothing after them."""
     path = tmp_path / "bad.hxb"
-    path.write_bytes(corruptions.V3[[c.name for c in corruptions.V3]
-                                   .index("const-kind-unknown")].apply(builtin_bytes))
+    path.write_bytes(dump_corruptions.V3_BY_NAME["const-kind-unknown"].apply(builtin_bytes))
     r = dump(path)
     one_error(r, "unknown kind 99")
     assert r.out.splitlines()[1:] == [
@@ -78,7 +77,7 @@ def test_layout_survives_when_the_program_does_not(dump, builtin_bytes, tmp_path
 
 def test_a_dangling_reference_still_lists_everything(dump, builtin_bytes, tmp_path):
     """It parsed, so the whole listing is safe; the error comes after it."""
-    bad = [c for c in corruptions.V3 if c.name == "dispatch-executable"][0]
+    bad = dump_corruptions.V3_BY_NAME["dispatch-executable"]
     path = tmp_path / "dangling.hxb"
     path.write_bytes(bad.apply(builtin_bytes))
     r = dump(path)
@@ -120,7 +119,7 @@ def test_directory(dump, tmp_path):
 def test_random_byte_edits_never_escape(dump, tmp_path, module, edits):
     """Whatever bytes change, the outcome is a listing (exit 0) or one error line (exit 1)."""
     data = bytearray(BUILTIN.read_bytes() if module == "builtin"
-                     else hf.build(sample_modules.MODULES[module]()))
+                     else hf.build(dump_samples.MODULES[module]()))
     for at, value in edits:
         data[at % len(data)] = value
     path = tmp_path / "edited.hxb"
@@ -139,7 +138,7 @@ def test_random_byte_edits_never_escape(dump, tmp_path, module, edits):
 def test_random_field_values_never_escape(dump, tmp_path, module, word, value):
     """A whole u32 field (count, offset, size, kind, operand) set to a small or huge value."""
     data = bytearray(BUILTIN.read_bytes() if module == "builtin"
-                     else hf.build(sample_modules.MODULES[module]()))
+                     else hf.build(dump_samples.MODULES[module]()))
     at = word * 4 % len(data)
     data[at:at + 4] = value.to_bytes(4, "little")
     path = tmp_path / "edited.hxb"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import FIXTURES
+from dump_samples import FIXTURES
 
 MODULES = sorted(p for p in FIXTURES.glob("*.hxb"))
 HOSTILE = sorted(p for p in (FIXTURES / "hostile").glob("*.hxb"))
