@@ -13,9 +13,11 @@ parts uncompressed (so `hxb-dump` and the check below can read the kernel names)
 tool's failure into a one-line CompileError.
 """
 
+import os
 import re
 import subprocess
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hexir_compiler.errors import CompileError
@@ -53,7 +55,14 @@ def compile_kernels(module: ir.Module, target: str | None = None) -> dict[str, D
     if not ptx:
         return {}
     toolkit = find_toolkit()
-    return {name: _fatbin(name, text, grid, block, archs, toolkit) for name, (text, grid, block) in ptx.items()}
+
+    def assemble(name: str) -> DeviceImage:
+        text, grid, block = ptx[name]
+        return _fatbin(name, text, grid, block, archs, toolkit)
+
+    # ptxas dominates and runs one process per kernel: run them side by side.
+    with ThreadPoolExecutor(max_workers=min(len(ptx), os.cpu_count() or 1)) as pool:
+        return dict(zip(ptx, pool.map(assemble, ptx), strict=True))
 
 
 def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
