@@ -14,6 +14,7 @@ Only ops of the hexir contract are used, in MLIR generic form, with static shape
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -103,7 +104,7 @@ def mlp_weights() -> dict[str, np.ndarray]:
     rng = np.random.default_rng(MLP_SEED)
     layers = len(MLP_SIZES) - 1
     weights = {}
-    for i, (k, n) in enumerate(zip(MLP_SIZES, MLP_SIZES[1:]), start=1):
+    for i, (k, n) in enumerate(itertools.pairwise(MLP_SIZES), start=1):
         gain = 4.0 if i == layers else 1.0
         weights[f"w{i}"] = _normal(rng, (k, n), gain * np.sqrt(2.0 / k))
         weights[f"b{i}"] = _normal(rng, (n,), 0.1)

@@ -16,10 +16,9 @@ import re
 import sys
 
 import hexir_format as hf
+import hexir_runtime
 import numpy as np
 import pytest
-
-import hexir_runtime
 from hexir_compiler import cli
 
 ROOT = pathlib.Path(__file__).resolve().parents[3]
@@ -114,7 +113,6 @@ def test_checked_in_module_is_what_the_compiler_writes(compiled, filename):
 @pytest.mark.parametrize("filename", PROGRAMS)
 def test_checked_in_fixture_expects_the_reference(filename):
     """fixtures/<name>.npz holds the reference's answer for the current weights."""
-    elem = generate.PROGRAMS[filename][1]
     with np.load(FIXTURES / f"{fixture_name(filename)}.npz", allow_pickle=False) as data:
         x, expected = data["input_0"], data["output_0"]
     want = reference.evaluate(EXAMPLES / filename, x)
