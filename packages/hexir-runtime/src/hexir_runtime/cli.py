@@ -10,6 +10,7 @@ is one line on stderr starting with `hexir-run: `; there are no tracebacks for b
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass, field
 from typing import TextIO
@@ -119,7 +120,8 @@ def print_rows(array: np.ndarray, out: TextIO) -> None:
 
 
 def print_result(index: int, array: np.ndarray, out: TextIO) -> None:
-    shape = "x".join([*map(str, array.shape), {"float32": "f32"}.get(str(array.dtype), "f64")])
+    dtype = {"float32": "f32", "float64": "f64"}[str(array.dtype)]
+    shape = "x".join([*map(str, array.shape), dtype])
     print(f"result[{index}]: {shape}", file=out)
     print(np.array2string(array, threshold=1000, edgeitems=3), file=out)
 
@@ -169,5 +171,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
         prefix = "hal selftest failed: " if opts.selftest else ""
         print(f"{PROG}: {prefix}{e}", file=err)
         return 1
-    except BrokenPipeError:
+    except BrokenPipeError:  # `hexir-run m.hxb | head`: stop quietly, like the C runtime
+        if out is sys.stdout:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=err)
+        return 130
