@@ -20,7 +20,7 @@
 // ALLCPU-NOT: @llvm.memcpy
 // ALLCPU: call double @llvm.maximum.f64
 
-// Fill then matmul on the GPU: 1 block of 32 threads each; the product copied back.
+// Fill then matmul on the device, 1 block of 32 threads each; the product copied back.
 // SPLIT: call void @mgpuLaunchKernel(ptr %{{.*}}, i64 1, i64 1, i64 1, i64 32, i64 1, i64 1, i32 0,
 // SPLIT: call void @mgpuLaunchKernel(ptr %{{.*}}, i64 1, i64 1, i64 1, i64 32, i64 1, i64 1, i32 0,
 // SPLIT: call void @llvm.memcpy.p0.p0.i64(ptr %{{.*}}, ptr %{{.*}}, i64 32, i1 false)
