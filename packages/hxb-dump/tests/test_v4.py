@@ -158,3 +158,24 @@ def test_extents_where_version_3_applies(kind, args, expected):
     exe = Executable("k", kind, hf.Device.CPU, tuple(T(DType.F32, s) for s in args))
     found = extents(exe)
     assert (None if found is None else (found["m"], found["n"], found["k"])) == expected
+
+
+def test_rodata_ranges_that_cannot_be_read_are_listed_without_values(dump, tmp_path):
+    """A CONST past the end of rodata, or binding a slot that does not exist: the listing
+    shows the range untouched, and the error follows."""
+    a = T(DType.F32, (2,))
+    for command, line, error in [
+        (hf.Command.const(0, 8, 8), "  +8     8 bytes  2xf32  slot %0  (outside rodata)",
+         "rodata_offset 8 + bytes 8 runs past the end of the 8-byte rodata section"),
+        (hf.Command.const(5, 0, 8), "  +0     8 bytes  untyped (no such slot)  slot %5",
+         "slot 5 does not exist; the module has 1 slots"),
+    ]:
+        module = hf.Module(4, (hf.Function("main", (command,)),), struct.pack("<2f", 1, 2), (),
+                           (hf.Slot(hf.Device.CPU, a),))
+        path = tmp_path / "bad.hxb"
+        path.write_bytes(hf.build(module))
+        r = dump(path, "--rodata")
+        assert r.rc == 1
+        assert block(r.out, "rodata") == ["rodata  8 bytes (1 constant)", line]
+        assert r.err.splitlines() == [
+            f"hxb-dump: error: main: const at program+0 (offset 184): {error}"]

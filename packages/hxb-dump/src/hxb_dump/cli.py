@@ -41,10 +41,11 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    arguments = parser()
     try:
-        args = parser().parse_args(argv)
+        args = arguments.parse_args(argv)
         if args.output is not None and args.image is None:
-            parser().error("-o/--output needs --image KERNEL")
+            arguments.error("-o/--output needs --image KERNEL")
     except SystemExit as e:  # argparse: 2 for bad arguments, 0 for --help/--version
         return e.code if isinstance(e.code, int) else 2
     try:
@@ -63,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         facts = report.facts | ({"error": report.error} if report.error else {})
         print(json.dumps(_json_safe(facts), indent=2))
     else:
-        lines = listing.render(report.facts) + notes
+        lines = listing.render(report.facts, rodata=args.rodata) + notes
         if lines:
             print("\n".join(lines))
         if "sass" in report.facts:

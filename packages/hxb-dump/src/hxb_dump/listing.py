@@ -16,8 +16,10 @@ ITEMSIZE = {"f32": 4, "f64": 8}
 NO_IMAGE = "none -- the runtime supplies the body"
 
 
-def render(facts: Facts) -> list[str]:
-    return [printable(line) for line in _render(facts)]
+def render(facts: Facts, *, rodata: bool = False) -> list[str]:
+    """The listing, line by line; with `rodata`, the constants' values too (the facts must
+    have been gathered with values)."""
+    return [printable(line) for line in _render(facts, rodata)]
 
 
 def printable(text: str) -> str:
@@ -27,7 +29,7 @@ def printable(text: str) -> str:
                    for c in text)
 
 
-def _render(facts: Facts) -> list[str]:
+def _render(facts: Facts, rodata: bool) -> list[str]:
     if "size" not in facts:  # the file could not be read at all
         return []
     lines = [f"{facts['file']}  ({facts['size']} bytes)"]
@@ -41,7 +43,7 @@ def _render(facts: Facts) -> list[str]:
     if typed:
         lines += _slots(facts["slots"])
     lines += _program(facts["functions"], typed)
-    lines += _rodata(facts["rodata"], typed)
+    lines += _rodata(facts["rodata"], typed, rodata)
     lines += _executables(facts["executables"], typed)
     return lines
 
@@ -75,15 +77,15 @@ def _program(functions: list[Facts], typed: bool) -> list[str]:
     return lines
 
 
-def _rodata(facts: Facts, typed: bool) -> list[str]:
+def _rodata(facts: Facts, typed: bool, values: bool) -> list[str]:
     ranges = facts["ranges"]
     if not typed:
         (whole,) = ranges
         return ["", f"rodata  {facts['size']} bytes ({whole['count']} f64)",
-                *_rows(whole)]
+                *(_rows(whole) if values else [])]
     noun = "constant" if len(ranges) == 1 else "constants"
     lines = ["", f"rodata  {facts['size']} bytes ({len(ranges)} {noun})"]
-    if not any("values" in r for r in ranges):
+    if not values:
         return lines
     for r in ranges:
         noun = "slot" if len(r["slots"]) == 1 else "slots"
