@@ -67,8 +67,13 @@ class EntryPoint:
 
     def __init__(self, module: Module, plan: EntryPlan):
         self._module = module
+        self._plan = plan
         self.name = plan.name
         self.signature = plan.signature
+
+    def check_inputs(self, *inputs: Any) -> list[np.ndarray]:
+        """The inputs as this entry will see them, or the InputError calling it would raise."""
+        return check_inputs(self._plan, inputs)
 
     def __call__(self, *inputs: Any) -> np.ndarray | tuple[np.ndarray, ...] | None:
         """The results: None without outputs, the array for one, a tuple for several."""

@@ -136,9 +136,10 @@ def run_module(opts: Options, out: TextIO) -> int:
         raise HexirError(f"cannot load '{opts.path}': invalid module: {e}") from None
     with module:
         try:
-            module.prepare(opts.entry)
+            entry = module.prepare(opts.entry)
         except EntryNotFound as e:
             raise HexirError(f"{opts.entry} failed: not found: {e}") from None
+        inputs = entry.check_inputs(*inputs)  # every refusal before the banner
         if not opts.quiet:
             banner(module, opts.entry, out)
         result = module.execute(opts.entry, inputs, on_print=lambda a: print_rows(a, out))
