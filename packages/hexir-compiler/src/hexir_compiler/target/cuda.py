@@ -66,19 +66,22 @@ def compile_kernels(module: ir.Module, target: str | None = None) -> dict[str, D
 
 
 def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
-    """PTX for sm_75 and the launch geometry of each cuda kernel."""
+    """PTX for sm_75 and the launch geometry (grid, block) of each cuda kernel, by name."""
     clone = module.operation.clone(ip=False)
     hextir_to_gpu.run(clone)
     kernels = ir.Module.create()
     kernels.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
-    geometry = {}
-    for op in list(clone.regions[0].blocks[0].operations):
-        if op.operation.name != "gpu.module" or "hexir.grid" not in op.operation.attributes:
+    found = {}  # gpu.module name -> (kernel name, grid, block)
+    for view in list(clone.regions[0].blocks[0].operations):
+        op = view.operation
+        if op.name != "gpu.module" or "hexir.grid" not in op.attributes:
             continue
-        name = ir.StringAttr(op.operation.attributes["sym_name"]).value.removesuffix("_module")
-        geometry[name] = tuple(op.operation.attributes["hexir.grid"]), tuple(op.operation.attributes["hexir.block"])
-        kernels.body.append(op.operation)
-    if not geometry:
+        kernel = op.regions[0].blocks[0].operations[0].operation
+        found[_symbol(op)] = (
+            _symbol(kernel), tuple(op.attributes["hexir.grid"]), tuple(op.attributes["hexir.block"])
+        )
+        kernels.body.append(op)
+    if not found:
         return {}
 
     libdevice = find_toolkit().libdevice
@@ -93,10 +96,10 @@ def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
         raise CompileError(f"could not compile cuda kernels to PTX: {_first_line(err)}") from None
 
     ptx = {}
-    for op in kernels.body.operations:
-        name = ir.StringAttr(op.operation.attributes["sym_name"]).value.removesuffix("_module")
-        objects = ir.ArrayAttr(op.operation.attributes["objects"])
-        ptx[name] = (gpu.ObjectAttr(objects[0]).object, *geometry[name])
+    for view in kernels.body.operations:  # now gpu.binary ops, named like their gpu.module
+        name, grid, block = found[_symbol(view.operation)]
+        objects = ir.ArrayAttr(view.operation.attributes["objects"])
+        ptx[name] = (gpu.ObjectAttr(objects[0]).object, grid, block)
     return ptx
 
 
@@ -108,7 +111,8 @@ def _fatbin(name: str, ptx: bytes, grid, block, archs, toolkit: CudaToolkit) -> 
         images = [f"--image3=kind=ptx,sm={BASE_ARCH},file={source}"]
         for arch in archs:
             cubin = Path(tmp, f"{name}.sm_{arch}.cubin")
-            _tool(toolkit.ptxas, [f"--gpu-name=sm_{arch}", "-O3", str(source), "-o", str(cubin)], name)
+            args = [f"--gpu-name=sm_{arch}", "-O3", str(source), "-o", str(cubin)]
+            _tool(toolkit.ptxas, args, name)
             images.append(f"--image3=kind=elf,sm={arch},file={cubin}")
         fatbin = Path(tmp, f"{name}.fatbin")
         _tool(toolkit.fatbinary, ["-64", "--compress=false", f"--create={fatbin}", *images], name)
@@ -123,7 +127,8 @@ def _tool(tool: Path, args: list[str], kernel: str) -> None:
     except OSError as err:
         raise CompileError(f"could not run {tool}: {err.strerror}") from None
     if done.returncode != 0:
-        detail = (done.stderr or done.stdout).strip().splitlines() or [f"exit status {done.returncode}"]
+        detail = (done.stderr or done.stdout).strip().splitlines()
+        detail = detail or [f"exit status {done.returncode}"]
         raise CompileError(f"{tool.name} failed on cuda kernel '{kernel}': {detail[0]}")
 
 
@@ -137,6 +142,10 @@ def _check_names(name: str, image: bytes, archs: tuple[int, ...]) -> None:
                 f"device image of cuda kernel '{name}' has no {part[0]} entry '{name}' for "
                 f"sm_{part[1]} (found {sorted(found)})"
             )
+
+
+def _symbol(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value
 
 
 def _xyz(sizes) -> tuple[int, int, int]:

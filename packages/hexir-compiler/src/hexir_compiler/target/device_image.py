@@ -81,7 +81,9 @@ def elf_kernels(elf: bytes) -> tuple[str, ...]:
     try:
         shoff, = struct.unpack_from("<Q", elf, 0x28)
         shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)]
+        sections = [
+            struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)
+        ]
         names: list[str] = []
         for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
             if sh_type != 2 or not entsize:  # SHT_SYMTAB

@@ -32,15 +32,6 @@ MAX_THREADS_PER_BLOCK = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
-class Refusal(Exception):
-    """A kernel this pass cannot lower; `run` reports it at `op`'s location."""
-
-    def __init__(self, op: ir.Operation, message: str):
-        super().__init__(message)
-        self.op = op
-        self.message = message
-
-
 @dataclass
 class Geometry:
     """Launch sizes found so far, and which loop bound each axis (to reject a second one)."""
@@ -50,16 +41,10 @@ class Geometry:
     bound: set[str] = field(default_factory=set)
 
 
-def run(module: ir.Module) -> None:
-    """Lower every cuda prim func of `module` in place; CompileError names the first refusal."""
-    try:
-        lower_module(module.operation)
-    except Refusal as refusal:
-        raise CompileError(refusal.message, refusal.op.location) from None
-
-
-def lower_module(module: ir.Operation) -> None:
-    """Lower every cuda prim func of `module` (a builtin.module) not lowered yet."""
+def run(module: ir.Module | ir.Operation) -> None:
+    """Lower every cuda prim func of `module` not lowered yet, in place. A kernel it cannot
+    lower raises CompileError at the op's location (the module is then half-rewritten)."""
+    module = module.operation
     body = module.regions[0].blocks[0]
     kernels = [op.operation for op in body.operations if _is_cuda_kernel(op.operation)]
     for kernel in kernels:
@@ -81,9 +66,12 @@ def _lower_prim_func(prim_func: ir.Operation, module_body: ir.Block) -> None:
     ftype = ir.TypeAttr(prim_func.attributes["function_type"]).value
     for index, arg in enumerate(ftype.inputs):
         if not (isinstance(arg, ir.MemRefType) and arg.has_static_shape):
-            raise Refusal(prim_func, f"kernel argument {index} is {arg}; expected a memref with a static shape")
+            raise CompileError(
+                f"kernel argument {index} is {arg}; expected a memref with a static shape",
+                prim_func.location,
+            )
     if len(prim_func.regions[0].blocks) != 1:
-        raise Refusal(prim_func, "expected a prim func body of one block")
+        raise CompileError("expected a prim func body of one block", prim_func.location)
 
     loc = prim_func.location
     with ir.InsertionPoint(module_body), loc:
@@ -120,7 +108,9 @@ def _lower_ops(ops: list, geometry: Geometry) -> None:
         if lower is not None:
             lower(op, geometry)
         elif op.name.startswith("hextir."):
-            raise Refusal(op, f"'{op.name}' cannot be lowered to the gpu dialect here")
+            raise CompileError(
+                f"'{op.name}' cannot be lowered to the gpu dialect here", op.location
+            )
         else:
             for region in op.regions:
                 for block in region.blocks:
@@ -145,12 +135,14 @@ def _lower_thread_binding(op: ir.Operation, geometry: Geometry) -> None:
     axis = _string(op, "bind")  # the verifier admits only blockIdx.x ... threadIdx.z
     kind, _, dim = axis.partition(".")
     if axis in geometry.bound:
-        raise Refusal(op, f"axis '{axis}' is bound by two loops of this kernel")
+        raise CompileError(f"axis '{axis}' is bound by two loops of this kernel", op.location)
     if len(op.operands) > 3:
-        raise Refusal(op, "a thread_binding loop cannot carry values")
+        raise CompileError("a thread_binding loop cannot carry values", op.location)
     lb, ub, step = (_constant_index(op, v) for v in op.operands)
     if step <= 0 or ub <= lb:
-        raise Refusal(op, f"thread_binding loop over an empty range [{lb}, {ub}) step {step}")
+        raise CompileError(
+            f"thread_binding loop over an empty range [{lb}, {ub}) step {step}", op.location
+        )
 
     geometry.bound.add(axis)
     sizes = geometry.grid if kind == "blockIdx" else geometry.block
@@ -204,9 +196,7 @@ def _lower_alloc(op: ir.Operation, geometry: Geometry) -> None:
 
 
 def _lower_return(op: ir.Operation, geometry: Geometry) -> None:
-    if len(op.operands):
-        raise Refusal(op, "a kernel returns nothing; its results go to the destination buffer")
-    with ir.InsertionPoint(op), op.location:
+    with ir.InsertionPoint(op), op.location:  # the verifier admits no values here
         gpu.ReturnOp([])
     _replace_and_erase(op, [])
 
@@ -251,14 +241,16 @@ def _replace_and_erase(op: ir.Operation, values) -> None:
 def _check_launch_limits(prim_func: ir.Operation, geometry: Geometry) -> None:
     threads = geometry.block[0] * geometry.block[1] * geometry.block[2]
     if threads > MAX_THREADS_PER_BLOCK:
-        raise Refusal(
-            prim_func,
+        raise CompileError(
             f"a block of {'x'.join(map(str, geometry.block))} = {threads} threads exceeds "
             f"CUDA's limit of {MAX_THREADS_PER_BLOCK}",
+            prim_func.location,
         )
     for dim, size, limit in zip("xyz", geometry.grid, MAX_GRID, strict=True):
         if size > limit:
-            raise Refusal(prim_func, f"grid size {size} on {dim} exceeds CUDA's limit of {limit}")
+            raise CompileError(
+                f"grid size {size} on {dim} exceeds CUDA's limit of {limit}", prim_func.location
+            )
 
 
 def _constant_index(op: ir.Operation, value: ir.Value) -> int:
@@ -266,7 +258,7 @@ def _constant_index(op: ir.Operation, value: ir.Value) -> int:
     if isinstance(owner, ir.OpView):
         owner = owner.operation
     if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
-        raise Refusal(op, "thread_binding loop needs a constant extent")
+        raise CompileError("thread_binding loop needs a constant extent", op.location)
     return ir.IntegerAttr(owner.attributes["value"]).value
 
 
