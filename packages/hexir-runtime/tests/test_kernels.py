@@ -6,6 +6,9 @@ import numpy as np
 import pytest
 from hexir_format import DType, KernelKind
 from hexir_format import TensorType as T
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
 from hexir_runtime import kernels
 
@@ -162,3 +165,27 @@ def test_reductions(kind, fn, keepdims, axes):
 def test_type_rules_refuse_what_would_misbehave(kind, args, params, message):
     problem = kernels.signature_problem(kind, args, params)
     assert problem is not None and message in problem
+
+
+# ---- random shapes ---------------------------------------------------------------------------
+
+@settings(max_examples=60, deadline=None)
+@given(shapes=mutually_broadcastable_shapes(num_shapes=2, max_dims=4, max_side=7),
+       kind=st.sampled_from([K.ADD, K.SUB, K.MUL, K.DIV]), dtype=st.sampled_from(DTYPES))
+def test_random_broadcasts(shapes, kind, dtype):
+    (a_shape, b_shape), out_shape = shapes.input_shapes, shapes.result_shape
+    a, b = rand(*a_shape), rand(*b_shape) + 4
+    fn = {K.ADD: np.add, K.SUB: np.subtract, K.MUL: np.multiply, K.DIV: np.divide}[kind]
+    got = run(kind, (), a, b, out_shape=out_shape, dtype=dtype)
+    np.testing.assert_allclose(got, fn(a.astype(dtype), b.astype(dtype)), **TOL[dtype])
+
+
+@settings(max_examples=40, deadline=None)
+@given(batch=mutually_broadcastable_shapes(num_shapes=2, max_dims=2, max_side=3),
+       m=st.integers(1, 17), n=st.integers(1, 17), k=st.integers(1, 17),
+       dtype=st.sampled_from(DTYPES))
+def test_random_batched_matmuls(batch, m, n, k, dtype):
+    (ba, bb), bo = batch.input_shapes, batch.result_shape
+    a, b = rand(*ba, m, k), rand(*bb, k, n)
+    got = run(K.MATMUL, (), a, b, out_shape=(*bo, m, n), dtype=dtype)
+    np.testing.assert_allclose(got, np.matmul(a.astype(dtype), b.astype(dtype)), **TOL[dtype])
