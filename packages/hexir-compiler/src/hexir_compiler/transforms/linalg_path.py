@@ -109,7 +109,7 @@ def _to_llvm_dialect(module: ir.Module, chip: str) -> None:
 
 
 def _has_gpu_modules(module: ir.Module) -> bool:
-    return any(op.name == "gpu.module" for op in module.body.operations)
+    return any(op.operation.name == "gpu.module" for op in module.body.operations)
 
 
 def _libdevice() -> Path:
