@@ -167,4 +167,5 @@ def test_a_buffer_placed_on_cuda_without_any_kernel_there_is_refused(tmp_path):
     path = modules.write(tmp_path, "copy.hxb", hf.Module(4, (main,), b"", (), slots))
     with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
         m.main(np.ones(2))
-    assert str(info.value) == "slot 1 (command 1, copy) is placed on cuda but the active device is cpu"
+    assert str(info.value) == ("slot 1 (command 1, copy) is placed on cuda but the active device "
+                               "is cpu")
