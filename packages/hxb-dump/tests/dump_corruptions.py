@@ -72,7 +72,7 @@ V3 = [
     Corruption("const-operand-count-huge", PROGRAM + 4, U32, 1000, "1000 operands"),
     Corruption("const-slot", PROGRAM + 8, U64, 7, "slot 0 is read before"),
     Corruption("const-rodata-offset", PROGRAM + 16, U64, 64, "rodata_offset 64"),
-    Corruption("const-bytes", PROGRAM + 24, U64, 40, "holding 40 bytes"),
+    Corruption("const-bytes", PROGRAM + 24, U64, 24, "holding 24 bytes"),
     Corruption("const-bytes-huge", PROGRAM + 24, U64, 2**63, "runs past the end"),
     Corruption("const-1-offset", PROGRAM + 32 + 16, U64, 48, "rodata_offset 48"),
     Corruption("const-1-slot", PROGRAM + 32 + 8, U64, 0, "slot 1 is read before"),

@@ -30,10 +30,12 @@ def test_fixture_lists(dump, path):
 
 # Hostile modules that are whole and self-consistent files, refused by the runtime for what
 # it will not run (device placement, CUDA launch limits, writes into constants, descriptors
-# on cuda, a v3 module split across devices). A dump lists them: seeing them is the point.
+# on cuda, a v3 module split across devices, an allocation over its memory cap). A dump lists
+# them: seeing them is the point.
 RUNTIME_POLICY = {
     "cpu-kernel-with-image.hxb",
     "cuda-descriptor.hxb",
+    "huge-alloc.hxb",
     "launch-block-huge.hxb",
     "launch-too-many-threads.hxb",
     "placed-on-cuda.hxb",

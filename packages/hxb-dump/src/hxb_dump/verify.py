@@ -3,9 +3,9 @@
 hexir_format.parse proves the bytes match the layout; it does not follow references. This
 replays each entry point the way the runtime would, without running anything: every slot a
 command names exists (v4) and is bound before it is read, every CONST lies inside rodata,
-every DISPATCH names an executable whose argument types (v4) or sizes (v3) its slots match,
-INPUT and OUTPUT indices are 0..n-1 once each, and every kernel's params and launch
-geometry make sense. The first violation raises DumpError naming the entry point, the
+every DISPATCH names an executable whose argument types (v4) its slots match, or whose
+argument sizes (v3) they hold at least, INPUT and OUTPUT indices are 0..n-1 once each, and
+every kernel's params and launch geometry make sense. The first violation raises DumpError naming the entry point, the
 command and its file offset.
 """
 
@@ -19,6 +19,7 @@ from hxb_dump.facts import COMMAND_HEADER, command_size
 
 
 def verify(module: Module) -> None:
+    """Raise DumpError for the first reference in `module` that does not hold."""
     for index, exe in enumerate(module.executables):
         _executable(module.version, index, exe)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
@@ -144,7 +145,7 @@ class _Replay:
                 raise self.fail(f"argument {j} of {exe.name} is slot {slot} on "
                                 f"{self.module.slots[slot].device}, but the kernel runs on "
                                 f"{exe.device}")
-            if t is None and nbytes != expected.nbytes:
+            if t is None and nbytes < expected.nbytes:
                 raise self.fail(f"argument {j} of {exe.name} is slot {slot} holding {nbytes} "
                                 f"bytes; {expected} needs {expected.nbytes}")
 
