@@ -5,8 +5,8 @@ replays each entry point the way the runtime would, without running anything: ev
 command names exists (v4) and is bound before it is read, every CONST lies inside rodata,
 every DISPATCH names an executable whose argument types (v4) its slots match, or whose
 argument sizes (v3) they hold at least, INPUT and OUTPUT indices are 0..n-1 once each, and
-every kernel's params and launch geometry make sense. The first violation raises DumpError naming the entry point, the
-command and its file offset.
+every kernel's params and launch geometry make sense. The first violation raises DumpError
+naming the entry point, the command and its file offset.
 """
 
 from __future__ import annotations
