@@ -1,0 +1,163 @@
+"""A test-only interpreter of the `gpu.func` kernels hextir-to-gpu writes, on numpy arrays.
+
+With no GPU on the build machine, this is how the GPU lowering is shown to keep a kernel's
+meaning: the kernel is launched as CUDA would (every thread of the grid recorded on its
+gpu.module runs the body once, `gpu.block_id` / `gpu.thread_id` give its coordinates) and
+its result must equal what `tir_interp` computes from the hextir kernel it came from. The
+scalar semantics (arith, math) are tir_interp's own table, so the two can only differ where
+the lowering changed the program: loops, guards, indices, buffers, geometry.
+
+Every access is bounds-checked, and an element written by one thread and touched by another
+is a race.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import numpy as np
+from tir_interp import _SCALAR, InterpError, _cmpf, _cmpi, _constant
+
+from hexir_compiler.mlir import ir
+
+Step = Callable[["_Thread"], None]
+AXES = ("x", "y", "z")
+_ELEMENT = {"f32": np.float32, "f64": np.float64, "index": np.int64, "i1": np.bool_}
+
+
+class _Thread:
+    def __init__(self, size: int, coords: dict[str, int], owner: tuple, writers: dict) -> None:
+        self.env: list = [None] * size
+        self.coords = coords
+        self.owner = owner
+        self.writers = writers
+
+
+class GpuKernel:
+    """The kernel of one `gpu.module` (after hextir-to-gpu); call it with one array per buffer."""
+
+    def __init__(self, gpu_module: ir.Operation) -> None:
+        module = gpu_module.operation
+        self.grid = [int(v) for v in module.attributes["hexir.grid"]]
+        self.block = [int(v) for v in module.attributes["hexir.block"]]
+        func = module.regions[0].blocks[0].operations[0].operation
+        if func.name != "gpu.func" or "gpu.kernel" not in func.attributes:
+            raise InterpError(f"expected a gpu.func kernel first in the module, got {func.name}")
+        self.name = ir.StringAttr(func.attributes["sym_name"]).value
+        self._slots: dict[ir.Value, int] = {}
+        entry = func.regions[0].blocks[0]
+        self._args = [self._slot(a) for a in entry.arguments]
+        self._body = self._compile_block(entry, "gpu.return")
+
+    def __call__(self, *buffers: np.ndarray) -> None:
+        writers: dict = {}
+        for block in itertools.product(*(range(n) for n in self.grid)):
+            for thread in itertools.product(*(range(n) for n in self.block)):
+                coords = {f"block_id {a}": i for a, i in zip(AXES, block, strict=True)}
+                coords |= {f"thread_id {a}": i for a, i in zip(AXES, thread, strict=True)}
+                t = _Thread(len(self._slots), coords, (block, thread), writers)
+                for slot, buffer in zip(self._args, buffers, strict=True):
+                    t.env[slot] = buffer
+                with np.errstate(all="ignore"):
+                    _run_all(t, self._body)
+
+    # -- compilation -----------------------------------------------------------------------
+
+    def _slot(self, value: ir.Value) -> int:
+        if value not in self._slots:
+            self._slots[value] = len(self._slots)
+        return self._slots[value]
+
+    def _compile_block(self, block: ir.Block, terminator: str) -> list[Step]:
+        ops = [view.operation for view in block.operations]
+        if not ops or ops[-1].name != terminator:
+            raise InterpError(f"block does not end with {terminator}")
+        return [self._compile(op) for op in ops[:-1]]
+
+    def _compile(self, op: ir.Operation) -> Step:
+        name = op.name
+        ins = [self._slot(v) for v in op.operands]
+        outs = [self._slot(v) for v in op.results]
+        if name in ("gpu.block_id", "gpu.thread_id"):
+            dim = str(op.attributes["dimension"]).rstrip(">")[-1]
+            key, out = f"{name[4:]} {dim}", outs[0]
+            return lambda t: t.env.__setitem__(out, t.coords[key])
+        if name == "scf.for":
+            return self._compile_for(op, ins, outs)
+        if name == "scf.if":
+            if len(op.regions[1].blocks) or outs:
+                raise InterpError("scf.if with an else branch or results is not written here")
+            body = self._compile_block(op.regions[0].blocks[0], "scf.yield")
+            cond = ins[0]
+            return lambda t: _run_all(t, body) if t.env[cond] else None
+        if name in ("memref.load", "memref.store"):
+            return self._compile_access(ins, outs, write=name == "memref.store")
+        if name == "memref.alloca":
+            shaped = ir.MemRefType(op.results[0].type)
+            shape, dtype = tuple(shaped.shape), _ELEMENT[str(shaped.element_type)]
+            out = outs[0]
+            return lambda t: t.env.__setitem__(out, np.zeros(shape, dtype))
+        if name == "arith.constant":
+            value, out = _constant(op), outs[0]
+            return lambda t: t.env.__setitem__(out, value)
+        fn = _SCALAR.get(name) or (name == "arith.cmpi" and _cmpi(op)) or (
+            name == "arith.cmpf" and _cmpf(op)
+        )
+        if not fn:
+            raise InterpError(f"no semantics for '{name}' in a gpu kernel")
+        out = outs[0]
+        return lambda t: t.env.__setitem__(out, fn(*(t.env[i] for i in ins)))
+
+    def _compile_for(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
+        block = op.regions[0].blocks[0]
+        params = [self._slot(a) for a in block.arguments]
+        ops = block.operations
+        yielded = [self._slot(v) for v in ops[len(ops) - 1].operation.operands]
+        body = self._compile_block(block, "scf.yield")
+
+        def loop(t: _Thread) -> None:
+            lb, ub, step, *carried = (t.env[i] for i in ins)
+            for iv in range(lb, ub, step):
+                t.env[params[0]] = iv
+                for slot, value in zip(params[1:], carried, strict=True):
+                    t.env[slot] = value
+                _run_all(t, body)
+                carried = [t.env[i] for i in yielded]
+            for slot, value in zip(outs, carried, strict=True):
+                t.env[slot] = value
+
+        return loop
+
+    def _compile_access(self, ins: list[int], outs: list[int], write: bool) -> Step:
+        if write:
+            value, buffer, *indices = ins
+        else:
+            (buffer, *indices), (value,) = ins, outs
+        shared = buffer in self._args  # kernel arguments are global; allocas are per thread
+
+        def access(t: _Thread) -> None:
+            array = t.env[buffer]
+            index = tuple(t.env[i] for i in indices)
+            if len(index) != array.ndim or any(
+                not 0 <= i < n for i, n in zip(index, array.shape, strict=True)
+            ):
+                raise InterpError(f"buffer of shape {array.shape} indexed at {index}")
+            if shared:
+                key = (buffer, index)
+                previous = t.writers.get(key)
+                if previous is not None and previous != t.owner:
+                    raise InterpError(f"race: thread {t.owner} and {previous} on {index}")
+                if write:
+                    t.writers[key] = t.owner
+            if write:
+                array[index] = t.env[value]
+            else:
+                t.env[value] = array[index]
+
+        return access
+
+
+def _run_all(t: _Thread, body: list[Step]) -> None:
+    for step in body:
+        step(t)
