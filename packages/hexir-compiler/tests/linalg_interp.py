@@ -39,17 +39,32 @@ def dtype(t: ir.Type) -> type:
 def run(module: ir.Module, args: list[np.ndarray], func: str = "main") -> tuple[list, list]:
     """(results, printed arrays) of calling `func` with `args`."""
     interp = _Interp(module)
+    return interp.call(_function(module, func), args), interp.printed
+
+
+def stdout(module: ir.Module, args: list[np.ndarray], func: str = "main") -> str:
+    """What calling `func` writes with printf (after hexir-to-llvm's print rewrite)."""
+    interp = _Interp(module)
+    interp.call(_function(module, func), args)
+    return interp.stdout
+
+
+def _function(module: ir.Module, name: str) -> ir.Operation:
     for op in module.body.operations:
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == func:
-            return interp.call(op, args), interp.printed
-    raise InterpError(f"no function @{func}")
+        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+            return op
+    raise InterpError(f"no function @{name}")
 
 
 class _Interp:
     def __init__(self, module: ir.Module) -> None:
         self.printed: list[np.ndarray] = []
-        self.globals: dict[str, np.ndarray] = {}
+        self.stdout = ""
+        self.globals: dict[str, np.ndarray | str] = {}
         for op in module.body.operations:
+            if op.operation.name == "llvm.mlir.global":
+                name = ir.StringAttr(op.attributes["sym_name"]).value
+                self.globals[name] = ir.StringAttr(op.attributes["value"]).value
             if op.operation.name == "memref.global":
                 t = ir.MemRefType(ir.TypeAttr(op.attributes["type"]).value)
                 self.globals[ir.StringAttr(op.attributes["sym_name"]).value] = _dense(
@@ -108,6 +123,10 @@ class _Interp:
             return None
         if name == "hexir.transfer":
             return [a[0].copy()]
+        if name == "llvm.mlir.addressof":
+            return [self.globals[ir.FlatSymbolRefAttr(op.attributes["global_name"]).value]]
+        if name == "llvm.call":
+            return [self.printf(op, a)]
         if name == "hexir.print":
             self.printed.append(a[0].copy())
             return None
@@ -123,6 +142,19 @@ class _Interp:
             self.launch(op, a, env)
             return None
         raise InterpError(f"the interpreter does not know '{name}'")
+
+    def printf(self, op: ir.Operation, a: list) -> int:
+        """C printf for the formats hexir-to-llvm emits ("%f ", "\\n"): glibc and Python agree."""
+        if ir.FlatSymbolRefAttr(op.attributes["callee"]).value != "printf":
+            raise InterpError(f"call to an unknown function: {op}")
+        fmt, *values = a
+        if not fmt.endswith("\0"):
+            raise InterpError(f"format {fmt!r} is not NUL-terminated")
+        if any(not isinstance(v, np.float64) for v in values):
+            raise InterpError("printf %f takes doubles (varargs promote float)")
+        text = fmt[:-1] % tuple(float(v) for v in values)
+        self.stdout += text
+        return len(text)
 
     def _at(self, buf: np.ndarray, idx: list) -> tuple:
         at = tuple(int(i) for i in idx)
