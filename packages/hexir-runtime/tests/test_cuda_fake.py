@@ -130,3 +130,20 @@ def test_the_compilers_cuda_fixture_runs_on_the_fake_driver(builtin_hxb):
             assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
     assert fake.copies == {"cuMemcpyHtoD": 2, "cuMemcpyDtoH": 2, "cuMemcpyDtoD": 0}
     assert fake.calls["cuModuleLoadData"] == 1 and fake.calls["cuCtxSynchronize"] == 2
+
+
+def test_a_v3_entry_without_kernels_still_needs_the_modules_device(tmp_path):
+    """v3 buffers live on the device of the module's kernels, even in an entry that
+    dispatches none of them."""
+    module = modules.builtin(modules.CUDA)
+    consts = hf.Function("consts", (hf.Command.const(0, 0, 32), hf.Command.print(0, 2, 2)))
+    path = modules.write(tmp_path, "two.hxb", hf.Module(3, (*module.functions, consts),
+                                                       module.rodata, module.executables))
+    with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
+        m.run("consts")
+    assert str(info.value) == ("slot 0 (command 0, const) is placed on cuda but the active "
+                               "device is cpu")
+    fake = FakeDriver(module.executables)
+    with hr.load(path, device="cuda", driver=fake) as m:
+        assert m.run("consts")[0].tolist() == modules.A.tolist()
+        assert [d.name for d in m.devices_used("consts")] == ["cuda (Fake GPU)"]

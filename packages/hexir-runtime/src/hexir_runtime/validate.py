@@ -73,7 +73,8 @@ def check_module(module: hf.Module, *, max_alloc_bytes: int = DEFAULT_MAX_ALLOC_
                  ) -> ModulePlan:
     """Every executable and every entry point checked; ValidationError on the first problem."""
     home = _check_executables(module)
-    entries = {f.name: _EntryChecker(module, f, max_alloc_bytes).run() for f in module.functions}
+    entries = {f.name: _EntryChecker(module, f, max_alloc_bytes, home).run()
+               for f in module.functions}
     return ModulePlan(module, entries, home)
 
 
@@ -132,6 +133,7 @@ class _EntryChecker:
     module: hf.Module
     function: hf.Function
     max_alloc_bytes: int
+    home: Device  # where a v3 buffer lives
     bound: dict[int, _Bound] = field(default_factory=dict)
     inputs: dict[int, TensorType] = field(default_factory=dict)
     outputs: dict[int, TensorType] = field(default_factory=dict)
@@ -184,9 +186,9 @@ class _EntryChecker:
             if self.alloc_bytes > self.max_alloc_bytes:
                 raise self.fail(name, f"this run would allocate {self.alloc_bytes} bytes, more "
                                       f"than the cap of {self.max_alloc_bytes} bytes")
-        if self.module.slots:
-            self.slot_needs.setdefault(self.module.slots[slot].device,
-                                       f"slot {slot} (command {self.index}, {self.command.op})")
+        device = self.module.slots[slot].device if self.module.slots else self.home
+        self.slot_needs.setdefault(device, f"slot {slot} (command {self.index}, "
+                                           f"{self.command.op})")
         self.bound[slot] = _Bound(nbytes, const)
 
     def sized(self, name: str, slot: int, nbytes: int) -> None:
