@@ -48,8 +48,17 @@ def compile_gemm(n: int, dtype: str, target: str | None, workdir: Path) -> Path:
     """The .hxb of an n x n GEMM with the linear op on cuda, compiled by the `hexir` CLI."""
     source, output = workdir / f"gemm-{n}-{dtype}.mlir", workdir / f"gemm-{n}-{dtype}.hxb"
     source.write_text(program(n, dtype))
-    command = [sys.executable, "-m", "hexir_compiler", "-emit=hxb", "-placement=hexir.linear=cuda",
-               *([f"-target=cuda:{target}"] if target else []), "-o", str(output), str(source)]
+    command = [
+        sys.executable,
+        "-m",
+        "hexir_compiler",
+        "-emit=hxb",
+        "-placement=hexir.linear=cuda",
+        *([f"-target=cuda:{target}"] if target else []),
+        "-o",
+        str(output),
+        str(source),
+    ]
     done = subprocess.run(command, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"bench/gemm.py: hexir failed on {source.name}: {done.stderr.strip()}")
@@ -83,7 +92,9 @@ def time_kernel(device, hxb: Path, a: np.ndarray, b: np.ndarray, iters: int) -> 
             device.release(buffer)
 
 
-def time_end_to_end(hxb: Path, a: np.ndarray, b: np.ndarray, iters: int) -> tuple[float, np.ndarray]:
+def time_end_to_end(
+    hxb: Path, a: np.ndarray, b: np.ndarray, iters: int
+) -> tuple[float, np.ndarray]:
     import hexir_runtime
 
     with hexir_runtime.load(hxb, device="cuda") as module:
@@ -131,6 +142,14 @@ def gflops(n: int, seconds: float) -> float:
     return 2 * n**3 / seconds / 1e9
 
 
+def row(n: int, kernel: float, e2e: float, base: float | None, verdict: str) -> str:
+    """One line of the table: times in ms and GFLOP/s, and the kernel/cuBLAS ratio."""
+    cells = [f"{s * 1e3:9.3f} ms {gflops(n, s):8.1f} GF/s" for s in (kernel, e2e)]
+    cells.append(f"{base * 1e3:9.3f} ms {gflops(n, base):8.1f} GF/s" if base else f"{'-':>22}")
+    ratio = f"{kernel / base:6.1f}x" if base else f"{'-':>7}"
+    return f"{n:>6} {' '.join(cells)} {ratio}  {verdict}"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bench/gemm.py", description=__doc__.split("\n")[0])
     parser.add_argument("--sizes", default="256,512,1024,2048,4096")
@@ -145,8 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.iters < 1 or any(n < 1 for n in sizes):
         parser.error("--iters and every size must be at least 1")
 
-    from hexir_runtime import hal
     from hexir_format import HexirError
+    from hexir_runtime import hal
 
     try:
         device = hal.create_device("cuda")
@@ -154,10 +173,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench/gemm.py: skipped, no usable CUDA GPU here: {err}")
         return 0
     baseline = cublas()
+    target = args.target or "default (PTX sm_75)"
     print(f"device : {device.name}")
-    print(f"dtype  : {args.dtype}   iters: {args.iters}   target: {args.target or 'default (PTX sm_75)'}")
+    print(f"dtype  : {args.dtype}   iters: {args.iters}   target: {target}")
     print(f"base   : {baseline[0] if baseline else 'none (install cupy or torch for cuBLAS)'}\n")
-    print(f"{'n':>6} {'hexir kernel':>22} {'hexir end to end':>22} {'cuBLAS':>22} {'ratio':>7}  verify")
+    header = ("n", "hexir kernel", "hexir end to end", "cuBLAS", "ratio")
+    print(f"{header[0]:>6} {header[1]:>22} {header[2]:>22} {header[3]:>22} {header[4]:>7}  verify")
 
     rng = np.random.default_rng(0)
     failures = 0
@@ -172,15 +193,15 @@ def main(argv: list[str] | None = None) -> int:
             ok = error <= TOLERANCE[args.dtype] * np.sqrt(n)
             failures += not ok
             base = baseline[1](a, b, args.iters) if baseline else None
-            cells = [f"{s * 1e3:9.3f} ms {gflops(n, s):8.1f} GF/s" for s in (kernel, e2e)]
-            cells.append(f"{base * 1e3:9.3f} ms {gflops(n, base):8.1f} GF/s" if base else f"{'-':>22}")
-            ratio = f"{kernel / base:6.1f}x" if base else f"{'-':>7}"
-            print(f"{n:>6} {cells[0]} {cells[1]} {cells[2]} {ratio}  {'ok' if ok else 'WRONG'} ({error:.2g})")
+            print(row(n, kernel, e2e, base, f"{'ok' if ok else 'WRONG'} ({error:.2g})"))
     device.close()
     print("\nratio = hexir kernel time / cuBLAS time (kernel only, both on device-resident inputs)")
     if failures:
-        print(f"bench/gemm.py: {failures} size(s) computed the wrong product; their timings mean nothing",
-              file=sys.stderr)
+        print(
+            f"bench/gemm.py: {failures} size(s) computed the wrong product; their timings "
+            "mean nothing",
+            file=sys.stderr,
+        )
         return 1
     return 0
 

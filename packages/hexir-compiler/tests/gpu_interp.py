@@ -17,9 +17,8 @@ import itertools
 from collections.abc import Callable
 
 import numpy as np
-from tir_interp import _SCALAR, InterpError, _cmpf, _cmpi, _constant
-
 from hexir_compiler.mlir import ir
+from tir_interp import _SCALAR, InterpError, _cmpf, _cmpi, _constant
 
 Step = Callable[["_Thread"], None]
 AXES = ("x", "y", "z")
@@ -101,8 +100,10 @@ class GpuKernel:
         if name == "arith.constant":
             value, out = _constant(op), outs[0]
             return lambda t: t.env.__setitem__(out, value)
-        fn = _SCALAR.get(name) or (name == "arith.cmpi" and _cmpi(op)) or (
-            name == "arith.cmpf" and _cmpf(op)
+        fn = (
+            _SCALAR.get(name)
+            or (name == "arith.cmpi" and _cmpi(op))
+            or (name == "arith.cmpf" and _cmpf(op))
         )
         if not fn:
             raise InterpError(f"no semantics for '{name}' in a gpu kernel")

@@ -8,14 +8,15 @@ import stat
 from pathlib import Path
 
 import pytest
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.target import cuda_toolkit
 from hexir_compiler.target.cuda_toolkit import CudaToolkit, find_libdevice, find_tool, find_toolkit
 from hexir_format import HexirError
 
 
-def fake_toolkit(root: Path, *, libdevice: str | None = "nvvm/libdevice", tools=("ptxas", "fatbinary")) -> Path:
+def fake_toolkit(
+    root: Path, *, libdevice: str | None = "nvvm/libdevice", tools=("ptxas", "fatbinary")
+) -> Path:
     (root / "bin").mkdir(parents=True, exist_ok=True)
     for tool in tools:
         path = root / "bin" / tool

@@ -9,10 +9,8 @@ import os
 import shutil
 import stat
 import subprocess
-from pathlib import Path
 
 import pytest
-
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
@@ -30,14 +28,15 @@ CUOBJDUMP = shutil.which("cuobjdump") or next(
     (p for p in ("/usr/local/cuda/bin/cuobjdump",) if os.access(p, os.X_OK)), None
 )
 
-BUILTIN_2X2 = """
-func.func @main() {
-  %a = "hexir.constant"() {value = dense<[[1.0, 2.0], [3.0, 4.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>
-  %b = "hexir.constant"() {value = dense<[[5.0, 6.0], [7.0, 8.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>
-  %c = "hexir.linear"(%a, %b) {device = "cuda"} : (tensor<2x2xf64>, tensor<2x2xf64>) -> tensor<2x2xf64>
-  "hexir.print"(%c) : (tensor<2x2xf64>) -> ()
+T2X2 = "tensor<2x2xf64>"
+BUILTIN_2X2 = f"""
+func.func @main() {{
+  %a = "hexir.constant"() {{value = dense<[[1.0, 2.0], [3.0, 4.0]]> : {T2X2}}} : () -> {T2X2}
+  %b = "hexir.constant"() {{value = dense<[[5.0, 6.0], [7.0, 8.0]]> : {T2X2}}} : () -> {T2X2}
+  %c = "hexir.linear"(%a, %b) {{device = "cuda"}} : ({T2X2}, {T2X2}) -> {T2X2}
+  "hexir.print"(%c) : ({T2X2}) -> ()
   func.return
-}
+}}
 """
 
 
@@ -106,8 +105,12 @@ def test_every_image_part_uses_the_bare_pointer_convention():
 def test_cuobjdump_lists_the_cubins_and_the_ptx(tmp_path):
     path = tmp_path / "relu.fatbin"
     path.write_bytes(kernels(elementwise("relu", "f64"), target="sm_90")["relu_0"].image)
-    elf = subprocess.run([CUOBJDUMP, "--list-elf", str(path)], capture_output=True, text=True, check=True)
-    ptx = subprocess.run([CUOBJDUMP, "--list-ptx", str(path)], capture_output=True, text=True, check=True)
+    elf = subprocess.run(
+        [CUOBJDUMP, "--list-elf", str(path)], capture_output=True, text=True, check=True
+    )
+    ptx = subprocess.run(
+        [CUOBJDUMP, "--list-ptx", str(path)], capture_output=True, text=True, check=True
+    )
     assert "sm_75" in elf.stdout and "sm_90" in elf.stdout
     assert "sm_75" in ptx.stdout
 
@@ -148,18 +151,24 @@ def test_a_missing_toolkit_is_one_line_naming_what_was_looked_for(monkeypatch, t
 def test_a_failing_ptxas_is_one_line_naming_the_kernel(monkeypatch, tmp_path):
     (tmp_path / "bin").mkdir()
     ptxas = tmp_path / "bin" / "ptxas"
-    ptxas.write_text("#!/bin/sh\necho 'ptxas fatal   : out of registers' >&2\necho more >&2\nexit 1\n")
+    ptxas.write_text(
+        "#!/bin/sh\necho 'ptxas fatal   : out of registers' >&2\necho more >&2\nexit 1\n"
+    )
     ptxas.chmod(ptxas.stat().st_mode | stat.S_IXUSR)
     os.symlink(TOOLKIT.fatbinary, tmp_path / "bin" / "fatbinary")
     (tmp_path / "nvvm" / "libdevice").mkdir(parents=True)
     os.symlink(TOOLKIT.libdevice, tmp_path / "nvvm" / "libdevice" / "libdevice.10.bc")
     monkeypatch.setenv("CUDA_ROOT", str(tmp_path))
-    with pytest.raises(CompileError, match=r"^ptxas failed on cuda kernel 'relu_0': ptxas fatal   : out of registers$"):
+    with pytest.raises(
+        CompileError,
+        match=r"^ptxas failed on cuda kernel 'relu_0': ptxas fatal   : out of registers$",
+    ):
         kernels(elementwise("relu", "f32"))
 
 
 def every_kind(elem: str) -> str:
     """One cuda op of each of the 19 kernel kinds (linear and matmul are both matmul)."""
+
     def t(shape: str) -> str:
         return f"tensor<{shape}x{elem}>"
 
@@ -168,15 +177,22 @@ def every_kind(elem: str) -> str:
         ("linear", "%x, %w", "", f"({x}, {w}) -> {t('4x6')}"),
         ("matmul", "%b3, %w", "", f"({b3}, {w}) -> {t('2x4x6')}"),
         *((op, "%x, %v", "", f"({x}, {v}) -> {x}") for op in ("add", "sub", "mul", "div")),
-        *((op, "%x", "", f"({x}) -> {x}")
-          for op in ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg", "gelu")),
+        *(
+            (op, "%x", "", f"({x}) -> {x}")
+            for op in ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg", "gelu")
+        ),
         ("gelu", "%x", ', approximate = "tanh"', f"({x}) -> {x}"),
         ("softmax", "%x", ", axis = -1 : i64", f"({x}) -> {x}"),
         ("layer_norm", "%x, %v, %v", ", epsilon = 1.0e-5 : f64", f"({x}, {v}, {v}) -> {x}"),
         ("transpose", "%b3", ", permutation = array<i64: 2, 0, 1>", f"({b3}) -> {t('8x2x4')}"),
         ("reshape", "%b3", "", f"({b3}) -> {t('8x8')}"),
         ("reduce_sum", "%b3", ", axes = array<i64: 1>, keepdims = false", f"({b3}) -> {t('2x8')}"),
-        ("reduce_mean", "%b3", ", axes = array<i64: 0, 2>, keepdims = true", f"({b3}) -> {t('1x4x1')}"),
+        (
+            "reduce_mean",
+            "%b3",
+            ", axes = array<i64: 0, 2>, keepdims = true",
+            f"({b3}) -> {t('1x4x1')}",
+        ),
         ("reduce_max", "%b3", ", axes = array<i64: 2>, keepdims = false", f"({b3}) -> {t('2x4')}"),
     ]
     body = "\n".join(
@@ -198,7 +214,9 @@ def test_every_kernel_kind_on_cuda_compiles_to_device_code(elem):
         module = ir.Module.parse(every_kind(elem))
         hexir_lower_to_tir.run(module)
         kinds = {
-            ir.StringAttr(op.attributes["sym_name"]).value: ir.StringAttr(op.attributes["hexir.kernel"]).value
+            ir.StringAttr(op.attributes["sym_name"]).value: ir.StringAttr(
+                op.attributes["hexir.kernel"]
+            ).value
             for op in (view.operation for view in module.body.operations)
             if op.name == "hextir.prim_func"
         }
@@ -212,7 +230,10 @@ def test_every_kernel_kind_on_cuda_compiles_to_device_code(elem):
 
 @pytest.mark.parametrize("target", ["sm_50", "sm_72", "compute_90", "90", "sm90", ""])
 def test_targets_older_than_sm75_or_malformed_are_refused(target):
-    with pytest.raises(CompileError, match=f"expected a CUDA architecture sm_75 or newer, like sm_90; got '{target}'"):
+    with pytest.raises(
+        CompileError,
+        match=f"expected a CUDA architecture sm_75 or newer, like sm_90; got '{target}'",
+    ):
         architectures(target)
 
 

@@ -12,9 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from gpu_interp import GpuKernel
-from tir_programs import Case, Lowered, assert_close, reference, sample
-
 from hexir_compiler.transforms import hextir_to_gpu
+from tir_programs import Case, Lowered, assert_close, reference, sample
 
 ELEMENTWISE = (5, 1, 7), (3, 7), (5, 3, 7)
 CASES = [

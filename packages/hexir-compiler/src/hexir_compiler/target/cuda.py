@@ -78,7 +78,9 @@ def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
             continue
         kernel = op.regions[0].blocks[0].operations[0].operation
         found[_symbol(op)] = (
-            _symbol(kernel), tuple(op.attributes["hexir.grid"]), tuple(op.attributes["hexir.block"])
+            _symbol(kernel),
+            tuple(op.attributes["hexir.grid"]),
+            tuple(op.attributes["hexir.block"]),
         )
         kernels.body.append(op)
     if not found:

@@ -79,7 +79,7 @@ def elf_kernels(elf: bytes) -> tuple[str, ...]:
     Helpers ptxas adds (such as the slow path of a float division) are FUNC symbols too, but
     without the entry mark, so they are left out."""
     try:
-        shoff, = struct.unpack_from("<Q", elf, 0x28)
+        (shoff,) = struct.unpack_from("<Q", elf, 0x28)
         shentsize, shnum = struct.unpack_from("<HH", elf, 0x3A)
         sections = [
             struct.unpack_from("<IIQQQQIIQQ", elf, shoff + i * shentsize) for i in range(shnum)
@@ -106,8 +106,8 @@ def _fatbin_parts(image: bytes):
         raise CompileError(f"malformed fatbin: {total} bytes of parts in a {len(image)}-byte image")
     while offset < end:
         kind, _, part_header, size = _PART_HEADER.unpack_from(image, offset)
-        arch, = struct.unpack_from("<I", image, offset + _PART_ARCH_OFFSET)
-        flags, = struct.unpack_from("<Q", image, offset + _PART_FLAGS_OFFSET)
+        (arch,) = struct.unpack_from("<I", image, offset + _PART_ARCH_OFFSET)
+        (flags,) = struct.unpack_from("<Q", image, offset + _PART_FLAGS_OFFSET)
         payload = image[offset + part_header : offset + part_header + size]
         offset += part_header + size
         if kind not in _PART_KINDS:

@@ -266,4 +266,3 @@ def _string(op: ir.Operation, name: str) -> str | None:
     if name not in op.attributes:
         return None
     return ir.StringAttr(op.attributes[name]).value
-
