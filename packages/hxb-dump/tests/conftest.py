@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+
 from dump_samples import BUILTIN
 from hxb_dump.cli import main
 

@@ -12,6 +12,10 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+import hexir_format as hf
+
+from hxb_dump.facts import module_facts
+
 
 class Corruption(NamedTuple):
     name: str
@@ -124,9 +128,6 @@ def v4(data: bytes) -> list[Corruption]:
     """Corruptions of the `kernels` sample module (see dump_samples.py), located through
     its own layout: five executables (layer_norm, transpose, reduce_sum, reduce_mean,
     reduce_max) over nine slots."""
-    import hexir_format as hf
-    from hxb_dump.facts import module_facts
-
     layout = hf.parse_layout(data)
     exes = layout.section(hf.SectionKind.EXECUTABLES).offset
     slots = layout.section(hf.SectionKind.SLOTS).offset

@@ -6,7 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import hexir_format as hf
 import pytest
+
+import dump_samples
 from dump_samples import BUILTIN
 from hxb_dump import __version__
 
@@ -66,9 +69,6 @@ def test_damaged_file_from_the_shell(tmp_path):
 
 def test_closed_pipe_is_not_an_error(tmp_path):
     """`hxb-dump big.hxb --rodata | head -1` must not end in a BrokenPipeError traceback."""
-    import dump_samples
-    import hexir_format as hf
-
     path = tmp_path / "mlp.hxb"
     path.write_bytes(hf.build(dump_samples.mlp()))
     proc = subprocess.Popen([sys.executable, "-m", "hxb_dump", str(path), "--rodata"],

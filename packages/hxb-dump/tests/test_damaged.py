@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 
-import dump_corruptions
-import dump_samples
 import hexir_format as hf
 import pytest
-from dump_samples import BUILTIN
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+import dump_corruptions
+import dump_samples
+from dump_samples import BUILTIN
 
 FULL_LISTING_LINES = 24  # the built-in fixture's listing without --rodata
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from dump_samples import FIXTURES
 
 MODULES = sorted(p for p in FIXTURES.glob("*.hxb"))

@@ -8,11 +8,12 @@ import stat
 import subprocess
 from pathlib import Path
 
-import dump_samples
 import hexir_format as hf
 import pytest
-from dump_samples import BUILTIN
 from hexir_format import Function, Module
+
+import dump_samples
+from dump_samples import BUILTIN
 from hxb_dump import images
 
 TINY_PTX = b"""//
@@ -188,7 +189,8 @@ def test_sass_when_cuobjdump_fails(dump, tmp_path, monkeypatch, no_cuobjdump_on_
     home = fake_cuda_home(tmp_path, 'echo "cuobjdump fatal   : Could not open input file" >&2\n'
                                     "exit 255\n")
     monkeypatch.setenv("CUDA_HOME", str(home))
-    r = dump(module_file(tmp_path, dump_samples.one_kernel(dump_samples.FATBIN)), "--sass", "linear_0")
+    path = module_file(tmp_path, dump_samples.one_kernel(dump_samples.FATBIN))
+    r = dump(path, "--sass", "linear_0")
     assert r.rc == 1
     assert r.err.splitlines() == [
         (f"hxb-dump: error: {home}/bin/cuobjdump --dump-sass failed with exit code 255 on kernel "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from hexir_format import KernelKind as K
+
 from hxb_dump.errors import DumpError
 from hxb_dump.params import decode, render
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import struct
 
-import dump_samples
 import hexir_format as hf
 import pytest
 from hexir_format import DType, Executable, KernelKind
 from hexir_format import TensorType as T
+
+import dump_samples
 from hxb_dump.facts import extents
 
 

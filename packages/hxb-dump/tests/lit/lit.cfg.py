@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import lit.formats
+
 from hxb_dump.images import find_cuobjdump
 
 config.name = "hxb-dump"
