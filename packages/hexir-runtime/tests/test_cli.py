@@ -97,3 +97,22 @@ def test_print_uses_c_percent_f():
     print_rows(np.array([[-0.0, 1e20, 1 / 3], [np.inf, -np.inf, np.nan]]), out)
     assert out.getvalue() == ("-0.000000 100000000000000000000.000000 0.333333 \n"
                               "inf -inf nan \n")
+
+
+def test_cuda_paths_of_the_cli_over_the_fake_driver(monkeypatch, builtin_hxb):
+    """What lit/cuda-device.test checks on a GPU, here with the fake driver."""
+    import hexir_format as hf
+    from fake_driver import FakeDriver
+
+    from hexir_runtime.hal import cuda as cuda_backend
+
+    path = builtin_hxb.parent / "builtin-cuda.hxb"
+    fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+    monkeypatch.setattr(cuda_backend, "load_driver", lambda: fake)
+    code, out, err = run("--device=cuda", path)
+    assert (code, err) == (0, "")
+    assert out.splitlines()[-5:] == ["device        : cpu", "device        : cuda (Fake GPU)",
+                                     "--", "8.000000 17.000000 ", "12.000000 14.000000 "]
+    assert run("--selftest", "--device=cuda") == (
+        0, "device        : cuda (Fake GPU)\nhal roundtrip : ok (32 bytes)\n", "")
+    assert fake.memory == {} and fake.context_refs == 0
