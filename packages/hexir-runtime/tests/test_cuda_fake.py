@@ -147,3 +147,17 @@ def test_a_v3_entry_without_kernels_still_needs_the_modules_device(tmp_path):
     with hr.load(path, device="cuda", driver=fake) as m:
         assert m.run("consts")[0].tolist() == modules.A.tolist()
         assert [d.name for d in m.devices_used("consts")] == ["cuda (Fake GPU)"]
+
+
+def test_reading_results_back_fails_with_entry_and_command(tmp_path):
+    t = hf.TensorType(hf.DType.F64, (2, 2))
+    main = hf.Function("main", (hf.Command.input(0, 0), hf.Command.output(0, 0)))
+    m, fake = load(tmp_path, hf.Module(4, (main,), b"", (), (hf.Slot(hf.Device.CUDA, t),)))
+    with m:
+        assert m.main(modules.A).tolist() == modules.A.tolist()  # up and back down
+        fake.fail["cuMemcpyDtoH"] = CUresult.CUDA_ERROR_INVALID_VALUE
+        with pytest.raises(hr.ExecutionError) as info:
+            m.main(modules.A)
+    assert str(info.value) == ("main: command 2 (end): device to host copy of 32 bytes "
+                               "(cuMemcpyDtoH) failed: CUDA_ERROR_INVALID_VALUE")
+    assert fake.memory == {}

@@ -95,6 +95,7 @@ class _Run:
     pending: set[Device] = field(default_factory=set)
     outputs: dict[int, tuple[hal.Buffer, TensorType]] = field(default_factory=dict)
     printed: list[np.ndarray] = field(default_factory=list)
+    results: tuple[np.ndarray, ...] = ()
     inputs: Sequence[np.ndarray] = ()
 
     def go(self, inputs: Sequence[np.ndarray]) -> Execution:
@@ -103,8 +104,7 @@ class _Run:
             for i, command in enumerate(self.plan.commands):
                 self._step(i, command)
             self._step(len(self.plan.commands), Command.end())
-            outputs = tuple(self._tensor(*self.outputs[i]) for i in range(len(self.outputs)))
-            return Execution(outputs, self.printed)
+            return Execution(self.results, self.printed)
         finally:
             self._release()
 
@@ -144,8 +144,10 @@ class _Run:
     # ---- commands --------------------------------------------------------------------------
 
     def _end(self, c: Command) -> None:
+        """Wait for every device still working, then read the results back to the host."""
         for kind in sorted(self.pending):
             self._wait(self.resident.devices[kind])
+        self.results = tuple(self._tensor(*self.outputs[i]) for i in range(len(self.outputs)))
 
     def _alloc(self, c: Command) -> None:
         self._own(c.slot, self._device(c.slot).allocate(c.bytes))
