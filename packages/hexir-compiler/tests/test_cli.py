@@ -42,8 +42,10 @@ def test_hxb_is_written_and_announced(tmp_path, capsys):
 
 def test_failed_compile_leaves_no_file_and_no_traceback(tmp_path, capsys):
     prog = tmp_path / "prog.mlir"
-    prog.write_text('func.func @main() {\n  %c = arith.constant dense<1.0> : tensor<2x2xf64>\n'
-                    '  "hexir.print"(%c) : (tensor<2x2xf64>) -> ()\n  return\n}\n')
+    prog.write_text(
+        "func.func @main() {\n  %c = arith.constant dense<1.0> : tensor<2x2xf64>\n"
+        '  "hexir.print"(%c) : (tensor<2x2xf64>) -> ()\n  return\n}\n'
+    )
     out = tmp_path / "out.hxb"
     assert cli.main(["-emit=hxb", "-o", str(out), str(prog)]) == 1
     err = capsys.readouterr().err
@@ -52,8 +54,12 @@ def test_failed_compile_leaves_no_file_and_no_traceback(tmp_path, capsys):
 
 
 def test_python_dash_m_is_the_cli(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "hexir_compiler", "-emit=bogus"],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [sys.executable, "-m", "hexir_compiler", "-emit=bogus"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("error: 'bogus' is not a stage")
     assert "Traceback" not in done.stderr

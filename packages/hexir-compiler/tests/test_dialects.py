@@ -42,9 +42,11 @@ def test_call_tir_reads_heterogeneous_inputs():
 
 
 def test_verifier_errors_carry_the_location():
-    text = ('func.func @main(%a: tensor<2x3xf32>, %w: tensor<2x2xf32>) {\n'
-            '  %r = "hexir.linear"(%a, %w) : (tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>\n'
-            '  return\n}\n')
+    text = (
+        "func.func @main(%a: tensor<2x3xf32>, %w: tensor<2x2xf32>) {\n"
+        '  %r = "hexir.linear"(%a, %w) : (tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>\n'
+        "  return\n}\n"
+    )
     with context(), pytest.raises(ir.MLIRError) as err:
         ir.Module.parse(text)
     first = err.value.error_diagnostics[0]
@@ -55,7 +57,9 @@ def test_verifier_errors_carry_the_location():
 def test_each_context_gets_the_dialects():
     for _ in range(3):
         with context():
-            module = ir.Module.parse('func.func @f(%x: tensor<2xf64>) -> tensor<2xf64> {\n'
-                                     '  %y = "hexir.neg"(%x) : (tensor<2xf64>) -> tensor<2xf64>\n'
-                                     '  return %y : tensor<2xf64>\n}\n')
+            module = ir.Module.parse(
+                "func.func @f(%x: tensor<2xf64>) -> tensor<2xf64> {\n"
+                '  %y = "hexir.neg"(%x) : (tensor<2xf64>) -> tensor<2xf64>\n'
+                "  return %y : tensor<2xf64>\n}\n"
+            )
             assert module.operation.verify()

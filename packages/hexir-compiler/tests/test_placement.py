@@ -10,17 +10,23 @@ from hexir_compiler.transforms import hexir_insert_transfers, hexir_partition
 
 def test_entries_split_on_commas_and_gpu_is_cuda():
     assert parse_placement(["hexir.linear=gpu,hexir.relu=cpu", "hexir.add=cuda"]) == {
-        "hexir.linear": "cuda", "hexir.relu": "cpu", "hexir.add": "cuda"}
+        "hexir.linear": "cuda",
+        "hexir.relu": "cpu",
+        "hexir.add": "cuda",
+    }
 
 
-@pytest.mark.parametrize("entry, message", [
-    ("hexir.linear", "it is not of the form <op-name>=<device>"),
-    ("hexir.linear=", "it is not of the form <op-name>=<device>"),
-    ("=cuda", "it is not of the form <op-name>=<device>"),
-    ("hexir.linear=tpu", "'tpu' is not a device; expected cpu, cuda or gpu"),
-    ("hexir.frob=cpu", "'hexir.frob' is not a placeable op"),
-    ("hexir.print=cuda", "'hexir.print' is not a placeable op"),
-])
+@pytest.mark.parametrize(
+    "entry, message",
+    [
+        ("hexir.linear", "it is not of the form <op-name>=<device>"),
+        ("hexir.linear=", "it is not of the form <op-name>=<device>"),
+        ("=cuda", "it is not of the form <op-name>=<device>"),
+        ("hexir.linear=tpu", "'tpu' is not a device; expected cpu, cuda or gpu"),
+        ("hexir.frob=cpu", "'hexir.frob' is not a placeable op"),
+        ("hexir.print=cuda", "'hexir.print' is not a placeable op"),
+    ],
+)
 def test_bad_entries(entry, message):
     with pytest.raises(PlacementError) as err:
         parse_placement([entry])
@@ -66,3 +72,23 @@ def test_partition_then_transfers_move_each_value_once_per_device():
             ("hexir.add", "cpu"),
         ]
         assert str(module.operation.attributes["hexir.targets"]) == '["cpu", "cuda"]'
+
+
+def test_the_passes_run_in_an_mlir_pass_manager_next_to_upstream_passes():
+    from hexir_compiler.mlir import passmanager
+
+    with context():
+        module = ir.Module.parse(PROGRAM)
+        pm = passmanager.PassManager()
+        pm.add(hexir_partition.make_pass({"hexir.exp": "cuda"}), name=hexir_partition.PASS_NAME)
+        pm.add(hexir_insert_transfers.make_pass(), name=hexir_insert_transfers.PASS_NAME)
+        pm.add("cse")
+        pm.run(module.operation)
+        assert [d for _, d in devices(module)] == [
+            "cpu",
+            "cpu->cuda",
+            "cuda",
+            "cuda->cpu",
+            "cpu",
+            "cpu",
+        ]

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
+import hexir_format as hf
 import numpy as np
 import pytest
 
-import hexir_format as hf
 from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError, diagnostic
@@ -27,7 +27,11 @@ def test_builtin_is_the_488_byte_fixture():
     assert data == (FIXTURES / "builtin.hxb").read_bytes()
     layout = hf.parse_layout(data)
     assert [(s.offset, s.size) for s in layout.sections] == [
-        (120, 40), (160, 176), (336, 64), (400, 88)]
+        (120, 40),
+        (160, 176),
+        (336, 64),
+        (400, 88),
+    ]
 
 
 def test_builtin_skips_the_unused_constant():
@@ -35,7 +39,12 @@ def test_builtin_skips_the_unused_constant():
         module = serialize.serialize(tir(None))
     main = module.functions[0]
     assert [c.op for c in main.commands] == [
-        hf.Op.CONST, hf.Op.CONST, hf.Op.ALLOC, hf.Op.DISPATCH, hf.Op.PRINT]
+        hf.Op.CONST,
+        hf.Op.CONST,
+        hf.Op.ALLOC,
+        hf.Op.DISPATCH,
+        hf.Op.PRINT,
+    ]
     assert np.frombuffer(bytes(module.rodata), "<f8").tolist() == [3, 1, 2, 2, 1, 5, 5, 2]
 
 
@@ -81,8 +90,14 @@ def test_entry_points_with_inputs_and_outputs_are_v4_and_parse_back():
     assert [f.name for f in back.functions] == ["main", "norm"]
     norm = back.function("norm")
     assert [c.op for c in norm.commands] == [
-        hf.Op.INPUT, hf.Op.INPUT, hf.Op.INPUT, hf.Op.ALLOC, hf.Op.DISPATCH, hf.Op.PRINT,
-        hf.Op.OUTPUT]
+        hf.Op.INPUT,
+        hf.Op.INPUT,
+        hf.Op.INPUT,
+        hf.Op.ALLOC,
+        hf.Op.DISPATCH,
+        hf.Op.PRINT,
+        hf.Op.OUTPUT,
+    ]
     assert [c.operands[1] for c in norm.commands if c.op is hf.Op.INPUT] == [0, 1, 2]
     gelu = next(e for e in back.executables if e.kind is hf.KernelKind.GELU)
     assert gelu.params == (1.0,)
@@ -103,14 +118,24 @@ def test_transfers_become_copies_between_device_slots(monkeypatch):
     assert model.version == 4
     main = model.functions[0]
     assert [c.op for c in main.commands] == [
-        hf.Op.CONST, hf.Op.CONST, hf.Op.ALLOC, hf.Op.DISPATCH, hf.Op.COPY, hf.Op.PRINT]
+        hf.Op.CONST,
+        hf.Op.CONST,
+        hf.Op.ALLOC,
+        hf.Op.DISPATCH,
+        hf.Op.COPY,
+        hf.Op.PRINT,
+    ]
     copy = main.commands[4]
     assert model.slots[copy.dst].device is hf.Device.CPU
     assert model.slots[copy.src].device is hf.Device.CUDA
     assert [s.device for s in model.slots[:2]] == [hf.Device.CUDA, hf.Device.CUDA]
     exe = model.executables[0]
     assert (exe.device, bytes(exe.image), exe.grid, exe.block) == (
-        hf.Device.CUDA, fake.image, (1, 1, 1), (32, 1, 1))
+        hf.Device.CUDA,
+        fake.image,
+        (1, 1, 1),
+        (32, 1, 1),
+    )
 
 
 def test_a_cuda_kernel_is_never_written_without_device_code(monkeypatch):

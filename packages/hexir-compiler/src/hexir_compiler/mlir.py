@@ -29,6 +29,22 @@ from numba_cuda_mlir._mlir.dialects import (
 PROVIDER = "numba_cuda_mlir._mlir"
 
 __all__ = [
-    "PROVIDER", "arith", "bufferization", "builtin", "cf", "ext", "func", "gpu", "ir", "linalg",
-    "llvm", "math", "memref", "nvvm", "passmanager", "rewrite", "scf", "tensor",
+    "PROVIDER",
+    "arith",
+    "bufferization",
+    "builtin",
+    "cf",
+    "ext",
+    "func",
+    "gpu",
+    "ir",
+    "linalg",
+    "llvm",
+    "math",
+    "memref",
+    "nvvm",
+    "passmanager",
+    "rewrite",
+    "scf",
+    "tensor",
 ]

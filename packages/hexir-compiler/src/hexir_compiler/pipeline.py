@@ -82,8 +82,9 @@ def run(module: ir.Module, options: Options) -> ir.Module | str | bytes:
     if options.stage in LINALG_STAGES:
         from hexir_compiler.transforms import linalg_path
 
-        result = linalg_path.run(module, options.stage, chip=options.chip,
-                                 placement=options.placement)
+        result = linalg_path.run(
+            module, options.stage, chip=options.chip, placement=options.placement
+        )
         if isinstance(result, ir.Module):
             _verify(result)
         return result

@@ -17,9 +17,26 @@ ALIASES = {"gpu": "cuda"}
 DEFAULT_DEVICE = "cpu"
 
 _HEXIR = (
-    "linear", "matmul", "add", "sub", "mul", "div", "relu", "sigmoid", "tanh", "exp", "sqrt",
-    "neg", "gelu", "softmax", "layer_norm", "transpose", "reshape", "reduce_sum",
-    "reduce_mean", "reduce_max",
+    "linear",
+    "matmul",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "relu",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "sqrt",
+    "neg",
+    "gelu",
+    "softmax",
+    "layer_norm",
+    "transpose",
+    "reshape",
+    "reduce_sum",
+    "reduce_mean",
+    "reduce_max",
 )
 _LINALG = ("add", "sub", "mul", "div", "matmul", "batch_matmul", "fill", "generic")
 

@@ -21,14 +21,14 @@ the slots section.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass, field, replace
 
 import hexir_format as hf
+import numpy as np
+
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-
+from hexir_compiler.target import cuda
 
 MAX_NAME = 31  # bytes of a symbol or kernel name (NUL-terminated in a 32-byte field)
 
@@ -49,8 +49,9 @@ def serialize(module: ir.Module, target: str | None = None) -> hf.Module:
     candidate = hf.Module(3, tuple(functions), bytes(writer.rodata), tuple(executables))
     if hf.minimum_version(candidate) == 3 and not writer.needs_slots:
         return candidate
-    return hf.Module(4, tuple(functions), bytes(writer.rodata), tuple(executables),
-                     tuple(writer.slots))
+    return hf.Module(
+        4, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots)
+    )
 
 
 def to_bytes(module: ir.Module, target: str | None = None) -> bytes:
@@ -73,50 +74,47 @@ def tensor_type(t: ir.Type) -> hf.TensorType:
     except ValueError as err:
         raise CompileError(str(err)) from None
     if len(shaped.shape) > hf.MAX_RANK:
-        raise CompileError(f"{t} has rank {len(shaped.shape)}; a .hxb holds at most rank "
-                           f"{hf.MAX_RANK}")
+        raise CompileError(
+            f"{t} has rank {len(shaped.shape)}; a .hxb holds at most rank {hf.MAX_RANK}"
+        )
     return hf.TensorType(dtype, tuple(shaped.shape))
 
 
 def _executables(module: ir.Module, target: str | None):
+    """Every prim func as an executable, in module order, and its index by name."""
     funcs = _ops(module, "hextir.prim_func")
     images = {}
     if any(_attr_str(f, "device", "cpu") == "cuda" for f in funcs):
-        images = _device_images(module, target)
-    executables, index = [], {}
-    for func in funcs:
-        name = _attr_str(func, "sym_name")
-        if len(name.encode()) > MAX_NAME:
-            raise SerializeError(f"kernel name '{name}' is longer than {MAX_NAME} bytes",
-                                 func.location)
-        kind = _attr_str(func, "hexir.kernel")
-        if kind is None:
-            raise SerializeError("prim func has no hexir.kernel attribute; it was not produced "
-                                 "by hexir-lower-to-tir", func.location)
-        device = hf.Device.from_name(_attr_str(func, "device", "cpu"))
-        ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-        params = tuple(func.attributes["hexir.params"]) if "hexir.params" in func.attributes \
-            else ()
-        exe = hf.Executable(name, hf.KernelKind[kind.upper()], device,
-                            tuple(tensor_type(t) for t in ftype.inputs), params)
-        if device is hf.Device.CUDA:
-            image = images.get(name)
-            if image is None:
-                raise SerializeError(f"cuda kernel '{name}' has no device code", func.location)
-            exe = hf.Executable(exe.name, exe.kind, exe.device, exe.args, exe.params,
-                                image.image, tuple(image.grid), tuple(image.block))
-        index[name] = len(executables)
-        executables.append(exe)
-    return executables, index
+        images = cuda.compile_kernels(module, target)
+    executables = [_executable(func, images) for func in funcs]
+    return executables, {exe.name: i for i, exe in enumerate(executables)}
 
 
-def _device_images(module: ir.Module, target: str | None) -> dict:
-    try:
-        from hexir_compiler.target import cuda
-    except ImportError as err:
-        raise CompileError(f"cuda kernels need device code, but the cuda target is not "
-                           f"available ({err})") from None
-    return cuda.compile_kernels(module, target)
+def _executable(func: ir.Operation, images: dict) -> hf.Executable:
+    name = _attr_str(func, "sym_name")
+    if len(name.encode()) > MAX_NAME:
+        raise SerializeError(f"kernel name '{name}' is longer than {MAX_NAME} bytes", func.location)
+    kind = _attr_str(func, "hexir.kernel")
+    if kind is None:
+        raise SerializeError(
+            "prim func has no hexir.kernel attribute; it was not produced by hexir-lower-to-tir",
+            func.location,
+        )
+    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
+    params = func.attributes.get("hexir.params", [])
+    exe = hf.Executable(
+        name,
+        hf.KernelKind[kind.upper()],
+        hf.Device.from_name(_attr_str(func, "device", "cpu")),
+        tuple(tensor_type(t) for t in ftype.inputs),
+        tuple(params),
+    )
+    if exe.device is hf.Device.CPU:
+        return exe
+    image = images.get(name)
+    if image is None:
+        raise SerializeError(f"cuda kernel '{name}' has no device code", func.location)
+    return replace(exe, image=image.image, grid=tuple(image.grid), block=tuple(image.block))
 
 
 @dataclass
@@ -135,7 +133,13 @@ class _Writer:
     def function(self, func: ir.Operation) -> hf.Function:
         name = _attr_str(func, "sym_name")
         if len(name.encode()) > MAX_NAME:
-            raise SerializeError(f"function name '{name}' is longer than 31 bytes", func.location)
+            raise SerializeError(
+                f"function name '{name}' is longer than {MAX_NAME} bytes", func.location
+            )
+        if not func.regions[0].blocks:
+            raise SerializeError(
+                f"function @{name} is a declaration; an entry point needs a body", func.location
+            )
         block = func.regions[0].blocks[0]
         slot_of: dict[ir.Value, int] = {}
         commands: list[hf.Command] = []
@@ -161,8 +165,9 @@ class _Writer:
         if name == "hexir.print":
             return [self._print(op, slot_of)]
         if name == "func.return":
-            outs = [hf.Command.output(self._slot(op, v, slot_of), i)
-                    for i, v in enumerate(op.operands)]
+            outs = [
+                hf.Command.output(self._slot(op, v, slot_of), i) for i, v in enumerate(op.operands)
+            ]
             self.needs_slots |= bool(outs)
             return outs
         raise SerializeError("cannot serialize this op into a host program", op.location)
@@ -177,8 +182,11 @@ class _Writer:
 
     def _slot(self, op: ir.Operation, value: ir.Value, slot_of: dict) -> int:
         if value not in slot_of:
-            raise SerializeError("operand has no slot; it is not produced by a constant, a "
-                                 "call or a transfer in this function", op.location)
+            raise SerializeError(
+                "operand has no slot; it is not produced by a constant, a "
+                "call or a transfer in this function",
+                op.location,
+            )
         return slot_of[value]
 
     def _constant(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
@@ -207,8 +215,10 @@ class _Writer:
         args = [self._slot(op, v, slot_of) for v in op.operands]
         dst = self._result(op, slot_of)
         nbytes = tensor_type(op.results[0].type).nbytes
-        return [hf.Command.alloc(dst, nbytes),
-                hf.Command.dispatch(self.executables[callee], [*args, dst])]
+        return [
+            hf.Command.alloc(dst, nbytes),
+            hf.Command.dispatch(self.executables[callee], [*args, dst]),
+        ]
 
     def _print(self, op: ir.Operation, slot_of: dict) -> hf.Command:
         slot = self._slot(op, op.operands[0], slot_of)

@@ -63,7 +63,9 @@ def matmul(a: Sequence[int], b: Sequence[int]) -> tuple[int, ...]:
 def normalize_axis(axis: int, rank: int) -> int:
     """A possibly negative axis as an index in [0, rank)."""
     if not -rank <= axis < rank:
-        raise ShapeError(f"axis {axis} is out of range for rank {rank}; expected {-rank}..{rank - 1}")
+        raise ShapeError(
+            f"axis {axis} is out of range for rank {rank}; expected {-rank}..{rank - 1}"
+        )
     return axis % rank
 
 

@@ -45,10 +45,11 @@ def check_attributes(op) -> None:
         if field.name not in attrs:
             raise Invalid(f"requires attribute '{field.name}'")
         kind = field.constraint
-        if isinstance(kind, type) and issubclass(kind, ir.Attribute):
-            if not isinstance(attrs[field.name], kind):
-                raise Invalid(f"attribute '{field.name}' must be a {_noun(kind)}, got "
-                              f"{attrs[field.name]}")
+        declared = isinstance(kind, type) and issubclass(kind, ir.Attribute)
+        if declared and not isinstance(attrs[field.name], kind):
+            raise Invalid(
+                f"attribute '{field.name}' must be a {_noun(kind)}, got {attrs[field.name]}"
+            )
 
 
 def _noun(kind: type) -> str:
@@ -93,8 +94,10 @@ def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
     shape, elem = _shaped(t, what, ir.MemRefType, "memref")
     layout = ir.MemRefType(t).layout
-    if not (isinstance(layout, ir.AffineMapAttr)
-            and layout.value == ir.AffineMap.get_identity(len(shape))):
+    if not (
+        isinstance(layout, ir.AffineMapAttr)
+        and layout.value == ir.AffineMap.get_identity(len(shape))
+    ):
         raise Invalid(f"{what} must have the identity layout, got {t}")
     return shape, elem
 

@@ -173,7 +173,7 @@ class GeluOp(_Unary, name="gelu"):
         if "approximate" in attrs:
             mode = string_attr(attrs["approximate"], "approximate")
             if mode not in GELU_APPROXIMATIONS:
-                raise Invalid(f"approximate must be \"none\" or \"tanh\", got \"{mode}\"")
+                raise Invalid(f'approximate must be "none" or "tanh", got "{mode}"')
 
 
 class SoftmaxOp(_Unary, name="softmax"):
@@ -338,7 +338,24 @@ class TransferOp(HexirOp, name="transfer"):
 
 # The compute ops: what hexir-partition places and hexir-lower-to-tir turns into kernels.
 COMPUTE_OPS: tuple[type, ...] = (
-    LinearOp, MatmulOp, AddOp, SubOp, MulOp, DivOp, ReluOp, SigmoidOp, TanhOp, ExpOp, SqrtOp,
-    NegOp, GeluOp, SoftmaxOp, LayerNormOp, TransposeOp, ReshapeOp, ReduceSumOp, ReduceMeanOp,
+    LinearOp,
+    MatmulOp,
+    AddOp,
+    SubOp,
+    MulOp,
+    DivOp,
+    ReluOp,
+    SigmoidOp,
+    TanhOp,
+    ExpOp,
+    SqrtOp,
+    NegOp,
+    GeluOp,
+    SoftmaxOp,
+    LayerNormOp,
+    TransposeOp,
+    ReshapeOp,
+    ReduceSumOp,
+    ReduceMeanOp,
     ReduceMaxOp,
 )

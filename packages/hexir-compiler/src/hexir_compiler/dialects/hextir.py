@@ -23,8 +23,24 @@ LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 # Kernel kinds, named as in the format README (the executable kinds of a .hxb).
 KERNELS = (
-    "matmul", "add", "relu", "sub", "mul", "div", "sigmoid", "tanh", "exp", "sqrt", "neg",
-    "gelu", "softmax", "layer_norm", "transpose", "reshape", "reduce_sum", "reduce_mean",
+    "matmul",
+    "add",
+    "relu",
+    "sub",
+    "mul",
+    "div",
+    "sigmoid",
+    "tanh",
+    "exp",
+    "sqrt",
+    "neg",
+    "gelu",
+    "softmax",
+    "layer_norm",
+    "transpose",
+    "reshape",
+    "reduce_sum",
+    "reduce_mean",
     "reduce_max",
 )
 
@@ -89,8 +105,10 @@ class PrimFuncOp(HextirOp, name="prim_func", traits=[ir.NoTerminatorTrait]):
         if "hexir.kernel" in attrs:
             kind = string_attr(attrs["hexir.kernel"], "hexir.kernel")
             if kind not in KERNELS:
-                raise Invalid(f"hexir.kernel '{kind}' is not a kernel kind; expected one of "
-                              f"{', '.join(KERNELS)}")
+                raise Invalid(
+                    f"hexir.kernel '{kind}' is not a kernel kind; expected one of "
+                    f"{', '.join(KERNELS)}"
+                )
         if "hexir.params" in attrs and not isinstance(attrs["hexir.params"], ir.DenseF64ArrayAttr):
             raise Invalid(f"hexir.params must be array<f64: ...>, got {attrs['hexir.params']}")
 
@@ -123,15 +141,19 @@ class ForOp(HextirOp, name="for"):
     body: ext.Region
 
     def check(self) -> None:
-        for name, v in (("lower bound", self.lower_bound), ("upper bound", self.upper_bound),
-                        ("step", self.step)):
+        for name, v in (
+            ("lower bound", self.lower_bound),
+            ("upper bound", self.upper_bound),
+            ("step", self.step),
+        ):
             if not isinstance(v.type, ir.IndexType):
                 raise Invalid(f"{name} must be an index, got {v.type}")
         attrs = self.operation.attributes
         kind = string_attr(attrs["kind"], "kind")
         if kind not in LOOP_KINDS:
-            raise Invalid(f"kind '{kind}' is not a loop kind; expected one of "
-                          f"{', '.join(LOOP_KINDS)}")
+            raise Invalid(
+                f"kind '{kind}' is not a loop kind; expected one of {', '.join(LOOP_KINDS)}"
+            )
         if kind == "thread_binding":
             if "bind" not in attrs:
                 raise Invalid("a thread_binding loop needs 'bind' (blockIdx.x ... threadIdx.z)")
@@ -142,12 +164,16 @@ class ForOp(HextirOp, name="for"):
             raise Invalid(f"only a thread_binding loop takes 'bind'; this one is {kind}")
         carried = _types(self.init_args)
         if _types(self.results) != carried:
-            raise Invalid(f"results ({', '.join(_types(self.results))}) must match the "
-                          f"init_args ({', '.join(carried)})")
+            raise Invalid(
+                f"results ({', '.join(_types(self.results))}) must match the "
+                f"init_args ({', '.join(carried)})"
+            )
         block = _entry_block(self)
         if _types(block.arguments) != ["index", *carried]:
-            raise Invalid(f"body arguments ({', '.join(_types(block.arguments))}) must be "
-                          f"(index{''.join(', ' + t for t in carried)})")
+            raise Invalid(
+                f"body arguments ({', '.join(_types(block.arguments))}) must be "
+                f"(index{''.join(', ' + t for t in carried)})"
+            )
         _check_yield(block, carried)
 
 
@@ -157,8 +183,9 @@ def _check_yield(block: ir.Block, carried: list[str]) -> None:
         raise Invalid("body must end with hextir.yield")
     yielded = _types(ops[-1].operands)
     if yielded != carried:
-        raise Invalid(f"hextir.yield gives ({', '.join(yielded)}) but the loop carries "
-                      f"({', '.join(carried)})")
+        raise Invalid(
+            f"hextir.yield gives ({', '.join(yielded)}) but the loop carries ({', '.join(carried)})"
+        )
 
 
 class IfOp(HextirOp, name="if"):

@@ -64,8 +64,13 @@ def _place_constant(op: ir.Operation) -> None:
         op.attributes["device"] = ir.StringAttr.get("cuda")
 
 
-def _route(value: ir.Value, device: str, loc: ir.Location, ip: ir.InsertionPoint,
-           producer: ir.Operation | None) -> None:
+def _route(
+    value: ir.Value,
+    device: str,
+    loc: ir.Location,
+    ip: ir.InsertionPoint,
+    producer: ir.Operation | None,
+) -> None:
     """Give the consumers of `value` on other devices one copy per device.
 
     The copies go at `ip`, then (for an op's result) move right after `producer`.
@@ -89,3 +94,12 @@ def _route(value: ir.Value, device: str, loc: ir.Location, ip: ir.InsertionPoint
             copy.move_after(producer)
         for owner, index in elsewhere[dst]:
             owner.operands[index] = copy.results[0]
+
+
+def make_pass():
+    """A callable for `PassManager.add(..., name=PASS_NAME)`."""
+
+    def hexir_insert_transfers(op: ir.Operation, pass_) -> None:
+        run(op)
+
+    return hexir_insert_transfers

@@ -1,10 +1,11 @@
 """Print a .hxb module's version, commands, slots and executables, one per line, for FileCheck."""
 
 import sys
+from pathlib import Path
 
 import hexir_format as hf
 
-module = hf.parse(open(sys.argv[1], "rb").read())
+module = hf.parse(Path(sys.argv[1]).read_bytes())
 print(f"version {module.version}")
 for function in module.functions:
     print(f"function {function.name}")
@@ -14,6 +15,8 @@ for i, slot in enumerate(module.slots):
     print(f"slot {i} {slot.device} {slot.type}")
 for exe in module.executables:
     image = f"image {len(exe.image)} bytes" if exe.image is not None else "descriptor"
-    print(f"executable {exe.name} {exe.kind} {exe.device} "
-          f"({', '.join(map(str, exe.args))}) params {list(exe.params)} {image}"
-          f" grid {exe.grid} block {exe.block}")
+    print(
+        f"executable {exe.name} {exe.kind} {exe.device} "
+        f"({', '.join(map(str, exe.args))}) params {list(exe.params)} {image}"
+        f" grid {exe.grid} block {exe.block}"
+    )
