@@ -89,10 +89,21 @@ def _cases(seed: int) -> list[Case]:
     return cases
 
 
+# Spaces larger than one block of 256 threads: several blocks, and a guard on the last one.
+LARGE = [
+    Case("add", [(3, 1, 100), (4, 1)], (3, 4, 100)),
+    Case("gelu", [(513,)], (513,)),
+    Case("softmax", [(300, 3)], (300, 3), {"axis": "1 : i64"}),
+    Case("layer_norm", [(270, 4), (4,), (4,)], (270, 4), {"epsilon": "1.0e-05 : f64"}),
+    Case("reduce_max", [(20, 3, 17)], (20, 17), {"axes": "array<i64: 1>", "keepdims": "false"}),
+    Case("transpose", [(13, 40)], (40, 13), {"permutation": "array<i64: 1, 0>"}),
+    Case("reshape", [(17, 31)], (31, 17)),
+]
+
 PARAMS = [
     pytest.param(case, id=f"{seed}-{case.op}-{'x'.join(map(str, case.output)) or 'scalar'}")
-    for seed in SEEDS
-    for case in _cases(seed)
+    for seed, cases in [*((seed, _cases(seed)) for seed in SEEDS), ("large", LARGE)]
+    for case in cases
 ]
 
 
@@ -110,6 +121,7 @@ def test_kernel_matches_numpy(case: Case, device: str, element: str) -> None:
     assert_close(out, reference(case, inputs), element)
     if device == "cuda":
         assert math.prod(kernel.block) >= 32, f"{kernel.name}: block {kernel.block}"
+        assert case not in LARGE or kernel.grid[0] > 1, f"{kernel.name}: grid {kernel.grid}"
 
 
 @pytest.mark.parametrize(
