@@ -12,6 +12,7 @@ import math
 
 import numpy as np
 import pytest
+
 from tir_programs import Case, Lowered, assert_close, reference, sample
 
 UNARY = ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg")
