@@ -4,12 +4,12 @@ refuses. The values the kernels compute are in test_lower_to_tir_kernels.py."""
 from __future__ import annotations
 
 import pytest
-from tir_programs import Case, Lowered
 
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.mlir import ir, passmanager
 from hexir_compiler.transforms import hexir_lower_to_tir
+from tir_programs import Case, Lowered
 
 PROGRAM = """\
 func.func @main(%x: tensor<2x3xf64>) -> tensor<2x4xf64> {

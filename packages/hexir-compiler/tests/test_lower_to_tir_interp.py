@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from tir_interp import InterpError, Kernel
 
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir
+from tir_interp import InterpError, Kernel
 
 # out[i] = x[i] * 2 for 40 elements, as 2 blocks x 32 threads; {GUARD} is the bounds check.
 COPY = """\

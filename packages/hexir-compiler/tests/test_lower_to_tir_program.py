@@ -13,12 +13,12 @@ import math
 
 import numpy as np
 import pytest
-from tir_interp import Kernel
-from tir_programs import DTYPES
 
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir
 from hexir_compiler.pipeline import Options, lower_to_tir
+from tir_interp import Kernel
+from tir_programs import DTYPES
 
 PROGRAM = """\
 func.func @main(%x: tensor<2x4x8xT>, %g: tensor<8xT>, %b: tensor<8xT>, %wq: tensor<8x8xT>,

@@ -10,11 +10,11 @@ import math
 from dataclasses import dataclass, field
 
 import numpy as np
-from tir_interp import Kernel
 
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir, passmanager
 from hexir_compiler.transforms.hexir_lower_to_tir import PASS_NAME, hexir_lower_to_tir
+from tir_interp import Kernel
 
 DTYPES = {"f32": np.float32, "f64": np.float64}
 
