@@ -1,0 +1,17 @@
+"""Print each cuda executable of a .hxb with its launch geometry and the parts of its image."""
+
+import sys
+
+import hexir_format
+
+from hexir_compiler.target.device_image import flavour_of, parts
+
+module = hexir_format.parse(open(sys.argv[1], "rb").read())
+for exe in module.executables:
+    if exe.image is None:
+        print(f"{exe.name} descriptor")
+        continue
+    image = bytes(exe.image)
+    print(f"{exe.name} {flavour_of(image)} grid {exe.grid} block {exe.block}")
+    for part in parts(image):
+        print(f"  {part.kind} sm_{part.arch}: {' '.join(part.kernels)}")
