@@ -21,6 +21,7 @@ import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 from hexir_compiler.errors import CompileError
 
@@ -58,7 +59,7 @@ def find_tool(name: str, env: Mapping[str, str] | None = None) -> Path:
             return path
     if lookup.use_path and (found := shutil.which(name, path=env.get("PATH"))):
         return Path(found)
-    return _missing(name, candidates, lookup)
+    _missing(name, candidates, lookup)
 
 
 def find_libdevice(env: Mapping[str, str] | None = None) -> Path:
@@ -73,10 +74,10 @@ def find_libdevice(env: Mapping[str, str] | None = None) -> Path:
     for path in candidates:
         if path.is_file():
             return path
-    return _missing(LIBDEVICE, candidates, lookup)
+    _missing(LIBDEVICE, candidates, lookup)
 
 
-def _missing(name: str, candidates: list[Path], lookup: Lookup) -> Path:
+def _missing(name: str, candidates: list[Path], lookup: Lookup) -> NoReturn:
     looked = ", ".join(str(c) for c in candidates)
     if lookup.use_path and name != LIBDEVICE:
         looked += f", and '{name}' on PATH"
