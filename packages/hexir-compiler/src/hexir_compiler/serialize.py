@@ -197,10 +197,8 @@ class _Writer:
             raise SerializeError("expected a dense constant", op.location)
         ttype = tensor_type(op.results[0].type)
         dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")
-        if value.is_splat:
-            data = np.full(ttype.shape, float(value.get_splat_value().value), dtype=dtype)
-        else:
-            data = np.asarray([float(x) for x in value], dtype=dtype)
+        # The buffer protocol gives the elements (a splat's too, repeated) without a Python loop.
+        data = np.broadcast_to(np.asarray(value).astype(dtype), ttype.shape)
         raw = data.tobytes()
         offset = len(self.rodata)
         self.rodata += raw
