@@ -126,3 +126,14 @@ def test_parallel_iterations_on_one_element_race(kind: str) -> None:
             return
         with pytest.raises(InterpError, match="race"):
             kernel(np.arange(4.0), out)
+
+
+def test_buffers_must_have_the_kernel_s_shape_and_element_type() -> None:
+    with context():
+        module = ir.Module.parse(COPY.format(**GOOD))
+        kernel = Kernel(module.body.operations[0])
+        out = np.zeros(40, dtype=np.float32)
+        with pytest.raises(InterpError, match=r"buffer #0 is float32\[39\], the kernel takes"):
+            kernel(np.zeros(39, dtype=np.float32), out)
+        with pytest.raises(InterpError, match=r"buffer #0 is float64\[40\], the kernel takes"):
+            kernel(np.zeros(40), out)

@@ -93,7 +93,22 @@ class Kernel:
         self._slots: dict[ir.Value, int] = {}
         entry = self.op.regions[0].blocks[0]
         self._args = [self._slot(a) for a in entry.arguments]
+        self._buffer_types = {
+            slot: a.type for slot, a in zip(self._args, entry.arguments, strict=True)
+        }
+        self._stored = self._stored_buffers()
         self._body = self._compile_block(entry, terminator="hextir.return")
+
+    def _stored_buffers(self) -> set[int]:
+        stored: set[int] = set()
+
+        def visit(op: ir.Operation) -> ir.WalkResult:
+            if op.name == "hextir.buffer_store":
+                stored.add(self._slot(op.operands[1]))
+            return ir.WalkResult.ADVANCE
+
+        self.op.walk(visit)
+        return stored
 
     @property
     def threads(self) -> int:
@@ -102,6 +117,14 @@ class Kernel:
     def __call__(self, *buffers: np.ndarray) -> None:
         if len(buffers) != len(self._args):
             raise InterpError(f"{self.name} takes {len(self._args)} buffers, got {len(buffers)}")
+        for number, (slot, array) in enumerate(zip(self._args, buffers, strict=True)):
+            memref = ir.MemRefType(self._buffer_types[slot])
+            if (
+                array.shape != tuple(memref.shape)
+                or array.dtype != _FLOAT[str(memref.element_type)]
+            ):
+                found = f"{array.dtype}{list(array.shape)}"
+                raise InterpError(f"buffer #{number} is {found}, the kernel takes {memref}")
         launch = _Launch()
         if self.device == "cpu":
             self._run(list(buffers), launch, {}, ())
@@ -155,10 +178,8 @@ class Kernel:
         if name == "hextir.block":
             body = self._compile_block(op.regions[0].blocks[0], "hextir.yield")
             return lambda t: _run_all(t, body)
-        if name == "hextir.buffer_load":
-            return self._compile_access(ins, outs, write=False)
-        if name == "hextir.buffer_store":
-            return self._compile_access(ins, outs, write=True)
+        if name in ("hextir.buffer_load", "hextir.buffer_store"):
+            return self._compile_access(op, ins, outs)
         if name == "arith.constant":
             value = _constant(op)
             out = outs[0]
@@ -205,25 +226,31 @@ class Kernel:
 
         return bound
 
-    def _compile_access(self, ins: list[int], outs: list[int], write: bool) -> Step:
+    def _compile_access(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
+        write = op.name == "hextir.buffer_store"
         if write:
             value, buffer, *indices = ins
         else:
             (buffer, *indices), (value,) = ins, outs
         number = self._args.index(buffer) if buffer in self._args else -1
+        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        if len(indices) != len(shape):
+            raise InterpError(f"buffer #{number} of shape {shape} takes {len(shape)} indices")
+        # Reading a buffer this kernel never writes cannot race: only those reads go unrecorded.
+        tracked = write or buffer in self._stored
 
         def access(t: _Thread) -> None:
-            array = t.env[buffer]
-            index = tuple(t.env[i] for i in indices)
-            if len(index) != array.ndim or any(
-                not 0 <= i < n for i, n in zip(index, array.shape, strict=True)
-            ):
-                raise InterpError(f"buffer #{number} of shape {array.shape} indexed at {index}")
-            t.launch.touch(t.owner, number, index, write)
+            env = t.env
+            index = tuple([env[i] for i in indices])
+            for i, n in zip(index, shape, strict=True):
+                if not 0 <= i < n:
+                    raise InterpError(f"buffer #{number} of shape {shape} indexed at {index}")
+            if tracked:
+                t.launch.touch(t.owner, number, index, write)
             if write:
-                array[index] = t.env[value]
+                env[buffer][index] = env[value]
             else:
-                t.env[value] = array[index]
+                env[value] = env[buffer][index]
 
         return access
 
