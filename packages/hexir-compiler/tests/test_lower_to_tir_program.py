@@ -4,12 +4,16 @@ passes, the copies between devices and the kernels together compute the program.
 
 The program is a small transformer block (layer_norm, attention with reshapes, transposes,
 a batched matmul and softmax, a gelu MLP, residual adds) followed by every remaining op, under
-two placements that split it between cpu and cuda in opposite ways.
+two placements that split it between cpu and cuda in opposite ways. Then the example
+transformer block of examples/ with every op on cuda: its real cuda kernels, launched thread
+by thread, against the example's own numpy reference.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -119,11 +123,22 @@ def evaluate(module: ir.Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
             values[op.results[0]] = out
         elif op.name == "hexir.transfer":
             values[op.results[0]] = args[0].copy()
+        elif op.name == "hexir.constant":
+            values[op.results[0]] = _constant(op)
         elif op.name == "func.return":
             return args
         elif op.name != "hexir.print":
             raise AssertionError(f"unexpected op at the kernel level: {op.name}")
     raise AssertionError("main has no return")
+
+
+def _constant(op: ir.Operation) -> np.ndarray:
+    dense = ir.DenseFPElementsAttr(op.attributes["value"])
+    type_ = ir.RankedTensorType(op.results[0].type)
+    dtype = DTYPES[str(type_.element_type)]
+    if dense.is_splat:
+        return np.full(type_.shape, dense.get_splat_value().value, dtype)
+    return np.array(dense).astype(dtype).reshape(type_.shape)
 
 
 @pytest.mark.parametrize("element", ["f32", "f64"])
@@ -145,3 +160,21 @@ def test_the_lowered_program_computes_the_program(on_cuda: list[str], element: s
     for got, want in zip(outputs, expected, strict=True):
         rtol, atol = (1e-4, 1e-5) if element == "f32" else (1e-11, 1e-12)
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * max(1.0, np.abs(want).max()))
+
+
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
+
+
+def test_the_example_transformer_block_on_cuda_computes_its_reference() -> None:
+    spec = importlib.util.spec_from_file_location("reference", EXAMPLES / "reference.py")
+    reference_module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(reference_module)
+    program = EXAMPLES / "transformer_block.mlir"
+    x = reference_module.sample_input(program, np.random.default_rng(0))
+    everything = {f"hexir.{name}": "cuda" for name in [*GPU_HEAVY, *OTHERS]}
+    with context():
+        module = ir.Module.parseFile(str(program))
+        lower_to_tir(module, Options(stage="mlir-tir", placement=everything))
+        (out,) = evaluate(module, [x])
+    error = reference_module.relative_error(out, reference_module.evaluate(program, x))
+    assert error <= reference_module.TOLERANCE["f32"], f"relative error {error:.3g}"
