@@ -1,6 +1,7 @@
 // hexir-lower-cuda-to-gpu: each cuda-placed linalg op on buffers becomes one gpu.launch with
 // many threads: flat id = blockIdx.x * block + threadIdx.x, guarded by id < total; reduction
-// loops stay serial in the thread. cpu ops stay; transfers become memref.copy.
+// loops stay serial in the thread. Kernels are named after the op and a module-wide counter.
+// cpu ops stay; transfers become memref.copy.
 // RUN: %hexir-opt --pass=hexir-lower-cuda-to-gpu %s | FileCheck %s
 
 #id = affine_map<(d0, d1) -> (d0, d1)>
@@ -14,6 +15,7 @@
 // CHECK: %[[G1:.*]] = arith.constant 1 : index
 // CHECK: %[[B1:.*]] = arith.constant 32 : index
 // CHECK: gpu.launch blocks(%[[BX:.*]], %{{.*}}, %{{.*}}) in (%{{.*}} = %[[G1]], %{{.*}} = %{{.*}}, %{{.*}} = %{{.*}}) threads(%[[TX:.*]], %{{.*}}, %{{.*}}) in (%{{.*}} = %[[B1]],
+// CHECK-SAME: module(@fill_0) function(@fill_0)
 // CHECK: %[[BASE:.*]] = arith.muli %[[BX]], %{{.*}} : index
 // CHECK: %[[ID:.*]] = arith.addi %[[BASE]], %[[TX]] : index
 // CHECK: %[[IN:.*]] = arith.cmpi ult, %[[ID]], %{{.*}} : index
@@ -22,6 +24,7 @@
 // CHECK: gpu.terminator
 // CHECK-NEXT: } {device = "cuda"}
 // CHECK: gpu.launch blocks
+// CHECK-SAME: module(@matmul_1) function(@matmul_1)
 // CHECK: scf.if
 // CHECK: %[[J:.*]] = arith.remui %[[FLAT:.*]], %[[TWO:.*]] : index
 // CHECK: %[[I:.*]] = arith.divui %[[FLAT]], %[[TWO]] : index

@@ -10,9 +10,9 @@
 // COMMON: target triple = "{{.+}}"
 // COMMON: @frmt_spec = internal constant [4 x i8] c"%f \00"
 // COMMON: @nl = internal constant [2 x i8] c"\0A\00"
-// SPLIT: @main_kernel_binary = internal constant [{{[0-9]+}} x i8] c"P\EDU\BA
-// SWAP: @main_kernel_binary = internal constant
-// ALLGPU: @main_kernel_1_binary = internal constant
+// SPLIT: @matmul_1_binary = internal constant [{{[0-9]+}} x i8] c"P\EDU\BA
+// SWAP: @generic_0_binary = internal constant
+// ALLGPU: @generic_2_binary = internal constant
 // COMMON: declare i32 @printf(ptr, ...)
 // COMMON: define void @main()
 
@@ -37,8 +37,8 @@
 // COMMON: call i32 (ptr, ...) @printf(ptr @frmt_spec, double %{{.*}})
 // COMMON: call i32 (ptr, ...) @printf(ptr @nl)
 // COMMON: ret void
-// SPLIT: define internal void @main_kernel_load()
-// SPLIT: call ptr @mgpuModuleLoad(ptr @main_kernel_binary, i64 {{[0-9]+}})
+// SPLIT: define internal void @fill_0_load()
+// SPLIT: call ptr @mgpuModuleLoad(ptr @fill_0_binary, i64 {{[0-9]+}})
 func.func @main() {
   %a = "hexir.constant"() {value = dense<[[3.0, 1.0], [2.0, 2.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>
   %w = "hexir.constant"() {value = dense<[[1.0, 5.0], [5.0, 2.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>

@@ -22,29 +22,30 @@
 // ALLCPU: llvm.call @printf
 // ALLCPU-NOT: gpu.
 
-// The fill and the matmul run as two kernels of 32 threads; the product is copied back.
+// The fill and the matmul run as two kernels of 32 threads, each named after its linalg op;
+// the product is copied back.
 // SPLIT-DAG: %[[ONE:.*]] = llvm.mlir.constant(1 : index) : i64
 // SPLIT-DAG: %[[WARP:.*]] = llvm.mlir.constant(32 : index) : i64
-// SPLIT: gpu.launch_func  @[[FILL:main_kernel]]::@main_kernel blocks in (%[[ONE]], %[[ONE]], %[[ONE]]) threads in (%[[WARP]], %[[ONE]], %[[ONE]])
-// SPLIT: gpu.launch_func  @[[MM:main_kernel_0]]::@main_kernel blocks in
+// SPLIT: gpu.launch_func  @fill_0::@fill_0 blocks in (%[[ONE]], %[[ONE]], %[[ONE]]) threads in (%[[WARP]], %[[ONE]], %[[ONE]])
+// SPLIT: gpu.launch_func  @matmul_1::@matmul_1 blocks in
 // SPLIT: "llvm.intr.memcpy"
 // SPLIT: llvm.intr.maximum
-// SPLIT: gpu.binary @[[FILL]]  [#gpu.object<#nvvm.target<O = 3, chip = "sm_90", link = ["{{.*}}libdevice.10.bc"]>
-// SPLIT: gpu.binary @[[MM]]  [#gpu.object<#nvvm.target<O = 3, chip = "sm_90"
+// SPLIT: gpu.binary @fill_0  [#gpu.object<#nvvm.target<O = 3, chip = "sm_90", link = ["{{.*}}libdevice.10.bc"]>
+// SPLIT: gpu.binary @matmul_1  [#gpu.object<#nvvm.target<O = 3, chip = "sm_90"
 
 // SWAP: "llvm.intr.memcpy"
-// SWAP: gpu.launch_func  @main_kernel::@main_kernel
+// SWAP: gpu.launch_func  @generic_0::@generic_0
 // SWAP: "llvm.intr.memcpy"
 // SWAP-NOT: llvm.intr.maximum
-// SWAP: gpu.binary @main_kernel
+// SWAP: gpu.binary @generic_0
 
-// ALLGPU: gpu.launch_func  @main_kernel::@main_kernel
-// ALLGPU: gpu.launch_func  @main_kernel_0::@main_kernel
-// ALLGPU: gpu.launch_func  @main_kernel_1::@main_kernel
+// ALLGPU: gpu.launch_func  @fill_0::@fill_0
+// ALLGPU: gpu.launch_func  @matmul_1::@matmul_1
+// ALLGPU: gpu.launch_func  @generic_2::@generic_2
 // ALLGPU: "llvm.intr.memcpy"
-// ALLGPU: gpu.binary @main_kernel
-// ALLGPU: gpu.binary @main_kernel_0
-// ALLGPU: gpu.binary @main_kernel_1
+// ALLGPU: gpu.binary @fill_0
+// ALLGPU: gpu.binary @matmul_1
+// ALLGPU: gpu.binary @generic_2
 func.func @main() {
   %a = "hexir.constant"() {value = dense<[[3.0, 1.0], [2.0, 2.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>
   %w = "hexir.constant"() {value = dense<[[1.0, 5.0], [5.0, 2.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>

@@ -13,7 +13,9 @@ carry no maps; theirs are the identity (scalars read no index). The op's scalar 
 into the launch with its block arguments bound to loaded elements, so whatever
 hexir-lower-to-linalg wrote (gelu, layer_norm's normalisation ...) runs unchanged on the GPU.
 
-The launch carries the op's `device = "cuda"`. A transfer (a `linalg.copy` with `src`/`dst`,
+The launch carries the op's `device = "cuda"` and names its kernel after the op and a
+module-wide counter (`matmul_1`), which outlining keeps for the gpu.module, the kernel and
+the device binary. A transfer (a `linalg.copy` with `src`/`dst`,
 see hexir-prepare-bufferization) becomes `memref.copy` with those attributes: data movement,
 never a kernel.
 """
@@ -47,11 +49,13 @@ def run(module: ir.Module) -> None:
         return ir.WalkResult.ADVANCE
 
     module.operation.walk(visit)
+    kernels = 0
     for op in work:
         if _is_transfer(op):
             _transfer(op)
         else:
-            _launch(op)
+            _launch(op, f"{op.name.removeprefix('linalg.')}_{kernels}")
+            kernels += 1
 
 
 def _device(op: ir.Operation) -> str | None:
@@ -98,7 +102,8 @@ def _maps(op: ir.Operation, operands: Sequence[ir.Value], out: ir.MemRefType) ->
     return [identity if isinstance(v.type, ir.MemRefType) else scalar for v in operands]
 
 
-def _launch(op: ir.Operation) -> None:
+def _launch(op: ir.Operation, name: str) -> None:
+    """Replace `op` by a launch whose kernel gpu-kernel-outlining will call `name`."""
     operands = _memref_operands(op)
     n_in, n_out = ir.DenseI32ArrayAttr(op.attributes["operandSegmentSizes"])
     if n_out != 1:
@@ -113,6 +118,8 @@ def _launch(op: ir.Operation) -> None:
     with ir.InsertionPoint(op), op.location:
         launch = gpu.LaunchOp((grid, 1, 1), (block, 1, 1))
         launch.attributes["device"] = op.attributes["device"]
+        launch.attributes["module"] = ir.FlatSymbolRefAttr.get(name)
+        launch.attributes["function"] = ir.FlatSymbolRefAttr.get(name)
         body = launch.regions[0].blocks[0]
         with ir.InsertionPoint(body):
             kernel.thread(body, block)
