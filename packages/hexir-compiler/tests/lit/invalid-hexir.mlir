@@ -178,3 +178,35 @@ func.func @unknown(%a: tensor<2xf32>) {
   %r = "hexir.swish"(%a) : (tensor<2xf32>) -> tensor<2xf32>
   return
 }
+
+// -----
+
+func.func @arity(%x: tensor<2x3xf32>) {
+  // CHECK: :186:8: error: 'hexir.relu' op expects 1 operand, got 2
+  %r = "hexir.relu"(%x, %x) : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @axis_kind(%x: tensor<2x3xf32>) {
+  // CHECK: :194:8: error: 'hexir.softmax' op attribute 'axis' must be an integer (e.g. 1 : i64), got 1.000000e+00 : f32
+  %r = "hexir.softmax"(%x) {axis = 1.0 : f32} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
+
+// -----
+
+func.func @perm_kind(%x: tensor<2x3xf32>) {
+  // CHECK: :202:8: error: 'hexir.transpose' op attribute 'permutation' must be array<i64: ...>, got array<i32: 1, 0>
+  %r = "hexir.transpose"(%x) {permutation = array<i32: 1, 0>} : (tensor<2x3xf32>) -> tensor<3x2xf32>
+  return
+}
+
+// -----
+
+func.func @transfer_dst(%x: tensor<2x3xf32>) {
+  // CHECK: :210:8: error: 'hexir.transfer' op requires attribute 'dst'
+  %r = "hexir.transfer"(%x) {src = "cpu"} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}

@@ -156,3 +156,24 @@ func.func @main(%a: tensor<2x2xf64>) {
   }) : (i32) -> ()
   "hextir.return"() : () -> ()
 }) {sym_name = "k", function_type = (memref<4xf32>) -> ()} : () -> ()
+
+// -----
+
+"hextir.prim_func"() ({
+^bb0(%x: memref<4xf32>):
+  %c0 = arith.constant 0 : index
+  // CHECK: :166:3: error: 'hextir.for' op expects at least 3 operands, got 2
+  "hextir.for"(%c0, %c0) ({
+  ^bb0(%i: index):
+    "hextir.yield"() : () -> ()
+  }) {kind = "serial"} : (index, index) -> ()
+  "hextir.return"() : () -> ()
+}) {sym_name = "k", function_type = (memref<4xf32>) -> ()} : () -> ()
+
+// -----
+
+// CHECK: :176:1: error: 'hextir.prim_func' op requires attribute 'function_type'
+"hextir.prim_func"() ({
+^bb0(%x: memref<4xf32>):
+  "hextir.return"() : () -> ()
+}) {sym_name = "k"} : () -> ()

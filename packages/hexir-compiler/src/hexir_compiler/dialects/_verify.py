@@ -23,6 +23,7 @@ def verify(op) -> bool:
     """Run `op.check()` and report the first problem at the op (the body of every
     `verify_invariants`; nanobind op classes admit one base, so this is not a mixin)."""
     try:
+        check_arity(op)
         check_attributes(op)
         check_device(op)
         op.check()
@@ -32,12 +33,30 @@ def verify(op) -> bool:
     return True
 
 
-def check_attributes(op) -> None:
-    """Declared attributes are present and of their declared kind.
+def check_arity(op) -> None:
+    """As many operands, results and regions as declared (at most one variadic group each).
 
-    The Python verifier runs even when IRDL's own checks fail, so `check` must be able to
-    rely on them: they are checked here first.
+    The Python verifier runs even when IRDL's own checks fail, so neither this nor
+    `check_attributes` may be left to IRDL: `check` relies on both.
     """
+    kinds = {"OperandDef": "operand", "ResultDef": "result", "RegionDef": "region"}
+    found = {
+        "operand": len(op.operation.operands),
+        "result": len(op.operation.results),
+        "region": len(op.operation.regions),
+    }
+    for kind in kinds.values():
+        fields = [f for f in op._fields if kinds.get(type(f).__name__) == kind]
+        fixed = sum(1 for f in fields if f.variadicity.name == "single")
+        variadic = len(fields) > fixed
+        if found[kind] == fixed or (variadic and found[kind] > fixed):
+            continue
+        expected = f"at least {fixed}" if variadic else str(fixed)
+        raise Invalid(f"expects {expected} {kind}{'s' if fixed != 1 else ''}, got {found[kind]}")
+
+
+def check_attributes(op) -> None:
+    """Declared attributes are present and of their declared kind."""
     attrs = op.operation.attributes
     for field in op._fields:
         if type(field).__name__ != "AttributeDef":
@@ -48,17 +67,17 @@ def check_attributes(op) -> None:
         declared = isinstance(kind, type) and issubclass(kind, ir.Attribute)
         if declared and not isinstance(attrs[field.name], kind):
             raise Invalid(
-                f"attribute '{field.name}' must be a {_noun(kind)}, got {attrs[field.name]}"
+                f"attribute '{field.name}' must be {_noun(kind)}, got {attrs[field.name]}"
             )
 
 
 def _noun(kind: type) -> str:
     return {
-        ir.IntegerAttr: "integer (e.g. 1 : i64)",
-        ir.FloatAttr: "float (e.g. 1.0e-05 : f64)",
-        ir.StringAttr: "string",
-        ir.FlatSymbolRefAttr: "symbol reference (@name)",
-        ir.TypeAttr: "type",
+        ir.IntegerAttr: "an integer (e.g. 1 : i64)",
+        ir.FloatAttr: "a float (e.g. 1.0e-05 : f64)",
+        ir.StringAttr: "a string",
+        ir.FlatSymbolRefAttr: "a symbol reference (@name)",
+        ir.TypeAttr: "a type",
     }.get(kind, kind.__name__)
 
 
