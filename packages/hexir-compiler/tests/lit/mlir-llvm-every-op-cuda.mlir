@@ -28,4 +28,4 @@
 // LLVM: llvm.func @main(
 // LLVM-COUNT-35: gpu.launch_func
 // LLVM: llvm.return
-// LLVM-COUNT-35: gpu.binary @{{(fill|matmul|add|sub|generic)_[0-9]+}}  [#gpu.object<#nvvm.target<
+// LLVM-COUNT-35: gpu.binary @{{(fill|matmul|add|sub|generic)_[0-9]+}}  {device = "cuda"} [#gpu.object<#nvvm.target<

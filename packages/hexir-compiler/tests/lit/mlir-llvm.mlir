@@ -27,11 +27,13 @@
 // SPLIT-DAG: %[[ONE:.*]] = llvm.mlir.constant(1 : index) : i64
 // SPLIT-DAG: %[[WARP:.*]] = llvm.mlir.constant(32 : index) : i64
 // SPLIT: gpu.launch_func  @fill_0::@fill_0 blocks in (%[[ONE]], %[[ONE]], %[[ONE]]) threads in (%[[WARP]], %[[ONE]], %[[ONE]])
+// SPLIT-SAME: {device = "cuda"}
 // SPLIT: gpu.launch_func  @matmul_1::@matmul_1 blocks in
+// SPLIT-SAME: {device = "cuda"}
 // SPLIT: "llvm.intr.memcpy"
 // SPLIT: llvm.intr.maximum
-// SPLIT: gpu.binary @fill_0  [#gpu.object<#nvvm.target<O = 3, chip = "sm_90", link = ["{{.*}}libdevice.10.bc"]>
-// SPLIT: gpu.binary @matmul_1  [#gpu.object<#nvvm.target<O = 3, chip = "sm_90"
+// SPLIT: gpu.binary @fill_0  {device = "cuda"} [#gpu.object<#nvvm.target<O = 3, chip = "sm_90", link = ["{{.*}}libdevice.10.bc"]>
+// SPLIT: gpu.binary @matmul_1  {device = "cuda"} [#gpu.object<#nvvm.target<O = 3, chip = "sm_90"
 
 // SWAP: "llvm.intr.memcpy"
 // SWAP: gpu.launch_func  @generic_0::@generic_0

@@ -106,6 +106,19 @@ def _to_llvm_dialect(module: ir.Module, chip: str) -> None:
         _upstream(module, ("gpu-to-llvm{use-bare-pointers-for-kernels=1}",
                            f"gpu-module-to-binary{{format=fatbin toolkit={_toolkit_root()}}}",
                            "reconcile-unrealized-casts"))
+        _mark_kernels(module)
+
+
+def _mark_kernels(module: ir.Module) -> None:
+    """Upstream rebuilds launches and binaries without our attributes: every one is cuda."""
+    cuda = ir.StringAttr.get("cuda")
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name in ("gpu.launch_func", "gpu.binary"):
+            op.attributes["device"] = cuda
+        return ir.WalkResult.ADVANCE
+
+    module.operation.walk(visit)
 
 
 def _has_gpu_modules(module: ir.Module) -> bool:
