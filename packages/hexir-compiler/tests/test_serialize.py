@@ -159,3 +159,17 @@ func.func @main() {
         with pytest.raises(CompileError) as err:
             serialize.serialize(module)
     assert diagnostic(err.value) == "-:3:8: error: cannot serialize this op into a host program"
+
+
+def test_a_module_without_functions_has_nothing_to_run():
+    with context(), pytest.raises(CompileError, match="no func.func"):
+        serialize.serialize(tir("module {}"))
+
+
+def test_a_declaration_is_not_an_entry_point():
+    text = "func.func private @decl(tensor<2xf32>) -> tensor<2xf32>\n"
+    with context(), pytest.raises(CompileError) as err:
+        serialize.serialize(tir(text))
+    assert diagnostic(err.value) == (
+        "-:1:1: error: function @decl is a declaration; an entry point needs a body"
+    )

@@ -46,6 +46,8 @@ def serialize(module: ir.Module, target: str | None = None) -> hf.Module:
     executables, index = _executables(module, target)
     writer = _Writer(index)
     functions = [writer.function(op) for op in _ops(module, "func.func")]
+    if not functions:
+        raise CompileError("the module has no func.func, so there is no entry point to write")
     candidate = hf.Module(3, tuple(functions), bytes(writer.rodata), tuple(executables))
     if hf.minimum_version(candidate) == 3 and not writer.needs_slots:
         return candidate
@@ -136,7 +138,7 @@ class _Writer:
             raise SerializeError(
                 f"function name '{name}' is longer than {MAX_NAME} bytes", func.location
             )
-        if not func.regions[0].blocks:
+        if not len(func.regions[0].blocks):
             raise SerializeError(
                 f"function @{name} is a declaration; an entry point needs a body", func.location
             )

@@ -26,8 +26,9 @@ def run(module: ir.Module | ir.Operation) -> None:
     module = module.operation
     with module.context:
         for view in module.regions[0].blocks[0].operations:
-            if view.operation.name == "func.func":
-                _function(view.operation)
+            op = view.operation
+            if op.name == "func.func" and len(op.regions[0].blocks):  # not a declaration
+                _function(op)
 
 
 def _device(op: ir.Operation) -> str:
