@@ -1,5 +1,6 @@
 // -emit=mlir-gpu: buffers, cuda-placed ops as gpu.launch (a warp of threads guarded to the
-// 4 outputs), cpu ops as linalg on memrefs, transfers as memref.copy between buffers.
+// 4 outputs), cpu ops as linalg on memrefs, transfers as memref.copy between buffers; each
+// allocation says which device's memory it is (the device of the op that fills it).
 // RUN: %hexir -emit=mlir-gpu %s | FileCheck %s --check-prefixes=COMMON,ALLCPU
 // RUN: %hexir -emit=mlir-gpu -placement=hexir.linear=cuda %s | FileCheck %s --check-prefixes=COMMON,SPLIT
 // RUN: %hexir -emit=mlir-gpu -placement=hexir.linear=cpu,hexir.relu=gpu %s | FileCheck %s --check-prefixes=COMMON,SWAP
@@ -33,15 +34,15 @@
 // SPLIT: "hexir.print"(%[[R]]) {device = "cpu"}
 
 // SWAP: linalg.matmul {device = "cpu"} ins({{.*}}) outs(%[[C:.*]] : memref<2x2xf64>)
-// SWAP: %[[D:.*]] = memref.alloc()
+// SWAP: %[[D:.*]] = memref.alloc() {alignment = 64 : i64, device = "cuda"}
 // SWAP-NEXT: memref.copy %[[C]], %[[D]] {dst = "cuda", src = "cpu"}
-// SWAP: %[[R:.*]] = memref.alloc()
+// SWAP: %[[R:.*]] = memref.alloc() {alignment = 64 : i64, device = "cuda"}
 // SWAP-NEXT: gpu.launch
 // SWAP: memref.load %[[D]]
 // SWAP: arith.maximumf
 // SWAP: memref.store %{{.*}}, %[[R]]
 // SWAP: } {device = "cuda"}
-// SWAP: %[[H:.*]] = memref.alloc()
+// SWAP: %[[H:.*]] = memref.alloc() {alignment = 64 : i64, device = "cpu"}
 // SWAP-NEXT: memref.copy %[[R]], %[[H]] {dst = "cpu", src = "cuda"}
 // SWAP-NEXT: "hexir.print"(%[[H]]) {device = "cpu"}
 

@@ -44,6 +44,8 @@ def run(module: ir.Module) -> None:
     work: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name.startswith("linalg.") and not op.results:
+            _place_destination(op)
         if op.name.startswith("linalg.") and (_is_transfer(op) or _device(op) == "cuda"):
             work.append(op)
         return ir.WalkResult.ADVANCE
@@ -61,6 +63,22 @@ def run(module: ir.Module) -> None:
 def _device(op: ir.Operation) -> str | None:
     attr = op.attributes["device"] if "device" in op.attributes else None
     return ir.StringAttr(attr).value if attr is not None else None
+
+
+def _place_destination(op: ir.Operation) -> None:
+    """A fresh buffer lives where the op that fills it runs (a transfer's: its `dst`).
+
+    Bufferization drops the `device` that tensor.empty carried; this puts it back on the
+    allocation, so the buffer view shows which buffers are device memory.
+    """
+    device = op.attributes["dst"] if _is_transfer(op) else op.attributes["device"] if (
+        "device" in op.attributes) else None
+    owner = op.operands[-1].owner
+    if device is None or isinstance(owner, ir.Block):
+        return
+    alloc = owner.operation
+    if alloc.name == "memref.alloc" and "device" not in alloc.attributes:
+        alloc.attributes["device"] = device
 
 
 def _is_transfer(op: ir.Operation) -> bool:
