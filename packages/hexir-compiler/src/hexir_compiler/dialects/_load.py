@@ -1,10 +1,13 @@
-"""Load a Python-defined dialect into the current context, without merging its constraints.
+"""Two workarounds that make `ext` (numba-cuda-mlir 0.6.0) dialects usable for Hexir.
 
-`ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an SSA
+1. `load`: `ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an SSA
 constraint value is a variable: every operand or result constrained by the same value must
 have the *same* type. CSE merges the identical `irdl.any` constraints of all fields, so after
-it `"hexir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got
-'f64'". This is `ext.Dialect.load` (numba-cuda-mlir 0.6.0) minus that pass pipeline.
+it `"hextir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got
+'f64'". `load` is `ext.Dialect.load` minus that pass pipeline.
+
+2. `without_segment_sizes`: positional accessors and a builder that writes no segment-size
+attributes, for ops with at most one variadic group (see its docstring).
 """
 
 import functools
@@ -13,9 +16,13 @@ from hexir_compiler.mlir import ext
 
 _cext = ext._cext
 
+__all__ = ["load", "without_segment_sizes"]
+
 
 def load(dialect: type) -> None:
     """Emit, register and attach `dialect` (an `ext.Dialect` subclass) in the current context."""
+    if dialect.types or dialect.attributes:
+        raise TypeError(f"{dialect.name}: Python-defined types and attributes are not loaded here")
     dialect._mlir_module = dialect._emit_module()
     ext.irdl.load_dialects(dialect._mlir_module)
     for op in dialect.operations:
@@ -24,10 +31,6 @@ def load(dialect: type) -> None:
     for op in dialect.operations:
         _cext.register_operation(dialect, replace=True)(op)
         _cext.register_op_adaptor(op, replace=True)(op.Adaptor)
-    assert not dialect.types and not dialect.attributes, "no Python types/attributes expected"
-
-
-__all__ = ["load"]
 
 
 def without_segment_sizes(op: type) -> None:

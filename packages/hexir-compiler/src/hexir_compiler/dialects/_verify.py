@@ -1,15 +1,16 @@
 """What every Python-defined op's verifier shares: type inspection and located errors.
 
 An op class defines `check(self)`, raising `Invalid` (or a `ShapeError`) with the message;
-`verify` (called from each base op class's `verify_invariants`) turns that into a diagnostic at the op's location, prefixed the
-way MLIR prefixes its own verifier messages (`'hexir.linear' op ...`), so a user sees
+`verify` (called from each base op class's `verify_invariants`) turns that into a diagnostic
+at the op's location, prefixed the way MLIR prefixes its own verifier messages
+(`'hexir.linear' op ...`), so a user sees
 `prog.mlir:3:8: error: 'hexir.linear' op inner dimensions differ: 3 vs 2`.
 """
 
 from __future__ import annotations
 
 from hexir_compiler.mlir import ir
-from hexir_compiler.shapes import ShapeError
+from hexir_compiler.shapes import ShapeError, fmt
 
 ELEMENT_TYPES = ("f32", "f64")
 DEVICES = ("cpu", "cuda")
@@ -20,8 +21,11 @@ class Invalid(Exception):
 
 
 def verify(op) -> bool:
-    """Run `op.check()` and report the first problem at the op (the body of every
-    `verify_invariants`; nanobind op classes admit one base, so this is not a mixin)."""
+    """Run `op.check()` and report the first problem at the op.
+
+    The body of every `verify_invariants` (nanobind op classes admit one base, so this is a
+    function rather than a mixin).
+    """
     try:
         check_arity(op)
         check_attributes(op)
@@ -144,11 +148,7 @@ def same_element(*pairs: tuple[str, str]) -> str:
 
 def expect_shape(result: tuple[int, ...], expected: tuple[int, ...]) -> None:
     if tuple(result) != tuple(expected):
-        raise Invalid(f"result shape {_fmt(result)} does not match the expected {_fmt(expected)}")
-
-
-def _fmt(shape: tuple[int, ...]) -> str:
-    return "x".join(map(str, shape)) if shape else "scalar"
+        raise Invalid(f"result shape {fmt(result)} does not match the expected {fmt(expected)}")
 
 
 def enclosing_module(op: ir.Operation) -> ir.Operation | None:
