@@ -51,7 +51,9 @@ def stdout(module: ir.Module, args: list[np.ndarray], func: str = "main") -> str
 
 def _function(module: ir.Module, name: str) -> ir.Operation:
     for op in module.body.operations:
-        if op.operation.name == "func.func" and ir.StringAttr(op.attributes["sym_name"]).value == name:
+        if op.operation.name != "func.func":
+            continue
+        if ir.StringAttr(op.attributes["sym_name"]).value == name:
             return op
     raise InterpError(f"no function @{name}")
 
@@ -92,7 +94,7 @@ class _Interp:
 
     def op(self, op: ir.Operation, env: dict) -> list | None:
         name = op.name
-        a = [env[v] if v in env else None for v in op.operands]
+        a = [env.get(v) for v in op.operands]
         rt = op.results[0].type if op.results else None
         if name in _SCALAR:
             return [_SCALAR[name](op, *a)]
@@ -247,7 +249,7 @@ def _dense(attr: ir.Attribute, t: ir.ShapedType) -> np.ndarray:
 def _constant(attr: ir.Attribute, t: ir.Type):
     if isinstance(t, (ir.RankedTensorType, ir.MemRefType)):
         return _dense(attr, t)
-    if isinstance(t, ir.IndexType) or isinstance(t, ir.IntegerType):
+    if isinstance(t, (ir.IndexType, ir.IntegerType)):
         return ir.IntegerAttr(attr).value
     return dtype(t)(ir.FloatAttr(attr).value)
 

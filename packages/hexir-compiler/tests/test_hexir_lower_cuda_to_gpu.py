@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 
 import linalg_interp
-from linalg_programs import CASES, Case, inputs, program, reference, tolerance
-
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.placement import PLACEABLE
 from hexir_compiler.transforms import hexir_lower_cuda_to_gpu, linalg_path
+from linalg_programs import CASES, Case, inputs, program, reference, tolerance
 
 ALL_CUDA = {op: "cuda" for op in PLACEABLE if op.startswith("hexir.")}
 

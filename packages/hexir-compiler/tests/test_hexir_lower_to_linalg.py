@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 
 import linalg_interp
-from linalg_programs import CASES, Case, inputs, program, reference, tolerance
-
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.transforms import hexir_lower_to_linalg, hexir_partition
+from linalg_programs import CASES, Case, inputs, program, reference, tolerance
 
 
 def lower(text: str) -> ir.Module:

@@ -12,7 +12,6 @@ import numpy as np
 import pytest
 
 import linalg_interp
-
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir
 from hexir_compiler.transforms import hexir_to_llvm

@@ -47,7 +47,7 @@ def lower(stage: str, placement=None, chip=None) -> str:
 
 def dialects(text: str) -> set[str]:
     """Dialects of the ops in printed MLIR (`x.op` after `=` or at a line's start)."""
-    found = re.findall(r'^\s*(?:%[\w:#, %]+ = )?"?([a-z_]+)\.[a-z_.]+', text, re.M)
+    found = re.findall(r'^\s*(?:%[\w:#, %]+ = )?"?([a-z_]+)\.[a-z_.]+', text, re.MULTILINE)
     return set(found)
 
 

@@ -61,8 +61,9 @@ def run(module: ir.Module) -> None:
 
 
 def _device(op: ir.Operation) -> str | None:
-    attr = op.attributes["device"] if "device" in op.attributes else None
-    return ir.StringAttr(attr).value if attr is not None else None
+    if "device" not in op.attributes:
+        return None
+    return ir.StringAttr(op.attributes["device"]).value
 
 
 def _place_destination(op: ir.Operation) -> None:
@@ -71,11 +72,11 @@ def _place_destination(op: ir.Operation) -> None:
     Bufferization drops the `device` that tensor.empty carried; this puts it back on the
     allocation, so the buffer view shows which buffers are device memory.
     """
-    device = op.attributes["dst"] if _is_transfer(op) else op.attributes["device"] if (
-        "device" in op.attributes) else None
+    key = "dst" if _is_transfer(op) else "device"
     owner = op.operands[-1].owner
-    if device is None or isinstance(owner, ir.Block):
+    if key not in op.attributes or isinstance(owner, ir.Block):
         return
+    device = op.attributes[key]
     alloc = owner.operation
     if alloc.name == "memref.alloc" and "device" not in alloc.attributes:
         alloc.attributes["device"] = device
@@ -151,7 +152,9 @@ def _dim(expr: ir.AffineExpr, op: ir.Operation) -> int:
     return expr.position
 
 
-def _loop_extents(op: ir.Operation, operands: Sequence[ir.Value], maps: Sequence[ir.AffineMap]) -> list[int]:
+def _loop_extents(
+    op: ir.Operation, operands: Sequence[ir.Value], maps: Sequence[ir.AffineMap]
+) -> list[int]:
     """Each loop's trip count, read off the first operand dimension it indexes."""
     extents: dict[int, int] = {}
     for value, amap in zip(operands, maps):
@@ -215,7 +218,9 @@ class _Kernel:
             rest = arith.divui(rest, self.index(self.extents[d]))
         return ivs
 
-    def _reduce(self, reductions: list[int], ivs: dict[int, ir.Value], acc: ir.Value | None) -> ir.Value:
+    def _reduce(
+        self, reductions: list[int], ivs: dict[int, ir.Value], acc: ir.Value | None
+    ) -> ir.Value:
         if not reductions:
             return self._scalar_body(ivs, acc)
         d, inner = reductions[0], reductions[1:]

@@ -136,7 +136,8 @@ def _linear(x: ir.Value, w: ir.Value, out: ir.RankedTensorType) -> ir.Value:
     w_map = lb.affine(r + 1, [k, r - 1])
     o_map = lb.affine(r + 1, list(range(r)))
     iters = ["parallel"] * r + ["reduction"]
-    return lb.generic([x, w], out, [x_map, w_map, o_map], iters, lb.multiply_add, init=lb.zeros(out))
+    maps = [x_map, w_map, o_map]
+    return lb.generic([x, w], out, maps, iters, lb.multiply_add, init=lb.zeros(out))
 
 
 def _matmul(a: ir.Value, b: ir.Value, out: ir.RankedTensorType) -> ir.Value:
@@ -151,4 +152,5 @@ def _matmul(a: ir.Value, b: ir.Value, out: ir.RankedTensorType) -> ir.Value:
     b_map = lb.affine(r + 1, [*lb.broadcast_dims(tb.shape[:-2], batch_out), k, r - 1])
     o_map = lb.affine(r + 1, list(range(r)))
     iters = ["parallel"] * r + ["reduction"]
-    return lb.generic([a, b], out, [a_map, b_map, o_map], iters, lb.multiply_add, init=lb.zeros(out))
+    maps = [a_map, b_map, o_map]
+    return lb.generic([a, b], out, maps, iters, lb.multiply_add, init=lb.zeros(out))

@@ -19,7 +19,9 @@ Body = Callable[..., ir.Value]
 
 def affine(n_dims: int, results: Sequence[int | None]) -> ir.AffineMap:
     """A map over `n_dims` loops; an int picks loop d<i>, None is the constant 0 (broadcast)."""
-    exprs = [ir.AffineConstantExpr.get(0) if r is None else ir.AffineDimExpr.get(r) for r in results]
+    exprs = [
+        ir.AffineConstantExpr.get(0) if r is None else ir.AffineDimExpr.get(r) for r in results
+    ]
     return ir.AffineMap.get(n_dims, 0, exprs)
 
 
@@ -28,7 +30,7 @@ def identity(rank: int) -> ir.AffineMap:
 
 
 def broadcast_dims(shape: Sequence[int], out: Sequence[int]) -> list[int | None]:
-    """numpy broadcasting of `shape` into `out`, right-aligned: a 1 against a non-1 reads index 0."""
+    """numpy broadcasting of `shape` into `out`, right-aligned: a 1 against a non-1 reads 0."""
     lead = len(out) - len(shape)
     return [None if d == 1 and out[lead + i] != 1 else lead + i for i, d in enumerate(shape)]
 

@@ -17,6 +17,11 @@ a person can watch one program go down level by level:
 
 The GPU passes run only when the program has a cuda-placed op; an all-cpu program needs no
 CUDA toolkit at any stage.
+
+This path is a view for reading, not the way programs run (that is `.hxb` and hexir-run):
+the LLVM module has one address space, so a transfer is a memcpy between host buffers and a
+kernel is handed host pointers. Running it would need device allocation and copies that the
+runtime owns; the buffers at -emit=mlir-gpu say which would be device memory (`device`).
 """
 
 from __future__ import annotations
@@ -41,8 +46,10 @@ DEFAULT_CHIP = "sm_75"
 
 BUFFERIZE = (
     "empty-tensor-to-alloc-tensor",
-    "one-shot-bufferize{bufferize-function-boundaries "
-    "function-boundary-type-conversion=identity-layout-map}",
+    (
+        "one-shot-bufferize{bufferize-function-boundaries "
+        "function-boundary-type-conversion=identity-layout-map}"
+    ),
     "canonicalize",
     "buffer-deallocation-simplification",
 )
@@ -67,7 +74,9 @@ def run(
     kernels are compiled for (sm_75 when None).
     """
     if stage not in STAGES:
-        raise CompileError(f"'{stage}' is not a linalg-path stage; expected one of {', '.join(STAGES)}")
+        raise CompileError(
+            f"'{stage}' is not a linalg-path stage; expected one of {', '.join(STAGES)}"
+        )
     level = STAGES.index(stage)
     if level == 0:
         hexir_lower_to_linalg.run(module)
