@@ -36,7 +36,7 @@ TOL = {np.float32: dict(rtol=2e-5, atol=2e-6), np.float64: dict(rtol=1e-12, atol
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("a_shape,b_shape", [
     ((2, 3), (3, 4)), ((7, 13), (13, 5)), ((4, 1, 5, 6), (3, 6, 2)), ((5, 6), (2, 6, 3)),
-    ((1, 1), (1, 1)),
+    ((1, 1), (1, 1)), ((3,), (3, 4)), ((4, 2, 3), (3,)), ((5,), (2, 5, 3)),
 ])
 def test_matmul_broadcasts_batch_dims(dtype, a_shape, b_shape):
     a, b = rand(*a_shape), rand(*b_shape)

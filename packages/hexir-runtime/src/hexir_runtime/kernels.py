@@ -47,12 +47,16 @@ def expected_destination(kind: KernelKind, inputs: Sequence[TensorType],
     """The destination shape the kind computes from its inputs; ValueError when none fits."""
     shapes = [t.shape for t in inputs]
     if kind is KernelKind.MATMUL:
+        # numpy's rule: a vector operand (a [K] or b [K]) gains a unit row / column, which the
+        # result then drops; `hexir.linear` of an [K] input is the common case.
         a, b = shapes
-        if len(a) < 2 or len(b) < 2:
-            raise ValueError(f"matmul needs rank >= 2 operands, got {inputs[0]} and {inputs[1]}")
-        if a[-1] != b[-2]:
-            raise ValueError(f"matmul inner dimensions differ: {a[-1]} vs {b[-2]}")
-        return (*np.broadcast_shapes(a[:-2], b[:-2]), a[-2], b[-1])
+        if not a or not b:
+            raise ValueError(f"matmul needs rank >= 1 operands, got {inputs[0]} and {inputs[1]}")
+        a2, b2 = (a if len(a) > 1 else (1, *a)), (b if len(b) > 1 else (*b, 1))
+        if a2[-1] != b2[-2]:
+            raise ValueError(f"matmul inner dimensions differ: {a2[-1]} vs {b2[-2]}")
+        rows, cols = ((a2[-2],) if len(a) > 1 else ()), ((b2[-1],) if len(b) > 1 else ())
+        return (*np.broadcast_shapes(a2[:-2], b2[:-2]), *rows, *cols)
     if kind in BINARY_KINDS:
         return np.broadcast_shapes(*shapes)
     x = shapes[0]
