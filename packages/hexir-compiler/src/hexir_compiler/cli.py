@@ -20,6 +20,7 @@ from pathlib import Path
 from hexir_compiler import placement as placement_
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.pipeline import DESCRIPTIONS, STAGES, Options, ParseError, compile_file
+from hexir_compiler.serialize import SerializeError
 
 EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
 
@@ -35,6 +36,7 @@ class Args:
     input: str | None = None
     placement: list[str] = field(default_factory=list)
     targets: list[str] = field(default_factory=list)
+    help: bool = False
 
 
 def usage() -> str:
@@ -66,14 +68,14 @@ def parse_args(argv: list[str]) -> Args:
     for arg in it:
         name, eq, value = arg.partition("=")
         if name in ("-h", "-help", "--help"):
-            raise SystemExit(0)
-        if name in ("-emit", "--emit") and eq:
+            args.help = True
+        elif name in ("-emit", "--emit") and eq:
             args.stage = value
         elif name in ("-placement", "--placement") and eq:
             args.placement.append(value)
         elif name in ("-target", "--target") and eq:
             args.targets.append(value)
-        elif name in ("-o", "--o"):
+        elif name == "-o":
             args.output = value if eq else next(it, None)
             if not args.output:
                 raise UsageError("-o needs a file name")
@@ -139,6 +141,9 @@ def run(argv: list[str]) -> int:
     """The whole command, minus the process: messages go to stderr, output to stdout/-o."""
     try:
         args = parse_args(argv)
+        if args.help:
+            sys.stdout.write(usage())
+            return 0
         opts = options(args)
     except UsageError as err:
         sys.stderr.write(f"error: {err}\n\n{usage()}")
@@ -152,9 +157,12 @@ def run(argv: list[str]) -> int:
     except ParseError as err:
         sys.stderr.write(f"{diagnostic(err)}\nerror: could not parse {args.input}\n")
         return EXIT_INPUT
+    except SerializeError as err:
+        sys.stderr.write(f"{diagnostic(err)}\n")
+        return EXIT_OUTPUT
     except CompileError as err:
         sys.stderr.write(f"{diagnostic(err)}\n")
-        return EXIT_OUTPUT if opts.stage == "hxb" else EXIT_PASS
+        return EXIT_PASS
     return _emit(result, args)
 
 
@@ -181,12 +189,7 @@ def _emit(result: str | bytes, args: Args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        return run(sys.argv[1:] if argv is None else argv)
-    except SystemExit as done:  # -h
-        if done.code == 0:
-            sys.stdout.write(usage())
-        return int(done.code or 0)
+    return run(sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

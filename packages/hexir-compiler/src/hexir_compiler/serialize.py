@@ -57,7 +57,16 @@ def serialize(module: ir.Module, target: str | None = None) -> hf.Module:
 
 
 def to_bytes(module: ir.Module, target: str | None = None) -> bytes:
-    return hf.build(serialize(module, target))
+    """The `.hxb` bytes of `module`; every failure here is a `SerializeError`."""
+    try:
+        return hf.build(serialize(module, target))
+    except SerializeError:
+        raise
+    except hf.HexirError as err:  # device code, or a limit of the format
+        location = getattr(err, "location", None) or getattr(
+            getattr(err, "op", None), "location", None
+        )
+        raise SerializeError(str(err), location) from err
 
 
 def _ops(module: ir.Module, name: str) -> list[ir.Operation]:
