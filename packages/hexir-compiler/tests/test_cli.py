@@ -63,3 +63,19 @@ def test_python_dash_m_is_the_cli(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("error: 'bogus' is not a stage")
     assert "Traceback" not in done.stderr
+
+
+def test_missing_device_code_is_an_output_failure(tmp_path, capsys, monkeypatch):
+    from hexir_compiler.errors import CompileError
+    from hexir_compiler.target import cuda
+
+    def no_toolkit(module, target=None):
+        raise CompileError("no CUDA toolkit: looked for ptxas in $CUDA_HOME/bin, /usr/local/cuda")
+
+    monkeypatch.setattr(cuda, "compile_kernels", no_toolkit)
+    out = tmp_path / "gpu.hxb"
+    assert cli.main(["-emit=hxb", "-placement=hexir.linear=cuda", "-o", str(out)]) == 1
+    assert capsys.readouterr().err == (
+        "error: no CUDA toolkit: looked for ptxas in $CUDA_HOME/bin, /usr/local/cuda\n"
+    )
+    assert not out.exists()
