@@ -10,8 +10,10 @@ numerically careful reference would (softmax subtracts the row max first).
 `hexir.print` and `hexir.transfer` stay: they are not computations, and the later stages
 lower them (print to printf calls, a transfer to a copy into a fresh buffer).
 
-The op's `device` (written by hexir-partition) is copied onto every op created for it, so the
-placement travels with the op into bufferization and the GPU lowering.
+The op's `device` (written by hexir-partition) is copied onto every op created for it that
+makes or computes a tensor, so the placement travels with the op into bufferization and the
+GPU lowering. Scalar constants (a fill's zero) are not placed: they are immediates, and
+canonicalization shares one among ops of both devices.
 """
 
 from __future__ import annotations
@@ -65,7 +67,9 @@ def _lower(op: ir.Operation) -> None:
     created = len(block.operations) - before
     if "device" in op.attributes:
         for i in range(position, position + created):
-            block.operations[i].attributes["device"] = op.attributes["device"]
+            new = block.operations[i]
+            if any(isinstance(r.type, ir.ShapedType) for r in new.results):
+                new.attributes["device"] = op.attributes["device"]
     op.results[0].replace_all_uses_with(result)
     op.erase()
 
