@@ -52,7 +52,7 @@ def test_two_by_two_program_prints_the_product_after_relu() -> None:
     np.testing.assert_array_equal(printed[0], [[0.0, 17.0], [12.0, 6.0]])
 
 
-def test_every_created_op_carries_the_device_of_its_graph_op() -> None:
+def test_every_created_tensor_op_carries_the_device_of_its_graph_op() -> None:
     text = """
     func.func @main(%x: tensor<4x8xf32>, %g: tensor<8xf32>) -> tensor<4x8xf32> {
       %s = "hexir.softmax"(%x) {axis = -1 : i64} : (tensor<4x8xf32>) -> tensor<4x8xf32>
@@ -63,9 +63,12 @@ def test_every_created_op_carries_the_device_of_its_graph_op() -> None:
         module = ir.Module.parse(text)
         hexir_partition.run(module, {"hexir.softmax": "cuda", "hexir.layer_norm": "cpu"})
         hexir_lower_to_linalg.run(module)
-        top = [op for op in module.body.operations[0].regions[0].blocks[0].operations
-               if op.name != "func.return"]
-        devices = [ir.StringAttr(op.attributes["device"]).value for op in top]
+        body = module.body.operations[0].regions[0].blocks[0].operations
+        tensors = [op for op in body
+                   if any(isinstance(r.type, ir.RankedTensorType) for r in op.results)]
+        devices = [ir.StringAttr(op.attributes["device"]).value for op in tensors]
+        scalars = [op for op in body if op.name == "arith.constant" and op not in tensors]
+        assert scalars and all("device" not in op.attributes for op in scalars)
     # softmax: max, exp, sum, divide (plus their empties, fills and zeros), then layer_norm.
     assert devices.count("cuda") > 4 and devices.count("cpu") > 4
     assert devices == sorted(devices, key=lambda d: d != "cuda"), "all cuda ops come first"
