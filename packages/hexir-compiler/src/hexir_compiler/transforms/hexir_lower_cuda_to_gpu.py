@@ -15,9 +15,9 @@ hexir-lower-to-linalg wrote (gelu, layer_norm's normalisation ...) runs unchange
 
 The launch carries the op's `device = "cuda"` and names its kernel after the op and a
 module-wide counter (`matmul_1`), which outlining keeps for the gpu.module, the kernel and
-the device binary. A transfer (a `linalg.copy` with `src`/`dst`,
-see hexir-prepare-bufferization) becomes `memref.copy` with those attributes: data movement,
-never a kernel.
+the device binary. A transfer (a `linalg.copy` with `src`/`dst`, see
+hexir-prepare-bufferization) becomes `memref.copy` with those attributes: data movement,
+never a kernel. Every fresh buffer gets the `device` of the op that fills it.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ IDENTITY_NAMED = frozenset(
 
 
 def run(module: ir.Module) -> None:
+    """Launch every cuda-placed linalg op, copy every transfer, place every fresh buffer."""
     work: list[ir.Operation] = []
 
     def visit(op: ir.Operation) -> ir.WalkResult:
