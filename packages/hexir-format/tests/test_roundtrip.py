@@ -40,13 +40,11 @@ def test_builtin_fixture_model(builtin):
     assert exe.args == (TensorType(F64, (2, 2)),) * 3
 
 
-@pytest.mark.parametrize("path", sorted(FIXTURES.rglob("*.hxb")), ids=lambda p: p.name)
-def test_every_valid_fixture_round_trips(path: pathlib.Path):
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.hxb")), ids=lambda p: p.name)
+def test_every_fixture_round_trips(path: pathlib.Path):
+    """fixtures/*.hxb are valid modules (the damaged ones live in fixtures/hostile/)."""
     data = path.read_bytes()
-    try:
-        module = hf.parse(data)
-    except hf.FormatError:
-        pytest.skip("a deliberately damaged module")
+    module = hf.parse(data)
     assert hf.build(module) == data
     assert hf.parse(hf.build(module)) == module
 
