@@ -1,6 +1,6 @@
 """Loading cost against module size: a 1 KiB module and a large one should load alike.
 
-    python packages/hexir-runtime/bench/load.py [--mib=1024] [--repeat=20]
+    python bench/load.py [--mib=1024] [--repeat=20]
 
 Builds two v3 modules that differ only in rodata size (one CONST of the whole rodata, a PRINT
 of one element), writes them to a temporary directory, then times `hexir_runtime.load` +
