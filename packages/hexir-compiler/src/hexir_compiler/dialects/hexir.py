@@ -298,7 +298,10 @@ class CallTirOp(HexirOp, name="call_tir"):
         kernel = lookup_symbol(self.operation, name)
         if kernel is None or kernel.name != "hextir.prim_func":
             raise Invalid(f"'{name}' does not reference a valid hextir.prim_func")
-        ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+        ftype = kernel.attributes.get("function_type")
+        if not (isinstance(ftype, ir.TypeAttr) and isinstance(ftype.value, ir.FunctionType)):
+            raise Invalid(f"@{name} has no function_type, so its buffers are unknown")
+        ftype = ftype.value
         inputs = len(self.operands)
         if len(ftype.inputs) != inputs + 1:
             raise Invalid(
