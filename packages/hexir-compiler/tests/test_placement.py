@@ -16,21 +16,34 @@ def test_entries_split_on_commas_and_gpu_is_cuda():
     }
 
 
+FORM = "is not of the form <op-name>=<device>"
+
+
 @pytest.mark.parametrize(
     "entry, message",
     [
-        ("hexir.linear", "it is not of the form <op-name>=<device>"),
-        ("hexir.linear=", "it is not of the form <op-name>=<device>"),
-        ("=cuda", "it is not of the form <op-name>=<device>"),
-        ("hexir.linear=tpu", "'tpu' is not a device; expected cpu, cuda or gpu"),
-        ("hexir.frob=cpu", "'hexir.frob' is not a placeable op"),
-        ("hexir.print=cuda", "'hexir.print' is not a placeable op"),
+        ("hexir.linear", f"invalid -placement entry 'hexir.linear' {FORM}"),
+        ("hexir.linear=", f"invalid -placement entry 'hexir.linear=' {FORM}"),
+        ("=cuda", f"invalid -placement entry '=cuda' {FORM}"),
+        (
+            "hexir.linear=tpu",
+            "invalid -placement entry 'hexir.linear=tpu': 'tpu' is not a device; "
+            "expected cpu, cuda or gpu",
+        ),
+        (
+            "hexir.frob=cpu",
+            "invalid -placement entry 'hexir.frob=cpu': 'hexir.frob' is not a placeable op",
+        ),
+        (
+            "hexir.print=cuda",
+            "invalid -placement entry 'hexir.print=cuda': 'hexir.print' is not a placeable op",
+        ),
     ],
 )
 def test_bad_entries(entry, message):
     with pytest.raises(PlacementError) as err:
         parse_placement([entry])
-    assert str(err.value) == f"invalid -placement entry '{entry}': {message}"
+    assert str(err.value) == message
 
 
 PROGRAM = """

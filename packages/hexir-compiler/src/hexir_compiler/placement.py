@@ -72,7 +72,7 @@ def _parse_entry(entry: str) -> tuple[str, str]:
     op, device = op.strip(), device.strip()
     prefix = f"invalid -placement entry '{entry}'"
     if not sep or not op or not device:
-        raise PlacementError(f"{prefix}: it is not of the form <op-name>=<device>")
+        raise PlacementError(f"{prefix} is not of the form <op-name>=<device>")
     normalized = normalize_device(device)
     if normalized is None:
         raise PlacementError(f"{prefix}: '{device}' is not a device; expected cpu, cuda or gpu")
