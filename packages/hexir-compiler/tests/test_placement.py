@@ -27,8 +27,10 @@ FORM = "is not of the form <op-name>=<device>"
         ("=cuda", f"invalid -placement entry '=cuda' {FORM}"),
         (
             "hexir.linear=tpu",
-            "invalid -placement entry 'hexir.linear=tpu': 'tpu' is not a device; "
-            "expected cpu, cuda or gpu",
+            (
+                "invalid -placement entry 'hexir.linear=tpu': 'tpu' is not a device; "
+                "expected cpu, cuda or gpu"
+            ),
         ),
         (
             "hexir.frob=cpu",
