@@ -9,6 +9,7 @@ launches and LLVM. `mlir` prints the verified graph as written.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,10 +57,34 @@ def load(path: str | None) -> ir.Module:
     try:
         return ir.Module.parseFile(path)
     except ir.MLIRError as err:
-        first = err.error_diagnostics[0] if err.error_diagnostics else None
-        if first is None:
-            raise ParseError(str(err)) from None
+        if not err.error_diagnostics:
+            raise _silent_parse_failure(path) from None
+        first = err.error_diagnostics[0]
         raise ParseError(first.message, first.location) from None
+
+
+_CUSTOM_FORM = re.compile(r"^(\s*(?:%[\w#:.$-]+(?:\s*,\s*%[\w#:.$-]+)*\s*=\s*)?)(hext?ir\.\w+)")
+
+
+def _silent_parse_failure(path: str) -> ParseError:
+    """A parse failure MLIR reported no diagnostic for.
+
+    The one known case: an op of a Python-defined (IRDL) dialect written in custom assembly
+    (`hexir.linear %a, %w : ...`); IRDL dialects have no custom syntax and their parse hook
+    fails silently. Find that op and say what to write instead.
+    """
+    with open(path, encoding="utf-8", errors="replace") as text:
+        for number, line in enumerate(text, 1):
+            match = _CUSTOM_FORM.match(line)
+            if match:
+                name = match[2]
+                return ParseError(
+                    f"'{name}' is written in custom assembly, which the hexir dialects do not "
+                    f'have; write it in generic form: "{name}"(%operands) {{attrs}} : '
+                    "(operand types) -> result type",
+                    ir.Location.file(path, number, len(match[1]) + 1),
+                )
+    return ParseError("MLIR could not parse the file and gave no diagnostic")
 
 
 def lower_to_tir(module: ir.Module, options: Options) -> ir.Module:
