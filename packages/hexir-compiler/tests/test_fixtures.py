@@ -12,19 +12,25 @@ FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 HAS_TOOLKIT = shutil.which("ptxas") is not None or Path("/usr/local/cuda/bin/ptxas").exists()
 
 
-def test_builtin_fixture_matches_the_compiler():
-    assert fixtures.build("builtin.hxb") == (FIXTURES / "builtin.hxb").read_bytes()
+def _needs_device_code(name: str) -> bool:
+    return "cuda" in fixtures.FIXTURES[name][1].placement.values()
 
 
-@pytest.mark.skipif(not HAS_TOOLKIT, reason="the cuda fixture's image needs ptxas")
-def test_builtin_cuda_fixture_matches_the_compiler():
-    assert fixtures.build("builtin-cuda.hxb") == (FIXTURES / "builtin-cuda.hxb").read_bytes(), (
-        "fixtures/builtin-cuda.hxb is stale: run python -m hexir_compiler.fixtures"
+@pytest.mark.parametrize("name", sorted(fixtures.FIXTURES))
+def test_fixture_matches_the_compiler(name):
+    if _needs_device_code(name) and not HAS_TOOLKIT:
+        pytest.skip("a cuda fixture's image needs ptxas")
+    assert fixtures.build(name) == (FIXTURES / name).read_bytes(), (
+        f"fixtures/{name} is stale: run python -m hexir_compiler.fixtures"
     )
+
+
+def test_builtin_is_the_488_byte_v3_module():
+    assert len(fixtures.build("builtin.hxb")) == 488
 
 
 def test_regeneration_writes_every_fixture(tmp_path):
     if not HAS_TOOLKIT:
-        pytest.skip("the cuda fixture's image needs ptxas")
+        pytest.skip("the cuda fixtures' images need ptxas")
     assert fixtures.main([str(tmp_path / "out")]) == 0
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(fixtures.FIXTURES)

@@ -6,7 +6,9 @@ The runtime's tests run only against checked-in `.hxb` files, never the compiler
 those files are made, and `tests/test_fixtures.py` fails when they drift from what the
 compiler now produces. `builtin.hxb` is the built-in program on the cpu (the 488-byte v3
 module); `builtin-cuda.hxb` places its linear on cuda (v4: the constants live on the GPU,
-the product is copied back for the print), which needs the CUDA toolkit to build.
+the product is copied back for the print), which needs the CUDA toolkit to build. The
+`*-split` / `*-mixed` modules place some ops on cuda and the rest on the cpu, so the
+runtime's tests can check the transfers the compiler inserted against the all-cpu module.
 """
 
 from __future__ import annotations
@@ -18,16 +20,27 @@ from hexir_compiler.cli import write_atomically
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.pipeline import Options, compile_file
 
-FIXTURES: dict[str, Options] = {
-    "builtin.hxb": Options("hxb"),
-    "builtin-cuda.hxb": Options("hxb", {"hexir.linear": "cuda"}),
+REPO = Path(__file__).resolve().parents[4]
+DEFAULT_DIR = REPO / "fixtures"
+ON_CUDA = "cuda"
+
+# fixture name -> (source relative to the repository, None for the built-in program; options)
+FIXTURES: dict[str, tuple[str | None, Options]] = {
+    "builtin.hxb": (None, Options("hxb")),
+    "builtin-cuda.hxb": (None, Options("hxb", {"hexir.linear": ON_CUDA})),
+    "linear-relu.hxb": ("fixtures/linear-relu.mlir", Options("hxb")),
+    "linear-relu-split.hxb": (
+        "fixtures/linear-relu.mlir", Options("hxb", {"hexir.linear": ON_CUDA, "hexir.relu": "cpu"})),
+    "mlp-f32-mixed.hxb": (
+        "examples/mlp.mlir",
+        Options("hxb", {"hexir.linear": ON_CUDA, "hexir.add": ON_CUDA, "hexir.relu": ON_CUDA})),
 }
-DEFAULT_DIR = Path(__file__).resolve().parents[4] / "fixtures"
 
 
 def build(name: str) -> bytes:
     """The bytes the compiler produces now for fixture `name`."""
-    return compile_file(None, FIXTURES[name])
+    source, options = FIXTURES[name]
+    return compile_file(None if source is None else REPO / source, options)
 
 
 def main(argv: list[str] | None = None) -> int:
