@@ -87,7 +87,13 @@ def reshape(x: Sequence[int], to: Sequence[int]) -> tuple[int, ...]:
 
 
 def reduce(x: Sequence[int], axes: Sequence[int], keepdims: bool) -> tuple[int, ...]:
-    """Reduce over `axes` (negative allowed, each at most once)."""
+    """Reduce over `axes` (negative allowed, each at most once, at least one).
+
+    An empty list is refused rather than given a meaning: numpy reads it as "reduce nothing"
+    and ONNX as "reduce everything", and a program should not depend on which one we chose.
+    """
+    if not axes:
+        raise ShapeError("axes is empty; name at least one axis to reduce")
     norm = [normalize_axis(a, len(x)) for a in axes]
     if len(set(norm)) != len(norm):
         raise ShapeError(f"axes [{', '.join(map(str, axes))}] name an axis twice")

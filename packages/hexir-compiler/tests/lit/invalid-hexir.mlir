@@ -210,3 +210,11 @@ func.func @transfer_dst(%x: tensor<2x3xf32>) {
   %r = "hexir.transfer"(%x) {src = "cpu"} : (tensor<2x3xf32>) -> tensor<2x3xf32>
   return
 }
+
+// -----
+
+func.func @no_axes(%a: tensor<2x3xf32>) {
+  // CHECK: :218:8: error: 'hexir.reduce_sum' op axes is empty; name at least one axis to reduce
+  %r = "hexir.reduce_sum"(%a) {axes = array<i64>, keepdims = false} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+  return
+}
