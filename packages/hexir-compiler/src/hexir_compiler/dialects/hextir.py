@@ -18,31 +18,12 @@ from hexir_compiler.dialects._verify import (
     verify,
 )
 from hexir_compiler.mlir import ext, ir
+from hexir_format import KernelKind
 
 LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
-# Kernel kinds, named as in the format README (the executable kinds of a .hxb).
-KERNELS = (
-    "matmul",
-    "add",
-    "relu",
-    "sub",
-    "mul",
-    "div",
-    "sigmoid",
-    "tanh",
-    "exp",
-    "sqrt",
-    "neg",
-    "gelu",
-    "softmax",
-    "layer_norm",
-    "transpose",
-    "reshape",
-    "reduce_sum",
-    "reduce_mean",
-    "reduce_max",
-)
+# The kernel kinds a `.hxb` can name, in the format's order: one list, owned by the format.
+KERNELS = tuple(str(kind) for kind in KernelKind)
 
 
 class Hextir(ext.Dialect, name="hextir"):
