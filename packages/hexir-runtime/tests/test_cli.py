@@ -79,6 +79,14 @@ def test_output_to_npy_needs_exactly_one_result(tmp_path):
     assert code == 1 and "expected @FILE.npz or @FILE.npy" in err
 
 
+def test_unwritable_output_is_refused_before_anything_runs(tmp_path):
+    path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
+    code, out, err = run(path, "--input=2x3xf32=1", f"--output=@{tmp_path / 'no' / 'y.npz'}")
+    assert code == 1 and out == ""  # no banner: the run never started
+    assert err == f"hexir-run: --output=@{tmp_path / 'no' / 'y.npz'}: cannot write in " \
+                  f"{tmp_path / 'no'}: no such directory\n"
+
+
 def test_banner_is_byte_exact(builtin_hxb):
     code, out, _ = run(builtin_hxb)
     assert code == 0

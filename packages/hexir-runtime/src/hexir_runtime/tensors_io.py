@@ -62,6 +62,11 @@ def output_path(target: str) -> str:
     path = target[1:]
     if not target.startswith("@") or not path.endswith((".npy", ".npz")):
         raise InputError(f"--output={target}: expected @FILE.npz or @FILE.npy")
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        raise InputError(f"--output={target}: cannot write in {directory}: no such directory")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise InputError(f"--output={target}: cannot write in {directory}: permission denied")
     return path
 
 
