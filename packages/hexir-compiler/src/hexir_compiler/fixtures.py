@@ -8,7 +8,8 @@ compiler now produces. `builtin.hxb` is the built-in program on the cpu (the 488
 module); `builtin-cuda.hxb` places its linear on cuda (v4: the constants live on the GPU,
 the product is copied back for the print), which needs the CUDA toolkit to build. The
 `*-split` / `*-mixed` modules place some ops on cuda and the rest on the cpu, so the
-runtime's tests can check the transfers the compiler inserted against the all-cpu module.
+runtime's tests can check the transfers the compiler inserted against the all-cpu module;
+the `*-cuda` example modules put every op on cuda, for a GPU run against the cpu fixtures.
 """
 
 from __future__ import annotations
@@ -19,10 +20,12 @@ from pathlib import Path
 from hexir_compiler.cli import write_atomically
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.pipeline import Options, compile_file
+from hexir_compiler.placement import PLACEABLE
 
 REPO = Path(__file__).resolve().parents[4]
 DEFAULT_DIR = REPO / "fixtures"
 ON_CUDA = "cuda"
+EVERY_OP_ON_CUDA = {op: ON_CUDA for op in PLACEABLE if op.startswith("hexir.")}
 
 # fixture name -> (source relative to the repository, None for the built-in program; options)
 FIXTURES: dict[str, tuple[str | None, Options]] = {
@@ -34,6 +37,14 @@ FIXTURES: dict[str, tuple[str | None, Options]] = {
     "mlp-f32-mixed.hxb": (
         "examples/mlp.mlir",
         Options("hxb", {"hexir.linear": ON_CUDA, "hexir.add": ON_CUDA, "hexir.relu": ON_CUDA})),
+    # The example networks with every op on cuda: what a machine with a GPU runs against the
+    # cpu fixtures (mlp-f32.hxb, ...) using the runtime alone.
+    **{
+        f"{net}-{dtype}-cuda.hxb": (
+            f"examples/{net}{'' if dtype == 'f32' else '-f64'}.mlir", Options("hxb", EVERY_OP_ON_CUDA))
+        for net in ("mlp", "transformer_block")
+        for dtype in ("f32", "f64")
+    },
 }
 
 
