@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The one prepared check for a session that is lent a GPU: the runtime against the checked-in
+# fixtures (the compiler's MLIR wheel is too large to carry to the device machine, so the
+# cuda modules are compiled here and checked in; see fixtures/README.md).
+#
+#   here, once:   echo /.whl/ >> .git/info/exclude && bash bench/gpu-session.sh --fetch
+#   there:        device run, carry [".whl"], command "bash bench/gpu-session.sh", timeout 480
+#
+# The device image has numpy, cuda-bindings, pytest and hypothesis; only construct travels.
+# What it prints is what a closing note reports: the cuda selftest, the README program on
+# cuda and split across cuda and cpu, and every gpu-marked test with its measured errors.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [[ "${1:-}" == "--fetch" ]]; then
+  python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+    --implementation cp --platform manylinux2014_x86_64 -d .whl construct==2.10.70
+  exit 0
+fi
+
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target /tmp/site .whl/*.whl
+export PYTHONPATH="/tmp/site:$PWD/packages/hexir-format/src:$PWD/packages/hexir-runtime/src"
+export PYTHONPATH="$PYTHONPATH:$PWD/packages/hxb-dump/src" PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+
+run() { echo "\$ $*"; "$@"; echo; }
+run python3 -m hexir_runtime --selftest --device=cuda
+run python3 -m hexir_runtime --device=cuda fixtures/builtin-cuda.hxb
+run python3 -m hexir_runtime --device=cuda fixtures/linear-relu-split.hxb
+run python3 -m hexir_runtime --quiet fixtures/linear-relu.hxb
+python3 -m pytest -q -s -m gpu -p no:cacheprovider packages/hexir-runtime/tests
