@@ -24,7 +24,7 @@ export PYTHONPATH="/tmp/site:$PWD/packages/hexir-format/src:$PWD/packages/hexir-
 export PYTHONPATH="$PYTHONPATH:$PWD/packages/hxb-dump/src" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
 
-run() { echo "\$ $*"; "$@"; echo; }
+run() { echo "\$ $*"; "$@" || echo "(exit $?)"; echo; }
 run python3 -m hexir_runtime --selftest --device=cuda
 run python3 -m hexir_runtime --device=cuda fixtures/builtin-cuda.hxb
 run python3 -m hexir_runtime --device=cuda fixtures/linear-relu-split.hxb
