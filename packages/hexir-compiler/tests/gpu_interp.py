@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 from hexir_compiler.mlir import ir
-from tir_interp import _SCALAR, InterpError, _cmpf, _cmpi, _constant
+from tir_interp import _SCALAR, InterpError, StepCompiler, _cmpf, _cmpi, _constant
 
 Step = Callable[["_Thread"], None]
 AXES = ("x", "y", "z")
@@ -33,7 +33,7 @@ class _Thread:
         self.writers = writers
 
 
-class GpuKernel:
+class GpuKernel(StepCompiler):
     """The kernel of one `gpu.module` (after hextir-to-gpu); call it with one array per buffer."""
 
     def __init__(self, gpu_module: ir.Operation) -> None:
@@ -62,17 +62,6 @@ class GpuKernel:
                     _run_all(t, self._body)
 
     # -- compilation -----------------------------------------------------------------------
-
-    def _slot(self, value: ir.Value) -> int:
-        if value not in self._slots:
-            self._slots[value] = len(self._slots)
-        return self._slots[value]
-
-    def _compile_block(self, block: ir.Block, terminator: str) -> list[Step]:
-        ops = [view.operation for view in block.operations]
-        if not ops or ops[-1].name != terminator:
-            raise InterpError(f"block does not end with {terminator}")
-        return [self._compile(op) for op in ops[:-1]]
 
     def _compile(self, op: ir.Operation) -> Step:
         name = op.name

@@ -77,7 +77,28 @@ def _conflict(a: tuple, b: tuple) -> bool:
     return False
 
 
-class Kernel:
+class StepCompiler:
+    """Turns a block of ops into a list of steps over numbered value slots; the kernel
+    interpreters (this one and gpu_interp's) differ only in `_compile`, one op at a time."""
+
+    _slots: dict[ir.Value, int]
+
+    def _compile(self, op: ir.Operation) -> Step:
+        raise NotImplementedError
+
+    def _slot(self, value: ir.Value) -> int:
+        if value not in self._slots:
+            self._slots[value] = len(self._slots)
+        return self._slots[value]
+
+    def _compile_block(self, block: ir.Block, terminator: str) -> list[Step]:
+        ops = [view.operation for view in block.operations]
+        if not ops or ops[-1].name != terminator:
+            raise InterpError(f"block does not end with {terminator}")
+        return [self._compile(op) for op in ops[:-1]]
+
+
+class Kernel(StepCompiler):
     """A compiled prim_func; call it with one array per buffer (the last is written)."""
 
     def __init__(self, prim_func: ir.Operation) -> None:
@@ -154,17 +175,6 @@ class Kernel:
                 step(t)
 
     # -- compilation -----------------------------------------------------------------------
-
-    def _slot(self, value: ir.Value) -> int:
-        if value not in self._slots:
-            self._slots[value] = len(self._slots)
-        return self._slots[value]
-
-    def _compile_block(self, block: ir.Block, terminator: str) -> list[Step]:
-        ops = [view.operation for view in block.operations]
-        if not ops or ops[-1].name != terminator:
-            raise InterpError(f"block does not end with {terminator}")
-        return [self._compile(op) for op in ops[:-1]]
 
     def _compile(self, op: ir.Operation) -> Step:
         name = op.name
