@@ -1,16 +1,24 @@
-"""Which passes run for each `-emit` stage, from a parsed program to its output.
+"""Which passes run for each `-emit` stage: one chain, each stage the previous one refined.
 
-Two branches leave the graph level. The kernel branch (`mlir-tir`, `hxb`) places ops,
-inserts the copies between devices, lowers every compute op to a `hextir` kernel, and for
-`hxb` serializes the result. The linalg branch (`mlir-linalg` ... `llvm`, in
-`transforms.linalg_path`) shows the same program as loops on tensors, then buffers, GPU
-launches and LLVM. `mlir` prints the verified graph as written.
+| stage       | pass (module)                                    | what it adds                      |
+| ----------- | ------------------------------------------------ | --------------------------------- |
+| mlir        | (parse and verify)                               | the graph as written              |
+| mlir-hetero | hexir-partition, hexir-insert-transfers          | devices on ops, copies between    |
+| mlir-tir    | hexir-lower-to-tir                               | each compute op a hextir kernel   |
+| mlir-linalg | hextir-to-loops                                  | kernels as loop nests on buffers  |
+| mlir-gpu    | hexir-kernels-to-gpu                             | cuda kernels as gpu.module/func   |
+| mlir-llvm   | hexir-kernels-to-llvm                            | every kernel in LLVM / NVVM       |
+| llvm        | translation                                      | LLVM IR of host and device code   |
+| hxb         | serializer (host objects, fatbins, the commands) | a loadable module                 |
+
+Every pass acts only on what is still above its level, so any printed MLIR stage fed back
+into `hexir` with the same flags continues down the same chain and gives the same `.hxb`.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -18,25 +26,27 @@ from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
+from hexir_compiler.target import cuda, host
 from hexir_compiler.transforms import (
     hexir_insert_transfers,
+    hexir_kernels_to_gpu,
+    hexir_kernels_to_llvm,
     hexir_lower_to_tir,
     hexir_partition,
+    hextir_to_loops,
 )
 
-KERNEL_STAGES = ("mlir", "mlir-tir", "hxb")
-LINALG_STAGES = ("mlir-linalg", "mlir-hetero", "mlir-gpu", "mlir-llvm", "llvm")
-STAGES = (*KERNEL_STAGES, *LINALG_STAGES)
 DESCRIPTIONS = {
     "mlir": "the graph as written (hexir dialect)",
-    "mlir-tir": "each compute op as a hextir kernel, placed and with device copies",
+    "mlir-hetero": "placement as device attributes, transfers between devices inserted",
+    "mlir-tir": "each compute op a hextir kernel whose loops carry their schedule",
+    "mlir-linalg": "kernels as loop nests on buffers (scf, memref)",
+    "mlir-gpu": "cuda kernels as gpu.module/gpu.func; cpu kernels stay loops",
+    "mlir-llvm": "every kernel in the LLVM dialect (cpu) or NVVM (cuda)",
+    "llvm": "LLVM IR of the host kernels and the device kernels",
     "hxb": "a loadable .hxb module (see -o)",
-    "mlir-linalg": "after lowering to linalg on tensors",
-    "mlir-hetero": "placement, as device attributes on linalg ops",
-    "mlir-gpu": "cuda-placed ops as gpu.launch, on buffers",
-    "mlir-llvm": "the LLVM dialect",
-    "llvm": "translated LLVM IR",
 }
+STAGES = tuple(DESCRIPTIONS)
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,7 @@ class Options:
     stage: str
     placement: Mapping[str, str] = field(default_factory=dict)
     chip: str | None = None  # CUDA architecture, e.g. "sm_90"; None = the default image
+    cpu: str | None = None  # host CPU level, e.g. "x86-64-v3"; None = target.host.DEFAULT_CPU
 
 
 class ParseError(CompileError):
@@ -87,33 +98,42 @@ def _silent_parse_failure(path: str) -> ParseError:
     return ParseError("MLIR could not parse the file and gave no diagnostic")
 
 
-def lower_to_tir(module: ir.Module, options: Options) -> ir.Module:
-    """The kernel branch up to `mlir-tir`: partition, transfers, kernels."""
+def _place(module: ir.Module, options: Options) -> None:
     hexir_partition.run(module, options.placement)
     hexir_insert_transfers.run(module)
-    hexir_lower_to_tir.run(module)
-    _verify(module)
+
+
+#: The MLIR stages after `mlir` and the passes that produce each from the one before.
+PASSES: tuple[tuple[str, Callable[[ir.Module, Options], None]], ...] = (
+    ("mlir-hetero", _place),
+    ("mlir-tir", lambda module, options: hexir_lower_to_tir.run(module)),
+    ("mlir-linalg", lambda module, options: hextir_to_loops.run(module)),
+    ("mlir-gpu", lambda module, options: hexir_kernels_to_gpu.run(module)),
+    ("mlir-llvm", lambda module, options: hexir_kernels_to_llvm.run(module)),
+)
+
+
+def lower(module: ir.Module, options: Options, stage: str) -> ir.Module:
+    """`module` lowered in place through every pass up to the MLIR stage `stage`."""
+    for name, step in PASSES[: STAGES.index(stage)]:
+        step(module, options)
+        _verify(module)
     return module
 
 
 def run(module: ir.Module, options: Options) -> ir.Module | str | bytes:
     """`module` lowered to `options.stage`: a module (MLIR stages), LLVM IR text, or .hxb bytes."""
-    if options.stage == "mlir":
-        return module
-    if options.stage == "mlir-tir":
-        return lower_to_tir(module, options)
+    if options.stage not in STAGES:
+        raise CompileError(f"'{options.stage}' is not a stage; expected one of {', '.join(STAGES)}")
+    if options.stage not in ("llvm", "hxb"):
+        return lower(module, options, options.stage)
+    lower(module, options, "mlir-llvm")
     if options.stage == "hxb":
-        return serialize.to_bytes(lower_to_tir(module, options), options.chip)
-    if options.stage in LINALG_STAGES:
-        from hexir_compiler.transforms import linalg_path
-
-        result = linalg_path.run(
-            module, options.stage, chip=options.chip, placement=options.placement
-        )
-        if isinstance(result, ir.Module):
-            _verify(result)
-        return result
-    raise CompileError(f"'{options.stage}' is not a stage; expected one of {', '.join(STAGES)}")
+        return serialize.to_bytes(module, options.chip, options.cpu)
+    parts = [f"; hexir: cpu kernels, {host.TRIPLE}\n{host.llvm_ir(module)}"]
+    parts += [f"; hexir: cuda kernel @{name}, nvptx64-nvidia-cuda\n{text}"
+              for name, text in cuda.llvm_ir(module)]
+    return "\n".join(parts)
 
 
 def compile_file(path: str | Path | None, options: Options) -> str | bytes:

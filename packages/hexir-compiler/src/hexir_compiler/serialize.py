@@ -1,8 +1,10 @@
-"""The serializer: a kernel-level module (after hexir-lower-to-tir) -> a `.hxb` model.
+"""The serializer: a module at mlir-llvm -> a `.hxb` model.
 
-Each `func.func` becomes an entry point: a flat list of commands over numbered buffers
-(slots). Each `hextir.prim_func` becomes an executable; a cuda one carries the device image
-`hexir_compiler.target.cuda.compile_kernels` made for it, never just a descriptor.
+Each entry `func.func` becomes an entry point: a flat list of commands over numbered buffers
+(slots). Each kernel a `hexir.call_tir` names becomes an executable with its code: a cpu
+kernel (an `llvm.func`) the host image `target.host` compiles for it, a cuda kernel (an NVVM
+`gpu.module`) the device image `target.cuda` makes. An executable's argument types are those
+of its call (the kernel itself, by now, takes bare pointers).
 
 Per op of a function's body, in order:
 - function argument i -> a cpu slot, `INPUT(slot, i)` (inputs arrive from the host);
@@ -13,9 +15,8 @@ Per op of a function's body, in order:
 - `hexir.print` -> `PRINT(slot, rows, cols)` (rows x cols = all elements, last dim as cols);
 - `func.return` -> `OUTPUT(slot, i)` per returned value (the format writes the `END`).
 
-The result is written as version 3 (the earlier C implementation's layout, byte for byte)
-when `hexir_format.minimum_version` says v3 holds it without typed slots, else version 4 with
-the slots section.
+Every cpu kernel carrying a host image makes the module version 5 (`hexir_format`'s
+`minimum_version`); the format still reads and writes versions 3 and 4.
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ import numpy as np
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.target import cuda
+from hexir_compiler.target import cuda, host
+from hexir_compiler.transforms.hextir_to_loops import is_kernel
 
 MAX_NAME = 31  # bytes of a symbol or kernel name (NUL-terminated in a 32-byte field)
 
@@ -41,25 +43,25 @@ class SerializeError(CompileError):
         self.location = location
 
 
-def serialize(module: ir.Module, target: str | None = None) -> hf.Module:
-    """The `.hxb` model of `module`; `target` is the CUDA architecture (e.g. "sm_90")."""
-    executables, index = _executables(module, target)
-    writer = _Writer(index)
-    functions = [writer.function(op) for op in _ops(module, "func.func")]
-    if not functions:
+def serialize(module: ir.Module, target: str | None = None, cpu: str | None = None) -> hf.Module:
+    """The `.hxb` model of `module`; `target` is the CUDA architecture (e.g. "sm_90"), `cpu`
+    the host CPU level (e.g. "x86-64-v3")."""
+    entries = [op for op in _ops(module, "func.func") if not is_kernel(op)]
+    if not entries:
         raise CompileError("the module has no func.func, so there is no entry point to write")
-    candidate = hf.Module(3, tuple(functions), bytes(writer.rodata), tuple(executables))
-    if hf.minimum_version(candidate) == 3 and not writer.needs_slots:
-        return candidate
+    executables, index = _executables(module, entries, target, cpu)
+    writer = _Writer(index)
+    functions = [writer.function(op) for op in entries]
     return hf.Module(
-        4, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots)
+        5, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots)
     )
 
 
-def to_bytes(module: ir.Module, target: str | None = None) -> bytes:
+def to_bytes(module: ir.Module, target: str | None = None, cpu: str | None = None) -> bytes:
     """The `.hxb` bytes of `module`; every failure here is a `SerializeError`."""
     try:
-        return hf.build(serialize(module, target))
+        model = serialize(module, target, cpu)
+        return hf.build(replace(model, version=hf.minimum_version(model)))
     except SerializeError:
         raise
     except hf.HexirError as err:  # device code, or a limit of the format
@@ -91,41 +93,59 @@ def tensor_type(t: ir.Type) -> hf.TensorType:
     return hf.TensorType(dtype, tuple(shaped.shape))
 
 
-def _executables(module: ir.Module, target: str | None):
-    """Every prim func as an executable, in module order, and its index by name."""
-    funcs = _ops(module, "hextir.prim_func")
-    images = {}
-    if any(_attr_str(f, "device", "cpu") == "cuda" for f in funcs):
-        images = cuda.compile_kernels(module, target)
-    executables = [_executable(func, images) for func in funcs]
+def _executables(module: ir.Module, entries: list[ir.Operation], target: str | None,
+                 cpu: str | None):
+    """Every kernel a call names, in module order, and its index by name."""
+    calls = _call_types(entries)
+    kernels = [op for op in (v.operation for v in module.body.operations)
+               if op.name in ("llvm.func", "gpu.module") and is_kernel(op)
+               and _attr_str(op, "sym_name") in calls]
+    unlowered = next((op for op in (v.operation for v in module.body.operations)
+                      if op.name in ("hextir.prim_func", "func.func") and is_kernel(op)), None)
+    if unlowered is not None:
+        raise SerializeError("kernel is not lowered to LLVM; the serializer takes a module at "
+                             "mlir-llvm", unlowered.location)
+    images = {**host.compile_kernels(module, cpu)}
+    if any(_attr_str(op, "device") == "cuda" for op in kernels):
+        images.update(cuda.compile_kernels(module, target))
+    executables = [_executable(op, calls[_attr_str(op, "sym_name")], images) for op in kernels]
     return executables, {exe.name: i for i, exe in enumerate(executables)}
 
 
-def _executable(func: ir.Operation, images: dict) -> hf.Executable:
-    name = _attr_str(func, "sym_name")
+def _call_types(entries: list[ir.Operation]) -> dict[str, list[ir.Type]]:
+    """callee name -> the tensor types of its buffers (inputs, then the destination)."""
+    found: dict[str, list[ir.Type]] = {}
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "hexir.call_tir":
+            callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value
+            found.setdefault(callee, [*(v.type for v in op.operands), op.results[0].type])
+        return ir.WalkResult.ADVANCE
+
+    for entry in entries:
+        entry.walk(visit)
+    return found
+
+
+def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.Executable:
+    name = _attr_str(kernel, "sym_name")
     if len(name.encode()) > MAX_NAME:
-        raise SerializeError(f"kernel name '{name}' is longer than {MAX_NAME} bytes", func.location)
-    kind = _attr_str(func, "hexir.kernel")
-    if kind is None:
-        raise SerializeError(
-            "prim func has no hexir.kernel attribute; it was not produced by hexir-lower-to-tir",
-            func.location,
-        )
-    ftype = ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value)
-    params = func.attributes.get("hexir.params", [])
-    exe = hf.Executable(
-        name,
-        hf.KernelKind[kind.upper()],
-        hf.Device.from_name(_attr_str(func, "device", "cpu")),
-        tuple(tensor_type(t) for t in ftype.inputs),
-        tuple(params),
-    )
-    if exe.device is hf.Device.CPU:
-        return exe
+        raise SerializeError(f"kernel name '{name}' is longer than {MAX_NAME} bytes",
+                             kernel.location)
     image = images.get(name)
     if image is None:
-        raise SerializeError(f"cuda kernel '{name}' has no device code", func.location)
-    return replace(exe, image=image.image, grid=tuple(image.grid), block=tuple(image.block))
+        raise SerializeError(f"kernel '{name}' has no code", kernel.location)
+    device = hf.Device.from_name(_attr_str(kernel, "device", "cpu"))
+    return hf.Executable(
+        name,
+        hf.KernelKind[_attr_str(kernel, "hexir.kernel").upper()],
+        device,
+        tuple(tensor_type(t) for t in types),
+        tuple(kernel.attributes["hexir.params"]) if "hexir.params" in kernel.attributes else (),
+        image=image.image,
+        grid=tuple(image.grid),
+        block=(1, 1, 1) if device is hf.Device.CPU else tuple(image.block),
+    )
 
 
 @dataclass
@@ -135,7 +155,6 @@ class _Writer:
     executables: dict[str, int]
     rodata: bytearray = field(default_factory=bytearray)
     slots: list[hf.Slot] = field(default_factory=list)
-    needs_slots: bool = False  # something only v4 says: inputs, outputs, copies, devices
 
     def new_slot(self, device: str, t: ir.Type) -> int:
         self.slots.append(hf.Slot(hf.Device.from_name(device), tensor_type(t)))
@@ -157,7 +176,6 @@ class _Writer:
         for i, arg in enumerate(block.arguments):
             slot_of[arg] = self.new_slot("cpu", arg.type)
             commands.append(hf.Command.input(slot_of[arg], i))
-            self.needs_slots = True
         for view in block.operations:
             commands += self._op(view.operation, slot_of)
         return hf.Function(name, tuple(commands))
@@ -171,22 +189,17 @@ class _Writer:
         if name == "hexir.transfer":
             src = self._slot(op, op.operands[0], slot_of)
             dst = self._result(op, slot_of, _attr_str(op, "dst"))
-            self.needs_slots = True
             return [hf.Command.copy(dst, src)]
         if name == "hexir.print":
             return [self._print(op, slot_of)]
         if name == "func.return":
-            outs = [
+            return [
                 hf.Command.output(self._slot(op, v, slot_of), i) for i, v in enumerate(op.operands)
             ]
-            self.needs_slots |= bool(outs)
-            return outs
         raise SerializeError("cannot serialize this op into a host program", op.location)
 
     def _result(self, op: ir.Operation, slot_of: dict, device: str | None = None) -> int:
         device = device or _attr_str(op, "device", "cpu")
-        if device != "cpu":
-            self.needs_slots = True
         slot = self.new_slot(device, op.results[0].type)
         slot_of[op.results[0]] = slot
         return slot
@@ -232,8 +245,6 @@ class _Writer:
     def _print(self, op: ir.Operation, slot_of: dict) -> hf.Command:
         slot = self._slot(op, op.operands[0], slot_of)
         shape = tensor_type(op.operands[0].type).shape
-        if len(shape) != 2:
-            self.needs_slots = True  # v3 prints rank-2 tensors only
         cols = shape[-1] if shape else 1
         rows = math.prod(shape[:-1]) if shape else 1
         return hf.Command.print(slot, rows, cols)

@@ -91,7 +91,8 @@ SlotEntry = Struct(
 
 Param = Float64l
 
-EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4}
+# Version 5 keeps version 4's structures; only what a cpu executable may carry changed.
+EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV4}
 ALIGNMENT = 8
 
 

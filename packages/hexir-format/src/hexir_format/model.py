@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 MAGIC = b"HEXIRMOD"
-VERSIONS = (3, 4)
-LATEST_VERSION = 4
+VERSIONS = (3, 4, 5)
+LATEST_VERSION = 5
 MAX_RANK = 6
 NAME_BYTES = 32
 
@@ -248,8 +248,12 @@ def _payload_eq(a: bytes | memoryview | None, b: bytes | memoryview | None) -> b
 class Executable:
     """A kernel: what it computes, where, on which argument types, and its device image.
 
-    `image` is None for a descriptor (the runtime supplies the body). `grid` and `block` are
-    the launch geometry (x, y, z); all zero when there is no image.
+    `image` is the kernel's code: a device image (PTX, CUBIN or fatbin) on cuda, a host image
+    (an x86-64 ELF relocatable object, version 5) on cpu; None for a descriptor, whose body the
+    runtime supplies (versions 3 and 4). `grid` and `block` are the launch geometry (x, y, z):
+    on cuda blocks and threads; on cpu grid x is the extent of the kernel's outermost parallel
+    loop, which the runtime splits across threads, and block is (1, 1, 1). All zero when there
+    is no image.
     """
 
     name: str

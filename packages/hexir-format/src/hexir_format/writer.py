@@ -15,6 +15,7 @@ from hexir_format.model import (
     V3_KINDS,
     V3_OPS,
     Command,
+    Device,
     DType,
     Executable,
     KernelKind,
@@ -25,7 +26,10 @@ from hexir_format.model import (
 
 
 def minimum_version(module: Module) -> int:
-    """3 when the v3 layout can hold the module exactly, else 4."""
+    """3 when the v3 layout can hold the module exactly; 5 when a cpu kernel carries a host
+    image; else 4."""
+    if any(exe.device is Device.CPU and exe.image is not None for exe in module.executables):
+        return 5
     return 3 if _v3_problem(module) is None else 4
 
 
@@ -66,7 +70,12 @@ def build(module: Module) -> bytes:
     if module.version == 3 and (problem := _v3_problem(module)):
         raise FormatError(f"version 3 cannot express {problem}; write version 4")
     if module.version not in L.EXECUTABLE:
-        raise FormatError(f"cannot write version {module.version}; expected 3 or 4")
+        raise FormatError(f"cannot write version {module.version}; expected 3, 4 or 5")
+    if module.version < 5 and (host := next((e for e in module.executables
+                                             if e.device is Device.CPU and e.image is not None),
+                                            None)):
+        raise FormatError(f"cpu kernel '{host.name}' carries a host image, which only version 5 "
+                          f"holds; this module is version {module.version}")
     symbols, program = _symbols_and_program(module)
     sections = [
         (SectionKind.SYMBOLS, symbols),

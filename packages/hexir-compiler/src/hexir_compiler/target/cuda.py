@@ -1,9 +1,9 @@
-"""Device code for cuda kernels: hextir -> gpu -> NVVM -> PTX -> CUBIN -> fatbin.
+"""Device code for cuda kernels: NVVM (at mlir-llvm) -> PTX -> CUBIN -> fatbin.
 
-`compile_kernels` gives every cuda `hextir.prim_func` a `DeviceImage` for its executable
-entry. The image is a fatbin holding PTX for `sm_75` (the driver compiles it for whatever GPU
+`compile_kernels` gives every cuda kernel (a `gpu.module` that hexir-kernels-to-llvm has
+converted to NVVM) a `DeviceImage` for its executable entry. The image is a fatbin holding PTX for `sm_75` (the driver compiles it for whatever GPU
 loads it, sm_75 or newer) and a CUBIN for sm_75; `target="sm_90"` adds a CUBIN for sm_90, so
-that GPU starts without a JIT step. The kernel's entry function has the prim func's name and
+that GPU starts without a JIT step. The kernel's entry function has the kernel's name and
 takes one device pointer per buffer (the bare-pointer calling convention).
 
 MLIR makes the PTX (`gpu-module-to-binary{format=isa}`, libdevice linked in for the `__nv_*`
@@ -21,18 +21,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import gpu, ir, passmanager
+from hexir_compiler.mlir import gpu, ir, llvm, passmanager
 from hexir_compiler.target.cuda_toolkit import CudaToolkit, find_toolkit
 from hexir_compiler.target.device_image import DeviceImage, parts
-from hexir_compiler.transforms import hextir_to_gpu
+from hexir_compiler.transforms.hexir_kernels_to_llvm import BASE_ARCH
 
-BASE_ARCH = 75  # the oldest GPU the default image loads on; CUDA 13 still compiles for it
-NVVM_PIPELINE = (
-    "builtin.module("
-    "gpu.module(convert-scf-to-cf, convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
-    " reconcile-unrealized-casts),"
-    "gpu-module-to-binary{format=isa})"
-)
+TO_PTX = "builtin.module(gpu-module-to-binary{format=isa})"
 
 
 def architectures(target: str | None) -> tuple[int, ...]:
@@ -48,7 +42,8 @@ def architectures(target: str | None) -> tuple[int, ...]:
 
 
 def compile_kernels(module: ir.Module, target: str | None = None) -> dict[str, DeviceImage]:
-    """A device image per cuda prim func of `module`, by name; `module` is left untouched."""
+    """A device image per cuda kernel of `module` (NVVM gpu.modules, at mlir-llvm), by name;
+    `module` is left untouched."""
     archs = architectures(target)
     with module.context, ir.Location.unknown():
         ptx = _kernels_as_ptx(module)
@@ -67,42 +62,44 @@ def compile_kernels(module: ir.Module, target: str | None = None) -> dict[str, D
 
 def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
     """PTX for sm_75 and the launch geometry (grid, block) of each cuda kernel, by name."""
-    clone = module.operation.clone(ip=False)
-    hextir_to_gpu.run(clone)
     kernels = ir.Module.create()
     kernels.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
-    found = {}  # gpu.module name -> (kernel name, grid, block)
-    for view in list(clone.regions[0].blocks[0].operations):
+    geometry = {}
+    for view in module.body.operations:
         op = view.operation
-        if op.name != "gpu.module" or "hexir.grid" not in op.attributes:
-            continue
-        kernel = op.regions[0].blocks[0].operations[0].operation
-        found[_symbol(op)] = (
-            _symbol(kernel),
-            tuple(op.attributes["hexir.grid"]),
-            tuple(op.attributes["hexir.block"]),
-        )
-        kernels.body.append(op)
-    if not found:
+        if op.name == "gpu.module" and "hexir.grid" in op.attributes:
+            geometry[_symbol(op)] = (tuple(op.attributes["hexir.grid"]),
+                                     tuple(op.attributes["hexir.block"]))
+            kernels.body.append(op.clone())
+    if not geometry:
         return {}
-
-    libdevice = find_toolkit().libdevice
-    target = ir.Attribute.parse(
-        f'[#nvvm.target<O = 3, chip = "sm_{BASE_ARCH}", link = [{_quote(str(libdevice))}]>]'
-    )
-    for op in kernels.body.operations:
-        op.operation.attributes["targets"] = target
     try:
-        passmanager.PassManager.parse(NVVM_PIPELINE).run(kernels.operation)
+        passmanager.PassManager.parse(TO_PTX).run(kernels.operation)
     except ir.MLIRError as err:
         raise CompileError(f"could not compile cuda kernels to PTX: {_first_line(err)}") from None
-
     ptx = {}
     for view in kernels.body.operations:  # now gpu.binary ops, named like their gpu.module
-        name, grid, block = found[_symbol(view.operation)]
+        name = _symbol(view.operation)
         objects = ir.ArrayAttr(view.operation.attributes["objects"])
-        ptx[name] = (gpu.ObjectAttr(objects[0]).object, grid, block)
+        ptx[name] = (gpu.ObjectAttr(objects[0]).object, *geometry[name])
     return ptx
+
+
+def llvm_ir(module: ir.Module) -> list[tuple[str, str]]:
+    """(kernel name, LLVM IR for nvptx64) of each cuda kernel of `module` (at mlir-llvm)."""
+    found = []
+    with module.context, ir.Location.unknown():
+        for view in module.body.operations:
+            op = view.operation
+            if op.name != "gpu.module" or "hexir.grid" not in op.attributes:
+                continue
+            scratch = ir.Module.create()
+            scratch.operation.attributes["llvm.target_triple"] = ir.StringAttr.get(
+                "nvptx64-nvidia-cuda")
+            for inner in op.regions[0].blocks[0].operations:
+                scratch.body.append(inner.operation.clone())
+            found.append((_symbol(op), llvm.translate_module_to_llvmir(scratch.operation)))
+    return found
 
 
 def _fatbin(name: str, ptx: bytes, grid, block, archs, toolkit: CudaToolkit) -> DeviceImage:

@@ -1,0 +1,112 @@
+"""Host code for cpu kernels: the LLVM dialect -> LLVM IR -> optimized x86-64 object code.
+
+Our MLIR bindings have no X86 backend, so MLIR stops at LLVM IR and `llvmlite` (LLVM 22)
+takes it from there: its new pass manager at -O3 (loop vectorization and unrolling included),
+then its code generator, which writes an ELF relocatable object (position-independent, small
+code model). Each cpu kernel becomes one object holding one global function of the kernel's
+name, `void name(ptr buffer..., i64 lo, i64 hi)`; its only undefined symbols are libm's (expf,
+tanh, ...), which the runtime's loader resolves. That object is the kernel's host image.
+
+The code is for a named baseline CPU, `x86-64-v2` (SSE4.2, every x86-64 server since 2009)
+unless `-target=cpu:<cpu>` names another: never the build machine's own CPU, since the
+deploy host may be older. No fast-math flags are set, so LLVM neither contracts a multiply
+and an add into an FMA nor reorders a reduction: results are the IEEE results of the loops
+as written, the same on every host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import ir, llvm
+
+TRIPLE = "x86_64-unknown-linux-gnu"
+DEFAULT_CPU = "x86-64-v2"
+#: The CPUs `-target=cpu:<cpu>` accepts: the x86-64 psABI levels, which every vendor honours.
+CPUS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+
+
+@dataclass(frozen=True)
+class HostImage:
+    image: bytes
+    grid: tuple[int, int, int]
+
+
+def llvm_ir(module: ir.Module, names: Iterable[str] | None = None) -> str:
+    """The LLVM IR of `module`'s cpu kernels (all, or those in `names`) and the libm
+    declarations they use, for the host triple."""
+    wanted = None if names is None else set(names)
+    with module.context, ir.Location.unknown():
+        scratch = ir.Module.create()
+        scratch.operation.attributes["llvm.target_triple"] = ir.StringAttr.get(TRIPLE)
+        for view in module.body.operations:
+            op = view.operation
+            if op.name != "llvm.func" or ("hexir.kernel" in op.attributes and wanted is not None
+                                          and _symbol(op) not in wanted):
+                continue
+            scratch.body.append(op.clone())
+        return llvm.translate_module_to_llvmir(scratch.operation)
+
+
+def compile_kernels(module: ir.Module, cpu: str | None = None) -> dict[str, HostImage]:
+    """A host image per cpu kernel of `module` (at mlir-llvm), by name."""
+    kernels = [
+        view.operation for view in module.body.operations
+        if view.operation.name == "llvm.func" and "hexir.kernel" in view.operation.attributes
+    ]
+    if not kernels:
+        return {}
+    machine = _target_machine(cpu or DEFAULT_CPU)
+    images = {}
+    for kernel in kernels:
+        name = _symbol(kernel)
+        grid = tuple(int(g) for g in kernel.attributes["hexir.grid"])
+        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), grid)
+    return images
+
+
+def _object(text: str, machine, name: str) -> bytes:
+    binding = _llvmlite()
+    try:
+        parsed = binding.parse_assembly(text)
+        parsed.verify()
+    except RuntimeError as err:
+        raise CompileError(f"LLVM rejected the IR of cpu kernel '{name}': "
+                           f"{str(err).strip().splitlines()[0]}") from None
+    parsed.triple = TRIPLE
+    parsed.data_layout = str(machine.target_data)
+    tuning = binding.create_pipeline_tuning_options(speed_level=3)
+    tuning.loop_vectorization = True
+    tuning.slp_vectorization = True
+    builder = binding.create_pass_builder(machine, tuning)
+    builder.getModulePassManager().run(parsed, builder)
+    return bytes(machine.emit_object(parsed))
+
+
+_MACHINES: dict[str, object] = {}
+
+
+def _target_machine(cpu: str):
+    if cpu not in CPUS:
+        raise CompileError(f"'{cpu}' is not a host CPU level; expected one of {', '.join(CPUS)}")
+    if cpu not in _MACHINES:
+        binding = _llvmlite()
+        target = binding.Target.from_triple(TRIPLE)
+        machine = target.create_target_machine(cpu=cpu, opt=3, reloc="pic", codemodel="small")
+        _MACHINES[cpu] = machine
+    return _MACHINES[cpu]
+
+
+def _llvmlite():
+    """llvmlite's binding layer, initialised once (it is a compiler dependency only)."""
+    import llvmlite.binding as binding
+
+    binding.initialize_native_target()
+    binding.initialize_native_asmprinter()
+    return binding
+
+
+def _symbol(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["sym_name"]).value

@@ -1,0 +1,242 @@
+"""hextir-to-loops: every `hextir.prim_func` becomes a `func.func` of loop nests on buffers.
+
+The kernel keeps its name (so `hexir.call_tir @name` now calls the function), its buffers
+(one memref each, inputs then the destination) and its attributes (`device`, `hexir.kernel`,
+`hexir.params`). The schedule written in the hextir loops becomes the loops that run it:
+
+- `serial`, `unrolled` and `vectorized` loops become `scf.for` (carried values included);
+- a `thread_binding` loop (cuda) becomes a one-dimensional `scf.parallel` whose `mapping`
+  names the GPU processor it is bound to (`#gpu.loop_dim_map<processor = block_x ...>`),
+  the form `hexir-kernels-to-gpu` reads;
+- `parallel` loops (cpu) become `scf.for` marked `hexir.loop = "parallel"`, and the kernel's
+  outermost one is its *cpu grid*: a cpu kernel takes two more arguments, `%lo` and `%hi`
+  (index), and runs only iterations [lo, hi) of that loop, so the runtime can hand disjoint
+  ranges of it to a thread pool. Its extent is recorded as `hexir.grid` (x, y, z). A kernel
+  whose body is not one parallel loop runs inside a loop of one iteration, grid (1, 1, 1);
+- `hextir.if` becomes `scf.if`, `hextir.block` is inlined, `buffer_load`/`buffer_store`
+  become `memref.load`/`memref.store`, `alloc_buffer` a `memref.alloca`, `hextir.return` a
+  `func.return`; arith and math ops move over unchanged.
+
+A module without prim funcs is left as it is, so the pass can run on its own output.
+"""
+
+from __future__ import annotations
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import func, ir, memref, scf
+
+PASS_NAME = "hextir-to-loops"
+GRID = "hexir.grid"
+LOOP = "hexir.loop"
+#: The attributes a kernel keeps at every level below mlir-tir.
+KERNEL_ATTRIBUTES = ("device", "hexir.kernel", "hexir.params")
+PROCESSORS = {
+    f"{kind}.{dim}": f"{prefix}_{dim}"
+    for kind, prefix in (("blockIdx", "block"), ("threadIdx", "thread"))
+    for dim in "xyz"
+}
+
+
+def run(module: ir.Module | ir.Operation) -> None:
+    """Rewrite every prim func of `module` in place; CompileError at a kernel that cannot be."""
+    module = module.operation
+    body = module.regions[0].blocks[0]
+    for view in list(body.operations):
+        if view.operation.name == "hextir.prim_func":
+            _lower_prim_func(view.operation)
+
+
+def is_kernel(op: ir.Operation) -> bool:
+    """A kernel at any level below the graph (it carries its format kind), not an entry point."""
+    return "hexir.kernel" in op.attributes
+
+
+def _lower_prim_func(prim: ir.Operation) -> None:
+    name = ir.StringAttr(prim.attributes["sym_name"]).value
+    buffers = list(ir.FunctionType(ir.TypeAttr(prim.attributes["function_type"]).value).inputs)
+    for index, buffer in enumerate(buffers):
+        if not (isinstance(buffer, ir.MemRefType) and buffer.has_static_shape):
+            raise CompileError(
+                f"kernel @{name}: buffer #{index} is {buffer}; expected a memref of static shape",
+                prim.location,
+            )
+    cpu = _string(prim, "device") != "cuda"
+    with ir.InsertionPoint(prim), prim.location:
+        index = ir.IndexType.get()
+        kernel = func.FuncOp(name, ir.FunctionType.get([*buffers, *([index] * 2 * cpu)], []))
+        for attribute in KERNEL_ATTRIBUTES:
+            if attribute in prim.attributes:
+                kernel.attributes[attribute] = prim.attributes[attribute]
+    with prim.location:
+        entry = kernel.add_entry_block()
+    source = prim.regions[0].blocks[0]
+    for old, new in zip(source.arguments, entry.arguments, strict=False):
+        old.replace_all_uses_with(new)
+    moved = [view.operation for view in source.operations]
+    for op in moved:
+        entry.append(op)
+    prim.erase()
+    _lower_ops(moved)
+    if cpu:
+        lo, hi = list(entry.arguments)[-2:]
+        extent = _split_outermost(entry, lo, hi)
+        kernel.attributes[GRID] = ir.DenseI64ArrayAttr.get([extent, 1, 1])
+
+
+def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int:
+    """Make the outermost parallel loop run [lo, hi); returns its extent (the cpu grid)."""
+    ops = [view.operation for view in entry.operations]
+    loops = [op for op in ops if op.name == "scf.for"]
+    if len(loops) == 1 and _string(loops[0], LOOP) == "parallel":
+        loop = loops[0]
+        extent = _constant(loop.operands[1]) - _constant(loop.operands[0])
+        loop.operands[0] = lo
+        loop.operands[1] = hi
+        return extent
+    # Not one parallel loop: the whole body (all but the return) is one iteration.
+    body = [op for op in ops if op.name != "arith.constant"][:-1]
+    with ir.InsertionPoint(body[0] if body else ops[-1]), ops[-1].location:
+        one = ir.Operation.create(
+            "arith.constant",
+            results=[ir.IndexType.get()],
+            attributes={"value": ir.IntegerAttr.get(ir.IndexType.get(), 1)},
+        ).result
+        loop = scf.ForOp(lo, hi, one)
+    for op in body:
+        loop.body.append(op)
+    with ir.InsertionPoint(loop.body), ops[-1].location:
+        scf.YieldOp([])
+    loop.attributes[LOOP] = ir.StringAttr.get("parallel")
+    return 1
+
+
+def _lower_ops(ops: list[ir.Operation]) -> None:
+    """Rewrite `ops` (a snapshot; they may move or vanish) and everything nested in them."""
+    for op in ops:
+        lower = _LOWERINGS.get(op.name)
+        if lower is not None:
+            lower(op)
+        elif op.name.startswith("hextir."):
+            raise CompileError(f"'{op.name}' has no lowering to loops", op.location)
+        else:
+            for region in op.regions:
+                for block in region.blocks:
+                    _lower_ops([view.operation for view in block.operations])
+
+
+def _lower_for(op: ir.Operation) -> None:
+    kind = _string(op, "kind")
+    lb, ub, step, *inits = op.operands
+    with ir.InsertionPoint(op), op.location:
+        if kind == "thread_binding":
+            if inits:
+                raise CompileError("a thread_binding loop cannot carry values", op.location)
+            loop = scf.ParallelOp([], [lb], [ub], [step], [])
+            block = loop.regions[0].blocks.append(ir.IndexType.get())
+            loop.attributes["mapping"] = ir.Attribute.parse(
+                f"[#gpu.loop_dim_map<processor = {PROCESSORS[_string(op, 'bind')]}, "
+                "map = (d0) -> (d0), bound = (d0) -> (d0)>]"
+            )
+        else:
+            loop = scf.ForOp(lb, ub, step, inits)
+            block = loop.body
+            if kind == "parallel":
+                loop.attributes[LOOP] = ir.StringAttr.get(kind)
+    body = _take_body(op, block, list(block.arguments))
+    end = _terminator(op)  # read after the move: its operands now name the new arguments
+    with ir.InsertionPoint(block), end.location:
+        if kind == "thread_binding":
+            scf.ReduceOp([], 0)
+        else:
+            scf.YieldOp(list(end.operands))
+    _replace_and_erase(op, loop.results)
+    _lower_ops(body)
+
+
+def _lower_if(op: ir.Operation) -> None:
+    with ir.InsertionPoint(op), op.location:
+        branch = scf.IfOp(op.operands[0])
+    body = _take_body(op, branch.then_block, [])
+    with ir.InsertionPoint(branch.then_block), op.location:
+        scf.YieldOp([])
+    _replace_and_erase(op, [])
+    _lower_ops(body)
+
+
+def _lower_block(op: ir.Operation) -> None:
+    body = _take_body(op, None, [])
+    _replace_and_erase(op, [])
+    _lower_ops(body)
+
+
+def _lower_load(op: ir.Operation) -> None:
+    buffer, *indices = op.operands
+    with ir.InsertionPoint(op), op.location:
+        value = memref.load(buffer, indices)
+    _replace_and_erase(op, [value])
+
+
+def _lower_store(op: ir.Operation) -> None:
+    value, buffer, *indices = op.operands
+    with ir.InsertionPoint(op), op.location:
+        memref.store(value, buffer, indices)
+    _replace_and_erase(op, [])
+
+
+def _lower_alloc(op: ir.Operation) -> None:
+    with ir.InsertionPoint(op), op.location:
+        buffer = memref.alloca(op.results[0].type, [], [])
+    _replace_and_erase(op, [buffer])
+
+
+def _lower_return(op: ir.Operation) -> None:
+    with ir.InsertionPoint(op), op.location:
+        func.ReturnOp([])
+    _replace_and_erase(op, [])
+
+
+_LOWERINGS = {
+    "hextir.for": _lower_for,
+    "hextir.if": _lower_if,
+    "hextir.block": _lower_block,
+    "hextir.buffer_load": _lower_load,
+    "hextir.buffer_store": _lower_store,
+    "hextir.alloc_buffer": _lower_alloc,
+    "hextir.return": _lower_return,
+}
+
+
+def _take_body(op: ir.Operation, dest: ir.Block | None, args) -> list[ir.Operation]:
+    """Move the body of `op` (all but its terminator) to the end of `dest`, or in front of
+    `op` when `dest` is None; the body's block arguments become `args`. Returns the ops moved."""
+    source = op.regions[0].blocks[0]
+    for old, new in zip(source.arguments, args, strict=True):
+        old.replace_all_uses_with(new)
+    moved = [view.operation for view in source.operations][:-1]
+    for moving in moved:
+        if dest is None:
+            moving.move_before(op)
+        else:
+            dest.append(moving)
+    return moved
+
+
+def _terminator(op: ir.Operation) -> ir.Operation:
+    ops = op.regions[0].blocks[0].operations
+    return ops[len(ops) - 1].operation
+
+
+def _replace_and_erase(op: ir.Operation, values) -> None:
+    for old, new in zip(op.results, values, strict=True):
+        old.replace_all_uses_with(new)
+    op.erase()
+
+
+def _constant(value: ir.Value) -> int:
+    owner = value.owner
+    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    return ir.IntegerAttr(owner.attributes["value"]).value
+
+
+def _string(op: ir.Operation, name: str) -> str | None:
+    return ir.StringAttr(op.attributes[name]).value if name in op.attributes else None
