@@ -13,14 +13,15 @@ from __future__ import annotations
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
+
+from hexir_format.files import write_atomically
 
 from hexir_compiler import placement as placement_
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.pipeline import DESCRIPTIONS, STAGES, Options, ParseError, compile_file
 from hexir_compiler.serialize import SerializeError
+from hexir_compiler.target import host
 
 EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
 
@@ -49,7 +50,9 @@ def usage() -> str:
         "  -emit=<stage>          what to produce (required):",
         *(f"      {s:<13}      {DESCRIPTIONS[s]}" for s in STAGES),
         "  -o <file>              output file (hxb: default out.hxb; others: stdout)",
-        "  -target=<dev>[:<arch>] cpu, cuda or cuda:sm_XX (comma-separated, repeatable)",
+        "  -target=<dev>[:<arch>] cpu[:<level>] or cuda[:sm_XX] (comma-separated, repeatable);",
+        f"                         host code is for {host.DEFAULT_CPU} unless a level is named",
+        f"                         ({', '.join(host.CPUS)})",
         "  -placement=<op>=<dev>  place an op on a device (comma-separated, repeatable)",
         "",
         "examples:",
@@ -88,15 +91,18 @@ def parse_args(argv: list[str]) -> Args:
     return args
 
 
-def parse_targets(entries: list[str]) -> str | None:
-    """The CUDA architecture `-target` names (None: the default image)."""
-    chip = None
+def parse_targets(entries: list[str]) -> tuple[str | None, str | None]:
+    """(CUDA architecture, host CPU level) that `-target` names (None: the default)."""
+    chip = cpu = None
     for text in entries:
         for entry in text.split(","):
             device, colon, arch = entry.partition(":")
             if device == "cpu":
-                if colon:
-                    raise UsageError(f"the cpu target takes no architecture ('{entry}')")
+                if colon and arch not in host.CPUS:
+                    raise UsageError(
+                        f"'{arch}' is not a host CPU level; expected one of {', '.join(host.CPUS)}"
+                    )
+                cpu = arch or cpu
             elif device in ("cuda", "gpu"):
                 if colon and not re.fullmatch(r"sm_\d+", arch):
                     raise UsageError(
@@ -105,7 +111,7 @@ def parse_targets(entries: list[str]) -> str | None:
                 chip = arch or chip
             else:
                 raise UsageError(f"'{device}' is not a device; expected cpu or cuda")
-    return chip
+    return chip, cpu
 
 
 def options(args: Args) -> Options:
@@ -113,28 +119,12 @@ def options(args: Args) -> Options:
         raise UsageError("no -emit=<stage> given, so there is nothing to produce")
     if args.stage not in STAGES:
         raise UsageError(f"'{args.stage}' is not a stage; expected one of {', '.join(STAGES)}")
-    chip = parse_targets(args.targets)
+    chip, cpu = parse_targets(args.targets)
     try:
         placement = placement_.parse_placement(args.placement)
     except placement_.PlacementError as err:
         raise UsageError(str(err)) from None
-    return Options(args.stage, placement, chip)
-
-
-def write_atomically(path: str, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same directory and os.replace."""
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file the usual mode
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    return Options(args.stage, placement, chip, cpu)
 
 
 def run(argv: list[str]) -> int:

@@ -17,7 +17,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from hexir_compiler.cli import write_atomically
+from hexir_format.files import write_atomically
+
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.pipeline import Options, compile_file
 from hexir_compiler.placement import PLACEABLE

@@ -1,8 +1,8 @@
 """Which ops can be placed where, and the `-placement` option that chooses.
 
-One registry for the compiler: the CLI's usage text lists it, `hexir-partition` reads it, and
-the linalg path places the ops it creates with it. Every hexir compute op and every linalg
-op the linalg path produces runs on both devices; an op not listed here is not placeable
+One registry for the compiler: the CLI's usage text lists it and `hexir-partition` reads it.
+Every hexir op that has a kernel (`transforms.tir.PLANS`) runs on both devices, since its one
+lowering produces the cpu and the cuda code; an op not listed here is not placeable
 (constants, prints and transfers are placed by the passes, never by the user).
 """
 
@@ -11,40 +11,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from hexir_compiler.errors import CompileError
+from hexir_compiler.transforms.tir import PLANS
 
 DEVICES = ("cpu", "cuda")
 ALIASES = {"gpu": "cuda"}
 DEFAULT_DEVICE = "cpu"
 
-_HEXIR = (
-    "linear",
-    "matmul",
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "relu",
-    "sigmoid",
-    "tanh",
-    "exp",
-    "sqrt",
-    "neg",
-    "gelu",
-    "softmax",
-    "layer_norm",
-    "transpose",
-    "reshape",
-    "reduce_sum",
-    "reduce_mean",
-    "reduce_max",
-)
-_LINALG = ("add", "sub", "mul", "div", "matmul", "batch_matmul", "fill", "generic")
-
 #: op name -> devices it can run on.
-PLACEABLE: Mapping[str, tuple[str, ...]] = {
-    **{f"hexir.{name}": DEVICES for name in _HEXIR},
-    **{f"linalg.{name}": DEVICES for name in _LINALG},
-}
+PLACEABLE: Mapping[str, tuple[str, ...]] = {f"hexir.{name}": DEVICES for name in PLANS}
 
 
 class PlacementError(CompileError):

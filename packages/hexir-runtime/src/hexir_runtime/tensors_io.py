@@ -10,12 +10,12 @@ failed run never leaves half a file.
 from __future__ import annotations
 
 import os
-import tempfile
 import zipfile
 from collections.abc import Sequence
 
 import numpy as np
 from hexir_format import TensorType
+from hexir_format.files import atomic_write
 
 from hexir_runtime.errors import InputError
 
@@ -78,20 +78,11 @@ def write_outputs(target: str, arrays: Sequence[np.ndarray]) -> None:
                          f"{len(arrays)}; use a .npz file")
     directory = os.path.dirname(os.path.abspath(path))
     try:
-        fd, tmp = tempfile.mkstemp(prefix=".hexir-run-", suffix=".tmp", dir=directory)
+        with atomic_write(path) as out:
+            if path.endswith(".npy"):
+                np.save(out, arrays[0])
+            else:
+                np.savez(out, *arrays)
     except OSError as e:
         raise InputError(f"--output={target}: cannot write in {directory}: "
                          f"{e.strerror or e}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            if path.endswith(".npy"):
-                np.save(f, arrays[0])
-            else:
-                np.savez(f, *arrays)
-        os.replace(tmp, path)
-    except OSError as e:
-        os.unlink(tmp)
-        raise InputError(f"--output={target}: cannot write: {e.strerror or e}") from None
-    except BaseException:
-        os.unlink(tmp)
-        raise

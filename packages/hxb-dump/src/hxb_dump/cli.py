@@ -17,6 +17,8 @@ from pathlib import Path
 
 from hexir_format import HexirError
 
+from hexir_format.files import write_atomically
+
 from hxb_dump import images, listing
 from hxb_dump.__about__ import __version__
 from hxb_dump.examine import Report, examine, kernel_image
@@ -84,7 +86,7 @@ def _extras(args: argparse.Namespace, report: Report, notes: list[str]) -> str |
             image = kernel_image(report.module, args.image, args.file)
             path = args.output or f"{args.image}.bin"
             try:
-                images.write_atomically(Path(path), image)
+                write_atomically(path, image)
             except OSError as e:
                 return f"cannot write the image of '{args.image}' to '{path}': {e.strerror or e}"
             report.facts["wrote"] = path

@@ -105,20 +105,6 @@ def next_step(image: bytes, path: str) -> str:
     return f"try: cuobjdump --dump-sass {path}"
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `data` to `path` through a temporary file beside it, so no reader (and no
-    interrupted run) ever sees half an image. The file gets the umask's usual permissions."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-
-
 def find_cuobjdump() -> str | None:
     """`cuobjdump` on PATH, else in $CUDA_HOME/bin, else in /usr/local/cuda/bin."""
     found = shutil.which("cuobjdump")

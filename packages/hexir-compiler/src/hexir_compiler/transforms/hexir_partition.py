@@ -3,8 +3,8 @@
 The placement is decided here, before any lowering, and every later pass copies it, so by
 the time kernels are generated the ops that should run on the GPU are already labelled.
 A placeable op (see `hexir_compiler.placement`) gets the device the `-placement` option names
-for its op name; otherwise it keeps a `device` it already has (this pass runs again after
-the linalg lowering and must not undo the first run); otherwise it goes to the cpu.
+for its op name; otherwise it keeps a `device` it already has (so the pass can run on its own
+output); otherwise it goes to the cpu.
 Constants and prints go to the cpu (`hexir-insert-transfers` moves constants that only feed
 cuda ops). The module records the devices it targets as `hexir.targets = ["cpu", "cuda"]`.
 """
