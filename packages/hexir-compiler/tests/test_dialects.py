@@ -63,3 +63,41 @@ def test_each_context_gets_the_dialects():
                 "  return %y : tensor<2xf64>\n}\n"
             )
             assert module.operation.verify()
+
+
+X = "tensor<2x4xf64>"
+V = "tensor<4xf64>"
+
+
+def _layer_norm(epsilon: str) -> str:
+    return f'"hexir.layer_norm"(%x, %v, %v) {{epsilon = {epsilon} : f64}} : ({X}, {V}, {V}) -> {X}'
+
+
+def _reduce(op: str, keepdims: str, result: str) -> str:
+    return f'"hexir.{op}"(%x) {{axes = array<i64>, keepdims = {keepdims}}} : ({X}) -> {result}'
+
+
+@pytest.mark.parametrize(
+    ("op", "error"),
+    [
+        # layer_norm's epsilon: finite and >= 0, as the runtime takes it (ONNX allows 0).
+        (_layer_norm("0.0"), None),
+        (_layer_norm("1.0e-05"), None),
+        (_layer_norm("-1.0e-09"), "epsilon is -1e-09; expected a finite value >= 0"),
+        (_layer_norm("0x7FF0000000000000"), "epsilon is inf; expected a finite value >= 0"),
+        # No reduction axes: every axis (ONNX's default, and the format's).
+        (_reduce("reduce_sum", "false", "tensor<f64>"), None),
+        (_reduce("reduce_mean", "true", "tensor<1x1xf64>"), None),
+        (_reduce("reduce_max", "false", X), "result shape 2x4 does not match the expected scalar"),
+    ],
+)
+def test_the_rules_settled_with_the_runtime(op: str, error: str | None) -> None:
+    text = f"func.func @main(%x: {X}, %v: {V}) {{\n  %r = {op}\n  return\n}}\n"
+    with context():
+        if error is None:
+            assert ir.Module.parse(text).operation.verify()
+            return
+        with pytest.raises(ir.MLIRError) as err:
+            ir.Module.parse(text)
+        name = op.split('"')[1]
+        assert err.value.error_diagnostics[0].message == f"'{name}' op {error}"

@@ -160,10 +160,11 @@ def test_elementwise_cuda_geometry(size: int, grid: int, block: int) -> None:
     assert ('"hextir.if"' in lowered.text) == (size % block != 0)
 
 
-def test_reduce_max_propagates_nan_and_relu_drops_it() -> None:
+def test_reduce_max_and_relu_propagate_nan() -> None:
+    """numpy's (and ONNX's) meaning: max(x, 0) of NaN is NaN, a maximum over a NaN is NaN."""
     for op, x, want in (
         ("reduce_max", [1.0, np.nan, 3.0], [np.nan]),
-        ("relu", [np.nan, -1.0, 2.0], [0.0, 0.0, 2.0]),
+        ("relu", [np.nan, -1.0, 2.0], [np.nan, 0.0, 2.0]),
     ):
         out_shape = (1,) if op == "reduce_max" else (3,)
         attrs = {"axes": "array<i64: 0>", "keepdims": "true"} if op == "reduce_max" else {}
@@ -176,39 +177,55 @@ def test_reduce_max_propagates_nan_and_relu_drops_it() -> None:
             np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize(
-    "case", [p for p in PARAMS if p.values[0].op != "linear" or len(p.values[0].inputs[0]) >= 2]
-)
-def test_kind_and_params_drive_the_runtime_reference_to_the_same_values(case: Case) -> None:
-    """What the serializer writes (kind, params, argument types) means the same to the
-    runtime's numpy bodies as the kernel body says. (A vector input to linear is left out:
-    the runtime's matmul type rule wants rank >= 2 operands.)"""
-    kernels = pytest.importorskip("hexir_runtime.kernels")
-    from hexir_format import DType, KernelKind, TensorType
+@pytest.mark.parametrize("op", ["reduce_sum", "reduce_mean", "reduce_max"])
+@pytest.mark.parametrize("keepdims", [False, True])
+def test_no_axes_reduces_every_axis(op: str, keepdims: bool) -> None:
+    """An empty `axes` is ONNX's "every axis" (numpy's axis=None), as the format reads it;
+    the kernel records the axes it reduces, so the file names them all."""
+    x = np.random.default_rng(3).standard_normal((3, 5, 2))
+    fn = {"reduce_sum": np.sum, "reduce_mean": np.mean, "reduce_max": np.max}[op]
+    want = fn(x, axis=None, keepdims=keepdims)
+    attrs = {"axes": "array<i64>", "keepdims": str(keepdims).lower()}
+    case = Case(op, [x.shape], want.shape, attrs)
+    for device in ("cpu", "cuda"):
+        lowered = Lowered(case.program("f64", device))
+        (kernel,) = lowered.kernels
+        assert kernel.params == [float(keepdims), 0.0, 1.0, 2.0]
+        out = np.full(want.shape, np.nan)
+        with lowered.context:
+            kernel(x, out)
+        np.testing.assert_allclose(out, want, rtol=1e-12)
 
-    lowered = Lowered(case.program("f64", "cuda"))
-    (kernel,) = lowered.kernels
-    inputs = sample(case, "f64", np.random.default_rng(7))
-    ours = np.full(case.output, np.nan)
-    with lowered.context:
-        kernel(*inputs, ours)
-    kind = KernelKind[kernel.kind.upper()]
-    types = [TensorType(DType.F64, tuple(a.shape)) for a in (*inputs, ours)]
-    assert kernels.signature_problem(kind, types, kernel.params) is None
-    theirs = np.full(case.output, np.nan)
-    kernels.run(kind, kernel.params, inputs, theirs)
-    assert_close(ours, theirs, "f64")
+
+@pytest.mark.parametrize("element", ["f32", "f64"])
+@pytest.mark.parametrize("case", PARAMS)
+def test_compiled_cpu_kernel_matches_numpy(case: Case, element: str) -> None:
+    """The same one-op program compiled all the way (loops, LLVM, x86-64 object, .hxb), loaded
+    by the runtime and run on the cpu -- the thread pool splitting the kernel's grid -- gives
+    numpy's answer. What the serializer writes (kind, params, argument types) also fits the
+    kind's signature rule, which the runtime validates before it runs anything."""
+    hr = pytest.importorskip("hexir_runtime")
+    from hexir_compiler.dialects import context
+    from hexir_compiler.mlir import ir
+    from hexir_compiler.pipeline import Options, run
+
+    with context():
+        data = run(ir.Module.parse(case.program(element, "cpu")), Options("hxb"))
+    module = hr.load(data)
+    inputs = sample(case, element, np.random.default_rng(7))
+    assert_close(module.main(*inputs), reference(case, inputs), element)
 
 
 @pytest.mark.parametrize("case", PARAMS)
-def test_the_interpreted_launch_is_the_one_hextir_to_gpu_records(case: Case) -> None:
+def test_the_interpreted_launch_is_the_one_the_gpu_lowering_records(case: Case) -> None:
     """The grid and block tir_interp ran are what the GPU lowering will launch with."""
-    from hexir_compiler.transforms import hextir_to_gpu
+    from hexir_compiler.transforms import hexir_kernels_to_gpu, hextir_to_loops
 
     lowered = Lowered(case.program("f32", "cuda"))
     (kernel,) = lowered.kernels
     with lowered.context:
-        hextir_to_gpu.run(lowered.module)
+        hextir_to_loops.run(lowered.module)
+        hexir_kernels_to_gpu.run(lowered.module)
         (gpu_module,) = [
             op.operation
             for op in lowered.module.body.operations

@@ -20,7 +20,7 @@ import pytest
 
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir
-from hexir_compiler.pipeline import Options, lower_to_tir
+from hexir_compiler.pipeline import Options, lower
 from tir_interp import Kernel
 from tir_programs import DTYPES
 
@@ -150,7 +150,7 @@ def test_the_lowered_program_computes_the_program(on_cuda: list[str], element: s
     placement = {f"hexir.{name}": "cuda" for name in on_cuda}
     with context():
         module = ir.Module.parse(PROGRAM.replace("xT>", f"x{element}>"))
-        lower_to_tir(module, Options(stage="mlir-tir", placement=placement))
+        lower(module, Options(stage="mlir-tir", placement=placement), "mlir-tir")
         text = str(module)
         assert text.count('"hexir.call_tir"') == 33 and '"hexir.transfer"' in text
         outputs = evaluate(module, inputs)
@@ -174,7 +174,7 @@ def test_the_example_transformer_block_on_cuda_computes_its_reference() -> None:
     everything = {f"hexir.{name}": "cuda" for name in [*GPU_HEAVY, *OTHERS]}
     with context():
         module = ir.Module.parseFile(str(program))
-        lower_to_tir(module, Options(stage="mlir-tir", placement=everything))
+        lower(module, Options(stage="mlir-tir", placement=everything), "mlir-tir")
         (out,) = evaluate(module, [x])
     error = reference_module.relative_error(out, reference_module.evaluate(program, x))
     assert error <= reference_module.TOLERANCE["f32"], f"relative error {error:.3g}"

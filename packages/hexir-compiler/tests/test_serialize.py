@@ -10,14 +10,15 @@ from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.mlir import ir
-from hexir_compiler.pipeline import Options, lower_to_tir
+from hexir_compiler.pipeline import Options, lower
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
 def tir(text: str | None, placement: dict[str, str] | None = None) -> ir.Module:
+    """The program lowered to mlir-llvm, what the serializer takes."""
     module = builtin.build() if text is None else ir.Module.parse(text)
-    return lower_to_tir(module, Options("hxb", placement or {}))
+    return lower(module, Options("hxb", placement or {}), "mlir-llvm")
 
 
 def test_builtin_is_the_488_byte_fixture():

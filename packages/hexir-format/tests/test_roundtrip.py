@@ -131,15 +131,16 @@ def executables(draw):
 def modules(draw):
     fnames = draw(st.lists(names, max_size=4, unique=True))
     functions = tuple(Function(n, tuple(draw(st.lists(commands(), max_size=6)))) for n in fnames)
-    return Module(4, functions, draw(st.binary(max_size=64)),
-                  tuple(draw(st.lists(executables(), max_size=4))),
-                  tuple(draw(st.lists(st.builds(Slot, st.sampled_from(Device), types),
-                                      max_size=5))))
+    exes = tuple(draw(st.lists(executables(), max_size=4)))
+    slots = tuple(draw(st.lists(st.builds(Slot, st.sampled_from(Device), types), max_size=5)))
+    # A cpu kernel with an image (a host image) needs version 5; the rest stay version 4.
+    version = 5 if any(e.device is Device.CPU and e.image is not None for e in exes) else 4
+    return Module(version, functions, draw(st.binary(max_size=64)), exes, slots)
 
 
 @settings(max_examples=150, deadline=None)
 @given(modules())
-def test_random_v4_modules_round_trip(module):
+def test_random_v4_and_v5_modules_round_trip(module):
     data = hf.build(module)
     parsed = hf.parse(data)
     assert parsed == module

@@ -3,8 +3,9 @@
 "Device memory" is a bytearray per allocation, and every access is checked against its
 allocation, so a runtime bug that would read or write out of bounds on a GPU fails here as
 CUDA_ERROR_ILLEGAL_ADDRESS. Launches of kernels the fake was told about are emulated with
-the numpy reference bodies on that memory, so end-to-end results compare with the cpu
-backend. `calls` counts every call by name; `fail` makes the next calls of a name fail.
+the numpy bodies of `numpy_kernels` (the tests' oracle) on that memory, so end-to-end results
+compare with the cpu backend. `calls` counts every call by name; `fail` makes the next calls
+of a name fail.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from enum import IntEnum
 import numpy as np
 from hexir_format import Device, Executable
 
-from hexir_runtime import kernels
+import numpy_kernels
 
 
 class CUresult(IntEnum):
@@ -184,7 +185,7 @@ class FakeDriver:
             raw = np.frombuffer(mem, dtype=np.uint8, count=t.nbytes, offset=offset)
             views.append(raw.view(t.dtype.numpy).reshape(t.shape))
         *inputs, out = views
-        kernels.run(exe.kind, exe.params, inputs, out)
+        numpy_kernels.run(exe.kind, exe.params, inputs, out)
 
     # ---- accounting --------------------------------------------------------------------------
 

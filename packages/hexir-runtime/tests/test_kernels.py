@@ -1,16 +1,21 @@
-"""The numpy reference bodies against direct numpy expressions, and the type rules."""
+"""The numpy reference bodies against direct numpy expressions, and validation applying the
+kernel kinds' signature rule (hexir_format.signatures) before any of them runs."""
 
 import math
 
+import hexir_format as hf
+import modules
 import numpy as np
+import numpy_kernels as kernels
 import pytest
-from hexir_format import DType, KernelKind
+from hexir_format import Command, Device, DType, Function, KernelKind, Slot, signature_problem
 from hexir_format import TensorType as T
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import mutually_broadcastable_shapes
 
-from hexir_runtime import kernels
+from hexir_runtime import validate
+from hexir_runtime.errors import ValidationError
 
 K = KernelKind
 RNG = np.random.default_rng(7)
@@ -19,7 +24,7 @@ RNG = np.random.default_rng(7)
 def run(kind, params, *inputs, out_shape, dtype):
     args = [T(DType.F32 if dtype == np.float32 else DType.F64, x.shape) for x in inputs]
     args.append(T(args[0].dtype, out_shape))
-    assert kernels.signature_problem(kind, args, params) is None
+    assert signature_problem(kind, args, params) is None
     out = np.full(out_shape, np.nan, dtype=dtype)
     kernels.run(kind, params, [x.astype(dtype) for x in inputs], out)
     return out
@@ -145,29 +150,49 @@ def test_reductions(kind, fn, keepdims, axes):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-@pytest.mark.parametrize("kind,args,params,message", [
-    (K.MATMUL, [T(DType.F64, (2, 3)), T(DType.F64, (2, 2)), T(DType.F64, (2, 2))], (),
-     "inner dimensions differ: 3 vs 2"),
-    (K.MATMUL, [T(DType.F64, (2, 2)), T(DType.F64, (2, 2)), T(DType.F64, (2, 3))], (),
-     "gives 2x2, destination is 2x3xf64"),
-    (K.ADD, [T(DType.F32, (2,)), T(DType.F64, (2,)), T(DType.F64, (2,))], (),
-     "mixes element types"),
-    (K.ADD, [T(DType.F64, (2,)), T(DType.F64, (3,)), T(DType.F64, (3,))], (), "broadcast"),
-    (K.RELU, [T(DType.F64, (2,)), T(DType.F64, (2,)), T(DType.F64, (2,))], (),
-     "takes 2 arguments, not 3"),
-    (K.TRANSPOSE, [T(DType.F64, (2, 3)), T(DType.F64, (3, 2))], (0.0, 0.0),
-     "is not a permutation"),
-    (K.RESHAPE, [T(DType.F64, (2, 3)), T(DType.F64, (7,))], (), "changes the element count"),
-    (K.SOFTMAX, [T(DType.F64, (2, 3)), T(DType.F64, (2, 3))], (2.0,), "softmax axis 2"),
-    (K.LAYER_NORM, [T(DType.F64, (2, 3)), T(DType.F64, (2,)), T(DType.F64, (3,)),
-                    T(DType.F64, (2, 3))], (1e-5,), "needs gamma and beta of shape [3]"),
-    (K.REDUCE_SUM, [T(DType.F64, (2, 3)), T(DType.F64, (2,))], (0.0, 5.0), "are not distinct"),
-    (K.REDUCE_MAX, [T(DType.F64, (0, 3)), T(DType.F64, ())], (0.0,), "empty tensor"),
-    (K.GELU, [T(DType.F64, (2,)), T(DType.F64, (2,))], (2.0,), "approximate 0 or 1"),
+# ---- validation applies the shared signature rule (hexir_format.signatures) ------------------
+
+def one_kernel(kind, args, params):
+    """A v4 module: the inputs -> one kernel -> its destination as the output. The kernel is a
+    (fake-image) cuda one, where any kind may be; validation touches no device."""
+    *ins, out = args
+    commands = (*(Command.input(i, i) for i in range(len(ins))),
+                Command.alloc(len(ins), out.nbytes), Command.dispatch(0, tuple(range(len(args)))),
+                Command.output(len(ins), 0))
+    exe = modules.fake_image_exe(f"{kind}_0", kind, tuple(args), params)
+    return hf.Module(4, (Function("main", commands),), b"", (exe,),
+                     tuple(Slot(Device.CUDA, a) for a in args))
+
+
+X, V = T(DType.F64, (2, 3)), T(DType.F64, (3,))
+
+
+@pytest.mark.parametrize("kind,args,params", [
+    (K.LAYER_NORM, [X, V, V, X], (0.0,)),  # epsilon 0 is allowed
+    (K.REDUCE_SUM, [X, T(DType.F64, ())], (0.0,)),  # no axes: every axis
+    (K.REDUCE_MAX, [X, T(DType.F64, (1, 1))], (1.0,)),
+    (K.GELU, [V, V], ()),  # erf when the param is absent
+    (K.SOFTMAX, [X, X], (1.0,)),
 ])
-def test_type_rules_refuse_what_would_misbehave(kind, args, params, message):
-    problem = kernels.signature_problem(kind, args, params)
-    assert problem is not None and message in problem
+def test_validation_accepts_what_the_rule_accepts(kind, args, params):
+    assert signature_problem(kind, args, params) is None
+    assert validate.check_module(one_kernel(kind, args, params)).entries["main"].executables == (0,)
+
+
+@pytest.mark.parametrize("kind,args,params,message", [
+    (K.SOFTMAX, [X, X], (), "softmax has 0 params; expected 1 (the axis)"),  # axis required
+    (K.LAYER_NORM, [X, V, V, X], (-1.0,), "layer_norm epsilon is -1"),
+    (K.REDUCE_MEAN, [X, X], (0.0,), "reduce_mean of 2x3xf64 gives scalar"),
+    (K.GELU, [V, V], (2.0,), "gelu approximate is 2"),
+    (K.MATMUL, [X, T(DType.F64, (2, 2)), T(DType.F64, (2, 2))], (),
+     "matmul inner dimensions differ: 3 vs 2"),
+])
+def test_validation_refuses_what_the_rule_refuses(kind, args, params, message):
+    problem = signature_problem(kind, args, params)
+    assert problem is not None and problem.startswith(message)
+    with pytest.raises(ValidationError) as caught:
+        validate.check_module(one_kernel(kind, args, params))
+    assert str(caught.value) == f"executable 0 ('{kind}_0'), args: {problem}"
 
 
 # ---- random shapes ---------------------------------------------------------------------------

@@ -169,7 +169,7 @@ def v4(data: bytes) -> list[Corruption]:
         Corruption("exe-cpu-grid", exe(2, 64), U32, 1, "but no device image"),
         Corruption("exe-reserved", exe(0, 88), U32, 1, "reserved"),
         Corruption("exe-image-size", exe(0, 60), U32, 10**6, "image_size"),
-        Corruption("exe-arg-dim", arg_dim(0, 0, 0), U64, 3, "expected 3x3x4x5xf32"),
+        Corruption("exe-arg-dim", arg_dim(0, 0, 0), U64, 3, "gives 3x3x4x5, destination is"),
         Corruption("exe-arg-dtype", arg_dim(0, 0, -1), U32, 9, "dtype 9"),
         Corruption("layer-norm-epsilon-negative", param(0, 0), F64, -1.0, "epsilon is -1"),
         Corruption("layer-norm-epsilon-nan", param(0, 0), F64, float("nan"), "epsilon is nan"),

@@ -147,3 +147,47 @@ def test_random_field_values_never_escape(dump, tmp_path, module, word, value):
     r = dump(path)
     if r.rc != 0:
         one_error(r)
+
+
+def _one_kernel(kind: hf.KernelKind, args: tuple[hf.TensorType, ...],
+                params: tuple[float, ...]) -> bytes:
+    """A v4 module: inputs -> one cpu kernel -> its destination as the output."""
+    cpu = hf.Device.CPU
+    commands = (*(hf.Command.input(i, i) for i in range(len(args) - 1)),
+                hf.Command.alloc(len(args) - 1, args[-1].nbytes),
+                hf.Command.dispatch(0, tuple(range(len(args)))),
+                hf.Command.output(len(args) - 1, 0))
+    exe = hf.Executable(f"{kind}_0", kind, cpu, args, params)
+    return hf.build(hf.Module(4, (hf.Function("main", commands),), b"", (exe,),
+                              tuple(hf.Slot(cpu, a) for a in args)))
+
+
+X, V = hf.TensorType(hf.DType.F32, (2, 3)), hf.TensorType(hf.DType.F32, (3,))
+SCALAR = hf.TensorType(hf.DType.F32, ())
+KIND = hf.KernelKind
+
+
+@pytest.mark.parametrize("kind, args, params, damaged", [
+    (KIND.SOFTMAX, (X, X), (), True),  # the axis is required
+    (KIND.SOFTMAX, (X, X), (-1.0,), True),  # and recorded non-negative
+    (KIND.SOFTMAX, (X, X), (1.0,), False),
+    (KIND.LAYER_NORM, (X, V, V, X), (-1e-5,), True),
+    (KIND.LAYER_NORM, (X, V, V, X), (0.0,), False),  # epsilon 0 is allowed
+    (KIND.REDUCE_SUM, (X, SCALAR), (0.0,), False),  # no axes: every axis
+    (KIND.REDUCE_MAX, (X, X), (0.0,), True),  # ... so not "reduce nothing"
+    (KIND.GELU, (X, X), (), False),
+    (KIND.GELU, (X, X), (2.0,), True),
+    (KIND.MATMUL, (X, X, X), (), True),  # inner dimensions differ
+])
+def test_a_kernel_is_damaged_exactly_when_the_runtime_refuses_it(dump, tmp_path, kind, args,
+                                                                   params, damaged):
+    """hxb-dump and the runtime's validation apply one rule, hexir_format.signatures."""
+    path = tmp_path / "kernel.hxb"
+    path.write_bytes(_one_kernel(kind, args, params))
+    r = dump(path)
+    problem = hf.signature_problem(kind, args, params)
+    assert (problem is not None) == damaged
+    if damaged:
+        one_error(r, f"executable 0 ({kind}_0): {problem}")
+    else:
+        assert (r.rc, r.err) == (0, "")

@@ -4,9 +4,11 @@
 
 The runtime's tests run only against checked-in `.hxb` files, never the compiler; this is how
 those files are made, and `tests/test_fixtures.py` fails when they drift from what the
-compiler now produces. `builtin.hxb` is the built-in program on the cpu (the 488-byte v3
-module); `builtin-cuda.hxb` places its linear on cuda (v4: the constants live on the GPU,
-the product is copied back for the print), which needs the CUDA toolkit to build. The
+compiler now produces. `builtin-cpu.hxb` is the built-in program on the cpu (version 5: the
+linear is x86-64 code); `builtin-cuda.hxb` places its linear on cuda (the constants live on
+the GPU, the product is copied back for the print), which needs the CUDA toolkit to build.
+(`builtin.hxb`, the 488-byte version-3 module of the earlier C implementation, is not made
+here: it is the seed's file, kept byte for byte so the runtime shows it still runs.) The
 `*-split` / `*-mixed` modules place some ops on cuda and the rest on the cpu, so the
 runtime's tests can check the transfers the compiler inserted against the all-cpu module;
 the `*-cuda` example modules put every op on cuda, for a GPU run against the cpu fixtures.
@@ -30,7 +32,7 @@ EVERY_OP_ON_CUDA = {op: ON_CUDA for op in PLACEABLE if op.startswith("hexir.")}
 
 # fixture name -> (source relative to the repository, None for the built-in program; options)
 FIXTURES: dict[str, tuple[str | None, Options]] = {
-    "builtin.hxb": (None, Options("hxb")),
+    "builtin-cpu.hxb": (None, Options("hxb")),
     "builtin-cuda.hxb": (None, Options("hxb", {"hexir.linear": ON_CUDA})),
     "linear-relu.hxb": ("fixtures/linear-relu.mlir", Options("hxb")),
     "linear-relu-split.hxb": (

@@ -213,8 +213,8 @@ func.func @transfer_dst(%x: tensor<2x3xf32>) {
 
 // -----
 
-func.func @no_axes(%a: tensor<2x3xf32>) {
-  // CHECK: :218:8: error: 'hexir.reduce_sum' op axes is empty; name at least one axis to reduce
-  %r = "hexir.reduce_sum"(%a) {axes = array<i64>, keepdims = false} : (tensor<2x3xf32>) -> tensor<2x3xf32>
+func.func @epsilon(%x: tensor<2x4xf32>, %g: tensor<4xf32>) {
+  // CHECK: :218:8: error: 'hexir.layer_norm' op epsilon is -1; expected a finite value >= 0
+  %r = "hexir.layer_norm"(%x, %g, %g) {epsilon = -1.0 : f64} : (tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
   return
 }

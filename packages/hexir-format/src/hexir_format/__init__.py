@@ -1,4 +1,5 @@
-"""hexir-format: the `.hxb` layout, declared once, with a typed model in front of it."""
+"""hexir-format: the `.hxb` layout, declared once, with a typed model in front of it, and the
+shape rules of the ops and kernel kinds it records (`hexir_format.signatures`)."""
 
 from hexir_format.__about__ import __version__
 from hexir_format.errors import FormatError, HexirError
@@ -25,11 +26,13 @@ from hexir_format.model import (
     TensorType,
 )
 from hexir_format.reader import parse, parse_layout
+from hexir_format.signatures import ShapeError, signature_problem
 from hexir_format.writer import build, minimum_version
 
 __all__ = [
     "BINARY_KINDS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
-    "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "Slot", "TensorType",
-    "__version__", "build", "minimum_version", "parse", "parse_layout",
+    "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
+    "TensorType", "__version__", "build", "minimum_version", "parse", "parse_layout",
+    "signature_problem",
 ]

@@ -21,14 +21,15 @@ from hexir_format import Device, TensorType
 from hexir_runtime import hal
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
 from hexir_runtime.interpreter import Execution, Printer, Resident, execute, prepare
-from hexir_runtime.loader import MappedModule
+from hexir_runtime.loader import MappedModule, Source
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_module
 
 
-def load(path: str | os.PathLike[str], device: str = "cpu", *,
+def load(path: Source, device: str = "cpu", *,
          max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None) -> Module:
-    """Map, validate and prepare a `.hxb`. `device="cuda"` makes the GPU available (cpu is
-    always available); `driver` replaces cuda-python's driver module (tests)."""
+    """Map, validate and prepare a `.hxb` (a path, or the module's bytes). `device="cuda"`
+    makes the GPU available (cpu is always available); `driver` replaces cuda-python's driver
+    module (tests)."""
     return Module(path, device, max_alloc_bytes=max_alloc_bytes, driver=driver)
 
 
@@ -92,14 +93,14 @@ class EntryPoint:
 class Module:
     """A loaded `.hxb`: its entry points, ready to run on the devices it was loaded with."""
 
-    def __init__(self, path: str | os.PathLike[str], device: str = "cpu", *,
+    def __init__(self, path: Source, device: str = "cpu", *,
                  max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None):
         try:
             requested = Device.from_name(device)
         except ValueError as e:
             raise DeviceError(str(e)) from None
-        self.path = str(path)
         self._mapped = MappedModule(path)
+        self.path = self._mapped.path
         try:
             plan = check_module(self._mapped.module, max_alloc_bytes=max_alloc_bytes)
             devices = {Device.CPU: hal.create_device("cpu")}

@@ -20,12 +20,30 @@ import hexir_format as hf
 from hexir_runtime.errors import LoadError
 
 
-class MappedModule:
-    """A parsed module and the read-only mapping its payloads point into."""
+Source = str | os.PathLike[str] | bytes | bytearray | memoryview
+IN_MEMORY = "<memory>"
 
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = str(path)
-        self._map = _map_file(self.path)
+
+class MappedModule:
+    """A parsed module and the read-only mapping its payloads point into.
+
+    `source` is a path, or the module's bytes (a module loaded from memory: `bytes` are used
+    in place, a `bytearray` or `memoryview` is copied once so a kernel never sees it change).
+    """
+
+    def __init__(self, source: Source):
+        if isinstance(source, bytes | bytearray | memoryview):
+            self.path = IN_MEMORY
+            data = source if isinstance(source, bytes) else bytes(source)
+            if not data:
+                raise LoadError(f"cannot load {IN_MEMORY}: invalid module: it is empty")
+            self._map = data
+        elif isinstance(source, str | os.PathLike):
+            self.path = str(source)
+            self._map = _map_file(self.path)
+        else:
+            raise LoadError(f"cannot load a {type(source).__name__}: expected a path or the "
+                            "module's bytes")
         try:
             self.module: hf.Module | None = hf.parse(self._map)
         except hf.FormatError as e:
@@ -43,7 +61,7 @@ class MappedModule:
 
     def _release(self) -> None:
         mapping, self._map = self._map, None
-        if mapping is None:
+        if not isinstance(mapping, mmap.mmap):
             return
         try:
             mapping.close()

@@ -13,6 +13,7 @@ from hexir_format import (
     V3_KINDS,
     Command,
     Executable,
+    FormatError,
     KernelKind,
     Layout,
     Module,
@@ -108,10 +109,20 @@ def _executable(version: int, index: int, exe: Executable) -> Facts:
         "params": named,
         "raw_params": list(exe.params),
         "extents": extents(exe),
-        "image": images.describe(bytes(exe.image)) if exe.image is not None else None,
+        "image": _image(exe),
         "grid": list(exe.grid if version >= 4 else exe.grid[:2]),
         "block": list(exe.block if version >= 4 else exe.block[:2]),
     }
+
+
+def _image(exe: Executable) -> Facts | None:
+    if exe.image is None:
+        return None
+    try:
+        return images.describe(bytes(exe.image))
+    except FormatError as e:  # a damaged host object: show what can be, verify says the rest
+        return {"size": len(exe.image), "flavour": "damaged host object", "target": None,
+                "error": str(e)}
 
 
 def extents(exe: Executable) -> Facts | None:

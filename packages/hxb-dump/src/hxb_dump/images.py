@@ -1,9 +1,11 @@
-"""Device images: what kind of blob a kernel carries, writing it out, and its SASS.
+"""Kernel images: what kind of blob a kernel carries, writing it out, and its SASS.
 
-A cuda kernel's image is whatever the compiler's `gpu-module-to-binary` produced: PTX text
-(the driver compiles it at load), an ELF cubin (SASS for one architecture) or a fatbin (both).
-The flavour decides what can be done with it: only a cubin or a fatbin holds SASS that
-`cuobjdump --dump-sass` can print.
+A cuda kernel's image is whatever the compiler made of its PTX: PTX text (the driver compiles
+it at load), an ELF cubin (SASS for one architecture) or a fatbin (both). A cpu kernel's image
+(version 5) is a host object: an x86-64 ELF relocatable, read with `hexir_format.elf`, the
+same parser the runtime's loader uses. The flavour decides what can be done with it: a cubin
+or a fatbin holds SASS that `cuobjdump --dump-sass` prints; a host object is for
+`objdump -d`.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from hexir_format import FormatError, elf
+
 from hxb_dump.errors import DumpError
 
 ELF_MAGIC = b"\x7fELF"
 ELF_HEADER = 64
 EM_CUDA = 190
+EM_X86_64 = 62
 FATBIN_MAGIC = bytes.fromhex("50ED55BA")
 FATBIN_HEADER = 16
 FATBIN_ENTRY = 40
@@ -30,9 +35,10 @@ SNIFF_BYTES = 4096
 
 
 def flavour(image: bytes) -> str:
-    """`ELF cubin`, `fatbin`, `PTX text` or `unknown`, from the first bytes."""
+    """`host object`, `ELF cubin`, `fatbin`, `PTX text` or `unknown`, from the first bytes."""
     if image.startswith(ELF_MAGIC):
-        return "ELF cubin"
+        machine = struct.unpack_from("<H", image, 18)[0] if len(image) >= 20 else None
+        return "host object" if machine == EM_X86_64 else "ELF cubin"
     if image.startswith(FATBIN_MAGIC):
         return "fatbin"
     if image.startswith(b"//") or b".target" in image[:256]:
@@ -91,7 +97,16 @@ def describe(image: bytes) -> dict[str, object]:
         facts["target"] = elf_arch(image)
     elif kind == "fatbin":
         facts["contents"] = fatbin_contents(image)
+    elif kind == "host object":
+        facts |= host_object(image)
     return facts
+
+
+def host_object(image: bytes) -> dict[str, object]:
+    """Format, architecture and symbols of a host image; FormatError when it is damaged."""
+    described = elf.describe(elf.parse_object(image))
+    return {"format": described["format"], "target": None,
+            "functions": described["functions"], "undefined": described["undefined"]}
 
 
 def next_step(image: bytes, path: str) -> str:
@@ -101,7 +116,9 @@ def next_step(image: bytes, path: str) -> str:
         arch = ptx_target(image) or "sm_XX"
         return f"PTX text; assemble it with: ptxas -arch={arch} -o {path}.cubin {path}"
     if kind == "unknown":
-        return "not a cubin, fatbin or PTX"
+        return "not a cubin, fatbin, PTX or host object"
+    if kind == "host object":
+        return f"try: objdump -d {path}"
     return f"try: cuobjdump --dump-sass {path}"
 
 
@@ -126,6 +143,9 @@ def sass(name: str, image: bytes) -> str:
         raise DumpError(f"kernel '{name}' carries PTX text only (the driver compiles it when the "
                         f"module loads), so there is no SASS to show; compile with "
                         f"-target=cuda:{arch} to embed a cubin")
+    if kind == "host object":
+        raise DumpError(f"kernel '{name}' is a cpu kernel: its image is x86-64 code, not SASS; "
+                        f"write it with --image {name} and disassemble it with objdump -d")
     contents = fatbin_contents(image) if kind == "fatbin" else None
     if contents and all(entry["kind"] == "PTX" for entry in contents):
         arch = contents[0]["arch"]

@@ -125,7 +125,12 @@ def _executables(exes: list[Facts], typed: bool) -> list[str]:
         elif e["params"] is None:
             raw = ", ".join(f"{p:g}" for p in e["raw_params"]) or "none"
             lines.append(f"    params         {raw} (not valid for {e['kind']})")
-        lines.append(f"    device image   {_image(e)}")
+        label = "host image  " if e["device"] == "cpu" else "device image"
+        lines.append(f"    {label}   {_image(e)}")
+        image = e["image"] or {}
+        if image.get("functions") is not None:
+            lines.append(f"    symbols        defines {', '.join(image['functions']) or 'none'}; "
+                         f"needs {', '.join(image['undefined']) or 'nothing'}")
     return lines
 
 
@@ -133,7 +138,7 @@ def _image(e: Facts) -> str:
     image = e["image"]
     if image is None:
         return NO_IMAGE
-    flavour = image["flavour"]
+    flavour = image.get("format", image["flavour"])
     if image["target"]:
         flavour += f" ({image['target']})"
     elif image.get("contents"):

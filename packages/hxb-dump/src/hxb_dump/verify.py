@@ -4,16 +4,29 @@ hexir_format.parse proves the bytes match the layout; it does not follow referen
 replays each entry point the way the runtime would, without running anything: every slot a
 command names exists (v4) and is bound before it is read, every CONST lies inside rodata,
 every DISPATCH names an executable whose argument types (v4) its slots match, or whose
-argument sizes (v3) they hold at least, INPUT and OUTPUT indices are 0..n-1 once each, and
-every kernel's params and launch geometry make sense. The first violation raises DumpError
-naming the entry point, the command and its file offset.
+argument sizes (v3) they hold at least, INPUT and OUTPUT indices are 0..n-1 once each, every
+kernel's argument types and params fit its kind, and its launch geometry makes sense. The kind
+rule is the runtime's own (`hexir_format.signatures`), so a file this calls damaged is one the
+runtime refuses, and the other way round. The first violation raises DumpError naming the
+entry point (or the executable), the command and its file offset.
 """
 
 from __future__ import annotations
 
-from hexir_format import Command, Executable, Function, Module, Op, SectionKind, TensorType
+from hexir_format import (
+    Command,
+    Device,
+    Executable,
+    FormatError,
+    Function,
+    Module,
+    Op,
+    SectionKind,
+    TensorType,
+    elf,
+    signature_problem,
+)
 
-from hxb_dump import params
 from hxb_dump.errors import DumpError
 from hxb_dump.facts import COMMAND_HEADER, command_size
 
@@ -32,18 +45,34 @@ def verify(module: Module) -> None:
 def _executable(version: int, index: int, exe: Executable) -> None:
     where = f"executable {index} ({exe.name})"
     axes = 3 if version >= 4 else 2  # version 3 records x and y only
-    try:
-        params.decode(exe.kind, exe.params, exe.args[0].rank)
-    except DumpError as e:
-        raise DumpError(f"{where}: {e}") from None
+    problem = signature_problem(exe.kind, exe.args, exe.params)
+    if problem:
+        raise DumpError(f"{where}: {problem}")
     grid, block = exe.grid[:axes], exe.block[:axes]
     launch = f"grid=({_dims(grid)}) block=({_dims(block)})"
     if exe.image is None and any((*grid, *block)):
-        raise DumpError(f"{where}: launch geometry {launch} but no device image; expected "
-                        "all zero")
+        raise DumpError(f"{where}: launch geometry {launch} but no image; expected all zero")
     if exe.image is not None and not all((*grid, *block)):
-        raise DumpError(f"{where}: device image with launch geometry {launch}; expected every "
+        raise DumpError(f"{where}: image with launch geometry {launch}; expected every "
                         "extent >= 1")
+    if exe.device is Device.CPU and exe.image is not None:
+        _host_image(version, where, exe, launch)
+
+
+def _host_image(version: int, where: str, exe: Executable, launch: str) -> None:
+    """The rules the runtime applies to a compiled cpu kernel (its validate): version 5, an
+    x86-64 object defining the kernel, grid (extent, 1, 1) and block (1, 1, 1)."""
+    if version < 5:
+        raise DumpError(f"{where}: a cpu kernel with an image, which only version 5 holds")
+    try:
+        obj = elf.parse_object(exe.image, f"host image of kernel '{exe.name}'")
+    except FormatError as e:
+        raise DumpError(f"{where}: {e}") from None
+    if exe.name not in obj.functions:
+        raise DumpError(f"{where}: the host image defines no function '{exe.name}'")
+    if exe.grid[1:] != (1, 1) or exe.block != (1, 1, 1):
+        raise DumpError(f"{where}: a cpu kernel runs on grid (extent, 1, 1) block (1, 1, 1), "
+                        f"not {launch}")
 
 
 def _dims(values: tuple[int, ...]) -> str:

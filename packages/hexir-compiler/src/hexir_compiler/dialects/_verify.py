@@ -9,8 +9,9 @@ at the op's location, prefixed the way MLIR prefixes its own verifier messages
 
 from __future__ import annotations
 
+from hexir_format.signatures import ShapeError, fmt
+
 from hexir_compiler.mlir import ir
-from hexir_compiler.shapes import ShapeError, fmt
 
 ELEMENT_TYPES = ("f32", "f64")
 DEVICES = ("cpu", "cuda")

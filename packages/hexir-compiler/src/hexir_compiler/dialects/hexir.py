@@ -10,7 +10,8 @@ located message that says what was expected and what was found. Optional attribu
 from collections.abc import Sequence
 from typing import Any
 
-from hexir_compiler import shapes
+from hexir_format import signatures
+
 from hexir_compiler.dialects._verify import (
     DEVICES,
     Invalid,
@@ -72,7 +73,7 @@ class LinearOp(HexirOp, name="linear"):
         w, ew = tensor(self.operands[1], "weight")
         r, er = _result(self)
         same_element(("input", ex), ("weight", ew), ("result", er))
-        expect_shape(r, shapes.linear(x, w))
+        expect_shape(r, signatures.linear(x, w))
 
 
 class MatmulOp(HexirOp, name="matmul"):
@@ -87,7 +88,7 @@ class MatmulOp(HexirOp, name="matmul"):
         b, eb = tensor(self.operands[1], "rhs")
         r, er = _result(self)
         same_element(("lhs", ea), ("rhs", eb), ("result", er))
-        expect_shape(r, shapes.matmul(a, b))
+        expect_shape(r, signatures.matmul(a, b, vectors=False))
 
 
 class _Binary(HexirOp):
@@ -102,7 +103,7 @@ class _Binary(HexirOp):
         b, eb = tensor(self.operands[1], "rhs")
         r, er = _result(self)
         same_element(("lhs", ea), ("rhs", eb), ("result", er))
-        expect_shape(r, shapes.broadcast(a, b))
+        expect_shape(r, signatures.broadcast(a, b))
 
 
 class AddOp(_Binary, name="add"):
@@ -184,11 +185,15 @@ class SoftmaxOp(_Unary, name="softmax"):
     def check(self) -> None:
         super().check()
         shape, _ = tensor(self.operands[0], "input")
-        shapes.normalize_axis(ir.IntegerAttr(self.operation.attributes["axis"]).value, len(shape))
+        axis = ir.IntegerAttr(self.operation.attributes["axis"]).value
+        signatures.normalize_axis(axis, len(shape))
 
 
 class LayerNormOp(HexirOp, name="layer_norm"):
-    """Normalize over the last dimension D, then scale by gamma [D] and shift by beta [D]."""
+    """Normalize over the last dimension D, then scale by gamma [D] and shift by beta [D].
+
+    `epsilon` (added to the variance) is finite and may be 0, as in ONNX.
+    """
 
     input: ext.Operand[Any]
     gamma: ext.Operand[Any]
@@ -202,9 +207,8 @@ class LayerNormOp(HexirOp, name="layer_norm"):
         b, eb = tensor(self.operands[2], "beta")
         r, er = _result(self)
         same_element(("input", ex), ("gamma", eg), ("beta", eb), ("result", er))
-        expect_shape(r, shapes.layer_norm(x, g, b))
-        if ir.FloatAttr(self.operation.attributes["epsilon"]).value <= 0:
-            raise Invalid("epsilon must be positive")
+        epsilon = ir.FloatAttr(self.operation.attributes["epsilon"]).value
+        expect_shape(r, signatures.layer_norm(x, g, b, epsilon))
 
 
 class TransposeOp(HexirOp, name="transpose"):
@@ -219,7 +223,7 @@ class TransposeOp(HexirOp, name="transpose"):
         r, er = _result(self)
         same_element(("input", ex), ("result", er))
         perm = i64_array(self.operation.attributes["permutation"], "permutation")
-        expect_shape(r, shapes.transpose(x, perm))
+        expect_shape(r, signatures.transpose(x, perm))
 
 
 class ReshapeOp(HexirOp, name="reshape"):
@@ -232,11 +236,12 @@ class ReshapeOp(HexirOp, name="reshape"):
         x, ex = tensor(self.operands[0], "input")
         r, er = _result(self)
         same_element(("input", ex), ("result", er))
-        shapes.reshape(x, r)
+        signatures.reshape(x, r)
 
 
 class _Reduce(HexirOp):
-    """Reduce over `axes` (array<i64>); `keepdims` keeps them as size-1 dimensions."""
+    """Reduce over `axes` (array<i64>; none: every axis, as in ONNX); `keepdims` keeps them as
+    size-1 dimensions."""
 
     input: ext.Operand[Any]
     axes: Any
@@ -251,7 +256,7 @@ class _Reduce(HexirOp):
         axes = i64_array(attrs["axes"], "axes")
         if not isinstance(attrs["keepdims"], ir.BoolAttr):
             raise Invalid(f"attribute 'keepdims' must be true or false, got {attrs['keepdims']}")
-        expect_shape(r, shapes.reduce(x, axes, ir.BoolAttr(attrs["keepdims"]).value))
+        expect_shape(r, signatures.reduce(x, axes, ir.BoolAttr(attrs["keepdims"]).value))
 
 
 class ReduceSumOp(_Reduce, name="reduce_sum"):
@@ -280,11 +285,14 @@ class PrintOp(HexirOp, name="print"):
 
 
 class CallTirOp(HexirOp, name="call_tir"):
-    """Call the kernel `callee` (a hextir.prim_func) with the inputs plus a destination.
+    """Call the kernel `callee` with the inputs plus a destination.
 
-    The inputs are declared as `first` plus the variadic `rest`: IRDL binds a variadic
-    operand's constraint once, so all of `rest` share one type. That covers every kernel
-    (at most two inputs, or layer_norm's gamma and beta, both [D]).
+    The kernel is the symbol `callee` at whatever level the module is: a hextir.prim_func
+    (mlir-tir), a func.func of loops (mlir-linalg; a cpu one takes two more index arguments,
+    its range), a gpu.module holding the gpu.func of that name (mlir-gpu), or an llvm.func /
+    NVVM gpu.module (mlir-llvm). Where the kernel still has buffer types they must be the
+    call's tensor types. The inputs are declared as `first` plus the variadic `rest`: IRDL
+    binds a variadic operand's constraint once, so all of `rest` share one type.
     """
 
     callee: ir.FlatSymbolRefAttr
@@ -296,23 +304,47 @@ class CallTirOp(HexirOp, name="call_tir"):
         _result(self)
         name = ir.FlatSymbolRefAttr(self.operation.attributes["callee"]).value
         kernel = lookup_symbol(self.operation, name)
-        if kernel is None or kernel.name != "hextir.prim_func":
-            raise Invalid(f"'{name}' does not reference a valid hextir.prim_func")
-        ftype = kernel.attributes.get("function_type")
-        if not (isinstance(ftype, ir.TypeAttr) and isinstance(ftype.value, ir.FunctionType)):
-            raise Invalid(f"@{name} has no function_type, so its buffers are unknown")
-        ftype = ftype.value
+        if kernel is None or kernel.name not in KERNEL_OPS or (
+            kernel.name != "hextir.prim_func" and "hexir.kernel" not in kernel.attributes
+        ):
+            raise Invalid(f"'{name}' does not reference a kernel (a hextir.prim_func or its "
+                          "lowering)")
+        buffers = _kernel_buffers(kernel, name)
+        if buffers is None:
+            return
         inputs = len(self.operands)
-        if len(ftype.inputs) != inputs + 1:
+        if len(buffers) != inputs + 1:
             raise Invalid(
                 f"expected @{name} to take {inputs + 1} buffers ({inputs} inputs + 1 "
-                f"destination), but it takes {len(ftype.inputs)}"
+                f"destination), but it takes {len(buffers)}"
             )
-        for i, (value, buf) in enumerate(zip([*self.operands, self.results[0]], ftype.inputs)):
+        for i, (value, buf) in enumerate(zip([*self.operands, self.results[0]], buffers)):
             shape, elem = tensor(value, f"operand #{i}" if i < inputs else "result")
             bshape, belem = memref(buf, f"buffer #{i} of @{name}")
             if (shape, elem) != (bshape, belem):
                 raise Invalid(f"{value.type} does not match buffer #{i} of @{name}, {buf}")
+
+
+KERNEL_OPS = ("hextir.prim_func", "func.func", "gpu.module", "llvm.func")
+
+
+def _kernel_buffers(kernel: ir.Operation, name: str) -> list[ir.Type] | None:
+    """The memref arguments of a kernel (None once lowered to pointers)."""
+    if kernel.name == "llvm.func":
+        return None
+    if kernel.name == "gpu.module":
+        inner = [op.operation for op in kernel.regions[0].blocks[0].operations]
+        found = [op for op in inner if op.name == "gpu.func"]
+        if not found:  # already NVVM: llvm.funcs inside
+            return None
+        kernel = found[0]
+    ftype = kernel.attributes.get("function_type")
+    if not (isinstance(ftype, ir.TypeAttr) and isinstance(ftype.value, ir.FunctionType)):
+        raise Invalid(f"@{name} has no function_type, so its buffers are unknown")
+    inputs = list(ir.FunctionType(ftype.value).inputs)
+    while inputs and isinstance(inputs[-1], ir.IndexType):  # a cpu kernel's range
+        inputs.pop()
+    return inputs
 
 
 class TransferOp(HexirOp, name="transfer"):

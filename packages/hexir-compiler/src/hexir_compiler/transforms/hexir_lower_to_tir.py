@@ -17,10 +17,11 @@ they are. An op placed nowhere (no `device`) is lowered for the default device, 
 
 from __future__ import annotations
 
+from hexir_format.signatures import ShapeError
+
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
-from hexir_compiler.shapes import ShapeError
 from hexir_compiler.transforms.tir import PLANS, GraphOp
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 

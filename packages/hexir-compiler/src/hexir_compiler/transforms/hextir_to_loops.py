@@ -23,7 +23,7 @@ A module without prim funcs is left as it is, so the pass can run on its own out
 from __future__ import annotations
 
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import func, ir, memref, scf
+from hexir_compiler.mlir import arith, func, ir, memref, scf
 
 PASS_NAME = "hextir-to-loops"
 GRID = "hexir.grid"
@@ -84,24 +84,22 @@ def _lower_prim_func(prim: ir.Operation) -> None:
 
 
 def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int:
-    """Make the outermost parallel loop run [lo, hi); returns its extent (the cpu grid)."""
+    """Make the outermost parallel loop run [lo, min(hi, extent)); returns the extent (the cpu
+    grid). The clamp keeps the kernel inside its buffers whatever range it is handed."""
     ops = [view.operation for view in entry.operations]
     loops = [op for op in ops if op.name == "scf.for"]
     if len(loops) == 1 and _string(loops[0], LOOP) == "parallel":
         loop = loops[0]
         extent = _constant(loop.operands[1]) - _constant(loop.operands[0])
-        loop.operands[0] = lo
-        loop.operands[1] = hi
+        with ir.InsertionPoint(loop), loop.location:
+            loop.operands[0] = arith.addi(loop.operands[0], lo)
+            loop.operands[1] = arith.minui(hi, loop.operands[1])
         return extent
     # Not one parallel loop: the whole body (all but the return) is one iteration.
     body = [op for op in ops if op.name != "arith.constant"][:-1]
     with ir.InsertionPoint(body[0] if body else ops[-1]), ops[-1].location:
-        one = ir.Operation.create(
-            "arith.constant",
-            results=[ir.IndexType.get()],
-            attributes={"value": ir.IntegerAttr.get(ir.IndexType.get(), 1)},
-        ).result
-        loop = scf.ForOp(lo, hi, one)
+        zero, one = (arith.constant(ir.IndexType.get(), v) for v in (0, 1))
+        loop = scf.ForOp(arith.addi(zero, lo), arith.minui(hi, one), one)
     for op in body:
         loop.body.append(op)
     with ir.InsertionPoint(loop.body), ops[-1].location:

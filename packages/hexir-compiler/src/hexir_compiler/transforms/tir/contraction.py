@@ -8,7 +8,8 @@ one iteration of `schedule.matrix`, with a serial k loop carrying the accumulato
 
 from __future__ import annotations
 
-from hexir_compiler import shapes
+from hexir_format import signatures
+
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
@@ -17,11 +18,13 @@ from hexir_compiler.transforms.tir.schedule import matrix
 
 def plan_matmul(op: GraphOp) -> Kernel:
     a, w = op.inputs
-    rule = shapes.linear if op.mnemonic == "linear" else shapes.matmul
-    op.expect_output(rule(a, w))
+    if op.mnemonic == "linear":
+        op.expect_output(signatures.linear(a, w))
+    else:
+        op.expect_output(signatures.matmul(a, w, vectors=False))
     has_rows = len(a) >= 2
     a_batch, w_batch = a[:-2], w[:-2]
-    batch = shapes.broadcast(a_batch, w_batch)
+    batch = signatures.broadcast(a_batch, w_batch)
     rows, cols, depth = (a[-2] if has_rows else 1), w[-1], a[-1]
 
     def emit(b: KernelBuilder) -> None:

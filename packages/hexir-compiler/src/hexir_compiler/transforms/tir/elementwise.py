@@ -1,8 +1,8 @@
 """Kernels with one output element per iteration and no reduction.
 
 Unary math, numpy-broadcast binary arithmetic, gelu, and the data movers (transpose,
-reshape). Each is a map over the output's index space (`schedule.parallel`); the formulas
-are the ones the runtime's numpy reference computes.
+reshape). Each is a map over the output's index space (`schedule.parallel`), with numpy's
+meaning of each formula.
 """
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable
 
-from hexir_compiler import shapes
+from hexir_format import signatures
+
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
@@ -21,9 +22,8 @@ Scalar = Callable[..., ir.Value]
 
 
 def _relu(b: KernelBuilder, x: ir.Value) -> ir.Value:
-    # x > 0 ? x : 0, so NaN gives 0 as in the reference (maximumf would keep the NaN).
-    zero = b.float(0.0)
-    return arith.select(arith.cmpf(arith.CmpFPredicate.OGT, x, zero), x, zero)
+    # max(x, 0) with NaN propagated, as numpy's maximum and ONNX's Relu give.
+    return arith.maximumf(x, b.float(0.0))
 
 
 def _sigmoid(b: KernelBuilder, x: ir.Value) -> ir.Value:
@@ -75,7 +75,7 @@ def plan_unary(op: GraphOp) -> Kernel:
 
 
 def plan_binary(op: GraphOp) -> Kernel:
-    op.expect_output(shapes.broadcast(*op.inputs))
+    op.expect_output(signatures.broadcast(*op.inputs))
     return Kernel(op.mnemonic, lambda b: _map(b, op, BINARY[op.mnemonic]))
 
 
@@ -93,7 +93,7 @@ def plan_gelu(op: GraphOp) -> Kernel:
 def plan_transpose(op: GraphOp) -> Kernel:
     (shape,) = op.inputs
     perm = op.ints_attr("permutation")
-    op.expect_output(shapes.transpose(shape, perm))
+    op.expect_output(signatures.transpose(shape, perm))
 
     def emit(b: KernelBuilder) -> None:
         x, out = b.args
@@ -106,7 +106,7 @@ def plan_transpose(op: GraphOp) -> Kernel:
 
 def plan_reshape(op: GraphOp) -> Kernel:
     (shape,) = op.inputs
-    shapes.reshape(shape, op.output)
+    signatures.reshape(shape, op.output)
 
     def emit(b: KernelBuilder) -> None:
         x, out = b.args

@@ -3,7 +3,7 @@
 The pass reads a graph op into a `GraphOp` (shapes and attributes, no MLIR op handle), a
 generator's `plan` checks it and returns a `Kernel`: the format's kernel kind, its params and
 an `emit` that writes the body through a `KernelBuilder`. The op verifiers normally reject bad
-shapes first; planning re-derives the result shape with the same rules (`hexir_compiler.shapes`)
+shapes first; planning re-derives the result shape with the same rules (`hexir_format.signatures`)
 because a kernel that trusted a wrong result type would index outside its buffers. It fails
 with a CompileError (or a ShapeError) naming what was expected and what was found; the pass
 attaches the op's location.
@@ -14,9 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from hexir_format.signatures import fmt
+
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.shapes import fmt
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 
 Shape = tuple[int, ...]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math as pymath
 
-from hexir_compiler import shapes
+from hexir_format import signatures
+
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
@@ -23,7 +24,7 @@ NEG_INF = float("-inf")
 def plan_softmax(op: GraphOp) -> Kernel:
     (shape,) = op.inputs
     op.expect_output(shape)
-    axis = shapes.normalize_axis(op.int_attr("axis"), len(shape))
+    axis = signatures.normalize_axis(op.int_attr("axis"), len(shape))
     rows = [e for d, e in enumerate(shape) if d != axis]
 
     def emit(b: KernelBuilder) -> None:
@@ -54,8 +55,8 @@ def plan_softmax(op: GraphOp) -> Kernel:
 
 def plan_layer_norm(op: GraphOp) -> Kernel:
     shape, gamma, beta = op.inputs
-    op.expect_output(shapes.layer_norm(shape, gamma, beta))
     epsilon = op.float_attr("epsilon")
+    op.expect_output(signatures.layer_norm(shape, gamma, beta, epsilon))
     depth = shape[-1]
 
     def emit(b: KernelBuilder) -> None:
@@ -89,8 +90,8 @@ def plan_layer_norm(op: GraphOp) -> Kernel:
 def plan_reduce(op: GraphOp) -> Kernel:
     (shape,) = op.inputs
     keepdims = op.bool_attr("keepdims", False)
-    op.expect_output(shapes.reduce(shape, op.ints_attr("axes"), keepdims))
-    axes = sorted(shapes.normalize_axis(a, len(shape)) for a in op.ints_attr("axes"))
+    op.expect_output(signatures.reduce(shape, op.ints_attr("axes"), keepdims))
+    axes = list(signatures.reduce_axes(op.ints_attr("axes"), len(shape)))
     kept = [d for d in range(len(shape)) if d not in axes]
     reduced = [shape[d] for d in axes]
     combine, start = {

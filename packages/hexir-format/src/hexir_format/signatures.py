@@ -1,0 +1,243 @@
+"""The shape and type rules of Hexir's ops and kernel kinds, written once.
+
+Three readers ask the same questions: the compiler's op verifiers and kernel planners (what
+shape does a broadcast give, is this a permutation), the runtime's validation of an untrusted
+`.hxb` (do these argument types and params fit a softmax), and hxb-dump before it lists a
+file. Answering them here, free of MLIR and numpy, is what keeps every module the compiler
+writes one the runtime runs and hxb-dump lists, and a rule changing in one place only.
+
+The shape rules take and return plain tuples and raise `ShapeError`, whose message is the
+diagnostic text; the caller says where (the compiler prefixes the op, the runtime the
+executable). `signature_problem` is each kernel kind's rule over the argument types and f64
+params an executable records (the format README's table), built from the shape rules. The
+meanings are numpy's, and ONNX's where numpy has none: an empty reduction axes list means
+every axis.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+from hexir_format.errors import HexirError
+from hexir_format.model import BINARY_KINDS, KernelKind, TensorType
+
+Shape = tuple[int, ...]
+
+REDUCE_KINDS = frozenset({KernelKind.REDUCE_SUM, KernelKind.REDUCE_MEAN, KernelKind.REDUCE_MAX})
+
+
+class ShapeError(HexirError, ValueError):
+    """A shape or type rule broken; the message is the diagnostic text.
+
+    A ValueError because the caller's values do not fit the rule; a HexirError so that one
+    reaching a command line is reported as a refusal in one line, not as a bug.
+    """
+
+
+def fmt(shape: Sequence[int]) -> str:
+    """`2x3` (or `scalar` for rank 0), as shapes are written in diagnostics."""
+    return "x".join(str(d) for d in shape) if shape else "scalar"
+
+
+# ---- shape rules -----------------------------------------------------------------------------
+
+def broadcast(a: Sequence[int], b: Sequence[int]) -> Shape:
+    """numpy broadcasting: align from the right; each pair equal or one of them 1.
+
+    A 1 takes the other extent, 0 included (numpy gives 0 for 0 against 1, not 1).
+    """
+    rank = max(len(a), len(b))
+    pa = (1,) * (rank - len(a)) + tuple(a)
+    pb = (1,) * (rank - len(b)) + tuple(b)
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and 1 not in (x, y):
+            raise ShapeError(f"shapes {fmt(a)} and {fmt(b)} are not broadcast-compatible")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def matmul(a: Sequence[int], b: Sequence[int], *, vectors: bool = True) -> Shape:
+    """numpy's matmul: a [..., M, K] times b [..., K, N] -> [..., M, N], batch dims broadcast.
+
+    A vector operand (a [K] or b [K]) gains a unit row or column, which the result then drops;
+    that is how the format's `matmul` kernel runs `hexir.linear` of a [K] input. `vectors=False`
+    is `hexir.matmul`, whose operands name their row and column axes.
+    """
+    least = 1 if vectors else 2
+    for name, s in (("lhs", a), ("rhs", b)):
+        if len(s) < least:
+            raise ShapeError(f"expected a {name} of rank {least} or more, got rank {len(s)}")
+    a2 = tuple(a) if len(a) > 1 else (1, *a)
+    b2 = tuple(b) if len(b) > 1 else (*b, 1)
+    if a2[-1] != b2[-2]:
+        raise ShapeError(f"inner dimensions differ: {a2[-1]} vs {b2[-2]}")
+    try:
+        batch = broadcast(a2[:-2], b2[:-2])
+    except ShapeError:
+        raise ShapeError(
+            f"batch dimensions {fmt(a2[:-2])} and {fmt(b2[:-2])} are not broadcast-compatible"
+        ) from None
+    rows = a2[-2:-1] if len(a) > 1 else ()
+    cols = b2[-1:] if len(b) > 1 else ()
+    return (*batch, *rows, *cols)
+
+
+def linear(x: Sequence[int], w: Sequence[int]) -> Shape:
+    """input [..., K] times weight [K, N] -> [..., N]: a matmul whose rhs is one matrix."""
+    if len(x) < 1:
+        raise ShapeError("expected an input of rank 1 or more, got a scalar")
+    if len(w) != 2:
+        raise ShapeError(f"expected a rank-2 weight [K, N], got rank {len(w)}")
+    return matmul(x, w)
+
+
+def normalize_axis(axis: int, rank: int) -> int:
+    """A possibly negative axis as an index in [0, rank)."""
+    if not -rank <= axis < rank:
+        raise ShapeError(
+            f"axis {axis} is out of range for rank {rank}; expected {-rank}..{rank - 1}"
+        )
+    return axis % rank
+
+
+def transpose(x: Sequence[int], perm: Sequence[int]) -> Shape:
+    """Result dim i is input dim perm[i]; perm names every input axis once."""
+    if sorted(perm) != list(range(len(x))):
+        raise ShapeError(
+            f"permutation [{', '.join(map(str, perm))}] is not a permutation of 0..{len(x) - 1}"
+        )
+    return tuple(x[p] for p in perm)
+
+
+def reshape(x: Sequence[int], to: Sequence[int]) -> Shape:
+    """The same elements in row-major order: only the element count must agree."""
+    if math.prod(x) != math.prod(to):
+        raise ShapeError(
+            f"cannot reshape {fmt(x)} ({math.prod(x)} elements) "
+            f"to {fmt(to)} ({math.prod(to)} elements)"
+        )
+    return tuple(to)
+
+
+def reduce_axes(axes: Sequence[int], rank: int) -> tuple[int, ...]:
+    """The reduced axes, normalized and sorted; none listed means every axis.
+
+    ONNX's reading of an empty list, and the format's: numpy's `axis=()` would reduce nothing,
+    which no program asks a reduction for.
+    """
+    norm = [normalize_axis(a, rank) for a in axes]
+    if len(set(norm)) != len(norm):
+        raise ShapeError(f"axes [{', '.join(map(str, axes))}] name an axis twice")
+    return tuple(sorted(norm)) if norm else tuple(range(rank))
+
+
+def reduce(x: Sequence[int], axes: Sequence[int], keepdims: bool) -> Shape:
+    """Reduce over `axes` (negative allowed, each at most once, none listed: every axis)."""
+    reduced = reduce_axes(axes, len(x))
+    if keepdims:
+        return tuple(1 if i in reduced else d for i, d in enumerate(x))
+    return tuple(d for i, d in enumerate(x) if i not in reduced)
+
+
+def layer_norm(x: Sequence[int], gamma: Sequence[int], beta: Sequence[int],
+               epsilon: float) -> Shape:
+    """Normalize over the last dimension D, scaled by gamma [D] and shifted by beta [D].
+
+    epsilon may be 0 (ONNX allows it; a constant row then divides by zero, as numpy would),
+    but it must be a finite number: an infinite or NaN one makes every output NaN or 0.
+    """
+    if len(x) < 1:
+        raise ShapeError("expected an input of rank 1 or more, got a scalar")
+    for name, s in (("gamma", gamma), ("beta", beta)):
+        if tuple(s) != (x[-1],):
+            raise ShapeError(f"{name} has shape {fmt(s)}; expected {x[-1]} (the last dimension)")
+    if not (math.isfinite(epsilon) and epsilon >= 0):
+        raise ShapeError(f"epsilon is {epsilon:g}; expected a finite value >= 0")
+    return tuple(x)
+
+
+# ---- kernel kinds ----------------------------------------------------------------------------
+
+def signature_problem(kind: KernelKind, args: Sequence[TensorType],
+                      params: Sequence[float]) -> str | None:
+    """Why `args` (inputs then destination) and `params` do not fit `kind`, or None.
+
+    The message starts with the kind (`matmul inner dimensions differ: 3 vs 2`). A kernel
+    whose signature fits only ever sees arguments of the shapes it was declared with, so its
+    body (numpy or device code) cannot index outside them.
+    """
+    try:
+        _check(kind, tuple(args), tuple(params))
+    except ShapeError as e:
+        return f"{kind} {e}"
+    return None
+
+
+def _check(kind: KernelKind, args: tuple[TensorType, ...], params: tuple[float, ...]) -> None:
+    if len(args) != kind.arity + 1:
+        raise ShapeError(f"takes {kind.arity + 1} arguments, not {len(args)}")
+    if len({t.dtype for t in args}) != 1:
+        raise ShapeError(f"mixes element types: {', '.join(map(str, args))}")
+    *inputs, out = args
+    want = _destination(kind, inputs, out, params)
+    if want != out.shape:
+        raise ShapeError(f"of {', '.join(map(str, inputs))} gives {fmt(want)}, "
+                         f"destination is {out}")
+
+
+def _destination(kind: KernelKind, inputs: list[TensorType], out: TensorType,
+                 params: tuple[float, ...]) -> Shape:
+    """The destination shape `kind` computes from `inputs` and `params`."""
+    shapes = [t.shape for t in inputs]
+    x = shapes[0]
+    if kind is KernelKind.GELU:
+        if len(params) > 1:
+            raise ShapeError(f"has {len(params)} params; expected at most 1 (approximate)")
+        if params and params[0] not in (0.0, 1.0):
+            raise ShapeError(f"approximate is {params[0]:g}; expected 0 (erf) or 1 (tanh)")
+        return x
+    if kind is KernelKind.SOFTMAX:
+        _count(params, 1, "the axis")
+        _axis(params[0], len(x), "axis")
+        return x
+    if kind is KernelKind.LAYER_NORM:
+        _count(params, 1, "epsilon")
+        return layer_norm(*shapes, params[0])
+    if kind is KernelKind.TRANSPOSE:
+        _count(params, len(x), "a permutation of the input's axes")
+        return transpose(x, [_axis(p, len(x), "permutation entry") for p in params])
+    if kind in REDUCE_KINDS:
+        if not params:
+            raise ShapeError("has no params; expected keepdims (0 or 1), then its axes")
+        keepdims, *axes = params
+        if keepdims not in (0.0, 1.0):
+            raise ShapeError(f"keepdims is {keepdims:g}; expected 0 or 1")
+        if kind is KernelKind.REDUCE_MAX and inputs[0].size == 0:
+            raise ShapeError(f"of the empty tensor {inputs[0]} has no value")
+        return reduce(x, [_axis(a, len(x), "axis") for a in axes], bool(keepdims))
+    _count(params, 0)
+    if kind is KernelKind.MATMUL:
+        return matmul(*shapes)
+    if kind in BINARY_KINDS:
+        return broadcast(*shapes)
+    if kind is KernelKind.RESHAPE:
+        return reshape(x, out.shape)
+    return x  # relu, sigmoid, tanh, exp, sqrt, neg: element-wise
+
+
+def _count(params: tuple[float, ...], expected: int, what: str = "") -> None:
+    if len(params) != expected:
+        named = f" ({what})" if what else ""
+        raise ShapeError(f"has {len(params)} params; expected {expected}{named}")
+
+
+def _axis(value: float, rank: int, what: str) -> int:
+    """An axis as a .hxb records it: a non-negative integer below the rank (the compiler
+    writes axes normalized, so a negative one is damage, not a choice)."""
+    if not (float(value).is_integer() and 0 <= value < rank):
+        expected = f"an integer in 0..{rank - 1}" if rank else "none: the input is a scalar"
+        raise ShapeError(f"{what} {value:g} is not an axis of its rank-{rank} input; "
+                         f"expected {expected}")
+    return int(value)
