@@ -52,7 +52,10 @@ def test_all_cuda_module_on_the_fake_driver_matches_cpu(name):
             hr.load(FIXTURES / f"{name}.hxb") as cpu:
         for seed in range(CALLS):
             (x,) = random_inputs(cpu, seed)
-            np.testing.assert_array_equal(gpu.main(x), cpu.main(x))
+            # The fake emulates launches with numpy (tests/numpy_kernels), the cpu runs its
+            # compiled loops: the same values up to rounding.
+            want = cpu.main(x)
+            assert relative_error(gpu.main(x), want) <= TOLERANCE[want.dtype]
     assert fake.copies == {"cuMemcpyHtoD": weights + CALLS, "cuMemcpyDtoH": CALLS,
                            "cuMemcpyDtoD": 0}
     assert fake.calls["cuModuleLoadData"] == len(module.executables)

@@ -42,7 +42,8 @@ def test_mlp_with_its_layers_on_cuda_and_softmax_on_cpu():
     with mixed, hr.load(FIXTURES / "mlp-f32.hxb") as cpu:
         for _ in range(CALLS):
             x = rng.standard_normal((8, 784)).astype(np.float32)
-            np.testing.assert_array_equal(mixed.main(x), cpu.main(x))
+            # cuda kernels emulated in numpy (the fake), cpu kernels compiled: rounding apart
+            np.testing.assert_allclose(mixed.main(x), cpu.main(x), rtol=1e-5, atol=1e-7)
         expected = np.load(FIXTURES / "mlp-f32.npz")
         got = mixed.main(expected["input_0"])
     np.testing.assert_allclose(got, expected["output_0"], rtol=1e-5, atol=1e-7)

@@ -41,7 +41,7 @@ V3 = [
     # header
     Corruption("magic", 0, "8s", b"HEXIRMOE", "bad magic"),
     Corruption("version-2", 8, U32, 2, "version 2"),
-    Corruption("version-5", 8, U32, 5, "version 5"),
+    Corruption("version-5", 8, U32, 5, "slots section is missing"),
     Corruption("header-flags", 12, U32, 1, "flags 0x1"),
     Corruption("section-count-0", 16, U32, 0, "missing"),
     Corruption("section-count-3", 16, U32, 3, "executables section is missing"),

@@ -26,21 +26,22 @@ def test_fixture_lists(dump, path):
     assert (r.rc, r.err) == (0, "")
     facts = json.loads(dump(path, "--json").out)
     assert facts["size"] == path.stat().st_size
-    assert len(facts["executables"]) == r.out.count("    device image   ")
+    images = r.out.count("    device image   ") + r.out.count("    host image     ")
+    assert len(facts["executables"]) == images
 
 
 # Hostile modules that are whole and self-consistent files, refused by the runtime for what
 # it will not run (device placement, CUDA launch limits, writes into constants, descriptors
-# on cuda, a v3 module split across devices, an allocation over its memory cap). A dump lists
-# them: seeing them is the point.
+# on cuda, a v3 module split across devices, an allocation over its memory cap, a version-4
+# descriptor of a kind it has no body for). A dump lists them: seeing them is the point.
 RUNTIME_POLICY = {
-    "cpu-kernel-with-image.hxb",
     "cuda-descriptor.hxb",
     "huge-alloc.hxb",
     "launch-block-huge.hxb",
     "launch-too-many-threads.hxb",
     "placed-on-cuda.hxb",
     "split-devices-v3.hxb",
+    "v4-softmax-descriptor.hxb",
     "write-into-constant.hxb",
 }
 

@@ -15,7 +15,7 @@ func.func @main(%a: tensor<2x2xf64>, %b: tensor<2x2xf64>) {
 // -----
 
 func.func @main(%a: tensor<2x2xf64>) {
-  // CHECK: :19:8: error: 'hexir.call_tir' op 'main' does not reference a valid hextir.prim_func
+  // CHECK: :19:8: error: 'hexir.call_tir' op 'main' does not reference a kernel (a hextir.prim_func or its lowering)
   %r = "hexir.call_tir"(%a) {callee = @main} : (tensor<2x2xf64>) -> tensor<2x2xf64>
   return
 }

@@ -1,68 +1,16 @@
-// -emit=mlir-gpu: buffers, cuda-placed ops as gpu.launch (a warp of threads guarded to the
-// 4 outputs), cpu ops as linalg on memrefs, transfers as memref.copy between buffers; each
-// allocation says which device's memory it is (the device of the op that fills it).
-// RUN: %hexir -emit=mlir-gpu %s | FileCheck %s --check-prefixes=COMMON,ALLCPU
-// RUN: %hexir -emit=mlir-gpu -placement=hexir.linear=cuda %s | FileCheck %s --check-prefixes=COMMON,SPLIT
-// RUN: %hexir -emit=mlir-gpu -placement=hexir.linear=cpu,hexir.relu=gpu %s | FileCheck %s --check-prefixes=COMMON,SWAP
-// RUN: %hexir -emit=mlir-gpu -placement=hexir.linear=cuda,hexir.relu=cuda %s | FileCheck %s --check-prefixes=COMMON,ALLGPU
+// -emit=mlir-gpu (hexir-kernels-to-gpu): a cuda kernel becomes gpu.module @k { gpu.func @k
+// kernel } with its launch geometry, its mapped loops block and thread ids; a cpu kernel stays
+// a func.func of loops.
+// RUN: %hexir -emit=mlir-gpu -placement=hexir.linear=cuda %S/Inputs/linear-relu.mlir | FileCheck %s
+// RUN: %hexir -emit=mlir-gpu %S/Inputs/linear-relu.mlir | FileCheck %s --check-prefix=ALLCPU
 
-// COMMON: module attributes {hexir.targets = ["cpu", "cuda"]}
-// COMMON-LABEL: func.func @main()
-// COMMON-NOT: tensor<
+// CHECK: module attributes {gpu.container_module
+// CHECK: gpu.module @linear_0 attributes {device = "cuda", hexir.block = array<i64: 16, 2, 1>, hexir.grid = array<i64: 1, 1, 1>, hexir.kernel = "matmul"
+// CHECK-NEXT: gpu.func @linear_0(%arg0: memref<2x2xf64>, %arg1: memref<2x2xf64>, %arg2: memref<2x2xf64>) kernel attributes {known_block_size = array<i32: 16, 2, 1>, known_grid_size = array<i32: 1, 1, 1>}
+// CHECK-DAG: gpu.block_id y
+// CHECK-DAG: gpu.thread_id x
+// CHECK: gpu.return
+// CHECK: func.func @relu_1({{.*}}: index, {{.*}}: index) attributes {device = "cpu"
+// CHECK-NOT: scf.parallel
 
-// ALLCPU-NOT: gpu.launch
-// ALLCPU: linalg.fill {device = "cpu"} ins(%{{.*}} : f64) outs(%[[C:.*]] : memref<2x2xf64>)
-// ALLCPU: linalg.matmul {device = "cpu"} ins({{.*}} : memref<2x2xf64>, memref<2x2xf64>) outs(%[[C]] : memref<2x2xf64>)
-// ALLCPU: linalg.generic {{.*}} ins(%[[C]] : memref<2x2xf64>) outs(%[[R:.*]] : memref<2x2xf64>) attrs = {device = "cpu"}
-// ALLCPU: "hexir.print"(%[[R]]) {device = "cpu"} : (memref<2x2xf64>) -> ()
-
-// SPLIT: %[[C:.*]] = memref.alloc()
-// SPLIT: gpu.launch blocks({{.*}}) in ({{.*}}) threads(%[[TX:.*]], %{{.*}}, %{{.*}}) in (%{{.*}} = %[[W:c32]],
-// SPLIT: arith.cmpi ult, %[[TX]], %c4 : index
-// SPLIT: memref.store %{{.*}}, %[[C]]
-// SPLIT: } {device = "cuda"}
-// SPLIT: gpu.launch blocks
-// SPLIT: scf.for
-// SPLIT: arith.mulf
-// SPLIT: arith.addf
-// SPLIT: memref.store %{{.*}}, %[[C]]
-// SPLIT: gpu.terminator
-// SPLIT-NEXT: } {device = "cuda"}
-// SPLIT: %[[H:.*]] = memref.alloc()
-// SPLIT-NEXT: memref.copy %[[C]], %[[H]] {dst = "cpu", src = "cuda"}
-// SPLIT: linalg.generic {{.*}} ins(%[[H]] : memref<2x2xf64>) outs(%[[R:.*]] : memref<2x2xf64>) attrs = {device = "cpu"}
-// SPLIT: "hexir.print"(%[[R]]) {device = "cpu"}
-
-// SWAP: linalg.matmul {device = "cpu"} ins({{.*}}) outs(%[[C:.*]] : memref<2x2xf64>)
-// SWAP: %[[D:.*]] = memref.alloc() {alignment = 64 : i64, device = "cuda"}
-// SWAP-NEXT: memref.copy %[[C]], %[[D]] {dst = "cuda", src = "cpu"}
-// SWAP: %[[R:.*]] = memref.alloc() {alignment = 64 : i64, device = "cuda"}
-// SWAP-NEXT: gpu.launch
-// SWAP: memref.load %[[D]]
-// SWAP: arith.maximumf
-// SWAP: memref.store %{{.*}}, %[[R]]
-// SWAP: } {device = "cuda"}
-// SWAP: %[[H:.*]] = memref.alloc() {alignment = 64 : i64, device = "cpu"}
-// SWAP-NEXT: memref.copy %[[R]], %[[H]] {dst = "cpu", src = "cuda"}
-// SWAP-NEXT: "hexir.print"(%[[H]]) {device = "cpu"}
-
-// ALLGPU-NOT: linalg.
-// ALLGPU: gpu.launch
-// ALLGPU: } {device = "cuda"}
-// ALLGPU: gpu.launch
-// ALLGPU: arith.mulf
-// ALLGPU: } {device = "cuda"}
-// ALLGPU: gpu.launch
-// ALLGPU: arith.maximumf
-// ALLGPU: memref.store %{{.*}}, %[[R:.*]][
-// ALLGPU: } {device = "cuda"}
-// ALLGPU: memref.copy %[[R]], %[[H:.*]] {dst = "cpu", src = "cuda"}
-// ALLGPU-NEXT: "hexir.print"(%[[H]]) {device = "cpu"}
-func.func @main() {
-  %a = "hexir.constant"() {value = dense<[[3.0, 1.0], [2.0, 2.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>
-  %w = "hexir.constant"() {value = dense<[[1.0, 5.0], [5.0, 2.0]]> : tensor<2x2xf64>} : () -> tensor<2x2xf64>
-  %m = "hexir.linear"(%a, %w) : (tensor<2x2xf64>, tensor<2x2xf64>) -> tensor<2x2xf64>
-  %r = "hexir.relu"(%m) : (tensor<2x2xf64>) -> tensor<2x2xf64>
-  "hexir.print"(%r) : (tensor<2x2xf64>) -> ()
-  return
-}
+// ALLCPU-NOT: gpu.

@@ -125,9 +125,9 @@ def _executables(exes: list[Facts], typed: bool) -> list[str]:
         elif e["params"] is None:
             raw = ", ".join(f"{p:g}" for p in e["raw_params"]) or "none"
             lines.append(f"    params         {raw} (not valid for {e['kind']})")
-        label = "host image  " if e["device"] == "cpu" else "device image"
-        lines.append(f"    {label}   {_image(e)}")
         image = e["image"] or {}
+        label = "host image  " if image.get("flavour") == "host object" else "device image"
+        lines.append(f"    {label}   {_image(e)}")
         if image.get("functions") is not None:
             lines.append(f"    symbols        defines {', '.join(image['functions']) or 'none'}; "
                          f"needs {', '.join(image['undefined']) or 'nothing'}")

@@ -51,12 +51,16 @@ def _executable(version: int, index: int, exe: Executable) -> None:
     grid, block = exe.grid[:axes], exe.block[:axes]
     launch = f"grid=({_dims(grid)}) block=({_dims(block)})"
     if exe.image is None and any((*grid, *block)):
-        raise DumpError(f"{where}: launch geometry {launch} but no image; expected all zero")
+        raise DumpError(f"{where}: launch geometry {launch} but no device image; expected "
+                        "all zero")
     if exe.image is not None and not all((*grid, *block)):
         raise DumpError(f"{where}: image with launch geometry {launch}; expected every "
                         "extent >= 1")
     if exe.device is Device.CPU and exe.image is not None:
         _host_image(version, where, exe, launch)
+    elif exe.device is Device.CPU and version >= 5:
+        raise DumpError(f"{where}: cpu kernel '{exe.name}' carries no host image; in version "
+                        f"{version} every cpu kernel is compiled code")
 
 
 def _host_image(version: int, where: str, exe: Executable, launch: str) -> None:
