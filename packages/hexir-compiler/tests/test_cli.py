@@ -35,7 +35,7 @@ def test_mlir_goes_to_stdout(capsys):
 def test_hxb_is_written_and_announced(tmp_path, capsys):
     path = tmp_path / "m.hxb"
     assert cli.main(["-emit=hxb", "-o", str(path)]) == 0
-    assert path.read_bytes() == (FIXTURES / "builtin.hxb").read_bytes()
+    assert path.read_bytes() == (FIXTURES / "builtin-cpu.hxb").read_bytes()
     assert capsys.readouterr().err == f"wrote {path}\n"
     assert list(tmp_path.iterdir()) == [path]  # the temporary file is gone
 

@@ -17,7 +17,7 @@ from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda_toolkit
 from hexir_compiler.target.cuda import architectures, compile_kernels
 from hexir_compiler.target.device_image import DeviceImage, Part, parts
-from hexir_compiler.transforms import hexir_lower_to_tir
+from hexir_compiler.pipeline import Options, lower
 
 try:
     TOOLKIT = cuda_toolkit.find_toolkit()
@@ -50,10 +50,14 @@ func.func @main(%x: {t}) -> {t} {{
 """
 
 
+def to_llvm(module: ir.Module) -> ir.Module:
+    """The program at mlir-llvm, where compile_kernels finds the NVVM kernels."""
+    return lower(module, Options("hxb"), "mlir-llvm")
+
+
 def kernels(program: str, target: str | None = None) -> dict[str, DeviceImage]:
     with context(), ir.Location.unknown():
-        module = ir.Module.parse(program)
-        hexir_lower_to_tir.run(module)
+        module = to_llvm(ir.Module.parse(program))
         return compile_kernels(module, target)
 
 
@@ -125,8 +129,7 @@ def test_f64_math_links_libdevice(op):
 @needs_toolkit
 def test_the_input_module_is_left_untouched():
     with context(), ir.Location.unknown():
-        module = ir.Module.parse(elementwise("neg", "f32"))
-        hexir_lower_to_tir.run(module)
+        module = to_llvm(ir.Module.parse(elementwise("neg", "f32")))
         before = str(module)
         compile_kernels(module)
         assert str(module) == before
@@ -211,14 +214,13 @@ func.func @main(%x: {x}, %w: {w}, %v: {v}, %b3: {b3}) -> {x} {{
 @pytest.mark.parametrize("elem", ["f32", "f64"])
 def test_every_kernel_kind_on_cuda_compiles_to_device_code(elem):
     with context(), ir.Location.unknown():
-        module = ir.Module.parse(every_kind(elem))
-        hexir_lower_to_tir.run(module)
+        module = to_llvm(ir.Module.parse(every_kind(elem)))
         kinds = {
             ir.StringAttr(op.attributes["sym_name"]).value: ir.StringAttr(
                 op.attributes["hexir.kernel"]
             ).value
             for op in (view.operation for view in module.body.operations)
-            if op.name == "hextir.prim_func"
+            if op.name == "gpu.module"
         }
         images = compile_kernels(module, "sm_90")
     assert len(set(kinds.values())) == 19

@@ -116,5 +116,6 @@ def test_checked_in_fixture_expects_the_reference(filename):
     with np.load(FIXTURES / f"{fixture_name(filename)}.npz", allow_pickle=False) as data:
         x, expected = data["input_0"], data["output_0"]
     want = reference.evaluate(EXAMPLES / filename, x)
-    # The only difference allowed is expected's rounding to the element type.
-    assert reference.relative_error(expected, want) <= np.finfo(expected.dtype).eps
+    # The differences allowed: expected's rounding to the element type, and the order in which
+    # this machine's BLAS sums the float64 matmuls (it differs between CPUs: a few ulps).
+    assert reference.relative_error(expected, want) <= 16 * np.finfo(expected.dtype).eps

@@ -25,8 +25,14 @@ def test_fixture_matches_the_compiler(name):
     )
 
 
-def test_builtin_is_the_488_byte_v3_module():
-    assert len(fixtures.build("builtin.hxb")) == 488
+def test_builtin_compiles_to_version_5_and_the_seeds_v3_file_is_kept():
+    import hexir_format as hf
+
+    module = hf.parse(fixtures.build("builtin-cpu.hxb"))
+    assert module.version == 5 and module.executables[0].image is not None
+    assert "builtin.hxb" not in fixtures.FIXTURES  # the seed's file, not the compiler's
+    seed = (FIXTURES / "builtin.hxb").read_bytes()
+    assert len(seed) == 488 and hf.parse(seed).version == 3
 
 
 def test_regeneration_writes_every_fixture(tmp_path):

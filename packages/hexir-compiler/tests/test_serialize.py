@@ -1,4 +1,4 @@
-"""The serializer: the built-in program byte for byte, v4 modules that parse back, refusals."""
+"""The serializer: the built-in program byte for byte, v5 modules that parse back, refusals."""
 
 from pathlib import Path
 
@@ -21,18 +21,14 @@ def tir(text: str | None, placement: dict[str, str] | None = None) -> ir.Module:
     return lower(module, Options("hxb", placement or {}), "mlir-llvm")
 
 
-def test_builtin_is_the_488_byte_fixture():
+def test_builtin_is_the_v5_fixture_with_a_host_image():
     with context():
         data = serialize.to_bytes(tir(None))
-    assert len(data) == 488
-    assert data == (FIXTURES / "builtin.hxb").read_bytes()
-    layout = hf.parse_layout(data)
-    assert [(s.offset, s.size) for s in layout.sections] == [
-        (120, 40),
-        (160, 176),
-        (336, 64),
-        (400, 88),
-    ]
+    assert data == (FIXTURES / "builtin-cpu.hxb").read_bytes()
+    module = hf.parse(data)
+    assert module.version == 5
+    (exe,) = module.executables
+    assert bytes(exe.image[:4]) == b"\x7fELF" and exe.grid == (2, 1, 1)
 
 
 def test_builtin_skips_the_unused_constant():
@@ -59,10 +55,9 @@ func.func @main() {
 """
 
 
-def test_splat_is_expanded_and_v3_still_holds_it():
+def test_splat_is_expanded():
     with context():
         module = serialize.serialize(tir(SPLAT))
-    assert module.version == 3
     assert np.frombuffer(bytes(module.rodata), "<f8").tolist() == [2.5] * 6
     assert module.executables[0].kind is hf.KernelKind.RELU
 
@@ -82,10 +77,10 @@ func.func @norm(%x: tensor<3x4xf64>, %g: tensor<4xf64>, %b: tensor<4xf64>) -> te
 """
 
 
-def test_entry_points_with_inputs_and_outputs_are_v4_and_parse_back():
+def test_entry_points_with_inputs_and_outputs_parse_back():
     with context():
         model = serialize.serialize(tir(ENTRIES))
-    assert model.version == 4
+    assert model.version == 5
     back = hf.parse(hf.build(model))
     assert back == model
     assert [f.name for f in back.functions] == ["main", "norm"]
@@ -116,7 +111,6 @@ def test_transfers_become_copies_between_device_slots(monkeypatch):
     monkeypatch.setattr(cuda, "compile_kernels", lambda module, target=None: {"linear_0": fake})
     with context():
         model = serialize.serialize(tir(None, {"hexir.linear": "cuda"}))
-    assert model.version == 4
     main = model.functions[0]
     assert [c.op for c in main.commands] == [
         hf.Op.CONST,
@@ -143,7 +137,7 @@ def test_a_cuda_kernel_is_never_written_without_device_code(monkeypatch):
     from hexir_compiler.target import cuda
 
     monkeypatch.setattr(cuda, "compile_kernels", lambda module, target=None: {})
-    with context(), pytest.raises(CompileError, match="cuda kernel 'linear_0' has no device code"):
+    with context(), pytest.raises(CompileError, match="kernel 'linear_0' has no code"):
         serialize.serialize(tir(None, {"hexir.linear": "cuda"}))
 
 
