@@ -5,7 +5,7 @@ with no GPU and no runtime:
 
 - cpu kernels run their loops in order; a `parallel` loop's iterations are owners, and two
   iterations of one parallel loop touching the same output element is a race.
-- cuda kernels run as a launch does after `hextir-to-gpu`: the grid and block are the extents
+- cuda kernels run as a launch does after `hexir-kernels-to-gpu`: the grid and block are the extents
   of the thread_binding loops (unbound axes 1), and every thread runs the whole body once,
   where a thread_binding loop runs its body once with the induction variable set to the
   thread's block/thread index on that axis. Two threads writing (or one reading what another
@@ -185,9 +185,6 @@ class Kernel(StepCompiler):
         if name == "hextir.if":
             body = self._compile_block(op.regions[0].blocks[0], "hextir.yield")
             return lambda t: _run_if(t, ins[0], body)
-        if name == "hextir.block":
-            body = self._compile_block(op.regions[0].blocks[0], "hextir.yield")
-            return lambda t: _run_all(t, body)
         if name in ("hextir.buffer_load", "hextir.buffer_store"):
             return self._compile_access(op, ins, outs)
         if name == "arith.constant":

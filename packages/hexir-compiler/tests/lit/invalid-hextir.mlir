@@ -55,7 +55,7 @@ func.func @main(%a: tensor<2x2xf64>) {
   %c0 = arith.constant 0 : index
   %c4 = arith.constant 4 : index
   %c1 = arith.constant 1 : index
-  // CHECK: :59:3: error: 'hextir.for' op kind 'pipelined' is not a loop kind; expected one of serial, parallel, vectorized, unrolled, thread_binding
+  // CHECK: :59:3: error: 'hextir.for' op kind 'pipelined' is not a loop kind; expected one of serial, parallel, thread_binding
   "hextir.for"(%c0, %c4, %c1) ({
   ^bb0(%i: index):
     "hextir.yield"() : () -> ()

@@ -33,7 +33,8 @@ def parser() -> argparse.ArgumentParser:
                    help="also print the constants in rodata, typed by the slots they bind")
     p.add_argument("--json", action="store_true", help="print the same facts as JSON")
     p.add_argument("--image", metavar="KERNEL",
-                   help="write KERNEL's device image to a file (for cuobjdump --dump-sass)")
+                   help="write KERNEL's image to a file (cuda: for cuobjdump --dump-sass; "
+                        "cpu: for objdump -d)")
     p.add_argument("-o", "--output", metavar="PATH",
                    help="where --image writes (default: KERNEL.bin)")
     p.add_argument("--sass", metavar="KERNEL",

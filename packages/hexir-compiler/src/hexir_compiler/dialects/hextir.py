@@ -1,9 +1,9 @@
 """The kernel dialect `hextir`: one device kernel on memrefs, each loop carrying its schedule.
 
 A `prim_func` is a kernel in destination-passing style (the last buffer is the output), reached
-only through `hexir.call_tir`. A `for` loop says how it runs (`kind`): serial, parallel,
-vectorized, unrolled, or bound to a GPU axis (`thread_binding` + `bind`), so a scheduling
-decision is written in the IR rather than implied by which pass ran. Generic form only, like
+only through `hexir.call_tir`. A `for` loop says how it runs (`kind`): serial, parallel (the
+cpu splits its outermost one across threads), or bound to a GPU axis (`thread_binding` +
+`bind`), so a scheduling decision is written in the IR rather than implied by which pass ran. Generic form only, like
 `hexir`; the verifiers check what the IRDL declaration cannot.
 """
 
@@ -20,7 +20,7 @@ from hexir_compiler.dialects._verify import (
 from hexir_compiler.mlir import ext, ir
 from hexir_format import KernelKind
 
-LOOP_KINDS = ("serial", "parallel", "vectorized", "unrolled", "thread_binding")
+LOOP_KINDS = ("serial", "parallel", "thread_binding")
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 # The kernel kinds a `.hxb` can name, in the format's order: one list, owned by the format.
 KERNELS = tuple(str(kind) for kind in KernelKind)
@@ -182,25 +182,15 @@ class IfOp(HextirOp, name="if"):
         _check_yield(_entry_block(self), [])
 
 
-class BlockOp(HextirOp, name="block"):
-    """A named schedulable region (`name`), run once."""
-
-    name: ir.StringAttr
-    body: ext.Region
-
-    def check(self) -> None:
-        _check_yield(_entry_block(self), [])
-
-
 class YieldOp(HextirOp, name="yield", traits=[ir.IsTerminatorTrait]):
-    """Terminator of for / if / block; for a loop, the next carried values."""
+    """Terminator of for / if; for a loop, the next carried values."""
 
     values: Sequence[ext.Operand[Any]]
 
     def check(self) -> None:
         parent = self.operation.parent
-        if parent is None or parent.name not in ("hextir.for", "hextir.if", "hextir.block"):
-            raise Invalid("expects its parent to be hextir.for, hextir.if or hextir.block")
+        if parent is None or parent.name not in ("hextir.for", "hextir.if"):
+            raise Invalid("expects its parent to be hextir.for or hextir.if")
 
 
 def _indices(op, buffer: ir.Value, indices: list[ir.Value]) -> None:
@@ -240,15 +230,6 @@ class BufferStoreOp(HextirOp, name="buffer_store"):
         elem = ir.MemRefType(buffer.type).element_type
         if value.type != elem:
             raise Invalid(f"stored value type {value.type} is not the element type {elem}")
-
-
-class AllocBufferOp(HextirOp, name="alloc_buffer"):
-    """A kernel-local buffer."""
-
-    result: ext.Result[Any]
-
-    def check(self) -> None:
-        memref(self.results[0], "result")
 
 
 __all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS"]

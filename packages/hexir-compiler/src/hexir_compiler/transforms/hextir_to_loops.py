@@ -4,7 +4,7 @@ The kernel keeps its name (so `hexir.call_tir @name` now calls the function), it
 (one memref each, inputs then the destination) and its attributes (`device`, `hexir.kernel`,
 `hexir.params`). The schedule written in the hextir loops becomes the loops that run it:
 
-- `serial`, `unrolled` and `vectorized` loops become `scf.for` (carried values included);
+- `serial` loops become `scf.for` (carried values included);
 - a `thread_binding` loop (cuda) becomes a one-dimensional `scf.parallel` whose `mapping`
   names the GPU processor it is bound to (`#gpu.loop_dim_map<processor = block_x ...>`),
   the form `hexir-kernels-to-gpu` reads;
@@ -13,9 +13,8 @@ The kernel keeps its name (so `hexir.call_tir @name` now calls the function), it
   (index), and runs only iterations [lo, hi) of that loop, so the runtime can hand disjoint
   ranges of it to a thread pool. Its extent is recorded as `hexir.grid` (x, y, z). A kernel
   whose body is not one parallel loop runs inside a loop of one iteration, grid (1, 1, 1);
-- `hextir.if` becomes `scf.if`, `hextir.block` is inlined, `buffer_load`/`buffer_store`
-  become `memref.load`/`memref.store`, `alloc_buffer` a `memref.alloca`, `hextir.return` a
-  `func.return`; arith and math ops move over unchanged.
+- `hextir.if` becomes `scf.if`, `buffer_load`/`buffer_store` become `memref.load`/
+  `memref.store`, `hextir.return` a `func.return`; arith and math ops move over unchanged.
 
 A module without prim funcs is left as it is, so the pass can run on its own output.
 """
@@ -161,12 +160,6 @@ def _lower_if(op: ir.Operation) -> None:
     _lower_ops(body)
 
 
-def _lower_block(op: ir.Operation) -> None:
-    body = _take_body(op, None, [])
-    _replace_and_erase(op, [])
-    _lower_ops(body)
-
-
 def _lower_load(op: ir.Operation) -> None:
     buffer, *indices = op.operands
     with ir.InsertionPoint(op), op.location:
@@ -181,12 +174,6 @@ def _lower_store(op: ir.Operation) -> None:
     _replace_and_erase(op, [])
 
 
-def _lower_alloc(op: ir.Operation) -> None:
-    with ir.InsertionPoint(op), op.location:
-        buffer = memref.alloca(op.results[0].type, [], [])
-    _replace_and_erase(op, [buffer])
-
-
 def _lower_return(op: ir.Operation) -> None:
     with ir.InsertionPoint(op), op.location:
         func.ReturnOp([])
@@ -196,10 +183,8 @@ def _lower_return(op: ir.Operation) -> None:
 _LOWERINGS = {
     "hextir.for": _lower_for,
     "hextir.if": _lower_if,
-    "hextir.block": _lower_block,
     "hextir.buffer_load": _lower_load,
     "hextir.buffer_store": _lower_store,
-    "hextir.alloc_buffer": _lower_alloc,
     "hextir.return": _lower_return,
 }
 

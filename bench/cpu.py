@@ -1,0 +1,154 @@
+"""The compiled cpu path against the previous numpy path and plain numpy, in one run.
+
+    python bench/cpu.py [--calls=200] [--threads=N]
+
+Needs the `full` environment (it compiles the examples). For each example network
+(`examples/*.mlir`, f32 and f64) it times one call of `main`, median of `--calls` after a
+warm-up, three ways, on the same module and the same input:
+
+| column | what runs |
+| --- | --- |
+| compiled | the runtime as shipped: each cpu kernel its x86-64 host image, the cpu grid split over the thread pool |
+| numpy path | the same module and interpreter, every DISPATCH replaced by the numpy body of its kind (what the runtime did before version 5: `packages/hexir-runtime/tests/numpy_kernels.py`) |
+| plain numpy | the network written directly in numpy in the program's element type (no interpreter, no buffers) |
+
+Then the choice a contraction faces: each distinct matmul shape of the networks as a one-op
+module (compiled loops) against `np.matmul` (the host BLAS) on the same operands. Ratios are
+against the compiled column, from this run on this machine; absolute times are printed for
+context only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO / "examples"), str(REPO / "packages" / "hexir-runtime" / "tests")]
+
+import numpy_kernels  # noqa: E402  (the tests' numpy bodies: the previous runtime's path)
+import reference  # noqa: E402
+
+PROGRAMS = ("mlp.mlir", "mlp-f64.mlir", "transformer_block.mlir", "transformer_block-f64.mlir")
+
+
+def median_seconds(fn, calls: int) -> float:
+    fn()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def compile_program(text_or_path, element_path: bool = True) -> bytes:
+    from hexir_compiler.dialects import context
+    from hexir_compiler.mlir import ir
+    from hexir_compiler.pipeline import Options, compile_file, run
+
+    if element_path:
+        return compile_file(text_or_path, Options("hxb"))
+    with context():
+        return run(ir.Module.parse(text_or_path), Options("hxb"))
+
+
+def numpy_path(module):
+    """`module` with every cpu launch running the numpy body of its kind instead."""
+    from hexir_runtime.hal import cpu
+
+    def launch(self, loaded, buffers):
+        exe = loaded.exe
+        views = [cpu.typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
+        *inputs, out = views
+        numpy_kernels.run(exe.kind, exe.params, inputs, out)
+
+    original = cpu.CpuDevice._launch
+    cpu.CpuDevice._launch = launch
+    return original
+
+
+def plain_numpy(program: Path, dtype):
+    text = program.read_text()
+    weights = {k: v.astype(dtype) for k, v in reference.load_constants(text).items()}
+    network = reference._network(program, text)
+    return lambda x: network(x, weights)
+
+
+def networks(calls: int) -> list[str]:
+    import hexir_runtime as hr
+    from hexir_runtime.hal import cpu
+
+    rows = ["| network | compiled | numpy path | plain numpy | numpy path / compiled | "
+            "plain numpy / compiled |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for name in PROGRAMS:
+        program = REPO / "examples" / name
+        module = hr.load(compile_program(program))
+        x = reference.sample_input(program, np.random.default_rng(0))
+        compiled = median_seconds(lambda: module.main(x), calls)
+        original = numpy_path(module)
+        try:
+            old = hr.load(compile_program(program))
+            interpreted = median_seconds(lambda: old.main(x), calls)
+        finally:
+            cpu.CpuDevice._launch = original
+        direct = plain_numpy(program, x.dtype)
+        plain = median_seconds(lambda: direct(x), calls)
+        rows.append(f"| {name} | {compiled * 1e3:.3f} ms | {interpreted * 1e3:.3f} ms | "
+                    f"{plain * 1e3:.3f} ms | {interpreted / compiled:.2f} | "
+                    f"{plain / compiled:.2f} |")
+    return rows
+
+
+MATMULS = ((8, 784, 256), (8, 256, 128), (8, 128, 10), (32, 64, 64), (32, 64, 256),
+           (32, 256, 64), (256, 256, 256))
+
+
+def matmuls(calls: int) -> list[str]:
+    import hexir_runtime as hr
+
+    rows = ["| m x k x n (f32) | compiled loops | np.matmul (BLAS) | compiled / BLAS |",
+            "| --- | ---: | ---: | ---: |"]
+    rng = np.random.default_rng(1)
+    for m, k, n in MATMULS:
+        text = (f"func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> "
+                f"tensor<{m}x{n}xf32> {{\n  %c = \"hexir.linear\"(%a, %b) : "
+                f"(tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>\n"
+                f"  return %c : tensor<{m}x{n}xf32>\n}}\n")
+        module = hr.load(compile_program(text, element_path=False))
+        a = rng.standard_normal((m, k)).astype(np.float32)
+        b = rng.standard_normal((k, n)).astype(np.float32)
+        assert reference.relative_error(module.main(a, b), a.astype(np.float64) @ b) < 1e-5
+        ours = median_seconds(lambda: module.main(a, b), calls)
+        blas = median_seconds(lambda: np.matmul(a, b), calls)
+        rows.append(f"| {m} x {k} x {n} | {ours * 1e6:.1f} us | {blas * 1e6:.1f} us | "
+                    f"{ours / blas:.1f} |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=200)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="cpu threads for compiled kernels (HEXIR_CPU_THREADS)")
+    args = parser.parse_args(argv)
+    if args.threads is not None:
+        os.environ["HEXIR_CPU_THREADS"] = str(args.threads)
+    from hexir_runtime.hal import hostcode
+
+    print(f"cpu threads: {hostcode.cpu_threads()} of {os.cpu_count()} cores; "
+          f"numpy {np.__version__}; median of {args.calls} calls\n")
+    print("\n".join(networks(args.calls)))
+    print()
+    print("\n".join(matmuls(max(1, args.calls // 4))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
