@@ -12,10 +12,11 @@ warm-up, three ways, on the same module and the same input:
 | numpy path | the same module and interpreter, every DISPATCH replaced by the numpy body of its kind (what the runtime did before version 5: `packages/hexir-runtime/tests/numpy_kernels.py`) |
 | plain numpy | the network written directly in numpy in the program's element type (no interpreter, no buffers) |
 
-Then the choice a contraction faces: each distinct matmul shape of the networks as a one-op
-module (compiled loops) against `np.matmul` (the host BLAS) on the same operands. Ratios are
-against the compiled column, from this run on this machine; absolute times are printed for
-context only.
+Then the choice a contraction faces (`schedule.uses_library`): each matmul shape of the
+networks as a one-op module, compiled as loops (the schedule forced to loops for this
+measurement) and as the library call the compiler emits (the runtime's `hexir_rt_matmul`,
+numpy's BLAS), against `np.matmul` called directly on the same operands. Ratios are from this
+run on this machine; absolute times are printed for context only.
 """
 
 from __future__ import annotations
@@ -112,23 +113,32 @@ MATMULS = ((8, 784, 256), (8, 256, 128), (8, 128, 10), (32, 64, 64), (32, 64, 25
 
 def matmuls(calls: int) -> list[str]:
     import hexir_runtime as hr
+    from hexir_compiler.transforms.tir import contraction
 
-    rows = ["| m x k x n (f32) | compiled loops | np.matmul (BLAS) | compiled / BLAS |",
-            "| --- | ---: | ---: | ---: |"]
+    rows = ["| m x k x n (f32) | compiled loops | library call | np.matmul | loops / library |",
+            "| --- | ---: | ---: | ---: | ---: |"]
     rng = np.random.default_rng(1)
+    library = contraction.uses_library
     for m, k, n in MATMULS:
         text = (f"func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> "
                 f"tensor<{m}x{n}xf32> {{\n  %c = \"hexir.linear\"(%a, %b) : "
                 f"(tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>\n"
                 f"  return %c : tensor<{m}x{n}xf32>\n}}\n")
-        module = hr.load(compile_program(text, element_path=False))
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
-        assert reference.relative_error(module.main(a, b), a.astype(np.float64) @ b) < 1e-5
-        ours = median_seconds(lambda: module.main(a, b), calls)
+        timed = []
+        for schedule in (lambda builder: False, library):
+            contraction.uses_library = schedule
+            try:
+                module = hr.load(compile_program(text, element_path=False))
+            finally:
+                contraction.uses_library = library
+            assert reference.relative_error(module.main(a, b), a.astype(np.float64) @ b) < 1e-5
+            timed.append(median_seconds(lambda: module.main(a, b), calls))
         blas = median_seconds(lambda: np.matmul(a, b), calls)
-        rows.append(f"| {m} x {k} x {n} | {ours * 1e6:.1f} us | {blas * 1e6:.1f} us | "
-                    f"{ours / blas:.1f} |")
+        loops, call = timed
+        rows.append(f"| {m} x {k} x {n} | {loops * 1e6:.1f} us | {call * 1e6:.1f} us | "
+                    f"{blas * 1e6:.1f} us | {loops / call:.1f} |")
     return rows
 
 

@@ -1,5 +1,6 @@
 // The kernel stage of the `hexir` CLI: placement chooses the schedule. The linear placed on
-// cuda gets loops bound to blockIdx/threadIdx; the relu placed on cpu gets parallel loops.
+// cuda gets loops bound to blockIdx/threadIdx; the relu placed on cpu gets parallel loops;
+// the linear placed on cpu is a call of the runtime's matmul routine (the host BLAS).
 // RUN: %hexir -emit=mlir-tir -placement=hexir.linear=cuda,hexir.relu=cpu %s | FileCheck %s
 // RUN: %hexir -emit=mlir-tir -placement=hexir.linear=cpu,hexir.relu=cuda %s | FileCheck %s --check-prefix=SWAP
 
@@ -27,9 +28,7 @@ func.func @main(%x: tensor<8x3xf64>) -> tensor<8x5xf64> {
 // SWAP: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cpu"}
 // SWAP: "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cuda"}
 // SWAP-NOT: thread_binding
-// SWAP: }) {kind = "serial"}
-// SWAP: }) {kind = "parallel"}
-// SWAP: }) {kind = "parallel"}
+// SWAP: "hextir.library_call"(%arg0, %arg1, %arg2) {routine = "matmul"}
 // SWAP: device = "cpu", {{.*}}hexir.kernel = "matmul"{{.*}}sym_name = "linear_0"
 // SWAP: "hextir.for"(%c0, %c1, %c1) ({
 // SWAP: "hextir.for"(%c0, %c64, %c1) ({

@@ -129,8 +129,10 @@ def _executables(exes: list[Facts], typed: bool) -> list[str]:
         label = "host image  " if image.get("flavour") == "host object" else "device image"
         lines.append(f"    {label}   {_image(e)}")
         if image.get("functions") is not None:
+            needs = [f"{n} (the runtime's {n.removeprefix('hexir_rt_')} routine)"
+                     if n.startswith("hexir_rt_") else n for n in image["undefined"]]
             lines.append(f"    symbols        defines {', '.join(image['functions']) or 'none'}; "
-                         f"needs {', '.join(image['undefined']) or 'nothing'}")
+                         f"needs {', '.join(needs) or 'nothing'}")
     return lines
 
 

@@ -21,6 +21,8 @@ from hexir_compiler.mlir import ext, ir
 from hexir_format import KernelKind
 
 LOOP_KINDS = ("serial", "parallel", "thread_binding")
+#: Routines a cpu kernel may call instead of compiling its loops (the runtime provides them).
+ROUTINES = ("matmul",)
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 # The kernel kinds a `.hxb` can name, in the format's order: one list, owned by the format.
 KERNELS = tuple(str(kind) for kind in KernelKind)
@@ -232,4 +234,24 @@ class BufferStoreOp(HextirOp, name="buffer_store"):
             raise Invalid(f"stored value type {value.type} is not the element type {elem}")
 
 
-__all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS"]
+class LibraryCallOp(HextirOp, name="library_call"):
+    """The whole kernel as one call of `routine` on its buffers (two inputs, the destination):
+    the schedule's choice where a library beats compiled loops (a cpu matmul: the host BLAS).
+    The routine has the kernel kind's meaning on the buffers' types. Three single operands, not
+    one variadic group: IRDL would bind a group's constraint once, making all three one type."""
+
+    lhs: ext.Operand[Any]
+    rhs: ext.Operand[Any]
+    destination: ext.Operand[Any]
+    routine: ir.StringAttr
+
+    def check(self) -> None:
+        routine = string_attr(self.operation.attributes["routine"], "routine")
+        if routine not in ROUTINES:
+            raise Invalid(f"routine '{routine}' is not one the runtime provides; expected one "
+                          f"of {', '.join(ROUTINES)}")
+        for i, value in enumerate(self.operands):
+            memref(value, f"buffer #{i}")
+
+
+__all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS", "ROUTINES"]

@@ -1,7 +1,8 @@
 """hexir-kernels-to-llvm: every kernel into the LLVM dialect, host and device alike.
 
 - A cpu kernel (a `func.func` of loops) becomes an `llvm.func` of the same name taking one
-  bare pointer per buffer and its range (`i64 lo, i64 hi`): scf to cf, math to LLVM
+  bare pointer per buffer and its range (`i64 lo, i64 hi`), and a routine it calls an
+  `llvm.func` declaration: scf to cf, math to LLVM
   intrinsics (and libm calls, `tanhf`, `erf`, ..., where LLVM has no intrinsic), memref,
   arith, cf and func to LLVM with the bare-pointer calling convention.
 - A cuda kernel (a `gpu.module`) gets its NVVM target (`sm_75`, libdevice linked for the
@@ -17,7 +18,12 @@ from __future__ import annotations
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, passmanager
-from hexir_compiler.transforms.hextir_to_loops import GRID, KERNEL_ATTRIBUTES, is_kernel
+from hexir_compiler.transforms.hextir_to_loops import (
+    GRID,
+    KERNEL_ATTRIBUTES,
+    is_kernel,
+    is_routine,
+)
 
 PASS_NAME = "hexir-kernels-to-llvm"
 BASE_ARCH = 75  # the PTX every cuda kernel is compiled to; the oldest GPU the image loads on
@@ -45,7 +51,7 @@ def run(module: ir.Module | ir.Operation) -> None:
     module = module.operation
     body = module.regions[0].blocks[0]
     ops = [view.operation for view in body.operations]
-    host = [op for op in ops if op.name == "func.func" and is_kernel(op)]
+    host = [op for op in ops if op.name == "func.func" and (is_kernel(op) or is_routine(op))]
     device = [op for op in ops if op.name == "gpu.module" and "targets" not in op.attributes]
     if host:
         _convert(module, host, HOST)

@@ -14,7 +14,10 @@ The kernel keeps its name (so `hexir.call_tir @name` now calls the function), it
   ranges of it to a thread pool. Its extent is recorded as `hexir.grid` (x, y, z). A kernel
   whose body is not one parallel loop runs inside a loop of one iteration, grid (1, 1, 1);
 - `hextir.if` becomes `scf.if`, `buffer_load`/`buffer_store` become `memref.load`/
-  `memref.store`, `hextir.return` a `func.return`; arith and math ops move over unchanged.
+  `memref.store`, `hextir.return` a `func.return`; arith and math ops move over unchanged;
+- `hextir.library_call` becomes a call of `@hexir_rt_<routine>` with each buffer's address
+  (`memref.extract_aligned_pointer_as_index`), declared once in the module as a private
+  function marked `hexir.routine`: the runtime binds that name when it loads the kernel.
 
 A module without prim funcs is left as it is, so the pass can run on its own output.
 """
@@ -26,6 +29,7 @@ from hexir_compiler.mlir import arith, func, ir, memref, scf
 
 PASS_NAME = "hextir-to-loops"
 GRID = "hexir.grid"
+ROUTINE = "hexir.routine"
 LOOP = "hexir.loop"
 #: The attributes a kernel keeps at every level below mlir-tir.
 KERNEL_ATTRIBUTES = ("device", "hexir.kernel", "hexir.params")
@@ -48,6 +52,11 @@ def run(module: ir.Module | ir.Operation) -> None:
 def is_kernel(op: ir.Operation) -> bool:
     """A kernel at any level below the graph (it carries its format kind), not an entry point."""
     return "hexir.kernel" in op.attributes
+
+
+def is_routine(op: ir.Operation) -> bool:
+    """The declaration of a routine the runtime provides (neither kernel nor entry point)."""
+    return ROUTINE in op.attributes
 
 
 def _lower_prim_func(prim: ir.Operation) -> None:
@@ -174,6 +183,32 @@ def _lower_store(op: ir.Operation) -> None:
     _replace_and_erase(op, [])
 
 
+def _lower_library_call(op: ir.Operation) -> None:
+    routine = f"hexir_rt_{ir.StringAttr(op.attributes['routine']).value}"
+    _declare(op, routine, len(op.operands))
+    with ir.InsertionPoint(op), op.location:
+        addresses = [memref.extract_aligned_pointer_as_index(b) for b in op.operands]
+        func.CallOp([], ir.FlatSymbolRefAttr.get(routine), addresses)
+    _replace_and_erase(op, [])
+
+
+def _declare(op: ir.Operation, name: str, argc: int) -> None:
+    """`func.func private @name(index x argc)` at the top of the module, once."""
+    module = op
+    while module.parent is not None:
+        module = module.parent
+    body = module.regions[0].blocks[0]
+    for view in body.operations:
+        if "sym_name" in view.operation.attributes and \
+                ir.StringAttr(view.operation.attributes["sym_name"]).value == name:
+            return
+    with ir.InsertionPoint.at_block_begin(body), module.location:
+        index = ir.IndexType.get()
+        declaration = func.FuncOp(name, ir.FunctionType.get([index] * argc, []),
+                                  visibility="private")
+        declaration.attributes[ROUTINE] = ir.UnitAttr.get()
+
+
 def _lower_return(op: ir.Operation) -> None:
     with ir.InsertionPoint(op), op.location:
         func.ReturnOp([])
@@ -186,6 +221,7 @@ _LOWERINGS = {
     "hextir.buffer_load": _lower_load,
     "hextir.buffer_store": _lower_store,
     "hextir.return": _lower_return,
+    "hextir.library_call": _lower_library_call,
 }
 
 

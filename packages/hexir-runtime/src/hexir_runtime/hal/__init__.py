@@ -42,6 +42,7 @@ class Buffer:
     memory: MemoryKind
     handle: Any
     read_only: bool = False
+    address: int = 0  # cpu: the host address a compiled kernel is handed (set once)
     released: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:

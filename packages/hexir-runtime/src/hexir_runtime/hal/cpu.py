@@ -6,7 +6,15 @@ view of the module's mapping, so weights are never copied.
 
 A cpu executable of a version-5 module carries a host image (an ELF relocatable object):
 `hostcode` loads it once per load, and a launch calls it with one bare pointer per buffer,
-its cpu grid split across the shared thread pool (ctypes releases the GIL for the call).
+its cpu grid split across the shared thread pool when the kernel is big enough to gain
+(`PARALLEL_GRAIN`; ctypes releases the GIL for the call).
+
+Contractions are where compiled loops lose to the host BLAS (by 40-70x on the example
+networks' shapes; `bench/cpu.py`), so the compiler's schedule makes a cpu matmul a call to a
+routine the runtime provides: its image calls `hexir_rt_matmul(a, b, out)`, and the runtime
+binds that name, for that kernel alone, to `np.matmul` on views of the three buffers typed by
+the executable's validated argument types (numpy's matmul: batch broadcasting, vector
+operands). The shapes come from the module's validated types, never from the image.
 Versions 3 and 4 describe cpu kernels instead of carrying code; of those, the runtime still
 runs the three kinds version 3 has (matmul, add, relu, in numpy: `kernels`), so the seed's
 modules keep running. Validation refuses any other descriptor before anything runs.
@@ -14,15 +22,25 @@ modules keep running. Validation refuses any other descriptor before anything ru
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass
 
 import numpy as np
 from hexir_format import Device as DeviceKind
-from hexir_format import Executable, TensorType
+from hexir_format import Executable, KernelKind, TensorType
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode
+
+
+# A kernel whose destination has fewer elements than this runs on the calling thread: below
+# it, handing chunks to the pool and waiting for them costs more (about 10 us) than the work.
+PARALLEL_GRAIN = 1 << 14
+
+
+def _address(host: np.ndarray) -> int:
+    return host.__array_interface__["data"][0]
 
 
 def typed_view(host: np.ndarray, t: TensorType) -> np.ndarray:
@@ -36,6 +54,27 @@ class CpuKernel:
 
     exe: Executable
     code: hostcode.HostKernel | None = None
+    routines: tuple = ()  # ctypes callbacks the code calls, kept alive with it
+
+
+ROUTINE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def matmul_routine(exe: Executable):
+    """`hexir_rt_matmul(a, b, out)` for this executable: np.matmul on typed views."""
+
+    def view(address: int, t: TensorType) -> np.ndarray:
+        if t.nbytes == 0:
+            return np.empty(t.shape, dtype=t.dtype.numpy)
+        raw = (ctypes.c_char * t.nbytes).from_address(address)
+        return np.frombuffer(raw, dtype=t.dtype.numpy).reshape(t.shape)
+
+    a_type, b_type, out_type = exe.args
+
+    def routine(a: int, b: int, out: int) -> None:
+        np.matmul(view(a, a_type), view(b, b_type), out=view(out, out_type))
+
+    return ROUTINE(routine)
 
 
 class CpuDevice(Device):
@@ -50,7 +89,8 @@ class CpuDevice(Device):
         if host.flags.writeable:  # a caller's bytearray: never let a kernel write rodata
             host = host.view()
             host.flags.writeable = False
-        return Buffer(self, len(host), MemoryKind.HOST_VISIBLE, host, read_only=True)
+        return Buffer(self, len(host), MemoryKind.HOST_VISIBLE, host, read_only=True,
+                      address=_address(host))
 
     def wait(self) -> None:
         """Kernels run synchronously on the calling thread: nothing to wait for."""
@@ -60,7 +100,7 @@ class CpuDevice(Device):
             host = (np.zeros if zeroed else np.empty)(size, dtype=np.uint8)
         except MemoryError:
             raise DeviceError(f"cpu: out of memory allocating {size} bytes") from None
-        return Buffer(self, size, MemoryKind.HOST_VISIBLE, host)
+        return Buffer(self, size, MemoryKind.HOST_VISIBLE, host, address=_address(host))
 
     def _write(self, buffer: Buffer, data: memoryview, offset: int) -> None:
         buffer.handle[offset:offset + len(data)] = np.frombuffer(data, dtype=np.uint8)
@@ -80,16 +120,18 @@ class CpuDevice(Device):
     def _load_executable(self, exe: Executable) -> CpuKernel:
         if exe.image is None:
             return CpuKernel(exe)
+        routines = (matmul_routine(exe),) if exe.kind is KernelKind.MATMUL else ()
+        provided = {"hexir_rt_matmul": ctypes.cast(r, ctypes.c_void_p).value for r in routines}
         code = hostcode.load(exe.image, exe.name, len(exe.args),
-                             what=f"host image of kernel '{exe.name}'")
+                             what=f"host image of kernel '{exe.name}'", provided=provided)
         self._loaded.append(code)
-        return CpuKernel(exe, code)
+        return CpuKernel(exe, code, routines)
 
     def _launch(self, loaded: CpuKernel, buffers: list[Buffer]) -> None:
         exe = loaded.exe
         if loaded.code is not None:
-            loaded.code.run([b.handle.ctypes.data for b in buffers], exe.grid[0],
-                            hostcode.cpu_pool())
+            pool = hostcode.cpu_pool() if exe.destination.size >= PARALLEL_GRAIN else None
+            loaded.code.run([b.address for b in buffers], exe.grid[0], pool)
             return
         views = [typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
         *inputs, out = views

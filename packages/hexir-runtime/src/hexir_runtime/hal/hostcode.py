@@ -11,7 +11,9 @@ only ctypes, mmap and libc's mprotect. The contract of a host image:
   buffer (inputs, then the destination), then the half-open range [lo, hi) of the kernel's
   outermost parallel loop (its cpu grid, whose extent the caller knows).
 - Undefined symbols resolve against the process's libm/libc, but only names in
-  `ALLOWED_SYMBOLS`; any other is refused at load, so an image cannot reach system(3) & co.
+  `ALLOWED_SYMBOLS`, or against the routines the runtime provides for this kernel (`provided`:
+  `hexir_rt_matmul` for a matmul, see `hal/cpu.py`); any other is refused at load, so an image
+  cannot reach system(3) & co.
 - Relocations (x86-64 psABI): R_X86_64_64, PC64, PC32, PLT32, GOTPCREL, GOTPCRELX,
   REX_GOTPCRELX, and 32/32S when the value fits. libm is usually more than 2 GiB away from the
   mapping, so every external symbol gets a stub inside it (`jmp *[rip+0]` and the 8-byte
@@ -101,9 +103,12 @@ class HostKernel:
             raise DeviceError(f"kernel '{self.name}': extent {extent}, expected >= 0")
         if extent == 0:
             return
+        if pool is None or extent == 1:  # the common case: no queue, no waiting
+            self._fn(*pointers, 0, extent)
+            return
         args = [int(p) for p in pointers]
         workers = getattr(pool, "_max_workers", None) or os.cpu_count() or 1
-        chunks = min(workers, extent) if pool is not None else 1
+        chunks = min(workers, extent)
         bounds = [extent * c // chunks for c in range(chunks + 1)]
         futures = [pool.submit(self._fn, *args, lo, hi)
                    for lo, hi in zip(bounds[1:-1], bounds[2:])]
@@ -128,10 +133,12 @@ class HostKernel:
         return f"<HostKernel {self.name!r} at 0x{self.base:x}, {self.size} bytes>"
 
 
-def load(image: bytes | memoryview, entry: str, argc: int, *, what: str) -> HostKernel:
+def load(image: bytes | memoryview, entry: str, argc: int, *, what: str,
+         provided: dict[str, int] | None = None) -> HostKernel:
     """Link `image` into this process and return its kernel `entry`, taking `argc` pointers.
 
-    `what` starts every message, e.g. "host image of kernel 'relu_1'".
+    `what` starts every message, e.g. "host image of kernel 'relu_1'". `provided` names
+    routines the caller offers this image (name -> address), beside libm/libc.
     """
     if platform.machine().lower() not in ("x86_64", "amd64"):
         raise DeviceError(f"{what}: host images are x86-64 code; this machine is "
@@ -142,7 +149,7 @@ def load(image: bytes | memoryview, entry: str, argc: int, *, what: str) -> Host
         obj = elf.parse_object(image, what)
     except FormatError as e:
         raise DeviceError(str(e)) from None
-    plan = _plan(obj, entry, what)
+    plan = _plan(obj, entry, what, provided or {})
     try:
         mapping = mmap.mmap(-1, plan.size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS,
                             prot=mmap.PROT_READ | mmap.PROT_WRITE)
@@ -173,7 +180,7 @@ class _Plan:
     size: int = 0
 
 
-def _plan(obj: elf.ElfObject, entry: str, what: str) -> _Plan:
+def _plan(obj: elf.ElfObject, entry: str, what: str, provided: dict[str, int]) -> _Plan:
     """Check everything that does not depend on the load address, and lay the image out."""
     plan = _Plan()
     home = _entry(obj, entry, what)
@@ -188,7 +195,8 @@ def _plan(obj: elf.ElfObject, entry: str, what: str) -> _Plan:
             raise DeviceError(f"{what}: symbol {sym.index} ({sym.name}) is a common or "
                               "thread-local symbol, which a host image may not have")
         if not sym.defined:
-            plan.externals[sym.index] = _external(sym.name, sym.index, what)
+            plan.externals[sym.index] = provided.get(sym.name) or _external(sym.name,
+                                                                            sym.index, what)
     stubs = _check_relocations(obj, what)
     got = {r.symbol for t in obj.relocations if obj.sections[t.target].alloc
            for r in t.relocations if r.type in GOT_RELOCATIONS}

@@ -126,6 +126,11 @@ class KernelBuilder:
     def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value]) -> None:
         ir.Operation.create("hextir.buffer_store", operands=[value, buffer, *indices])
 
+    def library_call(self, routine: str) -> None:
+        """The kernel's body is one call of `routine` on all its buffers."""
+        ir.Operation.create("hextir.library_call", operands=list(self.args),
+                            attributes={"routine": ir.StringAttr.get(routine)})
+
     # -- control flow ----------------------------------------------------------------------
 
     @contextmanager

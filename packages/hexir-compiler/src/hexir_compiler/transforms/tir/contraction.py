@@ -2,8 +2,9 @@
 
 np.matmul semantics: a [..., M, K] @ b [..., K, N] -> [..., M, N] with the batch dimensions
 broadcast. `linear` is input [..., K] @ weight [K, N]: its leading input dimensions are the
-batch and rows, and a vector input [K] has no row axis in the result. Every output element is
-one iteration of `schedule.matrix`, with a serial k loop carrying the accumulator.
+batch and rows, and a vector input [K] has no row axis in the result. On cuda every output
+element is one iteration of `schedule.matrix`, with a serial k loop carrying the accumulator;
+on the cpu the schedule calls the runtime's matmul routine instead (`schedule.uses_library`).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from hexir_format import signatures
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
-from hexir_compiler.transforms.tir.schedule import matrix
+from hexir_compiler.transforms.tir.schedule import matrix, uses_library
 
 
 def plan_matmul(op: GraphOp) -> Kernel:
@@ -28,6 +29,10 @@ def plan_matmul(op: GraphOp) -> Kernel:
     rows, cols, depth = (a[-2] if has_rows else 1), w[-1], a[-1]
 
     def emit(b: KernelBuilder) -> None:
+        if uses_library(b):
+            with b.building():
+                b.library_call("matmul")
+            return
         lhs, rhs, out = b.args
         with b.building(), matrix(b, batch, rows, cols) as (coords, i, j):
             row = [i] if has_rows else []

@@ -14,6 +14,12 @@ of inferring it:
   columns, never fewer than a warp (32 threads) per block.
 
 Reduction axes are never in the space: kernels run them as serial loops inside one iteration.
+
+- cpu, contraction: a call of the runtime's routine (`hextir.library_call`, the host BLAS)
+  instead of loops. Measured on the example networks' matmul shapes (`bench/cpu.py`), the
+  compiled loops (one output element per iteration, a serial k loop that may not be
+  reassociated) run 40-70x slower than numpy's BLAS, so every cpu matmul takes the call; cuda
+  matmuls stay loops.
 """
 
 from __future__ import annotations
@@ -31,6 +37,11 @@ WARP = 32
 TILE = 16
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
+
+
+def uses_library(b: KernelBuilder) -> bool:
+    """Whether a contraction on `b`'s device is a library call rather than loops."""
+    return b.device == "cpu"
 
 
 @contextmanager

@@ -1,0 +1,114 @@
+"""Compiled cpu kernels (version-5 host images) against numpy, with no compiler present.
+
+The example networks' modules were compiled by examples/make_fixtures.py; here they run on
+fresh random inputs against examples/reference.py, the networks written in numpy (float64),
+which reads the weights from the example programs' text: f32 within 1e-5, f64 within 1e-12,
+norm-wise. The mixed module (layers on cuda, softmax on the cpu) runs on the fake driver,
+whose kernels are numpy, so its cpu part is the compiled code checked here.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import hexir_format as hf
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from fake_driver import FakeDriver
+
+import hexir_runtime as hr
+from hexir_runtime.errors import DeviceError
+from hexir_runtime.hal import cpu, hostcode
+
+EXAMPLES = FIXTURES.parent / "examples"
+sys.path.insert(0, str(EXAMPLES))
+import reference  # noqa: E402  (numpy only: the examples' own reference)
+
+PROGRAMS = {"mlp-f32": "mlp.mlir", "mlp-f64": "mlp-f64.mlir",
+            "transformer_block-f32": "transformer_block.mlir",
+            "transformer_block-f64": "transformer_block-f64.mlir"}
+TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
+SEEDS = (11, 12, 13)
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_every_cpu_kernel_is_compiled_code(name):
+    module = hf.parse((FIXTURES / f"{name}.hxb").read_bytes())
+    assert module.version == 5
+    for exe in module.executables:
+        assert exe.device is hf.Device.CPU and bytes(exe.image[:4]) == b"\x7fELF", exe.name
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_example_matches_numpy_on_fresh_inputs(name):
+    program = EXAMPLES / PROGRAMS[name]
+    with hr.load(FIXTURES / f"{name}.hxb") as module:
+        for seed in SEEDS:
+            x = reference.sample_input(program, np.random.default_rng(seed))
+            got = module.main(x)
+            assert got.dtype == x.dtype
+            assert reference.relative_error(got, reference.evaluate(program, x)) \
+                <= TOLERANCE[x.dtype]
+
+
+def test_mixed_mlp_matches_numpy_on_fresh_inputs():
+    path = FIXTURES / "mlp-f32-mixed.hxb"
+    fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+    program = EXAMPLES / "mlp.mlir"
+    with hr.load(path, device="cuda", driver=fake) as module:
+        for seed in SEEDS:
+            x = reference.sample_input(program, np.random.default_rng(seed))
+            assert reference.relative_error(module.main(x), reference.evaluate(program, x)) \
+                <= 1e-5
+
+
+def test_splitting_the_cpu_grid_over_threads_changes_no_bit(monkeypatch):
+    """Every kernel split across the pool (the grain forced to 0) gives bit for bit what the
+    calling thread alone gives: the chunks are disjoint rows of the same loops."""
+    path, program = FIXTURES / "transformer_block-f32.hxb", EXAMPLES / "transformer_block.mlir"
+    x = reference.sample_input(program, np.random.default_rng(5))
+    monkeypatch.setattr(cpu, "PARALLEL_GRAIN", 1 << 62)
+    with hr.load(path) as module:
+        alone = module.main(x)
+    monkeypatch.setattr(cpu, "PARALLEL_GRAIN", 0)
+    monkeypatch.setattr(hostcode, "cpu_pool", lambda: _POOL)
+    with hr.load(path) as module:
+        split = module.main(x)
+    np.testing.assert_array_equal(split, alone)
+    assert _POOL.submitted > 0
+
+
+class _CountingPool:
+    """A real two-thread pool that counts what it is given."""
+
+    def __init__(self) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+
+        self._pool = ThreadPoolExecutor(2)
+        self._max_workers = 2
+        self.submitted = 0
+
+    def submit(self, *args, **kwargs):
+        self.submitted += 1
+        return self._pool.submit(*args, **kwargs)
+
+
+_POOL = _CountingPool()
+
+
+def test_the_matmul_routine_is_offered_to_matmul_kernels_only():
+    """A cpu matmul's image calls `hexir_rt_matmul`, which the runtime binds for that kernel
+    (np.matmul on its validated argument types); offered nothing, the same image is refused."""
+    module = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes())
+    (exe,) = module.executables
+    with pytest.raises(DeviceError, match="undefined symbol 'hexir_rt_matmul'"):
+        hostcode.load(exe.image, exe.name, len(exe.args), what="host image of 'linear_0'")
+    as_add = hf.Executable(exe.name, hf.KernelKind.ADD, exe.device, exe.args, (), exe.image,
+                           exe.grid, exe.block)
+    with pytest.raises(DeviceError, match="hexir_rt_matmul"):
+        cpu.CpuDevice().load_executable(as_add)
+    with hr.load(FIXTURES / "builtin-cpu.hxb") as m:
+        (printed,) = m.run("main")
+    assert printed.tolist() == [[8.0, 17.0], [12.0, 14.0]]
+
