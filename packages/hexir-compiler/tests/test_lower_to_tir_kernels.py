@@ -15,7 +15,7 @@ import pytest
 
 from tir_programs import Case, Lowered, assert_close, reference, sample
 
-UNARY = ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg")
+UNARY = ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg", "abs")
 BINARY = ("add", "sub", "mul", "div")
 SEEDS = range(4)
 

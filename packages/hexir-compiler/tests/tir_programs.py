@@ -90,7 +90,7 @@ def reference(case: Case, inputs: list[np.ndarray]) -> np.ndarray:
             return np.where(x > 0, x, 0.0)
         case "sigmoid":
             return 1 / (1 + np.exp(-x))
-        case "tanh" | "exp" | "sqrt":
+        case "tanh" | "exp" | "sqrt" | "abs":
             return getattr(np, case.op)(x)
         case "neg":
             return -x

@@ -119,7 +119,8 @@ def commands(draw):
 @st.composite
 def executables(draw):
     kind = draw(st.sampled_from(KernelKind))
-    args = tuple(draw(st.lists(types, min_size=kind.arity + 1, max_size=kind.arity + 1)))
+    argc = kind.arity + 1 if kind.arity is not None else draw(st.integers(2, 4))
+    args = tuple(draw(st.lists(types, min_size=argc, max_size=argc)))
     image = draw(st.one_of(st.none(), st.binary(min_size=1, max_size=40)))
     geometry = st.tuples(*[st.integers(1, 2**31)] * 3) if image else st.just((0, 0, 0))
     return Executable(draw(names), kind, draw(st.sampled_from(Device)), args,

@@ -176,11 +176,18 @@ GOOD = {
     K.REDUCE_SUM: ([t(2, 3, 4), t(2, 1, 1)], (1.0, 1.0, 2.0)),
     K.REDUCE_MEAN: ([t(2, 3, 4), t(3)], (0.0, 0.0, 2.0)),
     K.REDUCE_MAX: ([t(2, 3), t(2)], (0.0, 1.0)),
+    K.MAP: ([t(2, 3), t(2, 3)], ()),
 }
 
 
 def test_every_kind_has_a_rule():
     assert set(GOOD) == set(KernelKind)
+
+
+def test_map_takes_any_number_of_inputs_broadcast_to_the_destination():
+    assert signature_problem(K.MAP, [t(2, 1), t(3), t(1, 1), t(2, 3)], ()) is None
+    assert signature_problem(K.MAP, [t(2, 3), t(4), t(2, 3)], ()) == (
+        "map shapes 2x3 and 4 are not broadcast-compatible")
 
 
 @pytest.mark.parametrize("kind", list(GOOD), ids=str)
@@ -192,8 +199,9 @@ def test_accepted(kind):
 @pytest.mark.parametrize("kind", list(GOOD), ids=str)
 def test_every_kind_checks_arity_element_types_and_the_destination(kind):
     args, params = GOOD[kind]
+    least = "at least " if kind.arity is None else ""
     assert signature_problem(kind, args[:-1], params) == (
-        f"{kind} takes {len(args)} arguments, not {len(args) - 1}")
+        f"{kind} takes {least}{len(args)} arguments, not {len(args) - 1}")
     mixed = [*args[:-1], T(F32 if args[-1].dtype is F64 else F64, args[-1].shape)]
     assert signature_problem(kind, mixed, params).startswith(f"{kind} mixes element types: ")
     wrong = T(args[-1].dtype, (*args[-1].shape, 9))

@@ -118,16 +118,25 @@ class KernelKind(IntEnum):
     REDUCE_SUM = 17
     REDUCE_MEAN = 18
     REDUCE_MAX = 19
+    # Any other element-wise op (version 5: compiled kernels only): inputs broadcast to the
+    # destination, the computation is the kernel's code. A new element-wise op needs no kind.
+    MAP = 20
 
     def __str__(self) -> str:
         return self.name.lower()
 
     @property
-    def arity(self) -> int:
-        """Number of inputs (the destination comes after them)."""
+    def arity(self) -> int | None:
+        """Number of inputs (the destination comes after them); None: any number >= 1."""
+        if self is KernelKind.MAP:
+            return None
         if self in BINARY_KINDS or self is KernelKind.MATMUL:
             return 2
         return 3 if self is KernelKind.LAYER_NORM else 1
+
+    def takes(self, argc: int) -> bool:
+        """Whether `argc` arguments (inputs and the destination) fit the kind."""
+        return argc >= 2 if self.arity is None else argc == self.arity + 1
 
 
 BINARY_KINDS = frozenset({KernelKind.ADD, KernelKind.SUB, KernelKind.MUL, KernelKind.DIV})

@@ -355,10 +355,10 @@ def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, wh
         raise FormatError(f"{where}: reserved fields at offset {base + at + 88} are "
                           f"{list(e.reserved)}, expected 0", field="reserved",
                           offset=base + at + 88)
-    if e.argc != kind.arity + 1:
+    if not kind.takes(e.argc):
+        inputs = "at least 1 input" if kind.arity is None else f"{kind.arity} inputs"
         raise FormatError(f"{where}: argc {e.argc} at offset {base + at + 40}; {kind} takes "
-                          f"{kind.arity} inputs + 1 destination", field="argc",
-                          offset=base + at + 40)
+                          f"{inputs} + 1 destination", field="argc", offset=base + at + 40)
     size = L.TensorTypeEntry.sizeof()
     if e.args_offset > len(data) or e.argc * size > len(data) - e.args_offset:
         raise FormatError(f"{where}: args_offset {e.args_offset} + {e.argc} x {size} bytes runs "

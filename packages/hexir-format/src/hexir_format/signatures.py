@@ -176,8 +176,9 @@ def signature_problem(kind: KernelKind, args: Sequence[TensorType],
 
 
 def _check(kind: KernelKind, args: tuple[TensorType, ...], params: tuple[float, ...]) -> None:
-    if len(args) != kind.arity + 1:
-        raise ShapeError(f"takes {kind.arity + 1} arguments, not {len(args)}")
+    if not kind.takes(len(args)):
+        expected = "at least 2" if kind.arity is None else str(kind.arity + 1)
+        raise ShapeError(f"takes {expected} arguments, not {len(args)}")
     if len({t.dtype for t in args}) != 1:
         raise ShapeError(f"mixes element types: {', '.join(map(str, args))}")
     *inputs, out = args
@@ -220,11 +221,18 @@ def _destination(kind: KernelKind, inputs: list[TensorType], out: TensorType,
     _count(params, 0)
     if kind is KernelKind.MATMUL:
         return matmul(*shapes)
-    if kind in BINARY_KINDS:
-        return broadcast(*shapes)
+    if kind in BINARY_KINDS or kind is KernelKind.MAP:
+        return _broadcast_all(shapes)
     if kind is KernelKind.RESHAPE:
         return reshape(x, out.shape)
     return x  # relu, sigmoid, tanh, exp, sqrt, neg: element-wise
+
+
+def _broadcast_all(shapes: list[Shape]) -> Shape:
+    out = shapes[0]
+    for shape in shapes[1:]:
+        out = broadcast(out, shape)
+    return out
 
 
 def _count(params: tuple[float, ...], expected: int, what: str = "") -> None:

@@ -7,6 +7,7 @@ located message that says what was expected and what was found. Optional attribu
 (`approximate`) and the placement attribute `device` are discardable, checked when present.
 """
 
+import types
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from hexir_compiler.dialects._verify import (
     verify,
 )
 from hexir_compiler.mlir import ext, ir
+from hexir_compiler.transforms.tir import elementwise
 
 
 class Hexir(ext.Dialect, name="hexir"):
@@ -106,22 +108,6 @@ class _Binary(HexirOp):
         expect_shape(r, signatures.broadcast(a, b))
 
 
-class AddOp(_Binary, name="add"):
-    pass
-
-
-class SubOp(_Binary, name="sub"):
-    pass
-
-
-class MulOp(_Binary, name="mul"):
-    pass
-
-
-class DivOp(_Binary, name="div"):
-    pass
-
-
 class _Unary(HexirOp):
     """Element-wise f(x); the result has the operand's type."""
 
@@ -138,28 +124,18 @@ class _Unary(HexirOp):
             )
 
 
-class ReluOp(_Unary, name="relu"):
-    pass
+def _elementwise(base: type, mnemonic: str) -> type:
+    """The op class `hexir.<mnemonic>` on `base`'s rules (a class statement, made by name)."""
+    camel = "".join(part.title() for part in mnemonic.split("_"))
+    return types.new_class(f"{camel}Op", (base,), {"name": mnemonic})
 
 
-class SigmoidOp(_Unary, name="sigmoid"):
-    pass
-
-
-class TanhOp(_Unary, name="tanh"):
-    pass
-
-
-class ExpOp(_Unary, name="exp"):
-    pass
-
-
-class SqrtOp(_Unary, name="sqrt"):
-    pass
-
-
-class NegOp(_Unary, name="neg"):
-    pass
+# The plain element-wise ops are declared by their kernels' tables (transforms/tir/
+# elementwise.py): an entry there is the op's meaning, and this makes it an op of the dialect.
+ELEMENTWISE = {
+    **{m: _elementwise(_Unary, m) for m in elementwise.UNARY},
+    **{m: _elementwise(_Binary, m) for m in elementwise.BINARY},
+}
 
 
 GELU_APPROXIMATIONS = ("none", "tanh")
@@ -369,28 +345,3 @@ class TransferOp(HexirOp, name="transfer"):
                 raise Invalid(f"{key} '{dev}' is not a device; expected cpu or cuda")
         if src == dst:
             raise Invalid(f"transfer from {src} to itself")
-
-
-# The compute ops: what hexir-partition places and hexir-lower-to-tir turns into kernels.
-COMPUTE_OPS: tuple[type, ...] = (
-    LinearOp,
-    MatmulOp,
-    AddOp,
-    SubOp,
-    MulOp,
-    DivOp,
-    ReluOp,
-    SigmoidOp,
-    TanhOp,
-    ExpOp,
-    SqrtOp,
-    NegOp,
-    GeluOp,
-    SoftmaxOp,
-    LayerNormOp,
-    TransposeOp,
-    ReshapeOp,
-    ReduceSumOp,
-    ReduceMeanOp,
-    ReduceMaxOp,
-)

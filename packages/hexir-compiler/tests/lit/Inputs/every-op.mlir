@@ -14,7 +14,8 @@ func.func @main(%x: tensor<8x784xf32>, %y: tensor<2x3x4xf64>) -> (tensor<8x10xf3
   %ex = "hexir.exp"(%th) : (tensor<8x10xf32>) -> tensor<8x10xf32>
   %sq = "hexir.sqrt"(%ex) : (tensor<8x10xf32>) -> tensor<8x10xf32>
   %ng = "hexir.neg"(%sq) : (tensor<8x10xf32>) -> tensor<8x10xf32>
-  %g1 = "hexir.gelu"(%ng) : (tensor<8x10xf32>) -> tensor<8x10xf32>
+  %ab = "hexir.abs"(%ng) : (tensor<8x10xf32>) -> tensor<8x10xf32>
+  %g1 = "hexir.gelu"(%ab) : (tensor<8x10xf32>) -> tensor<8x10xf32>
   %g2 = "hexir.gelu"(%g1) {approximate = "tanh"} : (tensor<8x10xf32>) -> tensor<8x10xf32>
   %sm = "hexir.softmax"(%g2) {axis = -1 : i64} : (tensor<8x10xf32>) -> tensor<8x10xf32>
   %ln = "hexir.layer_norm"(%sm, %b, %b) {epsilon = 1.0e-5 : f64} : (tensor<8x10xf32>, tensor<10xf32>, tensor<10xf32>) -> tensor<8x10xf32>

@@ -1,7 +1,9 @@
 """Kernels with one output element per iteration and no reduction.
 
 Unary math, numpy-broadcast binary arithmetic, gelu, and the data movers (transpose,
-reshape). Each is a map over the output's index space (`schedule.parallel`), with numpy's
+reshape). `UNARY` and `BINARY` are the whole definition of a plain element-wise op: an entry
+(mnemonic -> the scalar formula) is the dialect's op `hexir.<mnemonic>` (`dialects/hexir.py`
+makes it), its placement, its kernel on both devices and its `.hxb` kind (its own, or `map`). Each is a map over the output's index space (`schedule.parallel`), with numpy's
 meaning of each formula.
 """
 
@@ -10,7 +12,7 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable
 
-from hexir_format import signatures
+from hexir_format import KernelKind, signatures
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
@@ -57,6 +59,7 @@ UNARY: dict[str, Scalar] = {
     "exp": lambda b, x: math.exp(x),
     "sqrt": lambda b, x: math.sqrt(x),
     "neg": lambda b, x: arith.negf(x),
+    "abs": lambda b, x: math.absf(x),
 }
 
 BINARY: dict[str, Scalar] = {
@@ -71,12 +74,18 @@ GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}
 
 def plan_unary(op: GraphOp) -> Kernel:
     op.expect_output(op.inputs[0])
-    return Kernel(op.mnemonic, lambda b: _map(b, op, UNARY[op.mnemonic]))
+    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, UNARY[op.mnemonic]))
 
 
 def plan_binary(op: GraphOp) -> Kernel:
     op.expect_output(signatures.broadcast(*op.inputs))
-    return Kernel(op.mnemonic, lambda b: _map(b, op, BINARY[op.mnemonic]))
+    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, BINARY[op.mnemonic]))
+
+
+def _kind(mnemonic: str) -> str:
+    """The format's kernel kind: the op's own where the format names it, else `map` (any
+    element-wise op: the runtime needs its code, not its name)."""
+    return mnemonic if mnemonic.upper() in KernelKind.__members__ else str(KernelKind.MAP)
 
 
 def plan_gelu(op: GraphOp) -> Kernel:
