@@ -136,7 +136,7 @@ def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.
     if image is None:
         raise SerializeError(f"kernel '{name}' has no code", kernel.location)
     device = hf.Device.from_name(_attr_str(kernel, "device", "cpu"))
-    return hf.Executable(
+    exe = hf.Executable(
         name,
         hf.KernelKind[_attr_str(kernel, "hexir.kernel").upper()],
         device,
@@ -146,6 +146,11 @@ def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.
         grid=tuple(image.grid),
         block=(1, 1, 1) if device is hf.Device.CPU else tuple(image.block),
     )
+    # The rule the runtime validates against: never write a module the runtime would refuse.
+    problem = hf.signature_problem(exe.kind, exe.args, exe.params)
+    if problem:
+        raise SerializeError(f"kernel '{name}': {problem}", kernel.location)
+    return exe
 
 
 @dataclass

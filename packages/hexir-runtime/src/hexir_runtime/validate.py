@@ -95,10 +95,8 @@ def _check_executables(module: hf.Module) -> Device:
             raise ValidationError(f"{where}, args: {problem}", field="args")
         if exe.device is Device.CUDA:
             _check_launchable(exe, where)
-        elif exe.image is not None:
-            _check_host_image(module, exe, where)
         else:
-            _check_descriptor(module, exe, where)
+            _check_cpu_code(module, exe, where)
     devices = {exe.device for exe in module.executables}
     if module.version == 3 and len(devices) > 1:
         first = {d: next(e.name for e in module.executables if e.device is d) for d in devices}
@@ -108,34 +106,16 @@ def _check_executables(module: hf.Module) -> Device:
     return devices.pop() if len(devices) == 1 else Device.CPU
 
 
-def _check_host_image(module: hf.Module, exe: hf.Executable, where: str) -> None:
-    """A compiled cpu kernel: version 5, an x86-64 object that defines the kernel, and the cpu
-    grid (extent, 1, 1) with block (1, 1, 1). The kernel clamps its range to the extent it
-    was compiled for, so even a wrong grid cannot make it run past its buffers."""
-    if module.version < 5:
-        raise ValidationError(f"{where}, image: kernel '{exe.name}' is placed on cpu and carries "
-                              f"an image, which only version 5 holds; this module is version "
-                              f"{module.version}", field="image")
-    try:
-        obj = elf.parse_object(exe.image, f"host image of kernel '{exe.name}'")
-    except hf.FormatError as e:
-        raise ValidationError(f"{where}, image: {e}", field="image") from None
-    if exe.name not in obj.functions:
-        raise ValidationError(f"{where}, image: the host image defines no function "
-                              f"'{exe.name}' (it defines {', '.join(obj.functions) or 'none'})",
-                              field="image")
-    if exe.grid[1:] != (1, 1) or exe.block != (1, 1, 1):
-        raise ValidationError(f"{where}, grid: a cpu kernel runs on grid (extent, 1, 1) with "
-                              f"block (1, 1, 1), not grid {exe.grid} block {exe.block}",
-                              field="grid")
-
-
-def _check_descriptor(module: hf.Module, exe: hf.Executable, where: str) -> None:
-    """A cpu kernel without code (versions 3 and 4): only the kinds with a numpy body run."""
-    if module.version >= 5:
-        raise ValidationError(f"{where}, image: cpu kernel '{exe.name}' carries no host image; "
-                              f"in version {module.version} every cpu kernel is compiled code",
-                              field="image")
+def _check_cpu_code(module: hf.Module, exe: hf.Executable, where: str) -> None:
+    """A compiled cpu kernel (version 5: `elf.cpu_code_problem`, the rule hxb-dump applies
+    too), or a descriptor (versions 3 and 4) of a kind with a numpy body. A compiled kernel
+    clamps its range to the extent it was compiled for, so even a wrong grid cannot make it
+    run past its buffers."""
+    problem = elf.cpu_code_problem(module.version, exe)
+    if problem:
+        raise ValidationError(f"{where}, image: {problem}", field="image")
+    if exe.image is not None:
+        return
     if exe.kind not in kernels.BODIES:
         kinds = ", ".join(str(k) for k in kernels.BODIES)
         raise ValidationError(f"{where}, kind: cpu kernel '{exe.name}' is a {exe.kind} "

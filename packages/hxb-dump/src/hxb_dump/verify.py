@@ -17,7 +17,6 @@ from hexir_format import (
     Command,
     Device,
     Executable,
-    FormatError,
     Function,
     Module,
     Op,
@@ -56,27 +55,8 @@ def _executable(version: int, index: int, exe: Executable) -> None:
     if exe.image is not None and not all((*grid, *block)):
         raise DumpError(f"{where}: image with launch geometry {launch}; expected every "
                         "extent >= 1")
-    if exe.device is Device.CPU and exe.image is not None:
-        _host_image(version, where, exe, launch)
-    elif exe.device is Device.CPU and version >= 5:
-        raise DumpError(f"{where}: cpu kernel '{exe.name}' carries no host image; in version "
-                        f"{version} every cpu kernel is compiled code")
-
-
-def _host_image(version: int, where: str, exe: Executable, launch: str) -> None:
-    """The rules the runtime applies to a compiled cpu kernel (its validate): version 5, an
-    x86-64 object defining the kernel, grid (extent, 1, 1) and block (1, 1, 1)."""
-    if version < 5:
-        raise DumpError(f"{where}: a cpu kernel with an image, which only version 5 holds")
-    try:
-        obj = elf.parse_object(exe.image, f"host image of kernel '{exe.name}'")
-    except FormatError as e:
-        raise DumpError(f"{where}: {e}") from None
-    if exe.name not in obj.functions:
-        raise DumpError(f"{where}: the host image defines no function '{exe.name}'")
-    if exe.grid[1:] != (1, 1) or exe.block != (1, 1, 1):
-        raise DumpError(f"{where}: a cpu kernel runs on grid (extent, 1, 1) block (1, 1, 1), "
-                        f"not {launch}")
+    if exe.device is Device.CPU and (problem := elf.cpu_code_problem(version, exe)):
+        raise DumpError(f"{where}: {problem}")
 
 
 def _dims(values: tuple[int, ...]) -> str:

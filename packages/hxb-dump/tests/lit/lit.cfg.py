@@ -47,6 +47,8 @@ for name in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "HOME"):
 
 if find_cuobjdump():
     config.available_features.add("cuobjdump")
+if shutil.which("objdump"):
+    config.available_features.add("objdump")
 ptxas = shutil.which("ptxas") or next(
     (str(p) for p in [Path("/usr/local/cuda/bin/ptxas")] if p.is_file()), None)
 if ptxas:
