@@ -261,3 +261,32 @@ def test_random_corruption_raises_only_format_errors(data):
         assert str(e) and "\n" not in str(e)
     else:
         assert isinstance(module, Module)
+
+
+def test_cpu_level_is_recorded_for_host_images_only():
+    """Version 5 records the x86-64 level (1-4) a cpu kernel's host image needs; anything
+    else there is damage, refused naming the field."""
+    import struct
+
+    import hexir_format as hf
+    from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Slot
+    from hexir_format import TensorType as T
+
+    m2 = T(DType.F64, (2, 2))
+
+    def module(device, image, level):
+        exe = Executable("relu_0", KernelKind.RELU, device, (m2, m2), (), image, (1, 1, 1),
+                         (1, 1, 1), level)
+        main = Function("main", (Command.input(0, 0), Command.alloc(1, 32),
+                                 Command.dispatch(0, (0, 1)), Command.output(1, 0)))
+        return hf.build(hf.Module(5, (main,), b"", (exe,), (Slot(device, m2),) * 2))
+
+    assert hf.parse(module(Device.CPU, b"\x7fELF", 3)).executables[0].cpu_level == 3
+    for device, image, level in ((Device.CPU, b"\x7fELF", 0), (Device.CPU, b"\x7fELF", 5),
+                                 (Device.CUDA, b"//ptx", 2)):
+        data = module(device, image, 3 if level in (0, 5) else 0)
+        table = hf.parse_layout(data).section(hf.SectionKind.EXECUTABLES)
+        patched = bytearray(data)
+        struct.pack_into("<I", patched, table.offset + 8 + 88, level)
+        with pytest.raises(hf.FormatError, match=rf"cpu_level {level} at offset \d+; expected"):
+            hf.parse(bytes(patched))

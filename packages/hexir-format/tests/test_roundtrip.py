@@ -123,9 +123,11 @@ def executables(draw):
     args = tuple(draw(st.lists(types, min_size=argc, max_size=argc)))
     image = draw(st.one_of(st.none(), st.binary(min_size=1, max_size=40)))
     geometry = st.tuples(*[st.integers(1, 2**31)] * 3) if image else st.just((0, 0, 0))
-    return Executable(draw(names), kind, draw(st.sampled_from(Device)), args,
+    device = draw(st.sampled_from(Device))
+    level = draw(st.integers(1, 4)) if device is Device.CPU and image else 0  # v5 records it
+    return Executable(draw(names), kind, device, args,
                       tuple(draw(st.lists(st.floats(allow_nan=False), max_size=4))), image,
-                      draw(geometry), draw(geometry))
+                      draw(geometry), draw(geometry), level)
 
 
 @st.composite

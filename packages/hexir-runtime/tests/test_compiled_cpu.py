@@ -112,3 +112,22 @@ def test_the_matmul_routine_is_offered_to_matmul_kernels_only():
         (printed,) = m.run("main")
     assert printed.tolist() == [[8.0, 17.0], [12.0, 14.0]]
 
+
+
+def test_an_image_for_a_newer_cpu_level_is_refused_before_it_runs(monkeypatch):
+    """The module records the x86-64 level each host image was compiled for; a machine below
+    it is told so in one line instead of dying of an illegal instruction."""
+    (exe,) = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes()).executables
+    assert exe.cpu_level == 2  # the compiler's default, x86-64-v2
+    newer = hf.Executable(exe.name, exe.kind, exe.device, exe.args, exe.params, exe.image,
+                          exe.grid, exe.block, cpu_level=4)
+    monkeypatch.setattr(hostcode, "host_level", lambda: 3)
+    with pytest.raises(DeviceError) as caught:
+        cpu.CpuDevice().load_executable(newer)
+    assert str(caught.value) == ("host image of kernel 'linear_0' is code for x86-64-v4, which "
+                                 "this CPU (x86-64-v3) cannot run; compile with "
+                                 "-target=cpu:x86-64-v3")
+
+
+def test_this_machine_runs_at_least_the_default_level():
+    assert hostcode.host_level() >= 2

@@ -145,6 +145,7 @@ def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.
         image=image.image,
         grid=tuple(image.grid),
         block=(1, 1, 1) if device is hf.Device.CPU else tuple(image.block),
+        cpu_level=image.level if device is hf.Device.CPU else 0,
     )
     # The rule the runtime validates against: never write a module the runtime would refuse.
     problem = hf.signature_problem(exe.kind, exe.args, exe.params)

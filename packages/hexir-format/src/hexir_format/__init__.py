@@ -5,6 +5,7 @@ from hexir_format.__about__ import __version__
 from hexir_format.errors import FormatError, HexirError
 from hexir_format.model import (
     BINARY_KINDS,
+    CPU_LEVELS,
     LATEST_VERSION,
     MAGIC,
     MAX_RANK,
@@ -30,7 +31,7 @@ from hexir_format.signatures import ShapeError, signature_problem
 from hexir_format.writer import build, minimum_version
 
 __all__ = [
-    "BINARY_KINDS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",
+    "BINARY_KINDS", "CPU_LEVELS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
     "TensorType", "__version__", "build", "minimum_version", "parse", "parse_layout",

@@ -91,8 +91,11 @@ SlotEntry = Struct(
 
 Param = Float64l
 
-# Version 5 keeps version 4's structures; only what a cpu executable may carry changed.
-EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV4}
+# Version 5: version 4's entry, its first reserved word now the x86-64 level (1-4: x86-64,
+# x86-64-v2, -v3, -v4) a cpu kernel's host image needs (0 for a cuda kernel).
+ExecutableV5 = Struct(*ExecutableV4.subcons[:-1], "cpu_level" / Int32ul, "reserved" / Int32ul)
+
+EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV5}
 ALIGNMENT = 8
 
 

@@ -15,6 +15,8 @@ MAGIC = b"HEXIRMOD"
 VERSIONS = (3, 4, 5)
 LATEST_VERSION = 5
 MAX_RANK = 6
+#: x86-64 psABI levels a host image is compiled for, by the number a v5 executable records.
+CPU_LEVELS = {1: "x86-64", 2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
 NAME_BYTES = 32
 
 
@@ -273,13 +275,15 @@ class Executable:
     image: bytes | memoryview | None = None
     grid: tuple[int, int, int] = (0, 0, 0)
     block: tuple[int, int, int] = (0, 0, 0)
+    cpu_level: int = 0  # v5 host image: the x86-64 level it needs (CPU_LEVELS); else 0
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Executable):
             return NotImplemented
-        mine = (self.name, self.kind, self.device, self.args, self.params, self.grid, self.block)
+        mine = (self.name, self.kind, self.device, self.args, self.params, self.grid, self.block,
+                self.cpu_level)
         theirs = (other.name, other.kind, other.device, other.args, other.params, other.grid,
-                  other.block)
+                  other.block, other.cpu_level)
         return mine == theirs and _payload_eq(self.image, other.image)
 
     def __hash__(self) -> int:

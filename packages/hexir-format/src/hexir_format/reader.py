@@ -15,6 +15,7 @@ import construct
 from hexir_format import layout as L
 from hexir_format.errors import FormatError
 from hexir_format.model import (
+    CPU_LEVELS,
     MAGIC,
     MAX_RANK,
     NAME_BYTES,
@@ -351,10 +352,19 @@ def _v3_executable(e, name, kind, device, image, where: str, at: int) -> Executa
 
 def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, where: str,
                    at: int) -> Executable:
-    if any(e.reserved):
-        raise FormatError(f"{where}: reserved fields at offset {base + at + 88} are "
-                          f"{list(e.reserved)}, expected 0", field="reserved",
-                          offset=base + at + 88)
+    reserved = list(e.reserved) if isinstance(e.reserved, list) else [e.reserved]
+    if any(reserved):
+        offset = base + at + (88 if len(reserved) == 2 else 92)
+        raise FormatError(f"{where}: reserved field at offset {offset} is "
+                          f"{reserved if len(reserved) > 1 else reserved[0]}, expected 0",
+                          field="reserved", offset=offset)
+    level = getattr(e, "cpu_level", 0)  # version 5 only
+    host = device is Device.CPU and image is not None
+    if "cpu_level" in e and (level in CPU_LEVELS) != host:
+        expected = "1 to 4, the x86-64 level its host image needs" if host else \
+            "0: it carries no host image"
+        raise FormatError(f"{where}: cpu_level {level} at offset {base + at + 88}; expected "
+                          f"{expected}", field="cpu_level", offset=base + at + 88)
     if not kind.takes(e.argc):
         inputs = "at least 1 input" if kind.arity is None else f"{kind.arity} inputs"
         raise FormatError(f"{where}: argc {e.argc} at offset {base + at + 40}; {kind} takes "
@@ -374,4 +384,4 @@ def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, wh
                           field="params_offset", offset=base + at + 48)
     params = struct.unpack_from(f"<{e.params_count}d", data, e.params_offset)
     return Executable(name, kind, device, args, tuple(params), image,
-                      (e.grid_x, e.grid_y, e.grid_z), (e.block_x, e.block_y, e.block_z))
+                      (e.grid_x, e.grid_y, e.grid_z), (e.block_x, e.block_y, e.block_z), level)

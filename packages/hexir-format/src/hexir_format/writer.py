@@ -167,9 +167,11 @@ def _entry(version: int, exe: Executable, args_offset: int, params_offset: int,
         return L.ExecutableV3.build(dict(
             common, m=m, n=n, k=k, elem_size=exe.destination.dtype.itemsize,
             grid_x=exe.grid[0], grid_y=exe.grid[1], block_x=exe.block[0], block_y=exe.block[1]))
-    return L.ExecutableV4.build(dict(
+    fields = dict(
         common, argc=len(exe.args), args_offset=args_offset, params_offset=params_offset,
         params_count=len(exe.params), grid_x=exe.grid[0], grid_y=exe.grid[1],
-        grid_z=exe.grid[2], block_x=exe.block[0], block_y=exe.block[1], block_z=exe.block[2],
-        reserved=[0, 0]))
+        grid_z=exe.grid[2], block_x=exe.block[0], block_y=exe.block[1], block_z=exe.block[2])
+    if version == 4:
+        return L.ExecutableV4.build(dict(fields, reserved=[0, 0]))
+    return L.ExecutableV5.build(dict(fields, cpu_level=exe.cpu_level, reserved=0))
 

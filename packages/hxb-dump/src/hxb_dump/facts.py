@@ -9,6 +9,7 @@ nothing here indexes on trust, and the verifier says what is wrong.
 from __future__ import annotations
 
 from hexir_format import (
+    CPU_LEVELS,
     OPERAND_NAMES,
     V3_KINDS,
     Command,
@@ -18,10 +19,10 @@ from hexir_format import (
     Layout,
     Module,
     Op,
+    signature_problem,
 )
 
 from hxb_dump import images, params, rodata
-from hxb_dump.errors import DumpError
 
 Facts = dict[str, object]
 COMMAND_HEADER = 8
@@ -96,10 +97,8 @@ def _bound(module: Module, commands: tuple[Command, ...], op: Op) -> list[str]:
 
 
 def _executable(version: int, index: int, exe: Executable) -> Facts:
-    try:
-        named = params.decode(exe.kind, exe.params, exe.args[0].rank)
-    except DumpError:
-        named = None
+    fits = signature_problem(exe.kind, exe.args, exe.params) is None
+    named = params.decode(exe.kind, exe.params) if fits else None
     return {
         "index": index,
         "name": exe.name,
@@ -119,10 +118,13 @@ def _image(exe: Executable) -> Facts | None:
     if exe.image is None:
         return None
     try:
-        return images.describe(bytes(exe.image))
+        facts = images.describe(bytes(exe.image))
     except FormatError as e:  # a damaged host object: show what can be, verify says the rest
         return {"size": len(exe.image), "flavour": "damaged host object", "target": None,
                 "error": str(e)}
+    if facts["flavour"] == "host object":  # the x86-64 level the module says it needs
+        facts["target"] = CPU_LEVELS.get(exe.cpu_level, f"level {exe.cpu_level}")
+    return facts
 
 
 def extents(exe: Executable) -> Facts | None:

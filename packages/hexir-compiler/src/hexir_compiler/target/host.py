@@ -9,7 +9,8 @@ tanh, ...), which the runtime's loader resolves. That object is the kernel's hos
 
 The code is for a named baseline CPU, `x86-64-v2` (SSE4.2, every x86-64 server since 2009)
 unless `-target=cpu:<cpu>` names another: never the build machine's own CPU, since the
-deploy host may be older. No fast-math flags are set, so LLVM neither contracts a multiply
+deploy host may be older; the level goes into the `.hxb`, and the runtime refuses an image its
+CPU cannot run. No fast-math flags are set, so LLVM neither contracts a multiply
 and an add into an FMA nor reorders a reduction: results are the IEEE results of the loops
 as written, the same on every host.
 """
@@ -19,19 +20,23 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from hexir_format import CPU_LEVELS
+
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, llvm
 
 TRIPLE = "x86_64-unknown-linux-gnu"
 DEFAULT_CPU = "x86-64-v2"
 #: The CPUs `-target=cpu:<cpu>` accepts: the x86-64 psABI levels, which every vendor honours.
-CPUS = ("x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4")
+LEVELS = {name: level for level, name in CPU_LEVELS.items()}
+CPUS = tuple(LEVELS)
 
 
 @dataclass(frozen=True)
 class HostImage:
     image: bytes
     grid: tuple[int, int, int]
+    level: int  # the x86-64 level it needs (hexir_format.CPU_LEVELS), which the .hxb records
 
 
 def llvm_ir(module: ir.Module, names: Iterable[str] | None = None) -> str:
@@ -58,12 +63,14 @@ def compile_kernels(module: ir.Module, cpu: str | None = None) -> dict[str, Host
     ]
     if not kernels:
         return {}
-    machine = _target_machine(cpu or DEFAULT_CPU)
+    cpu = cpu or DEFAULT_CPU
+    machine = _target_machine(cpu)
     images = {}
     for kernel in kernels:
         name = _symbol(kernel)
         grid = tuple(int(g) for g in kernel.attributes["hexir.grid"])
-        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), grid)
+        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), grid,
+                                 LEVELS[cpu])
     return images
 
 

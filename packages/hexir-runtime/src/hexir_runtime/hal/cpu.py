@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from hexir_format import Device as DeviceKind
-from hexir_format import Executable, KernelKind, TensorType
+from hexir_format import CPU_LEVELS, Executable, KernelKind, TensorType
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
@@ -120,6 +120,10 @@ class CpuDevice(Device):
     def _load_executable(self, exe: Executable) -> CpuKernel:
         if exe.image is None:
             return CpuKernel(exe)
+        if exe.cpu_level > hostcode.host_level():
+            need, have = CPU_LEVELS[exe.cpu_level], CPU_LEVELS[hostcode.host_level()]
+            raise DeviceError(f"host image of kernel '{exe.name}' is code for {need}, which "
+                              f"this CPU ({have}) cannot run; compile with -target=cpu:{have}")
         routines = (matmul_routine(exe),) if exe.kind is KernelKind.MATMUL else ()
         provided = {"hexir_rt_matmul": ctypes.cast(r, ctypes.c_void_p).value for r in routines}
         code = hostcode.load(exe.image, exe.name, len(exe.args),

@@ -370,6 +370,32 @@ _pool: Executor | None = None
 _pool_made = False
 
 
+# The CPU features each x86-64 psABI level adds (as /proc/cpuinfo names them).
+LEVEL_FEATURES = {
+    2: ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"),
+    3: ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"),
+    4: ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
+}
+
+
+@functools.cache
+def host_level() -> int:
+    """The highest x86-64 level (1-4) this machine's CPU supports, from /proc/cpuinfo; 1 when
+    it cannot be read (every x86-64 CPU runs level 1)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            flags = next((line.split(":", 1)[1].split() for line in info
+                          if line.startswith("flags")), [])
+    except OSError:
+        return 1
+    level = 1
+    for candidate in (2, 3, 4):
+        if not set(LEVEL_FEATURES[candidate]) <= set(flags):
+            break
+        level = candidate
+    return level
+
+
 def cpu_threads() -> int:
     """How many threads cpu kernels use: $HEXIR_CPU_THREADS, else os.cpu_count()."""
     text = os.environ.get("HEXIR_CPU_THREADS")
