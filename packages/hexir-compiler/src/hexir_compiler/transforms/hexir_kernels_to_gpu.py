@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, gpu, ir
-from hexir_compiler.transforms.hextir_to_loops import KERNEL_ATTRIBUTES, is_kernel
+from hexir_compiler.transforms.hextir_to_loops import KERNEL_ATTRIBUTES, is_kernel, move_body
 
 PASS_NAME = "hexir-kernels-to-gpu"
 # CUDA's launch limits: threads per block, and blocks per grid on x, y, z.
@@ -66,14 +66,7 @@ def _outline(kernel: ir.Operation) -> None:
     with ir.InsertionPoint(container.regions[0].blocks[0]), kernel.location:
         device_func = gpu.GPUFuncOp(ftype, sym_name=name, kernel=True)
         entry = device_func.add_entry_block()
-    source = kernel.regions[0].blocks[0]
-    for old, new in zip(source.arguments, entry.arguments, strict=True):
-        old.replace_all_uses_with(new)
-    moved = [view.operation for view in source.operations]
-    for op in moved:
-        entry.append(op)
-    kernel.erase()
-
+    moved = move_body(kernel, entry)
     geometry = Geometry()
     _lower_ops(moved, geometry)
     _check_launch_limits(container, geometry)

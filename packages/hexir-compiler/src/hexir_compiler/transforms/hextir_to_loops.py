@@ -77,18 +77,25 @@ def _lower_prim_func(prim: ir.Operation) -> None:
                 kernel.attributes[attribute] = prim.attributes[attribute]
     with prim.location:
         entry = kernel.add_entry_block()
-    source = prim.regions[0].blocks[0]
-    for old, new in zip(source.arguments, entry.arguments, strict=False):
-        old.replace_all_uses_with(new)
-    moved = [view.operation for view in source.operations]
-    for op in moved:
-        entry.append(op)
-    prim.erase()
+    moved = move_body(prim, entry)
     _lower_ops(moved)
     if cpu:
         lo, hi = list(entry.arguments)[-2:]
         extent = _split_outermost(entry, lo, hi)
         kernel.attributes[GRID] = ir.DenseI64ArrayAttr.get([extent, 1, 1])
+
+
+def move_body(kernel: ir.Operation, entry: ir.Block) -> list[ir.Operation]:
+    """Move every op of `kernel`'s body into `entry` (whose leading arguments take the place of
+    the body's), erase `kernel`, and return the ops moved."""
+    source = kernel.regions[0].blocks[0]
+    for old, new in zip(source.arguments, entry.arguments, strict=False):
+        old.replace_all_uses_with(new)
+    moved = [view.operation for view in source.operations]
+    for op in moved:
+        entry.append(op)
+    kernel.erase()
+    return moved
 
 
 def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int:
