@@ -2,9 +2,9 @@
 
 The pass tests use it to watch one pass at a time (the `hexir` CLI runs whole -emit stages):
 
-    python -m hexir_compiler.transforms --pass=hexir-partition,hexir-lower-to-linalg in.mlir
+    python -m hexir_compiler.transforms --pass=hexir-partition,hexir-lower-to-tir in.mlir
 
-A name with a module in this package (`hexir-lower-to-linalg` -> `hexir_lower_to_linalg.py`)
+A name with a module in this package (`hexir-lower-to-tir` -> `hexir_lower_to_tir.py`)
 runs that module's `run(module)`; `hexir-partition` also takes `--placement`. Anything else is
 an upstream pass or pipeline element (`one-shot-bufferize{...}`, `canonicalize`). The result
 goes to stdout; an error is one line on stderr and exit 1.

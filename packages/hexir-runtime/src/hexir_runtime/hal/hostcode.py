@@ -365,11 +365,6 @@ def _protect(address: int, size: int, prot: int, what: str) -> None:
                           f"{os.strerror(err)}")
 
 
-_pool_lock = threading.Lock()
-_pool: Executor | None = None
-_pool_made = False
-
-
 # The CPU features each x86-64 psABI level adds (as /proc/cpuinfo names them).
 LEVEL_FEATURES = {
     2: ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"),
@@ -394,6 +389,11 @@ def host_level() -> int:
             break
         level = candidate
     return level
+
+
+_pool_lock = threading.Lock()
+_pool: Executor | None = None
+_pool_made = False
 
 
 def cpu_threads() -> int:
