@@ -98,6 +98,9 @@ OPERAND_NAMES: dict[Op, tuple[str, ...]] = {
     Op.COPY: ("dst", "src"),
 }
 V3_OPS = frozenset({Op.END, Op.ALLOC, Op.CONST, Op.DISPATCH, Op.PRINT})
+# (op, operand name) -> its position: one dict lookup per `command.slot` on the hot path.
+_OPERAND_AT = {(op, name): i for op, names in OPERAND_NAMES.items()
+               for i, name in enumerate(names)}
 
 
 class KernelKind(IntEnum):
@@ -192,9 +195,10 @@ class Command:
     operands: tuple[int, ...] = ()
 
     def __getattr__(self, name: str) -> int:
-        names = OPERAND_NAMES.get(object.__getattribute__(self, "op"), ())
-        if name in names and names.index(name) < len(self.operands):
-            return self.operands[names.index(name)]
+        at = _OPERAND_AT.get((object.__getattribute__(self, "op"), name))
+        operands = object.__getattribute__(self, "operands")
+        if at is not None and at < len(operands):
+            return operands[at]
         raise AttributeError(name)
 
     @property
