@@ -115,7 +115,7 @@ PASSES: tuple[tuple[str, Callable[[ir.Module, Options], None]], ...] = (
 
 def lower(module: ir.Module, options: Options, stage: str) -> ir.Module:
     """`module` lowered in place through every pass up to the MLIR stage `stage`."""
-    for name, step in PASSES[: STAGES.index(stage)]:
+    for _, step in PASSES[: STAGES.index(stage)]:
         step(module, options)
         _verify(module)
     return module

@@ -105,7 +105,7 @@ def _executables(module: ir.Module, entries: list[ir.Operation], target: str | N
     if unlowered is not None:
         raise SerializeError("kernel is not lowered to LLVM; the serializer takes a module at "
                              "mlir-llvm", unlowered.location)
-    images = {**host.compile_kernels(module, cpu)}
+    images = dict(host.compile_kernels(module, cpu))
     if any(_attr_str(op, "device") == "cuda" for op in kernels):
         images.update(cuda.compile_kernels(module, target))
     executables = [_executable(op, calls[_attr_str(op, "sym_name")], images) for op in kernels]
