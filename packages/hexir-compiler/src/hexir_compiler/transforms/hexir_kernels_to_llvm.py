@@ -2,9 +2,9 @@
 
 - A cpu kernel (a `func.func` of loops) becomes an `llvm.func` of the same name taking one
   bare pointer per buffer and its range (`i64 lo, i64 hi`), and a routine it calls an
-  `llvm.func` declaration: scf to cf, math to LLVM
-  intrinsics (and libm calls, `tanhf`, `erf`, ..., where LLVM has no intrinsic), memref,
-  arith, cf and func to LLVM with the bare-pointer calling convention.
+  `llvm.func` declaration: scf to cf, math to LLVM intrinsics (and libm calls, `tanhf`,
+  `erf`, ..., where LLVM has no intrinsic), memref, arith, cf and func to LLVM with the
+  bare-pointer calling convention.
 - A cuda kernel (a `gpu.module`) gets its NVVM target (`sm_75`, libdevice linked for the
   `__nv_*` math functions) and its body is converted to NVVM, also with bare pointers.
 

@@ -9,8 +9,8 @@ A cpu executable of a version-5 module carries a host image (an ELF relocatable 
 its cpu grid split across the shared thread pool when the kernel is big enough to gain
 (`PARALLEL_GRAIN`; ctypes releases the GIL for the call).
 
-Contractions are where compiled loops lose to the host BLAS (by 40-70x on the example
-networks' shapes; `bench/cpu.py`), so the compiler's schedule makes a cpu matmul a call to a
+Contractions are where compiled loops lose to the host BLAS (by 1.3-29x on the example
+networks' shapes, more as the matrices grow; `bench/cpu.py`), so the compiler's schedule makes a cpu matmul a call to a
 routine the runtime provides: its image calls `hexir_rt_matmul(a, b, out)`, and the runtime
 binds that name, for that kernel alone, to `np.matmul` on views of the three buffers typed by
 the executable's validated argument types (numpy's matmul: batch broadcasting, vector

@@ -18,8 +18,8 @@ Reduction axes are never in the space: kernels run them as serial loops inside o
 - cpu, contraction: a call of the runtime's routine (`hextir.library_call`, the host BLAS)
   instead of loops. Measured on the example networks' matmul shapes (`bench/cpu.py`), the
   compiled loops (one output element per iteration, a serial k loop that may not be
-  reassociated) run 40-70x slower than numpy's BLAS, so every cpu matmul takes the call; cuda
-  matmuls stay loops.
+  reassociated) run 1.3-29x slower than numpy's BLAS, more as the matrices grow, so every
+  cpu matmul takes the call; cuda matmuls stay loops.
 """
 
 from __future__ import annotations
