@@ -147,9 +147,10 @@ def test_validation_error_names_entry_command_and_field(tmp_path):
     with pytest.raises(hr.ValidationError) as info:
         hr.load(path)
     e = info.value
-    assert (e.entry, e.command, e.field) == ("main", 4, "slot")
-    assert str(e) == ("main: command 4 (print), slot: slot 7 is read before anything is bound "
-                      "to it")
+    assert (e.entry, e.command, e.field, e.offset) == ("main", 4, "slot", 296)
+    assert isinstance(e, hf.ValidationError)  # the format's verdict, which hxb-dump shares
+    assert str(e) == ("main: command 4 (print at offset 296), slot: slot 7 is read before "
+                      "anything is bound to it")
 
 
 def test_mapping_is_read_only(builtin_hxb):

@@ -82,7 +82,7 @@ def test_a_dangling_reference_still_lists_everything(dump, builtin_bytes, tmp_pa
     path = tmp_path / "dangling.hxb"
     path.write_bytes(bad.apply(builtin_bytes))
     r = dump(path)
-    one_error(r, "executable 1 does not exist")
+    one_error(r, "executable 1 is out of range")
     assert len(r.out.splitlines()) == FULL_LISTING_LINES
     assert "    dispatch  executable=1 argc=3 %0 %1 %2" in r.out.splitlines()
 
@@ -181,13 +181,13 @@ KIND = hf.KernelKind
 ])
 def test_a_kernel_is_damaged_exactly_when_the_runtime_refuses_it(dump, tmp_path, kind, args,
                                                                    params, damaged):
-    """hxb-dump and the runtime's validation apply one rule, hexir_format.signatures."""
+    """hxb-dump and the runtime apply one validator, hexir_format.validate."""
     path = tmp_path / "kernel.hxb"
     path.write_bytes(_one_kernel(kind, args, params))
     r = dump(path)
     problem = hf.signature_problem(kind, args, params)
     assert (problem is not None) == damaged
     if damaged:
-        one_error(r, f"executable 0 ({kind}_0): {problem}")
+        one_error(r, f"executable 0 ('{kind}_0'), args: {problem}")
     else:
         assert (r.rc, r.err) == (0, "")

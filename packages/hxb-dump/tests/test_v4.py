@@ -167,9 +167,9 @@ def test_rodata_ranges_that_cannot_be_read_are_listed_without_values(dump, tmp_p
     a = T(DType.F32, (2,))
     for command, line, error in [
         (hf.Command.const(0, 8, 8), "  +8     8 bytes  2xf32  slot %0  (outside rodata)",
-         "rodata_offset 8 + bytes 8 runs past the end of the 8-byte rodata section"),
+         "rodata_offset: rodata_offset 8 + bytes 8 runs past the end of the 8-byte rodata"),
         (hf.Command.const(5, 0, 8), "  +0     8 bytes  untyped (no such slot)  slot %5",
-         "slot 5 does not exist; the module has 1 slots"),
+         "slot: slot 5 is out of range; the module has 1 slots"),
     ]:
         module = hf.Module(4, (hf.Function("main", (command,)),), struct.pack("<2f", 1, 2), (),
                            (hf.Slot(hf.Device.CPU, a),))
@@ -179,4 +179,4 @@ def test_rodata_ranges_that_cannot_be_read_are_listed_without_values(dump, tmp_p
         assert r.rc == 1
         assert block(r.out, "rodata") == ["rodata  8 bytes (1 constant)", line]
         assert r.err.splitlines() == [
-            f"hxb-dump: error: main: const at program+0 (offset 184): {error}"]
+            f"hxb-dump: error: main: command 0 (const at offset 184), {error}"]

@@ -17,3 +17,19 @@ class FormatError(HexirError):
         super().__init__(message)
         self.field = field
         self.offset = offset
+
+
+class ValidationError(HexirError):
+    """A module that parses but does not hold together (`hexir_format.validate`).
+
+    The message names the entry point, the command and its file offset, and the field; they
+    are kept as attributes too (None for module-level problems such as a bad executable).
+    """
+
+    def __init__(self, message: str, *, entry: str | None = None, command: int | None = None,
+                 field: str | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.entry = entry
+        self.command = command
+        self.field = field
+        self.offset = offset

@@ -18,6 +18,8 @@ MAX_RANK = 6
 #: x86-64 psABI levels a host image is compiled for, by the number a v5 executable records.
 CPU_LEVELS = {1: "x86-64", 2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
 NAME_BYTES = 32
+#: The most bytes an array may span (numpy's limit), counting a zero dimension as 1.
+MAX_BYTES = 2**63 - 1
 
 
 class Device(IntEnum):

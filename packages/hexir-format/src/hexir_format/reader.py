@@ -8,6 +8,7 @@ the caller's buffer (an mmap stays an mmap): validation touches headers and tabl
 
 from __future__ import annotations
 
+import math
 import struct
 
 import construct
@@ -17,6 +18,7 @@ from hexir_format.errors import FormatError
 from hexir_format.model import (
     CPU_LEVELS,
     MAGIC,
+    MAX_BYTES,
     MAX_RANK,
     NAME_BYTES,
     OPERAND_NAMES,
@@ -266,7 +268,12 @@ def _tensor_type(entry, where: str, at: int) -> TensorType:
     if any(entry.dims[entry.rank:]):
         raise FormatError(f"{where}: dimensions past rank {entry.rank} at offset {at + 8} are "
                           "not zero", field="dims", offset=at + 8)
-    return TensorType(dtype, tuple(entry.dims[:entry.rank]))
+    shape = tuple(entry.dims[:entry.rank])
+    if math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_BYTES:
+        raise FormatError(f"{where}: dimensions {list(shape)} at offset {at + 8} span more "
+                          f"than {MAX_BYTES} bytes of {dtype} (counting a 0 as 1), more than "
+                          "any array can", field="dims", offset=at + 8)
+    return TensorType(dtype, shape)
 
 
 def _slots(data: memoryview, base: int) -> tuple[Slot, ...]:
@@ -300,7 +307,7 @@ def _executables(version: int, data: memoryview, base: int) -> tuple[Executable,
     if h.reserved:
         raise FormatError(f"executables: reserved field at offset {base + 4} is {h.reserved}, "
                           "expected 0", field="reserved", offset=base + 4)
-    exes = []
+    exes, records = [], [(0, head + h.count * entry.sizeof(), "the entry table", base)]
     for i in range(h.count):
         at = head + i * entry.sizeof()
         e = _struct(entry, data, at, f"executable {i}")
@@ -309,11 +316,33 @@ def _executables(version: int, data: memoryview, base: int) -> tuple[Executable,
         kind = _enum(KernelKind, e.kind, where, "kind", base + at + 32)
         device = _enum(Device, e.device, where, "device", base + at + 36)
         image = _image(e, data, base, where, at)
+        records.append((e.image_offset, e.image_size, f"{where}: its image", base + at + 56))
         if version == 3:
             exes.append(_v3_executable(e, name, kind, device, image, where, base + at))
         else:
             exes.append(_v4_executable(e, name, kind, device, image, data, base, where, at))
+            records += [(e.args_offset, e.argc * L.TensorTypeEntry.sizeof(),
+                         f"{where}: its argument types", base + at + 44),
+                        (e.params_offset, e.params_count * 8, f"{where}: its params",
+                         base + at + 48)]
+    _check_records(records)
     return tuple(exes)
+
+
+def _check_records(records: list[tuple[int, int, str, int]]) -> None:
+    """Each record of the executables section (argument types, params, images) starts on an
+    8-byte boundary and shares no byte with another record or with the entry table, so no
+    field can be read as part of something else."""
+    spans = sorted((offset, size, what, at) for offset, size, what, at in records if size)
+    for offset, _, what, at in spans:
+        if offset % L.ALIGNMENT:
+            raise FormatError(f"{what} at section offset {offset} (field at offset {at}) is "
+                              f"not {L.ALIGNMENT}-byte aligned", field="offset", offset=at)
+    for (start, size, what, _), (nxt, _, other, at) in zip(spans, spans[1:]):
+        if nxt < start + size:
+            raise FormatError(f"{other} at section offset {nxt} (field at offset {at}) overlaps "
+                              f"{what}, which spans {start}..{start + size}", field="offset",
+                              offset=at)
 
 
 def _image(e, data: memoryview, base: int, where: str, at: int) -> memoryview | None:

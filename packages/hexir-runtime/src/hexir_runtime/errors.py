@@ -4,6 +4,7 @@ Each says what was expected, what was found and where, in one line, so `hexir-ru
 it as-is and exit 1, and an embedding program can catch one class per kind of failure.
 """
 
+import hexir_format as hf
 from hexir_format import HexirError
 
 
@@ -15,19 +16,9 @@ class LoadError(RuntimeFailure):
     """The file could not be opened, mapped or parsed (`io error` / `invalid module`)."""
 
 
-class ValidationError(RuntimeFailure):
-    """A module that parses but would misbehave if run.
-
-    The message names the entry point, the command index and the field; they are also kept
-    as attributes (None for module-level problems such as a bad executable).
-    """
-
-    def __init__(self, message: str, *, entry: str | None = None, command: int | None = None,
-                 field: str | None = None):
-        super().__init__(message)
-        self.entry = entry
-        self.command = command
-        self.field = field
+class ValidationError(RuntimeFailure, hf.ValidationError):
+    """A module that parses but would misbehave if run (`hexir_format.validate`'s verdict, or
+    a descriptor this runtime has no body for); names the entry, command and field."""
 
 
 class DeviceError(RuntimeFailure):

@@ -1,81 +1,41 @@
-"""Prove, before anything runs, that every entry point stays inside its buffers.
+"""Prove, before anything runs, that a module is sound and that this runtime can run it.
 
-hexir-format has already checked the layout (sections, tables, operand counts, END). What
-remains is meaning: which slots are bound when, whether a CONST lies inside rodata, whether
-a kernel gets the number and the sizes of buffers its extents or argument types describe,
-and how much memory a run may allocate. Each entry is replayed symbolically; the result, an
-`EntryPlan`, is what the interpreter executes, so it never meets an unchecked command.
+Soundness is `hexir_format.validate`'s, the rule hxb-dump applies too. What is left here is
+the runtime's own: a cap on what one run may allocate, the descriptor kinds it has bodies for
+(versions 3 and 4), and whether the devices of a load can place an entry.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
-
 import hexir_format as hf
-from hexir_format import Command, Device, TensorType, elf, signature_problem
+from hexir_format import Device
+from hexir_format.validate import EntryPlan, ModulePlan, Signature
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import PlacementError, ValidationError
 
-MAX_V3_SLOTS = 1 << 16  # v3 has no slot table; its slot indices must stay below this
+__all__ = ["DEFAULT_MAX_ALLOC_BYTES", "EntryPlan", "ModulePlan", "Signature", "check_module",
+           "check_placement"]
+
 DEFAULT_MAX_ALLOC_BYTES = 16 << 30  # per run: ALLOC + INPUT + COPY buffers together
-MAX_BLOCK_THREADS = 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_BLOCK = (1024, 1024, 64)
-
-
-@dataclass(frozen=True)
-class Signature:
-    """The types of an entry's inputs and outputs, by index."""
-
-    inputs: tuple[TensorType, ...] = ()
-    outputs: tuple[TensorType, ...] = ()
-
-    def __str__(self) -> str:
-        ins = ", ".join(map(str, self.inputs))
-        outs = ", ".join(map(str, self.outputs))
-        return f"({ins}) -> ({outs})"
-
-
-@dataclass(frozen=True)
-class Need:
-    """The first thing in an entry that needs a device, for the placement message."""
-
-    device: Device
-    what: str
-
-
-@dataclass(frozen=True)
-class EntryPlan:
-    name: str
-    commands: tuple[Command, ...]
-    signature: Signature
-    needs: tuple[Need, ...]
-    executables: tuple[int, ...]  # dispatched, in first-use order
-    alloc_bytes: int
-
-
-@dataclass(frozen=True)
-class ModulePlan:
-    module: hf.Module
-    entries: dict[str, EntryPlan]
-    home: Device  # v3: where every buffer lives (the device of the module's kernels)
-
-    def slot_device(self, slot: int) -> Device:
-        return self.module.slots[slot].device if self.module.slots else self.home
-
-    def slot_type(self, slot: int) -> TensorType | None:
-        return self.module.slots[slot].type if self.module.slots else None
 
 
 def check_module(module: hf.Module, *, max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES
                  ) -> ModulePlan:
-    """Every executable and every entry point checked; ValidationError on the first problem."""
-    home = _check_executables(module)
-    entries = {f.name: _EntryChecker(module, f, max_alloc_bytes, home).run()
-               for f in module.functions}
-    return ModulePlan(module, entries, home)
+    """The module's plan; ValidationError on the first problem."""
+    try:
+        plan = hf.validate.check(module, max_alloc_bytes=max_alloc_bytes)
+    except hf.ValidationError as e:
+        raise ValidationError(str(e), entry=e.entry, command=e.command, field=e.field,
+                              offset=e.offset) from None
+    for i, exe in enumerate(module.executables):
+        if exe.image is None and exe.kind not in kernels.BODIES:
+            kinds = ", ".join(str(k) for k in kernels.BODIES)
+            raise ValidationError(f"executable {i} ('{exe.name}'), kind: cpu kernel "
+                                  f"'{exe.name}' is a {exe.kind} descriptor; this runtime runs "
+                                  f"compiled cpu kernels (version 5) and, as descriptors, only "
+                                  f"{kinds}: recompile the module", field="kind")
+    return plan
 
 
 def check_placement(plan: EntryPlan, available: set[Device]) -> None:
@@ -85,229 +45,3 @@ def check_placement(plan: EntryPlan, available: set[Device]) -> None:
             active = ", ".join(str(d) for d in sorted(available))
             raise PlacementError(f"{need.what} is placed on {need.device} but the active device "
                                  f"is {active}")
-
-
-def _check_executables(module: hf.Module) -> Device:
-    for i, exe in enumerate(module.executables):
-        where = f"executable {i} ('{exe.name}')"
-        problem = signature_problem(exe.kind, exe.args, exe.params)
-        if problem:
-            raise ValidationError(f"{where}, args: {problem}", field="args")
-        if exe.device is Device.CUDA:
-            _check_launchable(exe, where)
-        else:
-            _check_cpu_code(module, exe, where)
-    devices = {exe.device for exe in module.executables}
-    if module.version == 3 and len(devices) > 1:
-        first = {d: next(e.name for e in module.executables if e.device is d) for d in devices}
-        raise ValidationError(f"version 3 modules run on one device, but kernel "
-                              f"'{first[Device.CPU]}' is placed on cpu and kernel "
-                              f"'{first[Device.CUDA]}' on cuda", field="device")
-    return devices.pop() if len(devices) == 1 else Device.CPU
-
-
-def _check_cpu_code(module: hf.Module, exe: hf.Executable, where: str) -> None:
-    """A compiled cpu kernel (version 5: `elf.cpu_code_problem`, the rule hxb-dump applies
-    too), or a descriptor (versions 3 and 4) of a kind with a numpy body. A compiled kernel
-    clamps its range to the extent it was compiled for, so even a wrong grid cannot make it
-    run past its buffers."""
-    problem = elf.cpu_code_problem(module.version, exe)
-    if problem:
-        raise ValidationError(f"{where}, image: {problem}", field="image")
-    if exe.image is not None:
-        return
-    if exe.kind not in kernels.BODIES:
-        kinds = ", ".join(str(k) for k in kernels.BODIES)
-        raise ValidationError(f"{where}, kind: cpu kernel '{exe.name}' is a {exe.kind} "
-                              f"descriptor; this runtime runs compiled cpu kernels (version 5) "
-                              f"and, as descriptors, only {kinds}: recompile the module",
-                              field="kind")
-    if any((*exe.grid, *exe.block)):
-        raise ValidationError(f"{where}, grid: a cpu descriptor has no launch geometry, but "
-                              f"this one says grid {exe.grid} block {exe.block}", field="grid")
-
-
-def _check_launchable(exe: hf.Executable, where: str) -> None:
-    if exe.image is None:
-        raise ValidationError(f"{where}, image: kernel '{exe.name}' is placed on cuda, but the "
-                              "module carries a kernel descriptor rather than device code, and "
-                              "there is nothing to launch", field="image")
-    for name, dims, limits in (("grid", exe.grid, MAX_GRID), ("block", exe.block, MAX_BLOCK)):
-        if any(not 1 <= d <= top for d, top in zip(dims, limits, strict=True)):
-            raise ValidationError(f"{where}, {name}: launch {name} {dims} is outside "
-                                  f"1..{limits} per dimension", field=name)
-    if math.prod(exe.block) > MAX_BLOCK_THREADS:
-        raise ValidationError(f"{where}, block: {exe.block} is {math.prod(exe.block)} threads "
-                              f"per block, more than {MAX_BLOCK_THREADS}", field="block")
-
-
-@dataclass
-class _Bound:
-    nbytes: int
-    const: bool
-
-
-@dataclass
-class _EntryChecker:
-    module: hf.Module
-    function: hf.Function
-    max_alloc_bytes: int
-    home: Device  # where a v3 buffer lives
-    bound: dict[int, _Bound] = field(default_factory=dict)
-    inputs: dict[int, TensorType] = field(default_factory=dict)
-    outputs: dict[int, TensorType] = field(default_factory=dict)
-    kernel_needs: dict[Device, str] = field(default_factory=dict)
-    slot_needs: dict[Device, str] = field(default_factory=dict)
-    executables: dict[int, None] = field(default_factory=dict)
-    alloc_bytes: int = 0
-    index: int = 0
-    command: Command = field(default_factory=Command.end)
-
-    def run(self) -> EntryPlan:
-        for index, command in enumerate(self.function.commands):
-            self.index, self.command = index, command
-            getattr(self, f"_{command.op}")(command)  # `_alloc`, `_const`, ... by op name
-        self.index, self.command = len(self.function.commands), Command.end()
-        signature = Signature(self._dense(self.inputs, "input"),
-                              self._dense(self.outputs, "output"))
-        needs = {**self.slot_needs, **self.kernel_needs}
-        return EntryPlan(self.function.name, self.function.commands, signature,
-                         tuple(Need(d, w) for d, w in needs.items()),
-                         tuple(self.executables), self.alloc_bytes)
-
-    # ---- helpers ---------------------------------------------------------------------------
-
-    def fail(self, name: str, message: str) -> ValidationError:
-        return ValidationError(f"{self.function.name}: command {self.index} ({self.command.op}), "
-                               f"{name}: {message}", entry=self.function.name,
-                               command=self.index, field=name)
-
-    def slot(self, name: str, slot: int) -> int:
-        if self.module.version >= 4 and slot >= len(self.module.slots):
-            raise self.fail(name, f"slot {slot} is out of range; the module has "
-                                  f"{len(self.module.slots)} slots")
-        if self.module.version == 3 and slot >= MAX_V3_SLOTS:
-            raise self.fail(name, f"slot {slot} is out of range; version 3 modules have at "
-                                  f"most {MAX_V3_SLOTS} slots")
-        return slot
-
-    def used(self, name: str, slot: int) -> _Bound:
-        if self.slot(name, slot) not in self.bound:
-            raise self.fail(name, f"slot {slot} is read before anything is bound to it")
-        return self.bound[slot]
-
-    def typed(self, slot: int) -> TensorType | None:
-        return self.module.slots[slot].type if self.module.slots else None
-
-    def bind(self, name: str, slot: int, nbytes: int, *, const: bool = False) -> None:
-        if not const:
-            self.alloc_bytes += nbytes
-            if self.alloc_bytes > self.max_alloc_bytes:
-                raise self.fail(name, f"this run would allocate {self.alloc_bytes} bytes, more "
-                                      f"than the cap of {self.max_alloc_bytes} bytes")
-        device = self.module.slots[slot].device if self.module.slots else self.home
-        self.slot_needs.setdefault(device, f"slot {slot} (command {self.index}, "
-                                           f"{self.command.op})")
-        self.bound[slot] = _Bound(nbytes, const)
-
-    def sized(self, name: str, slot: int, nbytes: int) -> None:
-        t = self.typed(slot)
-        if t is not None and nbytes != t.nbytes:
-            raise self.fail(name, f"{nbytes} bytes does not match slot {slot}, a {t} "
-                                  f"({t.nbytes} bytes)")
-
-    def _dense(self, seen: dict[int, TensorType], what: str) -> tuple[TensorType, ...]:
-        if sorted(seen) != list(range(len(seen))):
-            missing = min(set(range(len(seen) + 1)) - set(seen))
-            raise self.fail("index", f"{what} indices {sorted(seen)} skip {missing}; they must "
-                                     f"be 0..{len(seen) - 1}")
-        return tuple(seen[i] for i in range(len(seen)))
-
-    # ---- commands --------------------------------------------------------------------------
-
-    def _alloc(self, c: Command) -> None:
-        self.slot("slot", c.slot)
-        self.sized("bytes", c.slot, c.bytes)
-        if c.bytes > self.max_alloc_bytes:
-            raise self.fail("bytes", f"{c.bytes} bytes is more than the cap of "
-                                     f"{self.max_alloc_bytes} bytes")
-        self.bind("bytes", c.slot, c.bytes)
-
-    def _const(self, c: Command) -> None:
-        self.slot("slot", c.slot)
-        size = len(self.module.rodata)
-        if c.rodata_offset > size or c.bytes > size - c.rodata_offset:
-            raise self.fail("rodata_offset", f"rodata_offset {c.rodata_offset} + bytes {c.bytes} "
-                                             f"runs past the end of the {size}-byte rodata")
-        self.sized("bytes", c.slot, c.bytes)
-        self.bind("slot", c.slot, c.bytes, const=True)
-
-    def _dispatch(self, c: Command) -> None:
-        count = len(self.module.executables)
-        if c.executable >= count:
-            raise self.fail("executable", f"executable {c.executable} is out of range; the "
-                                          f"module has {count}")
-        exe = self.module.executables[c.executable]
-        if c.argc != len(exe.args):
-            raise self.fail("argc", f"kernel '{exe.name}' ({exe.kind}) takes {len(exe.args)} "
-                                    f"arguments, the dispatch passes {c.argc}")
-        for j, (slot, want) in enumerate(zip(c.slots, exe.args, strict=True)):
-            self._argument(f"slots[{j}]", exe, slot, want, last=j == len(exe.args) - 1)
-        self.kernel_needs.setdefault(exe.device, f"kernel '{exe.name}'")
-        self.executables.setdefault(c.executable)
-
-    def _argument(self, name: str, exe: hf.Executable, slot: int, want: TensorType,
-                  last: bool) -> None:
-        b = self.used(name, slot)
-        if last and b.const:
-            raise self.fail(name, f"kernel '{exe.name}' would write its result into slot "
-                                  f"{slot}, which is a constant (read-only rodata)")
-        if self.module.slots:
-            s = self.module.slots[slot]
-            if s.type != want:
-                raise self.fail(name, f"slot {slot} is a {s.type} but kernel '{exe.name}' "
-                                      f"takes a {want} there")
-            if s.device is not exe.device:
-                raise self.fail(name, f"slot {slot} lives on {s.device} but kernel "
-                                      f"'{exe.name}' runs on {exe.device}")
-        elif b.nbytes < want.nbytes:
-            raise self.fail(name, f"kernel '{exe.name}' ({exe.kind}, extents "
-                                  f"{_extents(exe)}) needs {want.nbytes} bytes ({want}) but "
-                                  f"slot {slot} holds {b.nbytes}")
-
-    def _print(self, c: Command) -> None:
-        b = self.used("slot", c.slot)
-        t = self.typed(c.slot)
-        if t is not None and c.rows * c.cols != t.size:
-            raise self.fail("rows", f"{c.rows} x {c.cols} does not match slot {c.slot}, a {t}")
-        if t is None and c.rows * c.cols * 8 > b.nbytes:
-            raise self.fail("rows", f"{c.rows} x {c.cols} f64 values need {c.rows * c.cols * 8} "
-                                    f"bytes but slot {c.slot} holds {b.nbytes}")
-
-    def _input(self, c: Command) -> None:
-        t = self.typed(self.slot("slot", c.slot))
-        if c.index in self.inputs:
-            raise self.fail("index", f"input {c.index} is bound twice")
-        self.inputs[c.index] = t
-        self.bind("slot", c.slot, t.nbytes)
-
-    def _output(self, c: Command) -> None:
-        self.used("slot", c.slot)
-        if c.index in self.outputs:
-            raise self.fail("index", f"output {c.index} is named twice")
-        self.outputs[c.index] = self.typed(c.slot)
-
-    def _copy(self, c: Command) -> None:
-        self.slot("dst", c.dst)
-        self.used("src", c.src)
-        dst, src = self.typed(c.dst), self.typed(c.src)
-        if dst != src:
-            raise self.fail("dst", f"slot {c.dst} is a {dst} but its source, slot {c.src}, is "
-                                   f"a {src}")
-        self.bind("dst", c.dst, dst.nbytes)
-
-
-def _extents(exe: hf.Executable) -> str:
-    m, n = exe.destination.shape
-    k = exe.args[0].shape[1] if exe.kind is hf.KernelKind.MATMUL else 0
-    return f"m={m} n={n} k={k}"

@@ -2,7 +2,8 @@
 
 A file is examined in three widening steps, each kept only if it succeeds: the file's size,
 then the header and section table (`hexir_format.parse_layout`), then the whole module
-(`hexir_format.parse`) and the checks that follow references (`verify`). The first failure
+(`hexir_format.parse`) and the checks that follow references (`hexir_format.validate`, the
+runtime's own). The first failure
 becomes the report's one error, and the facts gathered before it are still shown.
 """
 
@@ -17,7 +18,6 @@ from hexir_format import HexirError, Module
 
 from hxb_dump.errors import DumpError
 from hxb_dump.facts import Facts, layout_facts, module_facts
-from hxb_dump.verify import verify
 
 
 @dataclass
@@ -39,7 +39,7 @@ def examine(path: str, *, values: bool) -> Report:
         facts |= layout_facts(hexir_format.parse_layout(data))
         module = hexir_format.parse(data)
         facts |= module_facts(module, values=values)
-        verify(module)
+        hexir_format.validate.check(module)
     except HexirError as e:
         return Report(facts, None, str(e))
     return Report(facts, module, None)

@@ -119,7 +119,7 @@ def _image(exe: Executable) -> Facts | None:
         return None
     try:
         facts = images.describe(bytes(exe.image))
-    except FormatError as e:  # a damaged host object: show what can be, verify says the rest
+    except FormatError as e:  # a damaged host object: show what can be, validation says the rest
         return {"size": len(exe.image), "flavour": "damaged host object", "target": None,
                 "error": str(e)}
     if facts["flavour"] == "host object":  # the x86-64 level the module says it needs

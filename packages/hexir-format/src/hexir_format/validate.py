@@ -1,0 +1,324 @@
+"""Whether a parsed module holds together: the one validator the runtime and hxb-dump share.
+
+`parse` proves the bytes fit the layout; it does not follow references. `check` does, before
+anything runs. Every executable: its argument types and params fit its kind, it carries the
+code its device needs, its launch geometry is in range. Every entry point, replayed
+symbolically: each slot a command names exists and is bound before it is read; a CONST lies
+inside rodata on an element boundary; a DISPATCH hands its kernel buffers of exactly the types
+(v4+) or sizes (v3) the kernel was declared with, and never writes into a constant; INPUT and
+OUTPUT indices are 0..n-1, once each; no COPY is left unread (so an OUTPUT damaged into a COPY
+of the same operands is caught); a run's buffers stay under an optional byte cap. The runtime runs only
+what this accepts and hxb-dump lists only what it accepts, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from hexir_format import elf
+from hexir_format.errors import ValidationError
+from hexir_format.model import (
+    MAX_BYTES,
+    Command,
+    Device,
+    Executable,
+    Function,
+    KernelKind,
+    Module,
+    SectionKind,
+    TensorType,
+)
+from hexir_format.signatures import signature_problem
+
+MAX_V3_SLOTS = 1 << 16  # v3 has no slot table; its slot indices must stay below this
+MAX_BLOCK_THREADS = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
+
+
+@dataclass(frozen=True)
+class Signature:
+    """The types of an entry's inputs and outputs, by index."""
+
+    inputs: tuple[TensorType, ...] = ()
+    outputs: tuple[TensorType, ...] = ()
+
+    def __str__(self) -> str:
+        ins = ", ".join(map(str, self.inputs))
+        outs = ", ".join(map(str, self.outputs))
+        return f"({ins}) -> ({outs})"
+
+
+@dataclass(frozen=True)
+class Need:
+    """The first thing in an entry that needs a device, for a placement message."""
+
+    device: Device
+    what: str
+
+
+@dataclass(frozen=True)
+class EntryPlan:
+    """An entry point that passed: its commands and what running them takes."""
+
+    name: str
+    commands: tuple[Command, ...]
+    signature: Signature
+    needs: tuple[Need, ...]
+    executables: tuple[int, ...]  # dispatched, in first-use order
+    alloc_bytes: int
+
+
+@dataclass(frozen=True)
+class ModulePlan:
+    module: Module
+    entries: dict[str, EntryPlan]
+    home: Device  # v3: where every buffer lives (the device of the module's kernels)
+
+    def slot_device(self, slot: int) -> Device:
+        return self.module.slots[slot].device if self.module.slots else self.home
+
+    def slot_type(self, slot: int) -> TensorType | None:
+        return self.module.slots[slot].type if self.module.slots else None
+
+
+def check(module: Module, *, max_alloc_bytes: int | None = None) -> ModulePlan:
+    """Every executable and every entry point checked; ValidationError on the first problem.
+
+    `max_alloc_bytes` caps what one run of an entry may allocate (ALLOC, INPUT and COPY
+    buffers together); None: no cap.
+    """
+    home = _check_executables(module)
+    program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
+    entries, offset = {}, 0
+    for function in module.functions:
+        replay = _Replay(module, function, max_alloc_bytes, home, program and program.offset,
+                         offset)
+        entries[function.name] = replay.run()
+        offset = replay.pc + 8  # past the END
+    return ModulePlan(module, entries, home)
+
+
+def _check_executables(module: Module) -> Device:
+    for i, exe in enumerate(module.executables):
+        where = f"executable {i} ('{exe.name}')"
+        problem = signature_problem(exe.kind, exe.args, exe.params)
+        if problem:
+            raise ValidationError(f"{where}, args: {problem}", field="args")
+        if exe.image is None and any((*exe.grid, *exe.block)):
+            raise ValidationError(f"{where}, grid: a kernel without an image has no launch "
+                                  f"geometry, but this one says grid {exe.grid} block "
+                                  f"{exe.block}", field="grid")
+        if exe.device is Device.CUDA:
+            _check_launchable(exe, where)
+        elif problem := elf.cpu_code_problem(module.version, exe):
+            raise ValidationError(f"{where}, image: {problem}", field="image")
+    devices = {exe.device for exe in module.executables}
+    if module.version == 3 and len(devices) > 1:
+        first = {d: next(e.name for e in module.executables if e.device is d) for d in devices}
+        raise ValidationError(f"version 3 modules run on one device, but kernel "
+                              f"'{first[Device.CPU]}' is placed on cpu and kernel "
+                              f"'{first[Device.CUDA]}' on cuda", field="device")
+    return devices.pop() if len(devices) == 1 else Device.CPU
+
+
+def _check_launchable(exe: Executable, where: str) -> None:
+    if exe.image is None:
+        raise ValidationError(f"{where}, image: kernel '{exe.name}' is placed on cuda, but the "
+                              "module carries a kernel descriptor rather than device code, and "
+                              "there is nothing to launch", field="image")
+    for name, dims, limits in (("grid", exe.grid, MAX_GRID), ("block", exe.block, MAX_BLOCK)):
+        if any(not 1 <= d <= top for d, top in zip(dims, limits, strict=True)):
+            raise ValidationError(f"{where}, {name}: launch {name} {dims} is outside "
+                                  f"1..{limits} per dimension", field=name)
+    if math.prod(exe.block) > MAX_BLOCK_THREADS:
+        raise ValidationError(f"{where}, block: {exe.block} is {math.prod(exe.block)} threads "
+                              f"per block, more than {MAX_BLOCK_THREADS}", field="block")
+
+
+@dataclass
+class _Bound:
+    nbytes: int
+    const: bool
+
+
+@dataclass
+class _Replay:
+    """One entry point's commands in order, tracking what each slot is bound to."""
+
+    module: Module
+    function: Function
+    max_alloc_bytes: int | None
+    home: Device  # where a v3 buffer lives
+    base: int | None  # the program section's file offset, when the module came from a file
+    pc: int  # this command's offset inside the program section
+    bound: dict[int, _Bound] = field(default_factory=dict)
+    inputs: dict[int, TensorType] = field(default_factory=dict)
+    outputs: dict[int, TensorType] = field(default_factory=dict)
+    unread: dict[int, tuple[int, Command, int]] = field(default_factory=dict)  # COPY dst -> at
+    kernel_needs: dict[Device, str] = field(default_factory=dict)
+    slot_needs: dict[Device, str] = field(default_factory=dict)
+    executables: dict[int, None] = field(default_factory=dict)
+    alloc_bytes: int = 0
+    index: int = 0
+    command: Command = field(default_factory=Command.end)
+
+    def run(self) -> EntryPlan:
+        for index, command in enumerate(self.function.commands):
+            self.index, self.command = index, command
+            getattr(self, f"_{command.op}")(command)  # `_alloc`, `_const`, ... by op name
+            self.pc += 8 + 8 * len(command.operands)
+        self.index, self.command = len(self.function.commands), Command.end()
+        if self.unread:
+            self.index, self.command, self.pc = min(self.unread.values(), key=lambda u: u[0])
+            raise self.fail("dst", f"slot {self.command.dst} is copied into and never read; "
+                                   "a module does not copy what it does not use")
+        signature = Signature(self._dense(self.inputs, "input"),
+                              self._dense(self.outputs, "output"))
+        needs = {**self.slot_needs, **self.kernel_needs}
+        return EntryPlan(self.function.name, self.function.commands, signature,
+                         tuple(Need(d, w) for d, w in needs.items()),
+                         tuple(self.executables), self.alloc_bytes)
+
+    # ---- helpers ---------------------------------------------------------------------------
+
+    def fail(self, name: str, message: str) -> ValidationError:
+        at = f" at offset {self.base + self.pc}" if self.base is not None else ""
+        return ValidationError(f"{self.function.name}: command {self.index} "
+                               f"({self.command.op}{at}), {name}: {message}",
+                               entry=self.function.name, command=self.index, field=name,
+                               offset=self.base + self.pc if self.base is not None else None)
+
+    def slot(self, name: str, slot: int) -> int:
+        if self.module.version >= 4 and slot >= len(self.module.slots):
+            raise self.fail(name, f"slot {slot} is out of range; the module has "
+                                  f"{len(self.module.slots)} slots")
+        if self.module.version == 3 and slot >= MAX_V3_SLOTS:
+            raise self.fail(name, f"slot {slot} is out of range; version 3 modules have at "
+                                  f"most {MAX_V3_SLOTS} slots")
+        return slot
+
+    def used(self, name: str, slot: int) -> _Bound:
+        if self.slot(name, slot) not in self.bound:
+            raise self.fail(name, f"slot {slot} is read before anything is bound to it")
+        self.unread.pop(slot, None)
+        return self.bound[slot]
+
+    def typed(self, slot: int) -> TensorType | None:
+        return self.module.slots[slot].type if self.module.slots else None
+
+    def bind(self, name: str, slot: int, nbytes: int, *, const: bool = False) -> None:
+        t = self.typed(slot)
+        if t is not None and nbytes != t.nbytes:
+            raise self.fail(name, f"{nbytes} bytes does not match slot {slot}, a {t} "
+                                  f"({t.nbytes} bytes)")
+        if not const:
+            self.alloc_bytes += nbytes
+            cap = self.max_alloc_bytes
+            if cap is not None and self.alloc_bytes > cap:
+                what = f"{nbytes} bytes is" if nbytes > cap else \
+                    f"this run would allocate {self.alloc_bytes} bytes,"
+                raise self.fail(name, f"{what} more than the cap of {cap} bytes")
+        device = self.module.slots[slot].device if self.module.slots else self.home
+        self.slot_needs.setdefault(device, f"slot {slot} (command {self.index}, "
+                                           f"{self.command.op})")
+        self.bound[slot] = _Bound(nbytes, const)
+
+    def _dense(self, seen: dict[int, TensorType], what: str) -> tuple[TensorType, ...]:
+        if sorted(seen) != list(range(len(seen))):
+            missing = min(set(range(len(seen) + 1)) - set(seen))
+            raise self.fail("index", f"{what} indices {sorted(seen)} skip {missing}; they must "
+                                     f"be 0..{len(seen) - 1}")
+        return tuple(seen[i] for i in range(len(seen)))
+
+    # ---- commands --------------------------------------------------------------------------
+
+    def _alloc(self, c: Command) -> None:
+        self.bind("bytes", self.slot("slot", c.slot), c.bytes)
+
+    def _const(self, c: Command) -> None:
+        t = self.typed(self.slot("slot", c.slot))
+        size, item = len(self.module.rodata), t.dtype.itemsize if t else 8
+        if c.rodata_offset > size or c.bytes > size - c.rodata_offset:
+            raise self.fail("rodata_offset", f"rodata_offset {c.rodata_offset} + bytes {c.bytes} "
+                                             f"runs past the end of the {size}-byte rodata")
+        if c.rodata_offset % item:
+            raise self.fail("rodata_offset", f"rodata_offset {c.rodata_offset} is not a "
+                                             f"multiple of {item}, the size of one element")
+        self.bind("bytes", c.slot, c.bytes, const=True)
+
+    def _dispatch(self, c: Command) -> None:
+        count = len(self.module.executables)
+        if c.executable >= count:
+            raise self.fail("executable", f"executable {c.executable} is out of range; the "
+                                          f"module has {count}")
+        exe = self.module.executables[c.executable]
+        if c.argc != len(exe.args):
+            raise self.fail("argc", f"kernel '{exe.name}' ({exe.kind}) takes {len(exe.args)} "
+                                    f"arguments, the dispatch passes {c.argc}")
+        for j, (slot, want) in enumerate(zip(c.slots, exe.args, strict=True)):
+            self._argument(f"slots[{j}]", exe, slot, want, last=j == len(exe.args) - 1)
+        self.kernel_needs.setdefault(exe.device, f"kernel '{exe.name}'")
+        self.executables.setdefault(c.executable)
+
+    def _argument(self, name: str, exe: Executable, slot: int, want: TensorType,
+                  last: bool) -> None:
+        b = self.used(name, slot)
+        if last and b.const:
+            raise self.fail(name, f"kernel '{exe.name}' would write its result into slot "
+                                  f"{slot}, which is a constant (read-only rodata)")
+        if self.module.slots:
+            s = self.module.slots[slot]
+            if s.type != want:
+                raise self.fail(name, f"slot {slot} is a {s.type} but kernel '{exe.name}' "
+                                      f"takes a {want} there")
+            if s.device is not exe.device:
+                raise self.fail(name, f"slot {slot} lives on {s.device} but kernel "
+                                      f"'{exe.name}' runs on {exe.device}")
+        elif b.nbytes != want.nbytes:
+            raise self.fail(name, f"kernel '{exe.name}' ({exe.kind}, extents "
+                                  f"{_extents(exe)}) takes {want.nbytes} bytes ({want}) there, "
+                                  f"but slot {slot} holds {b.nbytes}")
+
+    def _print(self, c: Command) -> None:
+        b = self.used("slot", c.slot)
+        t = self.typed(c.slot)
+        item = t.dtype.itemsize if t else 8
+        if max(c.rows, 1) * max(c.cols, 1) * item > MAX_BYTES:
+            raise self.fail("rows", f"{c.rows} x {c.cols} is larger than any array can be")
+        if t is not None and c.rows * c.cols != t.size:
+            raise self.fail("rows", f"{c.rows} x {c.cols} does not match slot {c.slot}, a {t}")
+        if t is None and c.rows * c.cols * 8 != b.nbytes:
+            raise self.fail("rows", f"{c.rows} x {c.cols} f64 values are "
+                                    f"{c.rows * c.cols * 8} bytes but slot {c.slot} holds "
+                                    f"{b.nbytes}")
+
+    def _input(self, c: Command) -> None:
+        t = self.typed(self.slot("slot", c.slot))
+        if c.index in self.inputs:
+            raise self.fail("index", f"input {c.index} is bound twice")
+        self.inputs[c.index] = t
+        self.bind("slot", c.slot, t.nbytes)
+
+    def _output(self, c: Command) -> None:
+        self.used("slot", c.slot)
+        if c.index in self.outputs:
+            raise self.fail("index", f"output {c.index} is named twice")
+        self.outputs[c.index] = self.typed(c.slot)
+
+    def _copy(self, c: Command) -> None:
+        self.slot("dst", c.dst)
+        self.used("src", c.src)
+        dst, src = self.typed(c.dst), self.typed(c.src)
+        if dst != src:
+            raise self.fail("dst", f"slot {c.dst} is a {dst} but its source, slot {c.src}, is "
+                                   f"a {src}")
+        self.bind("dst", c.dst, dst.nbytes)
+        self.unread[c.dst] = (self.index, c, self.pc)
+
+
+def _extents(exe: Executable) -> str:
+    m, n = exe.destination.shape
+    k = exe.args[0].shape[1] if exe.kind is KernelKind.MATMUL else 0
+    return f"m={m} n={n} k={k}"
