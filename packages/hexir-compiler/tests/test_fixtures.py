@@ -1,14 +1,16 @@
 """The checked-in fixtures are what the compiler produces now (regenerate with
-`python -m hexir_compiler.fixtures` when a compiler change moves them)."""
+`python fixtures/generate.py` when a compiler change moves them)."""
 
+import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
 
-from hexir_compiler import fixtures
-
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
+_spec = importlib.util.spec_from_file_location("fixtures_generate", FIXTURES / "generate.py")
+fixtures = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fixtures)
 HAS_TOOLKIT = shutil.which("ptxas") is not None or Path("/usr/local/cuda/bin/ptxas").exists()
 
 
@@ -21,7 +23,7 @@ def test_fixture_matches_the_compiler(name):
     if _needs_device_code(name) and not HAS_TOOLKIT:
         pytest.skip("a cuda fixture's image needs ptxas")
     assert fixtures.build(name) == (FIXTURES / name).read_bytes(), (
-        f"fixtures/{name} is stale: run python -m hexir_compiler.fixtures"
+        f"fixtures/{name} is stale: run python fixtures/generate.py"
     )
 
 

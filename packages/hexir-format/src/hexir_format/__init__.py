@@ -1,6 +1,7 @@
 """hexir-format: the `.hxb` layout, declared once, with a typed model in front of it, and the
 shape rules of the ops and kernel kinds it records (`hexir_format.signatures`)."""
 
+from hexir_format import validate
 from hexir_format.__about__ import __version__
 from hexir_format.errors import FormatError, HexirError, ValidationError
 from hexir_format.model import (
@@ -29,7 +30,6 @@ from hexir_format.model import (
 from hexir_format.reader import parse, parse_layout
 from hexir_format.signatures import ShapeError, signature_problem
 from hexir_format.writer import build, minimum_version
-from hexir_format import validate  # noqa: E402  (after the modules it uses)
 
 __all__ = [
     "BINARY_KINDS", "CPU_LEVELS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",

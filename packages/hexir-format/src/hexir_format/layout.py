@@ -5,7 +5,7 @@ asserted in the tests (header 24, section entry 24, symbol 40, executable 80/96,
 the `sizeof()` of these structs.
 """
 
-from construct import Array, Bytes, Const, Int32ul, Int64ul, Float64l, Struct
+from construct import Array, Bytes, Const, Float64l, Int32ul, Int64ul, Struct
 
 from hexir_format.model import MAGIC, MAX_RANK, NAME_BYTES
 

@@ -299,6 +299,18 @@ class Executable:
     def destination(self) -> TensorType:
         return self.args[-1]
 
+    @property
+    def extents(self) -> tuple[int, int, int] | None:
+        """Version 3's description of the kernel, (m, n, k), where it applies: a rank-2
+        matmul, add or relu whose arguments share one element type and agree in shape."""
+        args = self.args
+        if self.kind not in V3_KINDS or len(args) != self.kind.arity + 1 or any(
+                t.rank != 2 or t.dtype is not args[-1].dtype for t in args):
+            return None
+        (m, n), k = args[-1].shape, args[0].shape[1] if self.kind is KernelKind.MATMUL else 0
+        want = [(m, k), (k, n), (m, n)] if self.kind is KernelKind.MATMUL else [(m, n)] * len(args)
+        return (m, n, k) if [t.shape for t in args] == want else None
+
 
 @dataclass(frozen=True)
 class Section:

@@ -24,7 +24,6 @@ from hexir_format.model import (
     Device,
     Executable,
     Function,
-    KernelKind,
     Module,
     SectionKind,
     TensorType,
@@ -277,8 +276,9 @@ class _Replay:
                 raise self.fail(name, f"slot {slot} lives on {s.device} but kernel "
                                       f"'{exe.name}' runs on {exe.device}")
         elif b.nbytes != want.nbytes:
-            raise self.fail(name, f"kernel '{exe.name}' ({exe.kind}, extents "
-                                  f"{_extents(exe)}) takes {want.nbytes} bytes ({want}) there, "
+            m, n, k = exe.extents or (0, 0, 0)
+            raise self.fail(name, f"kernel '{exe.name}' ({exe.kind}, extents m={m} n={n} "
+                                  f"k={k}) takes {want.nbytes} bytes ({want}) there, "
                                   f"but slot {slot} holds {b.nbytes}")
 
     def _print(self, c: Command) -> None:
@@ -316,9 +316,3 @@ class _Replay:
                                    f"a {src}")
         self.bind("dst", c.dst, dst.nbytes)
         self.unread[c.dst] = (self.index, c, self.pc)
-
-
-def _extents(exe: Executable) -> str:
-    m, n = exe.destination.shape
-    k = exe.args[0].shape[1] if exe.kind is KernelKind.MATMUL else 0
-    return f"m={m} n={n} k={k}"

@@ -12,13 +12,11 @@ from hexir_format.errors import FormatError
 from hexir_format.model import (
     MAX_RANK,
     NAME_BYTES,
-    V3_KINDS,
     V3_OPS,
     Command,
     Device,
     DType,
     Executable,
-    KernelKind,
     Module,
     SectionKind,
     TensorType,
@@ -47,22 +45,12 @@ def _v3_problem(module: Module) -> str | None:
 
 
 def _v3_extents(exe: Executable) -> tuple[int, int, int] | None:
-    """(m, n, k) when the kernel is one v3 can describe: f64, rank 2, matmul/add/relu."""
-    if exe.kind not in V3_KINDS or exe.params or len(exe.args) != exe.kind.arity + 1:
-        return None
-    if any(t.dtype is not DType.F64 or t.rank != 2 for t in exe.args):
+    """(m, n, k) when the kernel is one v3 can describe: f64 extents, no params, no z axis."""
+    if exe.params or exe.destination.dtype is not DType.F64:
         return None
     if exe.image is not None and (exe.grid[2] != 1 or exe.block[2] != 1):
         return None
-    m, n = exe.destination.shape
-    if exe.kind is KernelKind.MATMUL:
-        a, b, _ = exe.args
-        if a.shape[0] != m or b.shape[1] != n or a.shape[1] != b.shape[0]:
-            return None
-        return m, n, a.shape[1]
-    if any(t.shape != (m, n) for t in exe.args):
-        return None
-    return m, n, 0
+    return exe.extents
 
 
 def build(module: Module) -> bytes:

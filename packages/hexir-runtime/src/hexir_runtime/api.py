@@ -11,7 +11,6 @@ by every later call.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from typing import Any
 

@@ -19,7 +19,6 @@ import hexir_format as hf
 
 from hexir_runtime.errors import LoadError
 
-
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview
 IN_MEMORY = "<memory>"
 

@@ -13,10 +13,8 @@ import json
 import math
 import os
 import sys
-from pathlib import Path
 
 from hexir_format import HexirError
-
 from hexir_format.files import write_atomically
 
 from hxb_dump import images, listing

@@ -11,11 +11,9 @@ from __future__ import annotations
 from hexir_format import (
     CPU_LEVELS,
     OPERAND_NAMES,
-    V3_KINDS,
     Command,
     Executable,
     FormatError,
-    KernelKind,
     Layout,
     Module,
     Op,
@@ -128,18 +126,8 @@ def _image(exe: Executable) -> Facts | None:
 
 
 def extents(exe: Executable) -> Facts | None:
-    """Version 3's description of a kernel (m, n, k, elem_size) where it applies: a rank-2
-    matmul, add or relu whose arguments share one element type and agree in shape."""
-    if exe.kind not in V3_KINDS or len(exe.args) != exe.kind.arity + 1:
+    """Version 3's description of a kernel (m, n, k, elem_size) where it applies."""
+    if exe.extents is None:
         return None
-    if any(t.rank != 2 or t.dtype is not exe.destination.dtype for t in exe.args):
-        return None
-    m, n = exe.destination.shape
-    k = 0
-    if exe.kind is KernelKind.MATMUL:
-        (am, k), (bk, bn), _ = (t.shape for t in exe.args)
-        if (am, bk, bn) != (m, k, n):
-            return None
-    elif any(t.shape != (m, n) for t in exe.args):
-        return None
+    m, n, k = exe.extents
     return {"m": m, "n": n, "k": k, "elem_size": exe.destination.dtype.itemsize}

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from hexir_format import FormatError, elf
+from hexir_format import elf
 
 from hxb_dump.errors import DumpError
 

@@ -10,6 +10,8 @@ cpu splits its outermost one across threads), or bound to a GPU axis (`thread_bi
 from collections.abc import Sequence
 from typing import Any
 
+from hexir_format import KernelKind
+
 from hexir_compiler.dialects._verify import (
     DEVICES,
     Invalid,
@@ -18,7 +20,6 @@ from hexir_compiler.dialects._verify import (
     verify,
 )
 from hexir_compiler.mlir import ext, ir
-from hexir_format import KernelKind
 
 LOOP_KINDS = ("serial", "parallel", "thread_binding")
 #: Routines a cpu kernel may call instead of compiling its loops (the runtime provides them).

@@ -147,7 +147,7 @@ class Device(ABC):
     def wait(self) -> None:
         """Block until all launched work has finished; device faults surface here."""
 
-    def close(self) -> None:  # noqa: B027  (a hook with nothing to do for most backends)
+    def close(self) -> None:
         """Give back everything the device holds (contexts, loaded images)."""
 
     # ---- backend hooks ---------------------------------------------------------------------

@@ -26,13 +26,12 @@ import ctypes
 from dataclasses import dataclass
 
 import numpy as np
-from hexir_format import Device as DeviceKind
 from hexir_format import CPU_LEVELS, Executable, KernelKind, TensorType
+from hexir_format import Device as DeviceKind
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode
-
 
 # A kernel whose destination has fewer elements than this runs on the calling thread: below
 # it, handing chunks to the pool and waiting for them costs more (about 10 us) than the work.

@@ -73,7 +73,7 @@ class CudaDevice(Device):
         self._cu = driver
         try:
             init = driver.cuInit(0)
-        except Exception as e:  # noqa: BLE001  (DynamicLibNotFoundError, OSError, ...: no libcuda)
+        except Exception as e:
             raise DeviceError(f"cannot use cuda: the NVIDIA driver library (libcuda) could not "
                               f"be loaded: {_one_line(e)}") from None
         _check(init, "cuInit")
