@@ -1,7 +1,7 @@
 """compile_kernels: every cuda kernel gets a real device image naming it, with its geometry.
 
 The images are checked without a GPU: the fatbin container is read by
-`target.device_image` (and by `cuobjdump` too where the toolkit ships it), the PTX must
+`hexir_format.images` (and by `cuobjdump` too where the toolkit ships it), the PTX must
 declare `.entry <kernel>`, each CUBIN must define the kernel as a FUNC symbol.
 """
 
@@ -16,7 +16,9 @@ from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda_toolkit
 from hexir_compiler.target.cuda import architectures, compile_kernels
-from hexir_compiler.target.device_image import DeviceImage, Part, parts
+from hexir_format.images import parts
+
+from hexir_compiler.target.cuda import DeviceImage
 from hexir_compiler.pipeline import Options, lower
 
 try:
@@ -62,7 +64,6 @@ def kernels(program: str, target: str | None = None) -> dict[str, DeviceImage]:
 
 
 def assert_names_kernel(image: DeviceImage, name: str, archs: tuple[int, ...]) -> None:
-    assert image.flavour == "fatbin"
     assert image.image[:4] == bytes([0x50, 0xED, 0x55, 0xBA])
     assert sorted((p.kind, p.arch) for p in parts(image.image)) == sorted(
         [("ptx", 75), *(("elf", arch) for arch in archs)]
@@ -77,7 +78,7 @@ def test_matmul_2x2_is_a_fatbin_with_ptx_for_sm75_naming_the_kernel():
     image = images["linear_0"]
     assert_names_kernel(image, "linear_0", (75,))
     ptx = next(p for p in parts(image.image) if p.kind == "ptx")
-    assert ptx == Part("ptx", 75, ("linear_0",))
+    assert (ptx.kind, ptx.arch, ptx.kernels) == ("ptx", 75, ("linear_0",))
     # 2x2 output: one block; threads cover the tile (x columns, y rows)
     assert image.grid == (1, 1, 1)
     bx, by, bz = image.block

@@ -105,9 +105,9 @@ def test_entry_points_with_inputs_and_outputs_parse_back():
 
 def test_transfers_become_copies_between_device_slots(monkeypatch):
     from hexir_compiler.target import cuda
-    from hexir_compiler.target.device_image import DeviceImage
+    from hexir_compiler.target.cuda import DeviceImage
 
-    fake = DeviceImage(b"\x7fELF fake", "cubin", (1, 1, 1), (32, 1, 1))
+    fake = DeviceImage(b"\x7fELF fake", (1, 1, 1), (32, 1, 1))
     monkeypatch.setattr(cuda, "compile_kernels", lambda module, target=None: {"linear_0": fake})
     with context():
         model = serialize.serialize(tir(None, {"hexir.linear": "cuda"}))

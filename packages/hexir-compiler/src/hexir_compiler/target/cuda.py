@@ -1,16 +1,16 @@
 """Device code for cuda kernels: NVVM (at mlir-llvm) -> PTX -> CUBIN -> fatbin.
 
 `compile_kernels` gives every cuda kernel (a `gpu.module` that hexir-kernels-to-llvm has
-converted to NVVM) a `DeviceImage` for its executable entry. The image is a fatbin holding PTX for `sm_75` (the driver compiles it for whatever GPU
-loads it, sm_75 or newer) and a CUBIN for sm_75; `target="sm_90"` adds a CUBIN for sm_90, so
-that GPU starts without a JIT step. The kernel's entry function has the kernel's name and
-takes one device pointer per buffer (the bare-pointer calling convention).
+converted to NVVM) a `DeviceImage` for its executable entry: a fatbin holding PTX for `sm_75`
+(the driver compiles it for whatever GPU loads it, sm_75 or newer) and a CUBIN for sm_75;
+`target="sm_90"` adds a CUBIN for sm_90, so that GPU starts without a JIT step. The entry
+function has the kernel's name and takes one device pointer per buffer (bare pointers).
 
 MLIR makes the PTX (`gpu-module-to-binary{format=isa}`, libdevice linked in for the `__nv_*`
 math functions); `ptxas` and `fatbinary` from the CUDA toolkit make the rest. Running them
 here rather than through MLIR's `format=fatbin` lets one PTX feed several CUBINs, keeps the
-parts uncompressed (so `hxb-dump` and the check below can read the kernel names) and turns a
-tool's failure into a one-line CompileError.
+parts uncompressed (so `hexir_format.images` can list their kernels, for the check below and
+for hxb-dump) and turns a tool's failure into a one-line CompileError.
 """
 
 import os
@@ -18,15 +18,27 @@ import re
 import subprocess
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
+
+from hexir_format import FormatError
+from hexir_format.images import parts
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import gpu, ir, llvm, passmanager
 from hexir_compiler.target.cuda_toolkit import CudaToolkit, find_toolkit
-from hexir_compiler.target.device_image import DeviceImage, parts
 from hexir_compiler.transforms.hexir_kernels_to_llvm import BASE_ARCH
 
 TO_PTX = "builtin.module(gpu-module-to-binary{format=isa})"
+
+
+@dataclass(frozen=True)
+class DeviceImage:
+    """One kernel's device code (a fatbin) and the geometry it is launched with (x, y, z)."""
+
+    image: bytes
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
 
 
 def architectures(target: str | None) -> tuple[int, ...]:
@@ -117,7 +129,7 @@ def _fatbin(name: str, ptx: bytes, grid, block, archs, toolkit: CudaToolkit) -> 
         _tool(toolkit.fatbinary, ["-64", "--compress=false", f"--create={fatbin}", *images], name)
         image = fatbin.read_bytes()
     _check_names(name, image, archs)
-    return DeviceImage(image, "fatbin", _xyz(grid), _xyz(block))
+    return DeviceImage(image, _xyz(grid), _xyz(block))
 
 
 def _tool(tool: Path, args: list[str], kernel: str) -> None:
@@ -133,7 +145,10 @@ def _tool(tool: Path, args: list[str], kernel: str) -> None:
 
 def _check_names(name: str, image: bytes, archs: tuple[int, ...]) -> None:
     """Refuse an image whose parts do not all define `name` (a kernel without device code)."""
-    found = {(p.kind, p.arch): p.kernels for p in parts(image)}
+    try:
+        found = {(p.kind, p.arch): p.kernels for p in parts(image)}
+    except FormatError as err:
+        raise CompileError(f"device image of cuda kernel '{name}': {err}") from None
     wanted = [("ptx", BASE_ARCH), *(("elf", arch) for arch in archs)]
     for part in wanted:
         if name not in found.get(part, ()):
@@ -150,10 +165,6 @@ def _symbol(op: ir.Operation) -> str:
 def _xyz(sizes) -> tuple[int, int, int]:
     x, y, z = (int(s) for s in sizes)
     return (x, y, z)
-
-
-def _quote(text: str) -> str:
-    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def _first_line(err: ir.MLIRError) -> str:

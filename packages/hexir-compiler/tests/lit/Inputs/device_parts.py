@@ -3,8 +3,7 @@
 import sys
 
 import hexir_format
-
-from hexir_compiler.target.device_image import flavour_of, parts
+from hexir_format.images import flavour, parts
 
 module = hexir_format.parse(open(sys.argv[1], "rb").read())
 for exe in module.executables:
@@ -12,6 +11,6 @@ for exe in module.executables:
         print(f"{exe.name} descriptor")
         continue
     image = bytes(exe.image)
-    print(f"{exe.name} {flavour_of(image)} grid {exe.grid} block {exe.block}")
+    print(f"{exe.name} {flavour(image)} grid {exe.grid} block {exe.block}")
     for part in parts(image):
         print(f"  {part.kind} sm_{part.arch}: {' '.join(part.kernels)}")
