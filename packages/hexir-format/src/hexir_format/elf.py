@@ -195,12 +195,6 @@ class ElfObject:
         return tuple(s.name for s in self.symbols[1:] if not s.defined)
 
 
-def describe(obj: ElfObject) -> dict:
-    """What hxb-dump prints about a host image."""
-    return dict(format="ELF64 x86-64 relocatable", machine="x86-64",
-                size=obj.size, functions=list(obj.functions), undefined=list(obj.undefined))
-
-
 def cpu_code_problem(version: int, exe) -> str | None:
     """Why cpu executable `exe` of a `version` module does not carry the code it must, or None.
 

@@ -4,20 +4,13 @@ Every buffer is host memory, so it is reported HOST_VISIBLE whatever was asked f
 `host_pointer` is the array itself. A constant is bound in place: the buffer is a read-only
 view of the module's mapping, so weights are never copied.
 
-A cpu executable of a version-5 module carries a host image (an ELF relocatable object):
-`hostcode` loads it once per load, and a launch calls it with one bare pointer per buffer,
-its cpu grid split across the shared thread pool when the kernel is big enough to gain
-(`PARALLEL_GRAIN`; ctypes releases the GIL for the call).
-
-Contractions are where compiled loops lose to the host BLAS (by 1.3-29x on the example
-networks' shapes, more as the matrices grow; `bench/cpu.py`), so the compiler's schedule makes a cpu matmul a call to a
-routine the runtime provides: its image calls `hexir_rt_matmul(a, b, out)`, and the runtime
-binds that name, for that kernel alone, to `np.matmul` on views of the three buffers typed by
-the executable's validated argument types (numpy's matmul: batch broadcasting, vector
-operands). The shapes come from the module's validated types, never from the image.
-Versions 3 and 4 describe cpu kernels instead of carrying code; of those, the runtime still
-runs the three kinds version 3 has (matmul, add, relu, in numpy: `kernels`), so the seed's
-modules keep running. Validation refuses any other descriptor before anything runs.
+A version-5 cpu executable carries a host image: `hostcode` loads it once per load, and a
+launch calls it with one bare pointer per buffer, its cpu grid split across the shared thread
+pool when the kernel is big enough to gain (`PARALLEL_GRAIN`). A cpu matmul's image calls
+`hexir_rt_matmul(a, b, out)` (the schedule's choice, see the compiler's `tir/schedule.py`),
+which the runtime binds, for that kernel alone, to `np.matmul` on views typed by the
+executable's validated argument types, never by the image. Versions 3 and 4 describe cpu
+kernels instead; the runtime runs the three kinds version 3 has (`kernels`).
 """
 
 from __future__ import annotations

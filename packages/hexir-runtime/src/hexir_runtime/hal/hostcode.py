@@ -1,31 +1,20 @@
 """Load a cpu kernel's host image (an x86-64 ELF relocatable object) and call it with pointers.
 
-The compiler emits each cpu kernel as an ELF relocatable object (LLVM `emit_object`,
-reloc="pic", codemodel="small", for a named baseline CPU). This module links such an object
-into the running process by itself, so the runtime needs no compiler, linker or llvmlite:
-only ctypes, mmap and libc's mprotect. The contract of a host image:
+The runtime links the object into the process by itself, with ctypes, mmap and libc's
+mprotect: no compiler, linker or llvmlite on the deploy host. The image's contract (entry
+symbol and signature) is `hexir_format.elf`'s; what this loader adds:
 
-- ELF64, little-endian, e_machine EM_X86_64 (62), e_type ET_REL (1) (see `hexir_format.elf`).
-- The entry is a defined global or weak STT_FUNC symbol whose name is the kernel's:
-  `void name(void *buf_0, ..., void *buf_{n-1}, int64_t lo, int64_t hi)`, one bare pointer per
-  buffer (inputs, then the destination), then the half-open range [lo, hi) of the kernel's
-  outermost parallel loop (its cpu grid, whose extent the caller knows).
-- Undefined symbols resolve against the process's libm/libc, but only names in
-  `ALLOWED_SYMBOLS`, or against the routines the runtime provides for this kernel (`provided`:
-  `hexir_rt_matmul` for a matmul, see `hal/cpu.py`); any other is refused at load, so an image
-  cannot reach system(3) & co.
-- Relocations (x86-64 psABI): R_X86_64_64, PC64, PC32, PLT32, GOTPCREL, GOTPCRELX,
-  REX_GOTPCRELX, and 32/32S when the value fits. libm is usually more than 2 GiB away from the
-  mapping, so every external symbol gets a stub inside it (`jmp *[rip+0]` and the 8-byte
-  address) that PLT32/PC32 reach, and GOTPCREL* read a GOT slot inside it. Any other type,
-  and any value that does not fit its field, is refused.
-- Every SHF_ALLOC section (.text*, .rodata*, .data*, .bss zero-filled, .eh_frame) is placed at
-  its alignment in one anonymous mapping: code and stubs, read-only data and the GOT, writable
-  data, each on its own pages. The mapping is written while RW, then made R+X / R / RW; no page
-  is ever writable and executable. Relocations in sections that are not loaded are ignored.
+- Undefined symbols resolve against libm/libc, but only names in `ALLOWED_SYMBOLS` (so an
+  image cannot reach system(3) & co.), or against the routines the runtime provides for this
+  kernel (`provided`: `hexir_rt_matmul` for a matmul, see `hal/cpu.py`).
+- Relocations: R_X86_64_64, PC64, PC32, PLT32, GOTPCREL(X), REX_GOTPCRELX, and 32/32S when the
+  value fits. libm is usually more than 2 GiB away, so each external gets a stub inside the
+  mapping (`jmp *[rip+0]` and the address) for PLT32/PC32, and a GOT slot for GOTPCREL*.
+- SHF_ALLOC sections go into one anonymous mapping, code, read-only data (and the GOT) and
+  writable data each on their own pages, written while RW, then made R+X / R / RW: no page is
+  ever writable and executable.
 
-Everything the image says is checked before a byte of it runs; a refusal is one `DeviceError`
-line that says what was expected, what was found and where.
+Everything is checked before a byte of the image runs; a refusal is one `DeviceError` line.
 """
 
 from __future__ import annotations
