@@ -4,21 +4,78 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from hexir_compiler import cli
 from hexir_compiler.placement import PLACEABLE
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
-def test_no_emit_prints_usage_and_exits_2(capsys):
-    assert cli.main([]) == 2
-    err = capsys.readouterr().err
-    first, blank, usage = err.split("\n", 2)
-    assert first == "error: no -emit=<stage> given, so there is nothing to produce"
-    assert blank == ""
-    assert usage.startswith("usage: hexir [options] [input.mlir]")
+@pytest.mark.parametrize("argv, message", [
+    ([], "no -emit=<stage> given, so there is nothing to produce"),
+    (["-emt=hxb"], "unknown option '-emt=hxb'"),
+    (["-emit=hxb", "-builtin", "prog.mlir"],
+     "-builtin compiles the built-in program; got an input too ('prog.mlir')"),
+])
+def test_a_bad_command_line_is_one_line_that_points_at_help_and_exit_2(capsys, argv, message):
+    assert cli.main(argv) == 2
+    out = capsys.readouterr()
+    assert out.err == f"error: {message}; see 'hexir --help'\n" and out.out == ""
+
+
+def test_help_lists_every_placeable_op_and_the_default_device(capsys):
+    assert cli.main(["--help"]) == 0
+    usage = capsys.readouterr().out
     for op in PLACEABLE:
         assert f"  {op}  ->  cpu, cuda" in usage
+    assert "-placement=<dev>       a bare device (or *=<dev>) is the default" in usage
+
+
+@pytest.mark.parametrize("flag", ["--version", "-version"])
+def test_version_names_every_component(capsys, flag):
+    from importlib.metadata import version
+
+    import hexir_compiler
+    import hexir_format
+    import llvmlite
+
+    assert cli.main([flag]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"hexir {hexir_compiler.__version__} (hexir-compiler)"
+    assert lines[1] == f"hexir-format {hexir_format.__version__}"
+    assert lines[2] == f"MLIR bindings: numba-cuda-mlir {version('numba-cuda-mlir')}"
+    assert lines[3].startswith(f"llvmlite {llvmlite.__version__} (LLVM 2")
+
+
+def test_dash_reads_the_program_from_stdin_and_builtin_has_its_own_flag(tmp_path):
+    program = (FIXTURES / "linear-relu.mlir").read_text()
+    hexir = [sys.executable, "-m", "hexir_compiler"]
+    piped = subprocess.run([*hexir, "-emit=mlir", "-"], input=program, capture_output=True,
+                           text=True, check=True).stdout
+    direct = subprocess.run([*hexir, "-emit=mlir", str(FIXTURES / "linear-relu.mlir")],
+                            capture_output=True, text=True, check=True).stdout
+    assert piped == direct and '"hexir.relu"' in piped
+    builtin = subprocess.run([*hexir, "-emit=mlir", "-builtin"], input=program,
+                             capture_output=True, text=True, check=True).stdout
+    assert '"hexir.relu"' not in builtin and builtin == subprocess.run(
+        [*hexir, "-emit=mlir"], capture_output=True, text=True, check=True).stdout
+
+
+@pytest.mark.parametrize("program, located, verdict", [
+    ('func.func @main() {\n  %a = "hexir.relu"() : () -> tensor<2xf32>\n  return\n}\n',
+     "-:2:8: error: 'hexir.relu' op expects 1 operand, got 0",
+     "error: the program on stdin does not verify"),
+    ("func.func @main() {\n  %a = bogus\n}\n",
+     "-:2:8: error: custom op 'bogus' is unknown",
+     "error: could not parse the program on stdin"),
+])
+def test_a_program_that_parses_but_breaks_a_rule_does_not_verify(program, located, verdict):
+    done = subprocess.run([sys.executable, "-m", "hexir_compiler", "-emit=hxb", "-"],
+                          input=program, capture_output=True, text=True)
+    assert done.returncode == 255
+    first, second = done.stderr.splitlines()
+    assert first.startswith(located) and second == verdict
 
 
 def test_help_goes_to_stdout(capsys):

@@ -16,7 +16,7 @@ def test_entries_split_on_commas_and_gpu_is_cuda():
     }
 
 
-FORM = "is not of the form <op-name>=<device>"
+FORM = "is not of the form <op-name>=<device> or <device>"
 
 
 @pytest.mark.parametrize(
@@ -107,3 +107,25 @@ def test_the_passes_run_in_an_mlir_pass_manager_next_to_upstream_passes():
             "cpu",
             "cpu",
         ]
+
+
+@pytest.mark.parametrize("entry", ["cuda", "*=cuda", "gpu", "*=gpu"])
+def test_a_bare_device_or_star_is_the_default_for_every_op_not_named(entry):
+    placement = parse_placement([f"{entry},hexir.add=cpu"])
+    assert placement == {"*": "cuda", "hexir.add": "cpu"}
+    with context():
+        module = ir.Module.parse(PROGRAM)
+        hexir_partition.run(module, placement)
+        placed = {name: device for name, device in devices(module)}
+        assert placed == {"hexir.relu": "cuda", "hexir.exp": "cuda", "hexir.neg": "cuda",
+                          "hexir.add": "cpu"}
+
+
+def test_a_device_written_in_the_program_beats_the_default_but_not_a_named_op():
+    program = PROGRAM.replace('"hexir.exp"(%a)', '"hexir.exp"(%a) {device = "cpu"}')
+    with context():
+        module = ir.Module.parse(program)
+        hexir_partition.run(module, {"*": "cuda", "hexir.neg": "cpu"})
+        placed = {name: device for name, device in devices(module)}
+        assert placed == {"hexir.relu": "cuda", "hexir.exp": "cpu", "hexir.neg": "cpu",
+                          "hexir.add": "cuda"}

@@ -1,11 +1,13 @@
 """The `hexir` command: compile a program (or the built-in one) to one `-emit` stage.
 
-    hexir [options] [input.mlir]
+    hexir [options] [input.mlir | - | -builtin]
 
-MLIR and LLVM IR go to stdout (or `-o`), so stages can be piped; `-emit=hxb` writes `-o`
-(default out.hxb) through a temporary file, so a failed compile leaves no file behind.
-Exit status, as in the earlier C++ tool: 0 done; 2 bad options (with the usage text);
-255 an input that cannot be read or parsed; 4 a pass that fails; 1 no .hxb could be written.
+MLIR and LLVM IR go to stdout (or `-o`), so stages can be piped; `-` reads the program from
+stdin, as MLIR tools do; no input (or `-builtin`) compiles the built-in program. `-emit=hxb`
+writes `-o` (default out.hxb) through a temporary file, so a failed compile leaves no file
+behind. Exit status, as in the earlier C++ tool: 0 done; 2 bad options (one line, and a
+pointer to --help); 255 an input that cannot be read, parsed or verified; 4 a pass that
+fails; 1 no .hxb could be written.
 """
 
 from __future__ import annotations
@@ -19,7 +21,14 @@ from hexir_format.files import write_atomically
 
 from hexir_compiler import placement as placement_
 from hexir_compiler.errors import CompileError, diagnostic
-from hexir_compiler.pipeline import DESCRIPTIONS, STAGES, Options, ParseError, compile_file
+from hexir_compiler.pipeline import (
+    DESCRIPTIONS,
+    STAGES,
+    STDIN,
+    Options,
+    ParseError,
+    compile_file,
+)
 from hexir_compiler.serialize import SerializeError
 from hexir_compiler.target import host
 
@@ -27,7 +36,7 @@ EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
 
 
 class UsageError(CompileError):
-    """A bad command line: answered with the message, a blank line and the usage text."""
+    """A bad command line: answered with one line that points at --help."""
 
 
 @dataclass
@@ -38,14 +47,17 @@ class Args:
     placement: list[str] = field(default_factory=list)
     targets: list[str] = field(default_factory=list)
     help: bool = False
+    version: bool = False
+    builtin: bool = False
 
 
 def usage() -> str:
     lines = [
-        "usage: hexir [options] [input.mlir]",
+        "usage: hexir [options] [input.mlir | - | -builtin]",
         "",
-        "Compiles input.mlir (hexir dialect, MLIR generic form); with no input (or '-'), the",
-        "built-in program: print(linear([[3, 1], [2, 2]], [[1, 5], [5, 2]])).",
+        "Compiles input.mlir (hexir dialect, MLIR generic form), or stdin for '-'; with no",
+        "input (or -builtin), the built-in program: print(linear([[3, 1], [2, 2]], [[1, 5],",
+        "[5, 2]])).",
         "",
         "  -emit=<stage>          what to produce (required):",
         *(f"      {s:<13}      {DESCRIPTIONS[s]}" for s in STAGES),
@@ -53,12 +65,16 @@ def usage() -> str:
         "  -target=<dev>[:<arch>] cpu[:<level>] or cuda[:sm_XX] (comma-separated, repeatable);",
         f"                         host code is for {host.DEFAULT_CPU} unless a level is named",
         f"                         ({', '.join(host.CPUS)})",
-        "  -placement=<op>=<dev>  place an op on a device (comma-separated, repeatable)",
+        "  -placement=<op>=<dev>  place an op on a device (comma-separated, repeatable);",
+        "  -placement=<dev>       a bare device (or *=<dev>) is the default for every op not",
+        "                         named: -placement=cuda,hexir.softmax=cpu",
+        "  -version               print the versions of hexir, its format and its MLIR and LLVM",
         "",
         "examples:",
         "  hexir -emit=hxb -o model.hxb",
         "  hexir -emit=mlir-tir -placement=hexir.linear=cuda,hexir.relu=cpu prog.mlir",
-        "  hexir -emit=hxb -placement=hexir.linear=gpu -target=cuda:sm_90 -o gpu.hxb",
+        "  hexir -emit=hxb -placement=cuda -target=cuda:sm_90 -o gpu.hxb prog.mlir",
+        "  cat prog.mlir | hexir -emit=mlir-hetero -placement=hexir.linear=gpu -",
         "",
         *placement_.usage_lines(),
     ]
@@ -72,6 +88,10 @@ def parse_args(argv: list[str]) -> Args:
         name, eq, value = arg.partition("=")
         if name in ("-h", "-help", "--help"):
             args.help = True
+        elif arg in ("-version", "--version"):
+            args.version = True
+        elif arg in ("-builtin", "--builtin"):
+            args.builtin = True
         elif name in ("-emit", "--emit") and eq:
             args.stage = value
         elif name in ("-placement", "--placement") and eq:
@@ -88,7 +108,24 @@ def parse_args(argv: list[str]) -> Args:
             raise UsageError(f"more than one input file ('{args.input}' and '{arg}')")
         else:
             args.input = arg
+    if args.builtin and args.input is not None:
+        raise UsageError(f"-builtin compiles the built-in program; got an input too ('{args.input}')")
     return args
+
+
+def versions() -> str:
+    """What `-version` prints: this package, the format, the MLIR bindings and llvmlite."""
+    from importlib.metadata import version
+
+    import hexir_format
+    import llvmlite
+
+    from hexir_compiler import __version__
+
+    return (f"hexir {__version__} (hexir-compiler)\n"
+            f"hexir-format {hexir_format.__version__}\n"
+            f"MLIR bindings: numba-cuda-mlir {version('numba-cuda-mlir')}\n"
+            f"llvmlite {llvmlite.__version__} (LLVM {host.llvm_version()})\n")
 
 
 def parse_targets(entries: list[str]) -> tuple[str | None, str | None]:
@@ -134,18 +171,23 @@ def run(argv: list[str]) -> int:
         if args.help:
             sys.stdout.write(usage())
             return 0
+        if args.version:
+            sys.stdout.write(versions())
+            return 0
         opts = options(args)
     except UsageError as err:
-        sys.stderr.write(f"error: {err}\n\n{usage()}")
+        sys.stderr.write(f"error: {err}; see 'hexir --help'\n")
         return EXIT_USAGE
-    if args.input not in (None, "-") and not os.access(args.input, os.R_OK):
+    if args.input not in (None, STDIN) and not os.access(args.input, os.R_OK):
         reason = "no such file" if not os.path.exists(args.input) else "permission denied"
         sys.stderr.write(f"error: could not open {args.input}: {reason}\n")
         return EXIT_INPUT
     try:
         result = compile_file(args.input, opts)
     except ParseError as err:
-        sys.stderr.write(f"{diagnostic(err)}\nerror: could not parse {args.input}\n")
+        name = "the program on stdin" if args.input == STDIN else args.input
+        verdict = f"{name} does not verify" if err.verifying else f"could not parse {name}"
+        sys.stderr.write(f"{diagnostic(err)}\nerror: {verdict}\n")
         return EXIT_INPUT
     except SerializeError as err:
         sys.stderr.write(f"{diagnostic(err)}\n")

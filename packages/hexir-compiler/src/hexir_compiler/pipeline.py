@@ -18,6 +18,7 @@ into `hexir` with the same flags continues down the same chain and gives the sam
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,16 +61,26 @@ class Options:
 class ParseError(CompileError):
     """The input is not a valid program; the message is MLIR's first diagnostic."""
 
+    def __init__(self, message: str, location: ir.Location | None = None):
+        super().__init__(message, location)
+        self.verifying = bool(_VERIFIER.match(message))  # it parsed, and an op broke a rule
+
+
+_VERIFIER = re.compile(r"'[\w.$]+' op ")  # how every op verifier's message starts
+STDIN = "-"
+
 
 def load(path: str | None) -> ir.Module:
-    """Parse and verify `path` in the current context, or build the built-in program."""
-    if path is None or path == "-":
+    """Parse and verify `path` (`-`: stdin) in the current context, or build the built-in
+    program (None)."""
+    if path is None:
         return builtin.build()
+    text = sys.stdin.read() if path == STDIN else None
     try:
-        return ir.Module.parseFile(path)
+        return ir.Module.parse(text) if path == STDIN else ir.Module.parseFile(path)
     except ir.MLIRError as err:
         if not err.error_diagnostics:
-            raise _silent_parse_failure(path) from None
+            raise _silent_parse_failure(path, text) from None
         first = err.error_diagnostics[0]
         raise ParseError(first.message, first.location) from None
 
@@ -77,24 +88,26 @@ def load(path: str | None) -> ir.Module:
 _CUSTOM_FORM = re.compile(r"^(\s*(?:%[\w#:.$-]+(?:\s*,\s*%[\w#:.$-]+)*\s*=\s*)?)(hext?ir\.\w+)")
 
 
-def _silent_parse_failure(path: str) -> ParseError:
+def _silent_parse_failure(path: str, text: str | None) -> ParseError:
     """A parse failure MLIR reported no diagnostic for.
 
     The one known case: an op of a Python-defined (IRDL) dialect written in custom assembly
     (`hexir.linear %a, %w : ...`); IRDL dialects have no custom syntax and their parse hook
     fails silently. Find that op and say what to write instead.
     """
-    with open(path, encoding="utf-8", errors="replace") as text:
-        for number, line in enumerate(text, 1):
-            match = _CUSTOM_FORM.match(line)
-            if match:
-                name = match[2]
-                return ParseError(
-                    f"'{name}' is written in custom assembly, which the hexir dialects do not "
-                    f'have; write it in generic form: "{name}"(%operands) {{attrs}} : '
-                    "(operand types) -> result type",
-                    ir.Location.file(path, number, len(match[1]) + 1),
-                )
+    if text is None:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    for number, line in enumerate(text.splitlines(), 1):
+        match = _CUSTOM_FORM.match(line)
+        if match:
+            name = match[2]
+            return ParseError(
+                f"'{name}' is written in custom assembly, which the hexir dialects do not "
+                f'have; write it in generic form: "{name}"(%operands) {{attrs}} : '
+                "(operand types) -> result type",
+                ir.Location.file(path, number, len(match[1]) + 1),
+            )
     return ParseError("MLIR could not parse the file and gave no diagnostic")
 
 

@@ -16,6 +16,8 @@ from hexir_compiler.transforms.tir import PLANS
 DEVICES = ("cpu", "cuda")
 ALIASES = {"gpu": "cuda"}
 DEFAULT_DEVICE = "cpu"
+#: The `-placement` key of the default device: `*=cuda`, or just `cuda`.
+EVERY_OP = "*"
 
 #: op name -> devices it can run on.
 PLACEABLE: Mapping[str, tuple[str, ...]] = {f"hexir.{name}": DEVICES for name in PLANS}
@@ -32,7 +34,10 @@ def normalize_device(name: str) -> str | None:
 
 
 def parse_placement(entries: Iterable[str]) -> dict[str, str]:
-    """`["hexir.linear=cuda,hexir.relu=gpu", ...]` -> `{op: device}` (later entries win)."""
+    """`["hexir.linear=cuda,hexir.relu=gpu", ...]` -> `{op: device}` (later entries win).
+
+    A bare device (`cuda`) or `*=<device>` is the default for every op not named, under key
+    `EVERY_OP`."""
     placement: dict[str, str] = {}
     for text in entries:
         for entry in text.split(","):
@@ -44,12 +49,16 @@ def parse_placement(entries: Iterable[str]) -> dict[str, str]:
 def _parse_entry(entry: str) -> tuple[str, str]:
     op, sep, device = entry.partition("=")
     op, device = op.strip(), device.strip()
+    if not sep and normalize_device(op):
+        op, sep, device = EVERY_OP, "=", op
     prefix = f"invalid -placement entry '{entry}'"
     if not sep or not op or not device:
-        raise PlacementError(f"{prefix} is not of the form <op-name>=<device>")
+        raise PlacementError(f"{prefix} is not of the form <op-name>=<device> or <device>")
     normalized = normalize_device(device)
     if normalized is None:
         raise PlacementError(f"{prefix}: '{device}' is not a device; expected cpu, cuda or gpu")
+    if op == EVERY_OP:
+        return op, normalized
     if op not in PLACEABLE:
         raise PlacementError(f"{prefix}: '{op}' is not a placeable op")
     if normalized not in PLACEABLE[op]:

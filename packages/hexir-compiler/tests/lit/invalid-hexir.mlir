@@ -1,5 +1,5 @@
-// Verifier errors of the hexir dialect: one located line each, exit 255 (a program that
-// does not verify is one that could not be parsed).
+// Verifier errors of the hexir dialect: one located line each, then that the file does not
+// verify, exit 255.
 
 // RUN: %python %S/Inputs/split_compile.py %s | FileCheck %s
 
@@ -8,7 +8,7 @@ func.func @inner(%a: tensor<2x3xf32>, %w: tensor<2x2xf32>) {
   %r = "hexir.linear"(%a, %w) : (tensor<2x3xf32>, tensor<2x2xf32>) -> tensor<2x2xf32>
   return
 }
-// CHECK-NEXT: error: could not parse {{.*}}invalid-hexir.mlir
+// CHECK-NEXT: error: {{.*}}invalid-hexir.mlir does not verify
 // CHECK-NEXT: exit 255
 
 // -----

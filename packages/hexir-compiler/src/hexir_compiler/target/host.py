@@ -106,6 +106,11 @@ def _target_machine(cpu: str):
     return _MACHINES[cpu]
 
 
+def llvm_version() -> str:
+    """The version of the LLVM inside llvmlite, e.g. `22.1.0`."""
+    return ".".join(map(str, _llvmlite().llvm_version_info))
+
+
 def _llvmlite():
     """llvmlite's binding layer, initialised once (it is a compiler dependency only)."""
     import llvmlite.binding as binding

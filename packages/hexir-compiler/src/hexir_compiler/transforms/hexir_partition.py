@@ -4,7 +4,7 @@ The placement is decided here, before any lowering, and every later pass copies 
 the time kernels are generated the ops that should run on the GPU are already labelled.
 A placeable op (see `hexir_compiler.placement`) gets the device the `-placement` option names
 for its op name; otherwise it keeps a `device` it already has (so the pass can run on its own
-output); otherwise it goes to the cpu.
+output); otherwise it goes to the default device (`-placement=cuda`), the cpu unless named.
 Constants and prints go to the cpu (`hexir-insert-transfers` moves constants that only feed
 cuda ops). The module records the devices it targets as `hexir.targets = ["cpu", "cuda"]`.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from hexir_compiler.mlir import ir
-from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES, PLACEABLE
+from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES, EVERY_OP, PLACEABLE
 
 PASS_NAME = "hexir-partition"
 #: Non-compute graph ops that still need a device: where their buffer lives.
@@ -44,7 +44,9 @@ def _device_for(op: ir.Operation, placement: Mapping[str, str]) -> str:
         return placement[op.name]
     if "device" in op.attributes:
         return ir.StringAttr(op.attributes["device"]).value
-    return DEFAULT_DEVICE
+    if op.name in HOST_OPS:
+        return DEFAULT_DEVICE
+    return placement.get(EVERY_OP, DEFAULT_DEVICE)
 
 
 def make_pass(placement: Mapping[str, str] | None = None):
