@@ -136,3 +136,18 @@ def test_missing_device_code_is_an_output_failure(tmp_path, capsys, monkeypatch)
         "error: no CUDA toolkit: looked for ptxas in $CUDA_HOME/bin, /usr/local/cuda\n"
     )
     assert not out.exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_hxb_and_text_outputs_follow_the_umask(tmp_path, umask):
+    import os
+    import stat
+
+    old = os.umask(umask)
+    try:
+        assert cli.main(["-emit=hxb", "-o", str(tmp_path / "m.hxb")]) == 0
+        assert cli.main(["-emit=mlir", "-o", str(tmp_path / "m.mlir")]) == 0
+    finally:
+        os.umask(old)
+    for name in ("m.hxb", "m.mlir"):
+        assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask

@@ -59,6 +59,8 @@ def test_several_outputs_are_a_tuple(tmp_path):
     ((), r"main takes 1 input \(2x3xf32\), got 0"),
     ((np.zeros((2, 3)), np.zeros(1)), "main takes 1 input"),
     ((np.zeros((2, 3)),), "input 0 of main: expected 2x3xf32, got a float64 array of shape 2x3"),
+    ((np.zeros((2, 3), np.int32),), "expected 2x3xf32, got an int32 array of shape 2x3"),
+    ((np.zeros((2, 3), np.uint8),), "expected 2x3xf32, got a uint8 array of shape 2x3"),
     ((np.zeros((3, 2), np.float32),), "input 0 of main: expected 2x3xf32, got shape 3x2"),
     ((["a", "b"],), "input 0 of main: expected 2x3xf32, got a list numpy cannot convert"),
 ])
@@ -80,9 +82,28 @@ def test_unknown_entry(builtin_hxb):
         with pytest.raises(hr.EntryNotFound, match=r"no entry point 'nosuchfunc' in .* \(it has: "
                                                    r"main\)"):
             m.run("nosuchfunc")
-        with pytest.raises(AttributeError, match="no attribute or entry point 'nosuchfunc'"):
-            m.nosuchfunc  # noqa: B018
+        with pytest.raises(hr.EntryNotFound, match=r"no entry point 'forward' in .* \(it has: "
+                                                   r"main\)") as info:
+            m.forward  # noqa: B018
+        assert isinstance(info.value, AttributeError) and not hasattr(m, "forward")
+        with pytest.raises(AttributeError, match="has no attribute '_secret'") as info:
+            m._secret  # noqa: B018
+        assert not isinstance(info.value, hr.EntryNotFound)
         assert "main" in m and "nosuchfunc" not in m
+
+
+def test_a_module_loads_from_its_bytes_and_refuses_other_types_in_one_line(builtin_hxb):
+    data = builtin_hxb.read_bytes()
+    for source in (data, bytearray(data), memoryview(data)):
+        with hr.load(source) as m:
+            assert m.path == "<memory>" and m.run()[0].tolist() == [[8, 17], [12, 14]]
+    for bad in (12, None, [data]):
+        with pytest.raises(hr.LoadError) as info:
+            hr.load(bad)
+        assert "\n" not in str(info.value) and len(str(info.value)) < 100
+    with pytest.raises(hr.LoadError, match="invalid module: bad magic") as info:
+        hr.load(b"x" * 2_000_000)
+    assert len(str(info.value)) < 200  # never the bytes themselves
 
 
 def test_constants_are_views_of_the_mapping_bound_once(builtin_hxb):
@@ -170,3 +191,20 @@ def test_a_buffer_placed_on_cuda_without_any_kernel_there_is_refused(tmp_path):
         m.main(np.ones(2))
     assert str(info.value) == ("slot 1 (command 1, copy) is placed on cuda but the active device "
                                "is cpu")
+
+
+def test_cuda_is_made_available_not_imposed(builtin_hxb):
+    """A module that never needs cuda runs on the cpu with device="cuda", and asks nothing of
+    the cuda driver; one that does needs it (the fake driver counts the context made)."""
+    from fake_driver import FakeDriver
+
+    fake = FakeDriver()
+    with hr.load(builtin_hxb, device="cuda", driver=fake) as m:
+        assert [d.kind for d in m.devices] == [hf.Device.CPU]
+        assert m.run()[0].tolist() == [[8, 17], [12, 14]]
+    assert sum(fake.calls.values()) == 0
+    cuda = builtin_hxb.parent / "builtin-cuda.hxb"
+    fake = FakeDriver(hf.parse(cuda.read_bytes()).executables)
+    with hr.load(cuda, device="cuda", driver=fake) as m:
+        assert [d.kind for d in m.devices] == [hf.Device.CPU, hf.Device.CUDA]
+    assert fake.calls["cuInit"] == fake.calls["cuDevicePrimaryCtxRetain"] == 1

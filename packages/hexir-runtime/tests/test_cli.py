@@ -1,6 +1,9 @@
 """hexir-run in-process: arguments, exit codes, inputs and outputs (lit covers the texts)."""
 
 import io
+import os
+import stat
+from pathlib import Path
 
 import modules
 import numpy as np
@@ -32,9 +35,24 @@ def test_bad_arguments_exit_2_with_one_line(argv, message):
     assert err.startswith("hexir-run: ") and message in err
 
 
-def test_help(builtin_hxb):
+def test_help_names_every_form_of_input_and_output(builtin_hxb):
     code, out, _ = run("--help")
     assert code == 0 and out.startswith("usage: hexir-run <module.hxb>")
+    for form in ("--input=TYPE=VALUES", "--input=@FILE.npy", "--input=@FILE.npz",
+                 "--output=@FILE.npz", "--output=@FILE.npy", "--version", "--selftest"):
+        assert out.count(form) >= 2, form  # in the synopsis and explained
+
+
+def test_version():
+    import hexir_format
+
+    import hexir_runtime
+
+    code, out, err = run("--version")
+    assert (code, err) == (0, "")
+    assert out.splitlines() == [f"hexir-run {hexir_runtime.__version__} (hexir-runtime)",
+                                f"hexir-format {hexir_format.__version__}",
+                                f"numpy {np.__version__}"]
 
 
 def test_inputs_from_text_and_npy_and_outputs_to_npz(tmp_path):
@@ -48,7 +66,8 @@ def test_inputs_from_text_and_npy_and_outputs_to_npz(tmp_path):
         code, out, err = run(path, arg, f"--output=@{tmp_path / 'y.npz'}", "--quiet")
         assert (code, err) == (0, "")
         with np.load(tmp_path / "y.npz") as z:
-            np.testing.assert_allclose(z["arr_0"], want, rtol=1e-6)
+            assert z.files == ["output_0"]
+            np.testing.assert_allclose(z["output_0"], want, rtol=1e-6)
     code, out, err = run(path, f"--input=@{tmp_path / 'x.npy'}")
     assert code == 0 and "result[0]: 2x4xf32\n[[" in out
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".hexir-run-")] == []
@@ -124,3 +143,42 @@ def test_cuda_paths_of_the_cli_over_the_fake_driver(monkeypatch, builtin_hxb):
     assert run("--selftest", "--device=cuda") == (
         0, "device        : cuda (Fake GPU)\nhal roundtrip : ok (32 bytes)\n", "")
     assert fake.memory == {} and fake.context_refs == 0
+
+
+def test_a_fixture_npz_feeds_back_and_the_output_names_its_arrays_the_same_way(tmp_path):
+    """`input_<i>` arrays are the inputs (the expected `output_<i>` beside them are not), and
+    --output writes `output_<i>`: the file a run writes compares with the fixture by name."""
+    fixtures = Path(__file__).resolve().parents[3] / "fixtures"
+    y = tmp_path / "y.npz"
+    code, _, err = run(fixtures / "mlp-f32.hxb", f"--input=@{fixtures / 'mlp-f32.npz'}",
+                       f"--output=@{y}", "--quiet")
+    assert (code, err) == (0, "")
+    with np.load(y) as got, np.load(fixtures / "mlp-f32.npz") as want:
+        assert got.files == ["output_0"]
+        np.testing.assert_allclose(got["output_0"], want["output_0"], rtol=1e-5)
+
+
+def test_npz_inputs_are_taken_by_index_and_a_gap_is_refused(tmp_path):
+    module = modules.mlp()
+    path = modules.write(tmp_path, "mlp.hxb", module)
+    x = np.ones((2, 3), np.float32)
+    np.savez(tmp_path / "named.npz", output_0=np.zeros(1), input_0=x)
+    np.savez(tmp_path / "plain.npz", x)
+    for name in ("named.npz", "plain.npz"):
+        code, out, err = run(path, f"--input=@{tmp_path / name}", "--quiet")
+        assert (code, err) == (0, ""), name
+    np.savez(tmp_path / "gap.npz", input_1=x)
+    code, _, err = run(path, f"--input=@{tmp_path / 'gap.npz'}")
+    assert code == 1 and "arrays input_1 skip an index; expected input_0 to input_0" in err
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+def test_output_files_follow_the_umask(tmp_path, umask):
+    path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
+    old = os.umask(umask)
+    try:
+        code, _, err = run(path, "--input=2x3xf32=1", f"--output=@{tmp_path / 'y.npz'}", "-q")
+    finally:
+        os.umask(old)
+    assert (code, err) == (0, "")
+    assert stat.S_IMODE((tmp_path / "y.npz").stat().st_mode) == 0o666 & ~umask

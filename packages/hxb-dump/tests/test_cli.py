@@ -30,7 +30,7 @@ def test_bad_arguments_exit_2(dump, argv):
 
 def test_version_and_help(dump):
     r = dump("--version")
-    assert (r.rc, r.out) == (0, f"hxb-dump {__version__}\n")
+    assert (r.rc, r.out) == (0, f"hxb-dump {__version__}\nhexir-format {hf.__version__}\n")
     r = dump("--help")
     assert r.rc == 0
     assert "--image KERNEL" in r.out and "--sass KERNEL" in r.out

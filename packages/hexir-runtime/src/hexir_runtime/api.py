@@ -49,13 +49,18 @@ def _check_input(entry: str, index: int, x: Any, t: TensorType) -> np.ndarray:
         try:
             x = np.asarray(x, dtype=t.dtype.numpy)
         except (TypeError, ValueError) as e:
-            raise InputError(f"{where}, got a {type(x).__name__} numpy cannot convert ({e})") \
-                from None
+            raise InputError(f"{where}, got {_article(type(x).__name__)} {type(x).__name__} numpy "
+                             f"cannot convert ({e})") from None
     elif x.dtype != np.dtype(t.dtype.numpy):
-        raise InputError(f"{where}, got a {x.dtype} array of shape {_shape(x.shape)}")
+        raise InputError(f"{where}, got {_article(x.dtype.name)} {x.dtype} array of shape "
+                         f"{_shape(x.shape)}")
     if x.shape != t.shape:
         raise InputError(f"{where}, got shape {_shape(x.shape)}")
     return np.ascontiguousarray(x)
+
+
+def _article(word: str) -> str:
+    return "an" if word[:1] in "aeio" else "a"  # a uint8, an int32
 
 
 def _shape(shape: tuple[int, ...]) -> str:
@@ -103,7 +108,10 @@ class Module:
         try:
             plan = check_module(self._mapped.module, max_alloc_bytes=max_alloc_bytes)
             devices = {Device.CPU: hal.create_device("cpu")}
-            if requested is Device.CUDA:
+            # cuda is made available, not imposed: a module that never needs it runs on the
+            # cpu alone, and a host without a driver is not asked for one.
+            if requested is Device.CUDA and any(need.device is Device.CUDA
+                                                for p in plan.entries.values() for need in p.needs):
                 devices[Device.CUDA] = hal.create_device("cuda", driver=driver)
         except BaseException:
             self._mapped.close()
@@ -139,9 +147,12 @@ class Module:
 
     def _plan(self, entry: str) -> EntryPlan:
         if entry not in self._plans:
-            names = ", ".join(self._plans) or "none"
-            raise EntryNotFound(f"no entry point '{entry}' in '{self.path}' (it has: {names})")
+            raise self._not_found(entry)
         return self._plans[entry]
+
+    def _not_found(self, entry: str) -> EntryNotFound:
+        names = ", ".join(self._plans) or "none"
+        return EntryNotFound(f"no entry point '{entry}' in '{self.path}' (it has: {names})")
 
     # ---- entry points ----------------------------------------------------------------------
 
@@ -157,7 +168,9 @@ class Module:
         entries = self.__dict__.get("_entries", {})
         if name in entries:
             return entries[name]
-        raise AttributeError(f"'{type(self).__name__}' has no attribute or entry point '{name}'")
+        if name.startswith("_") or "_entries" not in self.__dict__:
+            raise AttributeError(f"'{type(self).__name__}' has no attribute '{name}'")
+        raise self._not_found(name)
 
     def __contains__(self, name: str) -> bool:
         return name in self._entries

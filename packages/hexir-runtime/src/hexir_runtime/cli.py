@@ -1,8 +1,10 @@
 """`hexir-run`: run a `.hxb` module, or exercise a device's HAL with `--selftest`.
 
     hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
-              [--input=TYPE=VALUES | --input=@FILE.npy]... [--output=@FILE.npz]
+              [--input=TYPE=VALUES | --input=@FILE.npy | --input=@FILE.npz]...
+              [--output=@FILE.npz | --output=@FILE.npy]
     hexir-run --selftest [--device=cpu|cuda]
+    hexir-run --version
 
 Exit status: 0 ok, 1 the module could not be loaded or run, 2 bad arguments. Every failure
 is one line on stderr starting with `hexir-run: `; there are no tracebacks for bad input.
@@ -26,8 +28,23 @@ from hexir_runtime.tensors_io import output_path, parse_input, write_outputs
 PROG = "hexir-run"
 USAGE = """\
 usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
-                 [--input=TYPE=VALUES | --input=@FILE.npy]... [--output=@FILE.npz]
-       hexir-run --selftest [--device=cpu|cuda]"""
+                 [--input=TYPE=VALUES | --input=@FILE.npy | --input=@FILE.npz]...
+                 [--output=@FILE.npz | --output=@FILE.npy]
+       hexir-run --selftest [--device=cpu|cuda]
+       hexir-run --version
+
+  --device=cpu|cuda     make cuda available (the cpu always is); each kernel runs where the
+                        compiler placed it, and a module that never needs cuda runs on the cpu
+  --entry=NAME          the entry point to run (default: main)
+  --input=TYPE=VALUES   the next input: 2x3xf32=1,2,3,4,5,6 (one value fills the tensor)
+  --input=@FILE.npy     the next input, from a .npy file
+  --input=@FILE.npz     the next inputs: its arrays input_0, input_1, ... (every array, in
+                        file order, if none has such a name)
+  --output=@FILE.npz    write the results, as output_0, output_1, ..., instead of printing
+                        them (@FILE.npy: the only result)
+  -q, --quiet           print only what the program PRINTs
+  --selftest            a round trip through the device's HAL
+  --version             print the versions of hexir-run and its format"""
 SELFTEST_VALUES = np.array([1.0, 2.0, 3.0, 4.0])
 
 
@@ -43,6 +60,7 @@ class Options:
     quiet: bool = False
     selftest: bool = False
     help: bool = False
+    version: bool = False
     inputs: list[str] = field(default_factory=list)
     output: str | None = None
 
@@ -57,6 +75,8 @@ def parse_args(argv: list[str]) -> Options:
             opts.selftest = True
         elif arg in ("-h", "--help"):
             opts.help = True
+        elif arg == "--version":
+            opts.version = True
         elif name in ("--device", "--entry", "--input", "--output") and not eq:
             raise UsageError(f"{name} needs a value: {name}=...")
         elif name == "--device":
@@ -77,10 +97,19 @@ def parse_args(argv: list[str]) -> Options:
             raise UsageError(f"one module at a time: got '{opts.path}' and '{arg}'")
         else:
             opts.path = arg
-    if opts.path is None and not (opts.selftest or opts.help):
+    if opts.path is None and not (opts.selftest or opts.help or opts.version):
         raise UsageError(f"no module given; usage: {PROG} <module.hxb> [--device=cpu|cuda] "
                          "[--entry=NAME] [--quiet]")
     return opts
+
+
+def versions() -> str:
+    import hexir_format
+
+    from hexir_runtime import __version__
+
+    return (f"hexir-run {__version__} (hexir-runtime)\n"
+            f"hexir-format {hexir_format.__version__}\nnumpy {np.__version__}")
 
 
 def selftest(device_name: str, out: TextIO) -> int:
@@ -160,10 +189,10 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
     except UsageError as e:
         print(f"{PROG}: {e}", file=err)
         return 2
-    if opts.help:
-        print(USAGE, file=out)
-        return 0
     try:
+        if opts.help or opts.version:
+            print(USAGE if opts.help else versions(), file=out)
+            return 0
         if opts.selftest:
             return selftest(opts.device, out)
         return run_module(opts, out)

@@ -29,8 +29,9 @@ class PlacementError(DeviceError):
     """A kernel or buffer is placed on a device this run does not have."""
 
 
-class EntryNotFound(RuntimeFailure, LookupError):
-    """The requested entry point does not exist."""
+class EntryNotFound(RuntimeFailure, LookupError, AttributeError):
+    """The requested entry point does not exist; the message lists those that do. An
+    AttributeError too, so `m.forward` on a module without `forward` raises it."""
 
 
 class InputError(RuntimeFailure):

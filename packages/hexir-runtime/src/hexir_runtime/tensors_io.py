@@ -1,15 +1,18 @@
 """Tensors on the command line and in files, with `iree-run-module`'s conventions.
 
 `--input=2x2xf32=1,2,3,4` (values separated by commas or spaces; one value fills the tensor),
-`--input=f64=3` (a scalar), `--input=@x.npy` (one array), `--input=@inputs.npz` (its arrays,
-in file order, each the next input). `--output=@out.npz` (every result) or `@out.npy` (the
-only result), written to a temporary file beside the target and renamed into place, so a
-failed run never leaves half a file.
+`--input=f64=3` (a scalar), `--input=@x.npy` (one array), `--input=@inputs.npz` (its arrays
+named `input_0`, `input_1`, ... in that order when it has any, so one file can hold a test's
+inputs and its expected `output_<i>`; else every array, in file order). `--output=@out.npz`
+writes every result as `output_0`, `output_1`, ...; `@out.npy` the only result. Both go to
+a temporary file beside the target, renamed into place, so a failed run never leaves half a
+file.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import zipfile
 from collections.abc import Sequence
 
@@ -54,7 +57,11 @@ def _load_file(path: str) -> list[np.ndarray]:
     if isinstance(loaded, np.ndarray):
         return [loaded]
     with loaded:
-        return [loaded[name] for name in loaded.files]
+        named = sorted((int(n[6:]), n) for n in loaded.files if re.fullmatch(r"input_\d+", n))
+        if named and [i for i, _ in named] != list(range(len(named))):
+            raise InputError(f"--input=@{path}: arrays {', '.join(n for _, n in named)} skip "
+                             f"an index; expected input_0 to input_{len(named) - 1}")
+        return [loaded[name] for name in ([n for _, n in named] or loaded.files)]
 
 
 def output_path(target: str) -> str:
@@ -71,7 +78,7 @@ def output_path(target: str) -> str:
 
 
 def write_outputs(target: str, arrays: Sequence[np.ndarray]) -> None:
-    """Write results to `@path.npz` or `@path.npy` atomically."""
+    """Write results to `@path.npz` (as `output_<i>`) or `@path.npy` atomically."""
     path = output_path(target)
     if path.endswith(".npy") and len(arrays) != 1:
         raise InputError(f"--output={target}: a .npy file holds one array, the entry returned "
@@ -82,7 +89,7 @@ def write_outputs(target: str, arrays: Sequence[np.ndarray]) -> None:
             if path.endswith(".npy"):
                 np.save(out, arrays[0])
             else:
-                np.savez(out, *arrays)
+                np.savez(out, **{f"output_{i}": a for i, a in enumerate(arrays)})
     except OSError as e:
         raise InputError(f"--output={target}: cannot write in {directory}: "
                          f"{e.strerror or e}") from None

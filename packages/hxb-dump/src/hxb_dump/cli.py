@@ -14,6 +14,7 @@ import math
 import os
 import sys
 
+import hexir_format
 from hexir_format import HexirError
 from hexir_format.files import write_atomically
 
@@ -24,8 +25,22 @@ from hxb_dump.examine import Report, examine, kernel_image
 PROG = "hxb-dump"
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad command line is one line that points at --help (not the usage)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{PROG}: error: {message}; see '{PROG} --help'\n")
+
+
+class _Version(argparse.Action):
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{PROG} {__version__}\nhexir-format {hexir_format.__version__}")
+        parser.exit(0)
+
+
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Show what a Hexir .hxb module holds.")
+    p = _Parser(prog=PROG, description="Show what a Hexir .hxb module holds.",
+                allow_abbrev=False)
     p.add_argument("file", metavar="FILE", help="the .hxb module")
     p.add_argument("--rodata", action="store_true",
                    help="also print the constants in rodata, typed by the slots they bind")
@@ -37,7 +52,8 @@ def parser() -> argparse.ArgumentParser:
                    help="where --image writes (default: KERNEL.bin)")
     p.add_argument("--sass", metavar="KERNEL",
                    help="print KERNEL's SASS with cuobjdump (cubin or fatbin images)")
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    p.add_argument("--version", action=_Version, nargs=0,
+                   help="print the versions of hxb-dump and its format")
     return p
 
 

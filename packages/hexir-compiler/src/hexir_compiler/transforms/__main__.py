@@ -59,7 +59,8 @@ def _local_pass(name: str):
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hexir_compiler.transforms")
+    parser = argparse.ArgumentParser(prog="python -m hexir_compiler.transforms",
+                                     allow_abbrev=False)
     parser.add_argument("input")
     parser.add_argument("--pass", dest="passes", default="", help="comma-separated pass names")
     parser.add_argument("--placement", action="append", default=[], help="<op>=<device>,...")
