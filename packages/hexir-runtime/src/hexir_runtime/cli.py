@@ -41,7 +41,7 @@ usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
   --input=@FILE.npz     the next inputs: its arrays input_0, input_1, ... (every array, in
                         file order, if none has such a name)
   --output=@FILE.npz    write the results, as output_0, output_1, ..., instead of printing
-                        them (@FILE.npy: the only result)
+  --output=@FILE.npy    them (a .npy file holds the only result)
   -q, --quiet           print only what the program PRINTs
   --selftest            a round trip through the device's HAL
   --version             print the versions of hexir-run and its format"""
