@@ -148,7 +148,7 @@ def test_load_errors(tmp_path):
     (tmp_path / "empty.hxb").write_bytes(b"")
     with pytest.raises(hr.LoadError, match="invalid module: the file is empty"):
         hr.load(tmp_path / "empty.hxb")
-    with pytest.raises(hr.LoadError, match="io error: Is a directory"):
+    with pytest.raises(hr.LoadError, match="io error: it is a directory, not a regular file"):
         hr.load(tmp_path)
     with pytest.raises(hr.DeviceError, match="'tpu' is not a device"):
         hr.load(tmp_path / "missing.hxb", device="tpu")

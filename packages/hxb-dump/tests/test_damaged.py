@@ -109,7 +109,7 @@ def test_missing_file(dump, tmp_path):
 
 
 def test_directory(dump, tmp_path):
-    one_error(dump(tmp_path), "Is a directory")
+    one_error(dump(tmp_path), "it is a directory, not a regular file")
 
 
 @settings(max_examples=300, deadline=None,

@@ -17,7 +17,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from hexir_format.files import write_atomically
+from hexir_format.files import terminate_as_interrupt, write_atomically
 
 from hexir_compiler import placement as placement_
 from hexir_compiler.errors import CompileError, diagnostic
@@ -221,7 +221,12 @@ def _emit(result: str | bytes, args: Args) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return run(sys.argv[1:] if argv is None else argv)
+    terminate_as_interrupt()  # SIGTERM, like Ctrl-C, leaves no partial output
+    try:
+        return run(sys.argv[1:] if argv is None else argv)
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130
 
 
 if __name__ == "__main__":

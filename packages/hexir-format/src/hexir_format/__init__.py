@@ -3,7 +3,7 @@ shape rules of the ops and kernel kinds it records (`hexir_format.signatures`)."
 
 from hexir_format import validate
 from hexir_format.__about__ import __version__
-from hexir_format.errors import FormatError, HexirError, ValidationError
+from hexir_format.errors import FormatError, HexirError, ValidationError, printable
 from hexir_format.model import (
     BINARY_KINDS,
     CPU_LEVELS,
@@ -36,5 +36,5 @@ __all__ = [
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
     "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",
-    "parse_layout", "signature_problem", "validate",
+    "parse_layout", "printable", "signature_problem", "validate",
 ]

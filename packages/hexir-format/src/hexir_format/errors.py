@@ -6,8 +6,19 @@ mistake (one line, exit 1) from a bug (a traceback).
 """
 
 
+def printable(text: str) -> str:
+    """`text` with control characters escaped: names come off disk, and a newline or an
+    escape sequence in one must not forge output lines or drive the terminal."""
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
 class HexirError(Exception):
-    """Something Hexir refuses, with a message fit for one line on stderr."""
+    """Something Hexir refuses, with a message fit for one line on stderr: whatever the
+    message quotes (a name from a file, a path), it is made printable, so it stays one line."""
+
+    def __init__(self, message: object = "", *args: object):
+        super().__init__(printable(str(message)), *args)
 
 
 class FormatError(HexirError):

@@ -24,17 +24,21 @@ from hexir_runtime.loader import MappedModule, Source
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_module
 
 
-def load(path: Source, device: str = "cpu", *,
+def load(path: Source, device: str = "cpu", *, copy: bool = False,
          max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None) -> Module:
     """Map, validate and prepare a `.hxb` (a path, or the module's bytes). `device="cuda"`
-    makes the GPU available (cpu is always available); `driver` replaces cuda-python's driver
-    module (tests)."""
-    return Module(path, device, max_alloc_bytes=max_alloc_bytes, driver=driver)
+    makes the GPU available (cpu is always available); `copy=True` reads the file into memory
+    instead of mapping it (for a file that may change while it is loaded); `driver` replaces
+    cuda-python's driver module (tests)."""
+    return Module(path, device, copy=copy, max_alloc_bytes=max_alloc_bytes, driver=driver)
 
 
 def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
     """The inputs as contiguous arrays of the entry's signature, or a one-line InputError."""
     want = plan.signature.inputs
+    if not isinstance(inputs, Sequence) or isinstance(inputs, str | bytes):
+        raise InputError(f"{plan.name}: inputs must be a list or tuple of arrays, not "
+                         f"{_article(type(inputs).__name__)} {type(inputs).__name__}")
     if len(inputs) != len(want):
         types = ", ".join(map(str, want)) or "none"
         raise InputError(f"{plan.name} takes {len(want)} input{'s' * (len(want) != 1)} "
@@ -45,6 +49,9 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
 
 def _check_input(entry: str, index: int, x: Any, t: TensorType) -> np.ndarray:
     where = f"input {index} of {entry}: expected {t}"
+    if isinstance(x, np.ma.MaskedArray):
+        raise InputError(f"{where}, got a masked array; its mask would be ignored: pass "
+                         "x.filled(value) (or x.data) to say what masked elements hold")
     if not isinstance(x, np.ndarray):
         try:
             x = np.asarray(x, dtype=t.dtype.numpy)
@@ -97,13 +104,15 @@ class EntryPoint:
 class Module:
     """A loaded `.hxb`: its entry points, ready to run on the devices it was loaded with."""
 
-    def __init__(self, path: Source, device: str = "cpu", *,
+    def __init__(self, path: Source, device: str = "cpu", *, copy: bool = False,
                  max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None):
+        if not isinstance(device, str):
+            raise DeviceError(f"device must be 'cpu' or 'cuda', not {device!r}")
         try:
             requested = Device.from_name(device)
         except ValueError as e:
             raise DeviceError(str(e)) from None
-        self._mapped = MappedModule(path)
+        self._mapped = MappedModule(path, copy=copy)
         self.path = self._mapped.path
         try:
             plan = check_module(self._mapped.module, max_alloc_bytes=max_alloc_bytes)
@@ -137,8 +146,10 @@ class Module:
         return execute(self._live(), plan, check_inputs(plan, inputs), on_print)
 
     def _live(self) -> Resident:
+        """What a call runs on, once the module is known to be open and its file unchanged."""
         if self._resident is None:
             raise ClosedError(f"module '{self.path}' is closed")
+        self._mapped.check_unchanged()
         return self._resident
 
     def run(self, entry: str = "main", *inputs: Any) -> list[np.ndarray]:

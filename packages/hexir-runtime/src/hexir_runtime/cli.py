@@ -19,6 +19,7 @@ from typing import TextIO
 
 import numpy as np
 from hexir_format import Device, HexirError
+from hexir_format.files import terminate_as_interrupt
 
 from hexir_runtime import hal
 from hexir_runtime.api import Module
@@ -169,6 +170,9 @@ def run_module(opts: Options, out: TextIO) -> int:
         except EntryNotFound as e:
             raise HexirError(f"{opts.entry} failed: not found: {e}") from None
         inputs = entry.check_inputs(*inputs)  # every refusal before the banner
+        if opts.output is not None and not entry.signature.outputs:
+            raise HexirError(f"--output={opts.output}: {opts.entry} returns nothing, so there "
+                             "is nothing to write")
         if not opts.quiet:
             banner(module, opts.entry, out)
         result = module.execute(opts.entry, inputs, on_print=lambda a: print_rows(a, out))
@@ -184,6 +188,7 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
          err: TextIO | None = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
+    terminate_as_interrupt()
     try:
         opts = parse_args(sys.argv[1:] if argv is None else argv)
     except UsageError as e:

@@ -5,6 +5,15 @@ back rodata and device images as memoryview slices of the mapping, so loading a 
 touches the same few pages as loading a 1 KiB one, and a CONST binds a read-only view of the
 weights instead of a copy.
 
+Only the weights (rodata) stay in the mapping: everything else a run needs (the commands, the
+slot and kernel tables, the kernels' code) is copied at load. Changing the file under a loaded
+module is therefore defined up to one case: `check_unchanged`, at the start of every call,
+refuses a call when the mapped file was changed in place (its size or modification time,
+read from the open file, so renaming another file over the path changes nothing: the mapping
+still holds the old one), in one line; what it cannot catch is the file shrinking *during* a call that reads the
+weights, which, as with numpy's `memmap`, ends the process with SIGBUS. `copy=True` reads the
+whole file into memory instead, for a file that may change.
+
 Closing is explicit. The mapping is unmapped at once when nothing else still looks at it; if a
 view escaped (an array the caller kept), the mapping stays alive until the last view goes, so
 closing can never leave a dangling view.
@@ -14,8 +23,10 @@ from __future__ import annotations
 
 import mmap
 import os
+from dataclasses import replace
 
 import hexir_format as hf
+from hexir_format.files import open_regular
 
 from hexir_runtime.errors import LoadError
 
@@ -24,13 +35,15 @@ IN_MEMORY = "<memory>"
 
 
 class MappedModule:
-    """A parsed module and the read-only mapping its payloads point into.
+    """A parsed module and the read-only mapping its weights point into.
 
     `source` is a path, or the module's bytes (a module loaded from memory: `bytes` are used
     in place, a `bytearray` or `memoryview` is copied once so a kernel never sees it change).
+    `copy=True` reads a file into memory rather than mapping it.
     """
 
-    def __init__(self, source: Source):
+    def __init__(self, source: Source, *, copy: bool = False):
+        self._file = None  # the mapped file, kept open to stat it
         if isinstance(source, bytes | bytearray | memoryview):
             self.path = IN_MEMORY
             data = source if isinstance(source, bytes) else bytes(source)
@@ -39,15 +52,28 @@ class MappedModule:
             self._map = data
         elif isinstance(source, str | os.PathLike):
             self.path = str(source)
-            self._map = _map_file(self.path)
+            self._map, self._file = _read_file(self.path, copy)
+            self._stamp = _stamp(os.fstat(self._file.fileno())) if self._file else None
         else:
             raise LoadError(f"cannot load a {type(source).__name__}: expected a path or the "
                             "module's bytes")
         try:
-            self.module: hf.Module | None = hf.parse(self._map)
+            module = hf.parse(self._map)
         except hf.FormatError as e:
             self._release()
             raise LoadError(f"cannot load '{self.path}': invalid module: {e}") from None
+        code = tuple(replace(e, image=None if e.image is None else bytes(e.image))
+                     for e in module.executables)
+        self.module: hf.Module | None = replace(module, executables=code)
+
+    def check_unchanged(self) -> None:
+        """Refuse to go on when the mapped file was changed in place since it was loaded."""
+        if self._file is None or self._file.closed:
+            return
+        if _stamp(os.fstat(self._file.fileno())) != self._stamp:
+            raise LoadError(f"'{self.path}' changed on disk after it was loaded (truncated or "
+                            "rewritten in place); load it again, or load it with copy=True to "
+                            "read a file that may change")
 
     @property
     def closed(self) -> bool:
@@ -59,6 +85,8 @@ class MappedModule:
         self._release()
 
     def _release(self) -> None:
+        if self._file is not None:
+            self._file.close()
         mapping, self._map = self._map, None
         if not isinstance(mapping, mmap.mmap):
             return
@@ -76,15 +104,30 @@ class MappedModule:
         self.close()
 
 
-def _map_file(path: str) -> mmap.mmap:
-    """The file mapped read-only, or a one-line `io error` / `invalid module` LoadError."""
+def _stamp(st: os.stat_result) -> tuple[int, int]:
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _read_file(path: str, copy: bool):
+    """(the file mapped read-only, the open file) or, with `copy`, (its bytes, None); a
+    one-line `io error` / `invalid module` LoadError otherwise."""
     try:
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                raise LoadError(f"cannot load '{path}': invalid module: the file is empty")
-            return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        f = open_regular(path)
     except OSError as e:
         raise LoadError(f"cannot load '{path}': io error: {e.strerror or e}") from None
-    except ValueError as e:  # mmap of something that cannot be mapped (a pipe, ...)
-        raise LoadError(f"cannot load '{path}': io error: {e}") from None
+    try:
+        if os.fstat(f.fileno()).st_size == 0:
+            raise LoadError(f"cannot load '{path}': invalid module: the file is empty")
+        if copy:
+            return f.read(), None
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ), f
+    except (OSError, ValueError, MemoryError) as e:  # something that cannot be mapped or read
+        f.close()
+        raise LoadError(f"cannot load '{path}': io error: {getattr(e, 'strerror', None) or e}") \
+            from None
+    except BaseException:
+        f.close()
+        raise
+    finally:
+        if copy:
+            f.close()

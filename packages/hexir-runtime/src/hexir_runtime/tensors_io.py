@@ -11,6 +11,7 @@ file.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import zipfile
@@ -18,9 +19,10 @@ from collections.abc import Sequence
 
 import numpy as np
 from hexir_format import TensorType
-from hexir_format.files import atomic_write
+from hexir_format.files import atomic_write, open_regular
 
 from hexir_runtime.errors import InputError
+from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES
 
 
 def parse_input(text: str) -> list[np.ndarray]:
@@ -35,13 +37,20 @@ def parse_input(text: str) -> list[np.ndarray]:
         t = TensorType.parse(spec)
     except ValueError as e:
         raise InputError(f"--input={text}: {e}") from None
+    if math.prod(max(d, 1) for d in t.shape) * t.dtype.itemsize > DEFAULT_MAX_ALLOC_BYTES:
+        raise InputError(f"--input={text}: {spec} spans more than {DEFAULT_MAX_ALLOC_BYTES} "
+                         "bytes, the most one run may allocate (counting a 0 dimension as 1)")
     words = values.replace(",", " ").split()
     try:
         flat = np.array([float(w) for w in words], dtype=t.dtype.numpy)
     except ValueError:
         raise InputError(f"--input={text}: values must be numbers separated by commas") from None
     if len(flat) == 1 and t.size != 1:
-        flat = np.full(t.size, flat[0], dtype=flat.dtype)
+        try:
+            flat = np.full(t.size, flat[0], dtype=flat.dtype)
+        except MemoryError:
+            raise InputError(f"--input={text}: cannot allocate the {t.nbytes} bytes of a "
+                             f"{spec}") from None
     if len(flat) != t.size:
         raise InputError(f"--input={text}: {t} holds {t.size} values, {len(flat)} given")
     return [flat.reshape(t.shape)]
@@ -49,11 +58,17 @@ def parse_input(text: str) -> list[np.ndarray]:
 
 def _load_file(path: str) -> list[np.ndarray]:
     try:
-        loaded = np.load(path, allow_pickle=False)
+        with open_regular(path) as f:
+            return _arrays(path, np.load(f, allow_pickle=False))
     except OSError as e:
         raise InputError(f"--input=@{path}: cannot read: {e.strerror or e}") from None
-    except (ValueError, zipfile.BadZipFile) as e:
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:
         raise InputError(f"--input=@{path}: not a .npy or .npz file ({e})") from None
+    except MemoryError:
+        raise InputError(f"--input=@{path}: cannot allocate its arrays") from None
+
+
+def _arrays(path: str, loaded) -> list[np.ndarray]:
     if isinstance(loaded, np.ndarray):
         return [loaded]
     with loaded:

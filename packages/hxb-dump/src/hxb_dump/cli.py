@@ -16,7 +16,7 @@ import sys
 
 import hexir_format
 from hexir_format import HexirError
-from hexir_format.files import write_atomically
+from hexir_format.files import terminate_as_interrupt, write_atomically
 
 from hxb_dump import images, listing
 from hxb_dump.__about__ import __version__
@@ -65,11 +65,15 @@ def main(argv: list[str] | None = None) -> int:
             arguments.error("-o/--output needs --image KERNEL")
     except SystemExit as e:  # argparse: 2 for bad arguments, 0 for --help/--version
         return e.code if isinstance(e.code, int) else 2
+    terminate_as_interrupt()  # SIGTERM, like Ctrl-C, leaves no partial --image file
     try:
         return run(args)
     except BrokenPipeError:  # `hxb-dump big.hxb | head`: stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except KeyboardInterrupt:
+        print(f"{PROG}: error: interrupted", file=sys.stderr)
+        return 130
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
             print(report.facts["sass"], end="")
     if report.error:
         sys.stdout.flush()
-        print(f"{PROG}: error: {listing.printable(report.error)}", file=sys.stderr)
+        print(f"{PROG}: error: {hexir_format.printable(report.error)}", file=sys.stderr)
         return 1
     return 0
 

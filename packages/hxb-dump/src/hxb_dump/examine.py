@@ -10,11 +10,13 @@ becomes the report's one error, and the facts gathered before it are still shown
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import hexir_format
 from hexir_format import HexirError, Module
+from hexir_format.files import open_regular
 
 from hxb_dump.errors import DumpError
 from hxb_dump.facts import Facts, layout_facts, module_facts
@@ -46,10 +48,10 @@ def examine(path: str, *, values: bool) -> Report:
 
 
 def _map(path: Path) -> bytes | mmap.mmap:
-    """The file's bytes, mapped read-only so rodata and images are never copied whole."""
-    with path.open("rb") as f:
-        size = path.stat().st_size
-        if size == 0:
+    """The file's bytes, mapped read-only so rodata and images are never copied whole (a
+    FIFO, device or directory is refused before anything waits on it)."""
+    with open_regular(path) as f:
+        if os.fstat(f.fileno()).st_size == 0:
             return b""
         return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
 

@@ -8,6 +8,8 @@ its size) and nothing that was not safe to read.
 
 from __future__ import annotations
 
+from hexir_format import printable
+
 from hxb_dump.facts import Facts
 from hxb_dump.params import render as render_params
 
@@ -20,13 +22,6 @@ def render(facts: Facts, *, rodata: bool = False) -> list[str]:
     """The listing, line by line; with `rodata`, the constants' values too (the facts must
     have been gathered with values)."""
     return [printable(line) for line in _render(facts, rodata)]
-
-
-def printable(text: str) -> str:
-    """`text` with control characters escaped: names come off disk, and a newline or an
-    escape sequence in one must not forge listing lines or drive the terminal."""
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
 
 
 def _render(facts: Facts, rodata: bool) -> list[str]:

@@ -17,7 +17,7 @@ is left as it is: the pass can run on its own output. Kernel attributes (`device
 from __future__ import annotations
 
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import ir, passmanager
+from hexir_compiler.mlir import ir, memref, passmanager
 from hexir_compiler.transforms.hextir_to_loops import (
     GRID,
     KERNEL_ATTRIBUTES,
@@ -29,6 +29,7 @@ PASS_NAME = "hexir-kernels-to-llvm"
 BASE_ARCH = 75  # the PTX every cuda kernel is compiled to; the oldest GPU the image loads on
 HOST = (
     "convert-scf-to-cf",
+    "expand-strided-metadata",
     "convert-math-to-llvm",
     "convert-math-to-libm",
     "finalize-memref-to-llvm",
@@ -41,7 +42,8 @@ HOST = (
     "cse",
 )
 DEVICE = (
-    "gpu.module(convert-scf-to-cf, convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
+    "gpu.module(convert-scf-to-cf, expand-strided-metadata,"
+    " convert-gpu-to-nvvm{use-bare-ptr-memref-call-conv=1},"
     " reconcile-unrealized-casts, canonicalize, cse)",
 )
 
@@ -53,6 +55,8 @@ def run(module: ir.Module | ir.Operation) -> None:
     ops = [view.operation for view in body.operations]
     host = [op for op in ops if op.name == "func.func" and (is_kernel(op) or is_routine(op))]
     device = [op for op in ops if op.name == "gpu.module" and "targets" not in op.attributes]
+    for kernel in host + [_gpu_func(op) for op in device]:
+        _flatten_empty_buffers(kernel)
     if host:
         _convert(module, host, HOST)
     if device:
@@ -100,6 +104,39 @@ def _convert(module: ir.Operation, kernels: list[ir.Operation], passes: tuple[st
         taken.add(name)
         body.append(op)
     _restore_order(body, order)
+
+
+def _gpu_func(container: ir.Operation) -> ir.Operation:
+    return next(v.operation for v in container.regions[0].blocks[0].operations
+                if v.operation.name == "gpu.func")
+
+
+def _flatten_empty_buffers(kernel: ir.Operation) -> None:
+    """Take each buffer with no elements (`memref<2x0xf32>`) as a rank-1 `memref<0xf32>`,
+    expanded back to its shape at entry: the bare-pointer convention converts a memref only
+    when MLIR can give it strides, which it does not for a zero dimension in a higher rank.
+    Nothing reads or writes such a buffer (every loop over it has no iteration)."""
+    if not len(kernel.regions[0].blocks):  # a routine's declaration
+        return
+    block = kernel.regions[0].blocks[0]
+    for arg in list(block.arguments):
+        t = arg.type
+        if not isinstance(t, ir.MemRefType):
+            continue
+        t = ir.MemRefType(t)
+        if t.rank < 2 or 0 not in t.shape:
+            continue
+        with kernel.context, kernel.location:
+            flat = ir.MemRefType.get([0], t.element_type, memory_space=t.memory_space)
+            first = next(iter(block.operations))
+            view = memref.ExpandShapeOp(t, arg, [list(range(t.rank))], [], t.shape,
+                                        ip=ir.InsertionPoint(first))
+            arg.replace_all_uses_except(view.result, view.operation)
+            arg.set_type(flat)
+    with kernel.context:
+        ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+        kernel.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
+            [a.type for a in block.arguments], ftype.results))
 
 
 def _restore_order(body: ir.Block, order: list[str]) -> None:
