@@ -47,8 +47,8 @@ def parse_layout(buf: Buffer) -> Layout:
     """The header and the section table, each section checked to lie inside the file."""
     data = memoryview(buf).cast("B")
     size = len(data)
-    if size < L.Header.sizeof():
-        raise FormatError(f"file is {size} bytes, too short for the {L.Header.sizeof()}-byte "
+    if size < L.size(L.Header):
+        raise FormatError(f"file is {size} bytes, too short for the {L.size(L.Header)}-byte "
                           "header", field="header", offset=0)
     if bytes(data[:8]) != MAGIC:
         raise FormatError(f"bad magic {bytes(data[:8])!r} at offset 0, expected {MAGIC!r}: "
@@ -65,14 +65,14 @@ def parse_layout(buf: Buffer) -> Layout:
         raise FormatError(f"header: reserved field at offset 20 is {header.reserved}, "
                           "expected 0", field="reserved", offset=20)
     count = header.section_count
-    table_end = L.Header.sizeof() + count * L.SectionEntry.sizeof()
+    table_end = L.size(L.Header) + count * L.size(L.SectionEntry)
     if table_end > size:
         raise FormatError(f"header: section_count {count} at offset 16 needs a table ending at "
                           f"{table_end}, past the end of the {size}-byte file",
                           field="section_count", offset=16)
     sections = []
     for i in range(count):
-        at = L.Header.sizeof() + i * L.SectionEntry.sizeof()
+        at = L.size(L.Header) + i * L.size(L.SectionEntry)
         e = _struct(L.SectionEntry, data, at, f"section {i}")
         sections.append(Section(e.kind, e.flags, e.offset, e.size))
     layout = Layout(size, header.version, header.flags, tuple(sections))
@@ -85,7 +85,7 @@ def _check_sections(layout: Layout, table_end: int) -> None:
     seen: dict[int, int] = {}
     for i, s in enumerate(layout.sections):
         where = f"section {i} ({s.name})"
-        at = L.Header.sizeof() + i * L.SectionEntry.sizeof()
+        at = L.size(L.Header) + i * L.size(L.SectionEntry)
         if s.kind not in known:
             raise FormatError(f"{where}: kind {s.kind} at offset {at} is not a section of "
                               f"version {layout.version}", field="kind", offset=at)
@@ -139,11 +139,11 @@ def parse(buf: Buffer) -> Module:
 
 def _struct(decl: construct.Construct, data: memoryview, at: int, where: str):
     """Parse a fixed-size struct at `at` (its bytes are there, so parsing cannot fail)."""
-    end = at + decl.sizeof()
+    end = at + L.size(decl)
     if at < 0 or end > len(data):
-        raise FormatError(f"{where}: a {decl.sizeof()}-byte record at offset {at} runs past the "
+        raise FormatError(f"{where}: a {L.size(decl)}-byte record at offset {at} runs past the "
                           f"end ({len(data)})", offset=at)
-    return decl.parse(bytes(data[at:end]))
+    return L.compiled(decl).parse(bytes(data[at:end]))
 
 
 def _name(raw: bytes, where: str, at: int) -> str:
@@ -166,7 +166,7 @@ def _name(raw: bytes, where: str, at: int) -> str:
 def _commands(version: int, program: memoryview, base: int) -> list[tuple[int, Command]]:
     """Every command of the program section with its offset inside the section."""
     out, pc, end = [], 0, len(program)
-    header = L.CommandHeader.sizeof()
+    header = L.size(L.CommandHeader)
     while pc < end:
         at = base + pc
         if end - pc < header:
@@ -207,14 +207,14 @@ def _check_operand_count(op: Op, operands: tuple[int, ...], at: int) -> None:
 def _functions(version: int, symbols: tuple[memoryview, int],
                program: tuple[memoryview, int]) -> tuple[Function, ...]:
     sym, sym_base = symbols
-    if len(sym) % L.Symbol.sizeof():
+    if len(sym) % L.size(L.Symbol):
         raise FormatError(f"symbols: size {len(sym)} at offset {sym_base} is not a multiple of "
-                          f"{L.Symbol.sizeof()}", field="size", offset=sym_base)
+                          f"{L.size(L.Symbol)}", field="size", offset=sym_base)
     commands = _commands(version, *program)
     index = {pc: i for i, (pc, _) in enumerate(commands)}
     functions, expected, names = [], 0, set()
-    for n in range(len(sym) // L.Symbol.sizeof()):
-        at = n * L.Symbol.sizeof()
+    for n in range(len(sym) // L.size(L.Symbol)):
+        at = n * L.size(L.Symbol)
         where = f"symbol {n}"
         entry = _struct(L.Symbol, sym, at, where)
         name = _name(entry.name, where, sym_base + at)
@@ -274,7 +274,7 @@ def _tensor_type(entry, where: str, at: int) -> TensorType:
 
 
 def _slots(data: memoryview, base: int) -> tuple[Slot, ...]:
-    size = L.SlotEntry.sizeof()
+    size = L.size(L.SlotEntry)
     if len(data) % size:
         raise FormatError(f"slots: size {len(data)} at offset {base} is not a multiple of "
                           f"{size}", field="size", offset=base)
@@ -291,22 +291,22 @@ def _slots(data: memoryview, base: int) -> tuple[Slot, ...]:
 
 
 def _executables(version: int, data: memoryview, base: int) -> tuple[Executable, ...]:
-    head = L.ExecutablesHeader.sizeof()
+    head = L.size(L.ExecutablesHeader)
     if len(data) < head:
         raise FormatError(f"executables: size {len(data)} at offset {base} is too small for "
                           f"the {head}-byte header", field="size", offset=base)
     h = _struct(L.ExecutablesHeader, data, 0, "executables")
     entry = L.EXECUTABLE[version]
-    if h.count > (len(data) - head) // entry.sizeof():
+    if h.count > (len(data) - head) // L.size(entry):
         raise FormatError(f"executables: count {h.count} at offset {base} needs "
-                          f"{head + h.count * entry.sizeof()} bytes but the section has "
+                          f"{head + h.count * L.size(entry)} bytes but the section has "
                           f"{len(data)}", field="count", offset=base)
     if h.reserved:
         raise FormatError(f"executables: reserved field at offset {base + 4} is {h.reserved}, "
                           "expected 0", field="reserved", offset=base + 4)
-    exes, records = [], [(0, head + h.count * entry.sizeof(), "the entry table", base)]
+    exes, records = [], [(0, head + h.count * L.size(entry), "the entry table", base)]
     for i in range(h.count):
-        at = head + i * entry.sizeof()
+        at = head + i * L.size(entry)
         e = _struct(entry, data, at, f"executable {i}")
         name = _name(e.name, f"executable {i}", base + at)
         where = f"executable {i} ({name})"
@@ -318,7 +318,7 @@ def _executables(version: int, data: memoryview, base: int) -> tuple[Executable,
             exes.append(_v3_executable(e, name, kind, device, image, where, base + at))
         else:
             exes.append(_v4_executable(e, name, kind, device, image, data, base, where, at))
-            records += [(e.args_offset, e.argc * L.TensorTypeEntry.sizeof(),
+            records += [(e.args_offset, e.argc * L.size(L.TensorTypeEntry),
                          f"{where}: its argument types", base + at + 44),
                         (e.params_offset, e.params_count * 8, f"{where}: its params",
                          base + at + 48)]
@@ -395,7 +395,7 @@ def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, wh
         inputs = "at least 1 input" if kind.arity is None else f"{kind.arity} inputs"
         raise FormatError(f"{where}: argc {e.argc} at offset {base + at + 40}; {kind} takes "
                           f"{inputs} + 1 destination", field="argc", offset=base + at + 40)
-    size = L.TensorTypeEntry.sizeof()
+    size = L.size(L.TensorTypeEntry)
     if e.args_offset > len(data) or e.argc * size > len(data) - e.args_offset:
         raise FormatError(f"{where}: args_offset {e.args_offset} + {e.argc} x {size} bytes runs "
                           "past the end of the executables section", field="args_offset",

@@ -4,7 +4,8 @@
 anything runs. Every executable: its argument types and params fit its kind, it carries the
 code its device needs, its launch geometry is in range. Every entry point, replayed
 symbolically: each slot a command names exists and is bound before it is read; a CONST lies
-inside rodata on an element boundary; a DISPATCH hands its kernel buffers of exactly the types
+inside rodata on an element boundary, and two constants coincide or are apart (a shifted
+offset would read parts of two); a DISPATCH hands its kernel buffers of exactly the types
 (v4+) or sizes (v3) the kernel was declared with, and never writes into a constant; INPUT and
 OUTPUT indices are 0..n-1, once each; no COPY is left unread (so an OUTPUT damaged into a COPY
 of the same operands is caught); a run's buffers stay under an optional byte cap. The runtime runs only
@@ -13,6 +14,7 @@ what this accepts and hxb-dump lists only what it accepts, so the two cannot dis
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass, field
 
@@ -90,10 +92,10 @@ def check(module: Module, *, max_alloc_bytes: int | None = None) -> ModulePlan:
     """
     home = _check_executables(module)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
-    entries, offset = {}, 0
+    entries, offset, constants = {}, 0, _Constants()
     for function in module.functions:
         replay = _Replay(module, function, max_alloc_bytes, home, program and program.offset,
-                         offset)
+                         offset, constants=constants)
         entries[function.name] = replay.run()
         offset = replay.pc + 8  # past the END
     return ModulePlan(module, entries, home)
@@ -136,6 +138,25 @@ def _check_launchable(exe: Executable, where: str) -> None:
                               f"per block, more than {MAX_BLOCK_THREADS}", field="block")
 
 
+class _Constants:
+    """The rodata ranges CONSTs name, kept pairwise equal or disjoint."""
+
+    def __init__(self) -> None:
+        self.ends: dict[int, int] = {}  # start -> end
+        self.starts: list[int] = []  # sorted
+
+    def claim(self, start: int, end: int) -> tuple[int, int] | None:
+        """Record [start, end); the range it partly overlaps, if any (then nothing is kept)."""
+        if start == end or self.ends.get(start) == end:
+            return None
+        i = bisect.bisect_left(self.starts, end)  # the ranges that start before `end`
+        if i and self.ends[self.starts[i - 1]] > start:  # disjoint ranges: only the last
+            return self.starts[i - 1], self.ends[self.starts[i - 1]]
+        bisect.insort(self.starts, start)
+        self.ends[start] = end
+        return None
+
+
 @dataclass
 class _Bound:
     nbytes: int
@@ -160,6 +181,7 @@ class _Replay:
     slot_needs: dict[Device, str] = field(default_factory=dict)
     executables: dict[int, None] = field(default_factory=dict)
     alloc_bytes: int = 0
+    constants: _Constants = field(default_factory=lambda: _Constants())  # module-wide
     index: int = 0
     command: Command = field(default_factory=Command.end)
 
@@ -245,6 +267,11 @@ class _Replay:
         if c.rodata_offset % item:
             raise self.fail("rodata_offset", f"rodata_offset {c.rodata_offset} is not a "
                                              f"multiple of {item}, the size of one element")
+        start, end = c.rodata_offset, c.rodata_offset + c.bytes
+        if clash := self.constants.claim(start, end):
+            raise self.fail("rodata_offset", f"rodata [{start}, {end}) overlaps the constant "
+                                             f"at [{clash[0]}, {clash[1]}); constants coincide "
+                                             "or are apart")
         self.bind("bytes", c.slot, c.bytes, const=True)
 
     def _dispatch(self, c: Command) -> None:
@@ -287,8 +314,10 @@ class _Replay:
         item = t.dtype.itemsize if t else 8
         if max(c.rows, 1) * max(c.cols, 1) * item > MAX_BYTES:
             raise self.fail("rows", f"{c.rows} x {c.cols} is larger than any array can be")
-        if t is not None and c.rows * c.cols != t.size:
-            raise self.fail("rows", f"{c.rows} x {c.cols} does not match slot {c.slot}, a {t}")
+        rows, cols = (math.prod(t.shape[:-1]), t.shape[-1]) if t is not None and t.rank else (1, 1)
+        if t is not None and (c.rows, c.cols) != (rows, cols):
+            raise self.fail("rows", f"{c.rows} x {c.cols} does not match slot {c.slot}, a {t}; "
+                                    f"expected {rows} x {cols} (the last dimension as columns)")
         if t is None and c.rows * c.cols * 8 != b.nbytes:
             raise self.fail("rows", f"{c.rows} x {c.cols} f64 values are "
                                     f"{c.rows * c.cols * 8} bytes but slot {c.slot} holds "

@@ -55,6 +55,7 @@ ALLOWED_SYMBOLS = (
 # Loaded images stay well under 2 GiB, so PC32 between any two of their parts always fits.
 MAX_IMAGE_BYTES = 256 << 20
 MAX_ARGS = 1024
+END = 2**63 - 1  # the `hi` of a kernel's last chunk: "to the end of your range"
 
 R_64, R_PC32, R_PLT32, R_GOTPCREL, R_32, R_32S, R_PC64 = 1, 2, 4, 9, 10, 11, 24
 R_GOTPCRELX, R_REX_GOTPCRELX = 41, 42
@@ -77,11 +78,15 @@ class HostKernel:
                                      ctypes.c_int64)
         self._fn = signature(entry)  # ctypes releases the GIL for the call
 
-    def run(self, pointers: Sequence[int], extent: int, pool: Executor | None = None) -> None:
+    def run(self, pointers: Sequence[int], extent: int, pool: Executor | None = None, *,
+            to_end: bool = False) -> None:
         """Run [0, extent); with a pool, as contiguous chunks on its threads at once.
 
-        The calling thread runs the first chunk itself and waits for the rest, so do not call
-        this from a thread of `pool` (it would wait on a queue that it is blocking).
+        `to_end` is for a kernel that clamps its range to the extent it was compiled for
+        (every kernel the compiler writes): its last chunk then ends at END, so a grid that
+        says too little (damage) costs parallelism, never part of the answer. The calling
+        thread runs the first chunk itself and waits for the rest, so do not call this from
+        a thread of `pool` (it would wait on a queue that it is blocking).
         """
         if self._fn is None:
             raise DeviceError(f"kernel '{self.name}': its host image was closed")
@@ -90,15 +95,16 @@ class HostKernel:
                               f"expected {self.argc}")
         if extent < 0:
             raise DeviceError(f"kernel '{self.name}': extent {extent}, expected >= 0")
-        if extent == 0:
+        end = END if to_end else extent
+        if end == 0:
             return
-        if pool is None or extent == 1:  # the common case: no queue, no waiting
-            self._fn(*pointers, 0, extent)
+        if pool is None or extent <= 1:  # the common case: no queue, no waiting
+            self._fn(*pointers, 0, end)
             return
         args = [int(p) for p in pointers]
         workers = getattr(pool, "_max_workers", None) or os.cpu_count() or 1
         chunks = min(workers, extent)
-        bounds = [extent * c // chunks for c in range(chunks + 1)]
+        bounds = [extent * c // chunks for c in range(chunks)] + [end]
         futures = [pool.submit(self._fn, *args, lo, hi)
                    for lo, hi in zip(bounds[1:-1], bounds[2:])]
         try:

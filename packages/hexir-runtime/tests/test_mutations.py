@@ -1,0 +1,320 @@
+"""The damage campaign: every field of every kind of module, set to hostile values.
+
+For each fixture (the seed's v3 file, the v4 test modules, the compiler's v5 modules) the
+field map lists every header, section-table, symbol, command-operand, executable, argument
+type, param and slot field, at its offset, from the layout's own declarations. Each field in
+turn, and then fixed-seed pairs of fields, gets hostile values (0, 1, off by one, the
+largest values of its width, ...), and every truncation of one module per version is tried,
+with a fixed-seed sample of byte flips. Each mutant must be, for the API:
+
+- refused with one line (a `HexirError`, no traceback), or
+- run, with the original module's answer on the same inputs, unless the damage explains a
+  different one: a weight (rodata), a param's value, a kernel's kind (one with the same type
+  rule; a v3 descriptor's kind is its code), or a command that now names another buffer,
+  input, output, kernel or constant of the same type (another valid program; see
+  `rewires`). Anything else that runs and answers differently is a silent wrong answer.
+
+And hxb-dump must agree: it calls a mutant damaged exactly when hexir-format's validator
+(the runtime's) does, and it lists every mutant it does not refuse. A mutation inside a
+kernel's code (an image) is parsed and validated but not run: code is trusted, as documented.
+The CLI (`hexir-run`) is checked on a sample: exit 0 or 1, one stderr line, no traceback.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import struct
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import hexir_format as hf
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from hexir_format import layout as L
+
+import hexir_runtime as hr
+from hexir_runtime.cli import main as hexir_run
+
+examine = pytest.importorskip("hxb_dump.examine")
+
+RUNTIME_FIXTURES = FIXTURES.parent / "packages" / "hexir-runtime" / "tests" / "fixtures"
+SOURCES = [FIXTURES / "builtin.hxb", RUNTIME_FIXTURES / "v4-mlp.hxb",
+           FIXTURES / "builtin-cpu.hxb", FIXTURES / "linear-relu.hxb",
+           FIXTURES / "transformer_block-f32.hxb"]
+CAP = 1 << 26  # 64 MiB per run: a damaged size that is legal but huge stays cheap
+# Fields tried per module: all of them, but a fixed-seed sample of the transformer's 2,300
+# (each of its runs takes ~0.1 s); the longer campaign (`HEXIR_MUTATIONS=all`) takes all.
+SAMPLE = None if os.environ.get("HEXIR_MUTATIONS") == "all" else 150
+
+
+@dataclass(frozen=True)
+class Field:
+    name: str
+    offset: int
+    width: int  # bytes: 1, 4 or 8 (integers), or 8 with `real` (an f64 param)
+    real: bool = False
+    explains: bool = False  # a different answer is the damage's meaning (weights, params)
+    code: bool = False  # inside a kernel's image: validated, never run
+
+
+def struct_fields(decl, base: int, prefix: str) -> Iterator[Field]:
+    """Every integer field of a construct Struct laid at `base` (arrays element by element;
+    a name's first byte stands for the name)."""
+    at = base
+    for sub in decl.subcons:
+        size = sub.sizeof()
+        inner = getattr(sub, "subcon", None)
+        if getattr(inner, "subcons", None):  # a nested struct (a slot's tensor type)
+            yield from struct_fields(inner, at, f"{prefix}.{sub.name}")
+        elif getattr(sub.subcon, "count", None) if hasattr(sub, "subcon") else False:
+            width = size // sub.subcon.count
+            for i in range(sub.subcon.count):
+                yield Field(f"{prefix}.{sub.name}[{i}]", at + i * width, width)
+        elif sub.name == "name" or sub.name == "magic":
+            yield Field(f"{prefix}.{sub.name}", at, 1)
+        else:
+            yield Field(f"{prefix}.{sub.name}", at, size)
+        at += size
+
+
+REFERENCES = {"slot", "src", "dst", "index", "executable", "rodata_offset"}
+
+
+def rewires(version: int, op: hf.Op, operand: str) -> bool:
+    """Whether a command operand that still validates after the damage names something else
+    of the same type: another buffer, input, output, kernel or constant of its size. That is
+    another valid program, whose different answer the damage explains. Sizes (bytes, argc,
+    a typed PRINT's rows and cols) are not: they must be refused, or change nothing."""
+    untyped_print = version == 3 and op is hf.Op.PRINT and operand in ("rows", "cols")
+    return operand in REFERENCES or operand.startswith("slot") or untyped_print
+
+
+def field_map(data: bytes) -> list[Field]:
+    module = hf.parse(data)
+    layout = module.layout
+    fields = list(struct_fields(L.Header, 0, "header"))
+    for i in range(len(layout.sections)):
+        fields += struct_fields(L.SectionEntry, 24 + 24 * i, f"section[{i}]")
+    sec = {s.kind: s for s in layout.sections}
+    symbols = sec[hf.SectionKind.SYMBOLS]
+    for i in range(symbols.size // L.Symbol.sizeof()):
+        fields += struct_fields(L.Symbol, symbols.offset + 40 * i, f"symbol[{i}]")
+    pc, program = 0, sec[hf.SectionKind.PROGRAM]
+    while pc < program.size:
+        at = program.offset + pc
+        kind, count = struct.unpack_from("<II", data, at)
+        op = hf.Op(kind)
+        names = [*hf.OPERAND_NAMES[op], *(f"slot{j}" for j in range(count))]
+        fields += [Field(f"{op}@{pc}.kind", at, 4), Field(f"{op}@{pc}.count", at + 4, 4)]
+        fields += [Field(f"{op}@{pc}.{names[j]}", at + 8 + 8 * j, 8,
+                         explains=rewires(module.version, op, names[j])) for j in range(count)]
+        pc += 8 + 8 * count
+    exes = sec[hf.SectionKind.EXECUTABLES]
+    entry = L.EXECUTABLE[module.version]
+    fields += struct_fields(L.ExecutablesHeader, exes.offset, "executables")
+    for i, exe in enumerate(module.executables):
+        at = exes.offset + 8 + entry.sizeof() * i
+        fields += struct_fields(entry, at, f"exe[{i}]")
+        if module.version >= 4:
+            raw = entry.parse(data[at:at + entry.sizeof()])
+            for j in range(raw.argc):
+                fields += struct_fields(L.TensorTypeEntry, exes.offset + raw.args_offset + 56 * j,
+                                        f"exe[{i}].arg[{j}]")
+            fields += [Field(f"exe[{i}].param[{j}]", exes.offset + raw.params_offset + 8 * j, 8,
+                             real=True, explains=True) for j in range(raw.params_count)]
+        if exe.image is not None:  # a few bytes of its code, and its ELF header
+            start = exes.offset + struct.unpack_from("<I", data, at + 56)[0]
+            fields += [Field(f"exe[{i}].image+{k}", start + k, 2, code=True)
+                       for k in (16, 18, 40, 58, 60, 62)]
+    if module.version >= 4:
+        slots = sec[hf.SectionKind.SLOTS]
+        for i in range(slots.size // L.SlotEntry.sizeof()):
+            fields += struct_fields(L.SlotEntry, slots.offset + 64 * i, f"slot[{i}]")
+    rodata = sec[hf.SectionKind.RODATA]
+    fields += [Field(f"rodata+{k}", rodata.offset + k, 4, explains=True)
+               for k in range(0, min(rodata.size, 64), 8)]
+    return fields
+
+
+def hostile(field: Field, original: int | float) -> list[int | float]:
+    if field.real:
+        return [0.0, -1.0, 0.5, 2.0, 1e300, float("nan"), float("inf"), original + 1]
+    top = (1 << (8 * field.width)) - 1
+    values = {0, 1, 2, 3, 7, 8, 9, 64, top, top - 1, top >> 1, (top >> 1) + 1,
+              original + 1, original - 1, original * 2, original + 8}
+    if field.width == 8:
+        values |= {1 << 32, (1 << 32) + 8, 1 << 40}
+    return sorted(v for v in values if 0 <= v <= top and v != original)
+
+
+def read(data: bytes, field: Field) -> int | float:
+    fmt = "<d" if field.real else {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}[field.width]
+    return struct.unpack_from(fmt, data, field.offset)[0]
+
+
+def write(data: bytearray, field: Field, value: int | float) -> None:
+    fmt = "<d" if field.real else {1: "<B", 2: "<H", 4: "<I", 8: "<Q"}[field.width]
+    struct.pack_into(fmt, data, field.offset, value)
+
+
+def inputs_of(module: hr.Module) -> dict[str, list[np.ndarray]]:
+    rng = np.random.default_rng(7)
+    return {name: [rng.standard_normal(t.shape).astype(t.dtype.numpy)
+                   for t in entry.signature.inputs]
+            for name, entry in module.entry_points.items()}
+
+
+def answer(data: bytes, inputs: dict[str, list[np.ndarray]] | None, *, run: bool = True):
+    """("refused", message) or ("ran", {entry: (outputs, printed)}); anything but a
+    HexirError propagates and fails the test."""
+    try:
+        with hr.load(data, max_alloc_bytes=CAP) as m:
+            if not run:
+                for name in m.entry_points:
+                    m.prepare(name)
+                return "loaded", None
+            got = {}
+            for name, entry in m.entry_points.items():
+                args = list((inputs or {}).values())[len(got)] if inputs and len(got) < len(
+                    inputs) else None
+                if args is None or [(a.shape, a.dtype) for a in args] != \
+                        [(t.shape, np.dtype(t.dtype.numpy)) for t in entry.signature.inputs]:
+                    args = [np.ones(t.shape, t.dtype.numpy) for t in entry.signature.inputs]
+                run_ = m.execute(name, args)
+                got[name] = (run_.outputs, run_.printed)
+            return "ran", got
+    except hf.HexirError as e:
+        message = str(e)
+        assert "\n" not in message, message
+        return "refused", message
+
+
+def same(a, b) -> bool:
+    """The same answers, entry by entry in order (a damaged name is visible, not silent)."""
+    if len(a) != len(b):
+        return False
+    for (outs_a, printed_a), (outs_b, printed_b) in zip(a.values(), b.values()):
+        mine, theirs = [*outs_a, *printed_a], [*outs_b, *printed_b]
+        if len(outs_a) != len(outs_b) or len(mine) != len(theirs):
+            return False
+        if any(x.shape != y.shape or x.dtype != y.dtype or
+               not np.array_equal(x, y, equal_nan=True) for x, y in zip(mine, theirs)):
+            return False
+    return True
+
+
+def sound(data: bytes) -> bool:
+    try:
+        hf.validate.check(hf.parse(data))
+        return True
+    except hf.HexirError:
+        return False
+
+
+def check_mutant(data: bytes, mutant: bytes, baseline, inputs, fields: list[Field], where: str,
+                 tmp_path) -> str:
+    code = any(f.code for f in fields)
+    outcome, result = answer(mutant, inputs, run=not code)
+    # hxb-dump agrees with the validator the runtime runs.
+    path = tmp_path / "mutant.hxb"
+    path.write_bytes(mutant)
+    report = examine.examine(str(path), values=False)
+    assert (report.error is None) == sound(mutant), f"{where}: dump says {report.error!r}"
+    if report.error is not None:
+        assert outcome == "refused", f"{where}: the dump refuses ({report.error}), the API ran"
+    if outcome == "ran" and not same(result, baseline):
+        explained = any(f.explains for f in fields) or any(
+            f.name.endswith(".kind") and f.name.startswith("exe[") for f in fields)
+        assert explained, f"{where}: a silent wrong answer"
+    return outcome
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_every_field_with_hostile_values(tmp_path, source):
+    data = source.read_bytes()
+    with hr.load(data) as m:
+        inputs = inputs_of(m)
+    outcome, baseline = answer(data, inputs)
+    assert outcome == "ran"
+    counts = {"refused": 0, "ran": 0, "loaded": 0}
+    fields = field_map(data)
+    if SAMPLE and len(fields) > 2 * SAMPLE:
+        fields = random.Random(source.name).sample(fields, SAMPLE)
+    for field in fields:
+        for value in hostile(field, read(data, field)):
+            mutant = bytearray(data)
+            write(mutant, field, value)
+            where = f"{source.name}: {field.name} = {value}"
+            counts[check_mutant(data, bytes(mutant), baseline, inputs, [field], where,
+                                tmp_path)] += 1
+    assert counts["refused"] > 0 and sum(counts.values()) > 10 * len(fields) // 2, counts
+    print(f"{source.name}: {len(fields)} fields, {counts}")
+
+
+@pytest.mark.parametrize("source", SOURCES[:4], ids=lambda p: p.name)
+def test_pairs_of_fields(tmp_path, source):
+    data = source.read_bytes()
+    with hr.load(data) as m:
+        inputs = inputs_of(m)
+    _, baseline = answer(data, inputs)
+    fields = [f for f in field_map(data) if not f.code]
+    rng = random.Random(source.name)
+    for _ in range(150):
+        pair = rng.sample(fields, 2)
+        mutant = bytearray(data)
+        for f in pair:
+            write(mutant, f, rng.choice(hostile(f, read(data, f))))
+        where = f"{source.name}: {pair[0].name}, {pair[1].name}"
+        check_mutant(data, bytes(mutant), baseline, inputs, pair, where, tmp_path)
+
+
+@pytest.mark.parametrize("source", [FIXTURES / "builtin.hxb", RUNTIME_FIXTURES / "v4-mlp.hxb",
+                                    FIXTURES / "builtin-cpu.hxb"], ids=lambda p: p.name)
+def test_every_truncation_is_refused_in_one_line(source):
+    data = source.read_bytes()
+    for length in range(len(data)):
+        outcome, message = answer(data[:length], None)
+        assert outcome == "refused", f"{source.name} cut at {length} ran"
+
+
+@pytest.mark.parametrize("source", SOURCES, ids=lambda p: p.name)
+def test_byte_flips_outside_code(tmp_path, source):
+    data = source.read_bytes()
+    with hr.load(data) as m:
+        inputs = inputs_of(m)
+    _, baseline = answer(data, inputs)
+    module = hf.parse(data)
+    exes = module.layout.section(hf.SectionKind.EXECUTABLES)
+    rodata = module.layout.section(hf.SectionKind.RODATA)
+    code = [(exes.offset + (bytes(data).find(bytes(e.image), exes.offset) - exes.offset),
+             len(e.image)) for e in module.executables if e.image is not None]
+    rng = random.Random(f"flips {source.name}")
+    for _ in range(300):
+        at = rng.randrange(len(data))
+        if any(start <= at < start + size for start, size in code):
+            continue
+        mutant = bytearray(data)
+        mutant[at] ^= 1 << rng.randrange(8)
+        weight = rodata.offset <= at < rodata.offset + rodata.size
+        where = f"{source.name}: bit flip at {at}"
+        check_mutant(data, bytes(mutant), baseline, inputs,
+                     [Field("flip", at, 1, explains=weight)], where, tmp_path)
+
+
+def test_the_command_line_answers_every_kind_of_damage_in_one_line(tmp_path):
+    data = (FIXTURES / "builtin-cpu.hxb").read_bytes()
+    rng = random.Random("cli")
+    fields = [f for f in field_map(data) if not f.code]
+    path = tmp_path / "m.hxb"
+    for field in rng.sample(fields, 40):
+        mutant = bytearray(data)
+        write(mutant, field, rng.choice(hostile(field, read(data, field))))
+        path.write_bytes(bytes(mutant))
+        out, err = io.StringIO(), io.StringIO()
+        code = hexir_run([str(path), "--quiet"], out, err)
+        assert code in (0, 1), field
+        if code:
+            assert err.getvalue().count("\n") == 1 and err.getvalue().startswith("hexir-run: ")
