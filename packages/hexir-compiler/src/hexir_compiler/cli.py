@@ -199,24 +199,21 @@ def run(argv: list[str]) -> int:
 
 
 def _emit(result: str | bytes, args: Args) -> int:
-    if isinstance(result, bytes):
-        path = args.output or "out.hxb"
-        try:
-            write_atomically(path, result)
-        except OSError as err:
-            sys.stderr.write(f"error: cannot open '{path}': {err.strerror}\n")
-            return EXIT_OUTPUT
-        sys.stderr.write(f"wrote {path}\n")
-        return 0
-    text = result if result.endswith("\n") else result + "\n"
-    if args.output is None:
-        sys.stdout.write(text)
-        return 0
+    """Text to stdout (or -o); a module to -o (default out.hxb), announced on stderr."""
+    if isinstance(result, str):
+        result = result if result.endswith("\n") else result + "\n"
+        if args.output is None:
+            sys.stdout.write(result)
+            return 0
+    path = args.output or "out.hxb"
+    data = result if isinstance(result, bytes) else result.encode()
     try:
-        write_atomically(args.output, text.encode())
+        write_atomically(path, data)
     except OSError as err:
-        sys.stderr.write(f"error: cannot open '{args.output}': {err.strerror}\n")
+        sys.stderr.write(f"error: cannot open '{path}': {err.strerror}\n")
         return EXIT_OUTPUT
+    if isinstance(result, bytes):
+        sys.stderr.write(f"wrote {path}\n")
     return 0
 
 

@@ -20,7 +20,7 @@ import sys
 from hexir_format import HexirError
 
 from hexir_compiler.dialects import context
-from hexir_compiler.errors import diagnostic
+from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.mlir import ir, passmanager
 from hexir_compiler.placement import parse_placement
 
@@ -81,12 +81,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _diagnostic(err: ir.MLIRError) -> str:
-    if not err.error_diagnostics:
+    first = err.error_diagnostics[0] if err.error_diagnostics else None
+    if first is None:
         return f"error: {str(err).splitlines()[0]}"
-    first = err.error_diagnostics[0]
-    loc = str(first.location)
-    where = loc[len('loc("'):-1].replace('":', ":", 1) if loc.startswith('loc("') else "<unknown>"
-    return f"{where}: error: {first.message}"
+    return diagnostic(CompileError(first.message, first.location))
 
 
 if __name__ == "__main__":
