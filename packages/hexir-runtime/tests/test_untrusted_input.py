@@ -41,12 +41,14 @@ def test_names_from_the_file_cannot_forge_lines_or_drive_the_terminal(tmp_path):
     assert code == 1 and err.count("\n") == 1 and "\x1b" not in err
 
 
-@pytest.mark.parametrize("kind", ["fifo", "directory", "device"])
+@pytest.mark.parametrize("kind", ["fifo", "directory", "device", "null"])
 def test_what_is_not_a_regular_file_is_refused_before_anything_waits_on_it(tmp_path, kind):
-    path = {"fifo": tmp_path / "pipe.hxb", "directory": tmp_path, "device": "/dev/zero"}[kind]
+    path = {"fifo": tmp_path / "pipe.hxb", "directory": tmp_path, "device": "/dev/zero",
+            "null": "/dev/null"}[kind]
     if kind == "fifo":
         os.mkfifo(path)
-    what = {"fifo": "a FIFO", "directory": "a directory", "device": "a character device"}[kind]
+    what = {"fifo": "a FIFO", "directory": "a directory", "device": "a character device",
+            "null": "a character device"}[kind]
     with pytest.raises(hr.LoadError, match=f"io error: it is {what}, not a regular file"):
         hr.load(path)  # a FIFO would block forever in open() without the check
     code, _, err = run(path)
