@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
             elif case.find("skipped") is not None:
                 skipped += 1
                 if path.name.endswith("-lit.xml"):
-                    unsupported.append(f"{case.get('classname')}::{case.get('name')}")
+                    env = path.name.removesuffix("-lit.xml")
+                    unsupported.append(f"{case.get('classname')}::{case.get('name')} ({env})")
     for name in unsupported:
         print(f"totals: lit unsupported here: {name}")
     print(f"totals: {tests} tests in {len(files)} suites: {tests - skipped - failed} passed, "
