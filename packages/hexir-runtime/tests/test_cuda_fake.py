@@ -26,7 +26,10 @@ def test_builtin_on_cuda_loads_once_uploads_once_syncs_where_read(tmp_path):
     assert c["cuMemcpyHtoD"] == 2  # the two constants, once per load
     assert c["cuMemcpyDtoH"] == 5  # one PRINT per run
     assert c["cuLaunchKernel"] == 5 and c["cuCtxSynchronize"] == 5  # at the PRINT only
-    assert c["cuMemAlloc"] == c["cuMemFree"] == 2 + 5 and fake.memory == {}
+    # Per call nothing is allocated, zeroed or freed: the constants and the product's buffer
+    # (the call's arena) are made once per load, and freed at close.
+    assert c["cuMemAlloc"] == c["cuMemFree"] == 2 + 1 and fake.memory == {}
+    assert c["cuMemsetD8"] == 1
     name, geometry, addresses = fake.launches[0]
     assert name == "linear_0" and geometry == (1, 1, 1, 128, 1, 1) and len(addresses) == 3
 
@@ -72,7 +75,7 @@ def test_launch_failure_names_entry_command_and_cuda_error(tmp_path):
     with m:
         with pytest.raises(hr.ExecutionError) as info:
             m.run()
-        assert len(fake.memory) == 2  # the run's buffer is freed; the constants stay resident
+        assert len(fake.memory) == 3  # the constants and the call's arena stay, for the next
     assert str(info.value) == ("main: command 3 (dispatch): launch of 'linear_0' "
                                "(cuLaunchKernel) failed: CUDA_ERROR_LAUNCH_FAILED")
     assert fake.memory == {}
@@ -107,9 +110,11 @@ def test_bad_image_and_missing_function(tmp_path):
 
 def test_out_of_memory_is_an_execution_error(tmp_path):
     m, fake = load(tmp_path, modules.builtin(modules.CUDA), memory_limit=64)
-    with m, pytest.raises(hr.ExecutionError, match=r"command 2 \(alloc\): cuMemAlloc\(32\) "
-                                                   "failed: CUDA_ERROR_OUT_OF_MEMORY"):
+    with m, pytest.raises(hr.ExecutionError, match=r"main: allocating a call's buffers \(32 "
+                                                   r"bytes\): cuMemAlloc\(32\) failed: "
+                                                   "CUDA_ERROR_OUT_OF_MEMORY"):
         m.run()
+    assert fake.memory == {}
 
 
 def test_cpu_module_with_cuda_available_stays_on_cpu(builtin_hxb):

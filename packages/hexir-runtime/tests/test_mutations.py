@@ -30,12 +30,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import hexir_format as hf
+import hexir_runtime as hr
 import numpy as np
 import pytest
 from conftest import FIXTURES
 from hexir_format import layout as L
-
-import hexir_runtime as hr
 from hexir_runtime.cli import main as hexir_run
 
 examine = pytest.importorskip("hxb_dump.examine")

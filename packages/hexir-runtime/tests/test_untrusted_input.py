@@ -13,11 +13,10 @@ import sys
 import textwrap
 
 import hexir_format as hf
+import hexir_runtime as hr
 import modules
 import numpy as np
 import pytest
-
-import hexir_runtime as hr
 from hexir_runtime.cli import main
 
 

@@ -2,7 +2,7 @@
 
     hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
               [--input=TYPE=VALUES | --input=@FILE.npy | --input=@FILE.npz]...
-              [--output=@FILE.npz | --output=@FILE.npy]
+              [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N]
     hexir-run --selftest [--device=cpu|cuda]
     hexir-run --version
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TextIO
 
@@ -30,7 +31,7 @@ PROG = "hexir-run"
 USAGE = """\
 usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
                  [--input=TYPE=VALUES | --input=@FILE.npy | --input=@FILE.npz]...
-                 [--output=@FILE.npz | --output=@FILE.npy]
+                 [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N]
        hexir-run --selftest [--device=cpu|cuda]
        hexir-run --version
 
@@ -44,6 +45,7 @@ usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
   --output=@FILE.npz    write the results, as output_0, output_1, ..., instead of printing
   --output=@FILE.npy    them (a .npy file holds the only result)
   -q, --quiet           print only what the program PRINTs
+  --benchmark=N         time N calls (after up to 10 warm-up calls): min, median, max
   --selftest            a round trip through the device's HAL
   --version             print the versions of hexir-run and its format"""
 SELFTEST_VALUES = np.array([1.0, 2.0, 3.0, 4.0])
@@ -64,6 +66,7 @@ class Options:
     version: bool = False
     inputs: list[str] = field(default_factory=list)
     output: str | None = None
+    benchmark: int = 0
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -78,7 +81,7 @@ def parse_args(argv: list[str]) -> Options:
             opts.help = True
         elif arg == "--version":
             opts.version = True
-        elif name in ("--device", "--entry", "--input", "--output") and not eq:
+        elif name in ("--device", "--entry", "--input", "--output", "--benchmark") and not eq:
             raise UsageError(f"{name} needs a value: {name}=...")
         elif name == "--device":
             try:
@@ -92,6 +95,10 @@ def parse_args(argv: list[str]) -> Options:
             opts.inputs.append(value)
         elif name == "--output":
             opts.output = value
+        elif name == "--benchmark":
+            if not value.isdigit() or int(value) < 1:
+                raise UsageError(f"--benchmark={value}: expected a number of calls, 1 or more")
+            opts.benchmark = int(value)
         elif arg.startswith("-"):
             raise UsageError(f"unknown option '{arg}' (see {PROG} --help)")
         elif opts.path is not None:
@@ -156,6 +163,27 @@ def print_result(index: int, array: np.ndarray, out: TextIO) -> None:
     print(np.array2string(array, threshold=1000, edgeitems=3), file=out)
 
 
+def benchmark(module: Module, entry: str, inputs: list[np.ndarray], calls: int,
+              out: TextIO) -> int:
+    """Time `calls` calls after as many warm-up calls (up to 10), like iree-benchmark-module:
+    each call whole (inputs bound, kernels run, results read back), PRINTs not shown."""
+    for _ in range(min(calls, 10)):
+        module.execute(entry, inputs)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        module.execute(entry, inputs)
+        times.append(time.perf_counter() - start)
+    times.sort()
+    commands = len(module.entry_points[entry]._plan.commands)
+    us = [t * 1e6 for t in (times[0], times[len(times) // 2], times[-1])]
+    print(f"benchmark     : {entry}, {calls} calls after {min(calls, 10)} warm-up, {commands} "
+          f"commands", file=out)
+    print(f"per call      : min {us[0]:.1f} us, median {us[1]:.1f} us, max {us[2]:.1f} us",
+          file=out)
+    return 0
+
+
 def run_module(opts: Options, out: TextIO) -> int:
     inputs = [array for text in opts.inputs for array in parse_input(text)]
     if opts.output is not None:
@@ -173,6 +201,8 @@ def run_module(opts: Options, out: TextIO) -> int:
         if opts.output is not None and not entry.signature.outputs:
             raise HexirError(f"--output={opts.output}: {opts.entry} returns nothing, so there "
                              "is nothing to write")
+        if opts.benchmark:
+            return benchmark(module, opts.entry, inputs, opts.benchmark, out)
         if not opts.quiet:
             banner(module, opts.entry, out)
         result = module.execute(opts.entry, inputs, on_print=lambda a: print_rows(a, out))

@@ -1,23 +1,34 @@
-"""Replay an entry point's commands on HAL devices.
+"""Run an entry point: its commands made, once per load, into steps bound to everything.
 
 The interpreter is the same for every backend: slots resolve to `hal.Buffer`s on the device
 the slot lives on, DISPATCH launches on the kernel's device, COPY moves bytes between devices.
 It runs only plans that `validate` produced, so it never range-checks a command itself.
 
-What outlives one run lives in `Resident` (one per load): the devices, each executable loaded
-once per device, and each constant bound (cpu) or uploaded (cuda) once. Launches are
-asynchronous; a device is waited for only where its results are read (PRINT, a COPY off it,
-the end of the run).
+What outlives one call lives in `Resident` (one per load): the devices, each executable loaded
+once per device, each constant bound (cpu) or uploaded (cuda) once, and each entry's
+`Program`. A program resolves, when it is made, which buffer every command reads and writes
+(a slot bound twice is two buffers), and binds each command to its device, its kernel and its
+buffers: a call then only copies its inputs in, runs the bound steps, and reads its outputs
+out. The buffers a call works in are an *arena*, made on a call's first use and kept for the
+next, so a steady call allocates, zeroes and frees nothing; calls in flight at once each take
+their own arena (the pool grows to the most calls ever in flight), so a module may be called
+from several threads, with the same results as one at a time. An arena is zeroed when it is
+made; a buffer that a call reads before it writes it (never in a module the compiler writes,
+where every buffer is a kernel's destination first) is zeroed again at the start of each
+call, so no call sees another's data. Launches are asynchronous; a device is waited for only
+where its results are read (PRINT, a COPY off it, the end of the call).
 """
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hexir_format import Command, Device, DType, TensorType
+from hexir_format import Command, Device, DType, Op, TensorType
 
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError, ExecutionError
@@ -26,12 +37,14 @@ from hexir_runtime.validate import EntryPlan, ModulePlan, check_placement
 
 @dataclass
 class Resident:
-    """Everything a load keeps between runs."""
+    """Everything a load keeps between calls."""
 
     plan: ModulePlan
     devices: dict[Device, hal.Device]
     executables: dict[int, Any] = field(default_factory=dict)
     constants: dict[tuple[Device, int, int], hal.Buffer] = field(default_factory=dict)
+    programs: dict[str, Program] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
     def executable(self, index: int) -> Any:
         """Executable `index`, loaded on its device the first time it is needed."""
@@ -48,7 +61,23 @@ class Resident:
             self.constants[key] = self.devices[device].constant(view)
         return self.constants[key]
 
+    def program(self, plan: EntryPlan) -> Program:
+        """The entry made ready to run: placement checked, kernels loaded, once per load."""
+        with self.lock:
+            if plan.name not in self.programs:
+                check_placement(plan, set(self.devices))
+                for index in plan.executables:
+                    try:
+                        self.executable(index)
+                    except DeviceError as e:
+                        raise ExecutionError(f"{plan.name}: {e}") from None
+                self.programs[plan.name] = Program(self, plan)
+            return self.programs[plan.name]
+
     def close(self) -> None:
+        for program in self.programs.values():
+            program.close()
+        self.programs.clear()
         for buffer in self.constants.values():
             buffer.device.release(buffer)
         self.constants.clear()
@@ -59,7 +88,7 @@ class Resident:
 
 @dataclass
 class Execution:
-    """What one run produced: the entry's results and what its PRINTs printed."""
+    """What one call produced: the entry's results and what its PRINTs printed."""
 
     outputs: tuple[np.ndarray, ...]
     printed: list[np.ndarray]
@@ -69,133 +98,250 @@ Printer = Callable[[np.ndarray], None]
 
 
 def prepare(resident: Resident, plan: EntryPlan) -> None:
-    """Refuse a plan this load cannot place, and load its executables (once per load)."""
-    check_placement(plan, set(resident.devices))
-    for index in plan.executables:
-        try:
-            resident.executable(index)
-        except DeviceError as e:
-            raise ExecutionError(f"{plan.name}: {e}") from None
+    """Refuse a plan this load cannot place, and load its kernels (once per load)."""
+    resident.program(plan)
 
 
 def execute(resident: Resident, plan: EntryPlan, inputs: Sequence[np.ndarray],
             on_print: Printer | None = None) -> Execution:
     """Run `plan` with `inputs` (already checked against its signature)."""
-    prepare(resident, plan)  # before the first command runs
-    return _Run(resident, plan, on_print).go(inputs)
+    return resident.program(plan).run(inputs, on_print)
 
 
 @dataclass
-class _Run:
-    resident: Resident
-    plan: EntryPlan
+class _Call:
+    """What one call brings and gathers: its inputs, its printer, what it printed."""
+
+    inputs: Sequence[np.ndarray]
     on_print: Printer | None
-    buffers: dict[int, hal.Buffer] = field(default_factory=dict)
-    owned: list[hal.Buffer] = field(default_factory=list)
     pending: set[Device] = field(default_factory=set)
-    outputs: dict[int, tuple[hal.Buffer, TensorType]] = field(default_factory=dict)
     printed: list[np.ndarray] = field(default_factory=list)
-    results: tuple[np.ndarray, ...] = ()
-    inputs: Sequence[np.ndarray] = ()
 
-    def go(self, inputs: Sequence[np.ndarray]) -> Execution:
-        self.inputs = inputs
-        try:
-            for i, command in enumerate(self.plan.commands):
-                self._step(i, command)
-            self._step(len(self.plan.commands), Command.end())
-            return Execution(self.results, self.printed)
-        finally:
-            self._release()
 
-    def _step(self, i: int, command: Command) -> None:
-        """Run one command through its handler, named after the op (`_alloc`, `_copy`, ...)."""
+@dataclass
+class _Binding:
+    """A buffer a command binds: on `device`, `nbytes` long; `constant` when it is rodata."""
+
+    device: Device
+    nbytes: int
+    constant: hal.Buffer | None = None
+
+
+class Program:
+    """An entry point's commands, resolved to buffers once; runs on a pool of arenas."""
+
+    def __init__(self, resident: Resident, plan: EntryPlan):
+        self.resident, self.plan = resident, plan
+        self.bindings: list[_Binding] = []
+        self.reads: list[tuple[int, ...]] = []  # per command: the bindings it reads, then writes
+        self.writes: list[int | None] = []
+        current: dict[int, int] = {}  # slot -> binding, as of the command being resolved
+        for c in plan.commands:
+            reads = tuple(current[s] for s in _read_slots(c))
+            written = _written_slot(c)
+            if written is not None:
+                current[written] = self._binding(c, written, reads)
+            self.reads.append(reads)
+            self.writes.append(current[written] if written is not None else None)
+        self.outputs = self._outputs()
+        self.rezero = self._read_before_written()
+        self._free: list[_Arena] = []
+        self._arenas: list[_Arena] = []
+        self._lock = threading.Lock()
+        # A cuda context is current on one thread at a time: calls that touch cuda take turns.
+        self._serial = threading.Lock() if Device.CUDA in {b.device for b in self.bindings} | {
+            resident.plan.module.executables[i].device for i in plan.executables} else None
+
+    def _binding(self, c: Command, slot: int, reads: tuple[int, ...]) -> int:
+        device = self.resident.plan.slot_device(slot)
+        if c.op is Op.CONST:
+            buffer = self.resident.constant(device, c.rodata_offset, c.bytes)
+            self.bindings.append(_Binding(device, c.bytes, buffer))
+        elif c.op is Op.COPY:
+            self.bindings.append(_Binding(device, self.bindings[reads[0]].nbytes))
+        elif c.op is Op.INPUT:
+            self.bindings.append(_Binding(device, self.resident.plan.slot_type(slot).nbytes))
+        else:  # ALLOC
+            self.bindings.append(_Binding(device, c.bytes))
+        return len(self.bindings) - 1
+
+    def _outputs(self) -> list[tuple[int, TensorType]]:
+        found = {}
+        for c, reads in zip(self.plan.commands, self.reads, strict=True):
+            if c.op is Op.OUTPUT:
+                found[c.index] = (reads[0], self.resident.plan.slot_type(c.slot))
+        return [found[i] for i in range(len(found))]
+
+    def _read_before_written(self) -> list[int]:
+        """The ALLOC bindings some command reads before any command of the call writes them."""
+        written: set[int] = set()
+        first_read: list[int] = []
+        for c, reads, write in zip(self.plan.commands, self.reads, self.writes, strict=True):
+            destination = reads[-1] if c.op is Op.DISPATCH else None
+            for b in reads:
+                if b not in written and b != destination and self.bindings[b].constant is None:
+                    first_read.append(b)
+                    written.add(b)
+            if destination is not None:
+                written.add(destination)
+            if write is not None and c.op is not Op.ALLOC:
+                written.add(write)
+        return sorted(set(first_read))
+
+    # ---- arenas ------------------------------------------------------------------------------
+
+    def _take(self) -> _Arena:
+        with self._lock:
+            if self._free:
+                return self._free.pop()
+        buffers: list[hal.Buffer] = []
         try:
-            getattr(self, f"_{command.op}")(command)
+            for b in self.bindings:
+                buffers.append(b.constant if b.constant is not None else
+                               self.resident.devices[b.device].allocate(b.nbytes))
         except DeviceError as e:
-            raise ExecutionError(f"{self.plan.name}: command {i} ({command.op}): {e}") from None
+            self._release(buffers)
+            total = sum(b.nbytes for b in self.bindings if b.constant is None)
+            raise ExecutionError(f"{self.plan.name}: allocating a call's buffers ({total} "
+                                 f"bytes): {e}") from None
+        arena = _Arena(buffers, [self._bind(i, buffers) for i in range(len(self.plan.commands))])
+        with self._lock:
+            self._arenas.append(arena)
+        return arena
 
-    def _device(self, slot: int) -> hal.Device:
-        return self.resident.devices[self.resident.plan.slot_device(slot)]
+    def _give(self, arena: _Arena) -> None:
+        with self._lock:
+            self._free.append(arena)
 
-    def _own(self, slot: int, buffer: hal.Buffer) -> None:
-        self.owned.append(buffer)
-        self.buffers[slot] = buffer
-
-    def _wait(self, device: hal.Device) -> None:
-        if device.kind in self.pending:
-            self.pending.discard(device.kind)
-            device.wait()
-
-    def _tensor(self, buffer: hal.Buffer, t: TensorType) -> np.ndarray:
-        """A host copy of the first `t.nbytes` bytes of `buffer`, as a `t`."""
-        self._wait(buffer.device)
-        raw = buffer.device.read(buffer, t.nbytes)
-        return raw.view(t.dtype.numpy).reshape(t.shape)
-
-    def _release(self) -> None:
-        for buffer in self.owned:
-            try:
+    def _release(self, buffers: list[hal.Buffer]) -> None:
+        for buffer, binding in zip(buffers, self.bindings, strict=False):
+            if binding.constant is None:
                 buffer.device.release(buffer)
-            except DeviceError:
-                pass  # the run already failed or finished; freeing is best effort after a fault
-        self.owned.clear()
 
-    # ---- commands --------------------------------------------------------------------------
+    def close(self) -> None:
+        for arena in self._arenas:
+            self._release(arena.buffers)
+        self._arenas.clear()
+        self._free.clear()
 
-    def _end(self, c: Command) -> None:
-        """Wait for every device still working, then read the results back to the host."""
-        for kind in sorted(self.pending):
-            self._wait(self.resident.devices[kind])
-        self.results = tuple(self._tensor(*self.outputs[i]) for i in range(len(self.outputs)))
+    def _bind(self, i: int, buffers: list[hal.Buffer]) -> Callable[[_Call], None] | None:
+        """Command `i` bound to an arena's buffers: what a call runs for it (None: nothing;
+        ALLOC and CONST bind a buffer the arena holds, OUTPUT is read at the end)."""
+        c, reads, write = self.plan.commands[i], self.reads[i], self.writes[i]
+        if c.op is Op.DISPATCH:
+            kind = self.resident.plan.module.executables[c.executable].device
+            launch = self.resident.devices[kind].bind(self.resident.executables[c.executable],
+                                                      [buffers[b] for b in reads])
 
-    def _alloc(self, c: Command) -> None:
-        self._own(c.slot, self._device(c.slot).allocate(c.bytes))
+            def dispatch(call: _Call) -> None:
+                launch()
+                call.pending.add(kind)
+            return dispatch
+        if c.op is Op.INPUT:
+            target, index = buffers[write], c.index
+            return lambda call: target.device.write(
+                target, call.inputs[index].reshape(-1).view(np.uint8))
+        if c.op is Op.COPY:
+            dst, src = buffers[write], buffers[reads[0]]
+            return lambda call: _copy(call, dst, src)
+        if c.op is Op.PRINT:
+            t = self.resident.plan.slot_type(c.slot)
+            flat = TensorType(t.dtype if t is not None else DType.F64, (c.rows * c.cols,))
+            return functools.partial(_print, buffers[reads[0]], flat, (c.rows, c.cols))
+        return None
 
-    def _const(self, c: Command) -> None:
-        device = self.resident.plan.slot_device(c.slot)
-        self.buffers[c.slot] = self.resident.constant(device, c.rodata_offset, c.bytes)
+    # ---- a call ------------------------------------------------------------------------------
 
-    def _dispatch(self, c: Command) -> None:
-        exe = self.resident.plan.module.executables[c.executable]
-        device = self.resident.devices[exe.device]
-        device.launch(self.resident.executable(c.executable), [self.buffers[s] for s in c.slots])
-        self.pending.add(exe.device)
+    def run(self, inputs: Sequence[np.ndarray], on_print: Printer | None) -> Execution:
+        if self._serial is None:
+            return self._run(inputs, on_print)
+        with self._serial:
+            return self._run(inputs, on_print)
 
-    def _print(self, c: Command) -> None:
-        t = self.resident.plan.slot_type(c.slot)
-        dtype = t.dtype if t is not None else DType.F64
-        values = self._tensor(self.buffers[c.slot], TensorType(dtype, (c.rows * c.cols,)))
-        array = values.reshape(c.rows, c.cols)
-        self.printed.append(array)
-        if self.on_print is not None:
-            self.on_print(array)
+    def _run(self, inputs: Sequence[np.ndarray], on_print: Printer | None) -> Execution:
+        arena = self._take()
+        call = _Call(inputs, on_print)
+        try:
+            for b in self.rezero:
+                arena.buffers[b].device.write(arena.buffers[b], bytes(arena.buffers[b].size))
+            for i, step in enumerate(arena.steps):
+                if step is None:
+                    continue
+                try:
+                    step(call)
+                except DeviceError as e:
+                    raise ExecutionError(f"{self.plan.name}: command {i} "
+                                         f"({self.plan.commands[i].op}): {e}") from None
+            try:
+                for kind in sorted(call.pending):
+                    self.resident.devices[kind].wait()
+                outputs = tuple(_tensor(arena.buffers[b], t) for b, t in self.outputs)
+            except DeviceError as e:
+                raise ExecutionError(f"{self.plan.name}: command {len(self.plan.commands)} "
+                                     f"(end): {e}") from None
+            return Execution(outputs, call.printed)
+        finally:
+            self._give(arena)
 
-    def _input(self, c: Command) -> None:
-        array = self.inputs[c.index]
-        device = self._device(c.slot)
-        buffer = device.allocate(array.nbytes, zeroed=False)
-        self._own(c.slot, buffer)
-        device.write(buffer, array.reshape(-1).view(np.uint8))
 
-    def _output(self, c: Command) -> None:
-        self.outputs[c.index] = (self.buffers[c.slot], self.resident.plan.slot_type(c.slot))
+@dataclass
+class _Arena:
+    """One call's buffers (constants included) and the commands bound to them."""
 
-    def _copy(self, c: Command) -> None:
-        src = self.buffers[c.src]
-        dst_device, src_device = self._device(c.dst), src.device
-        dst = dst_device.allocate(src.size, zeroed=False)
-        self._own(c.dst, dst)
-        if dst_device is src_device:
-            dst_device.copy(dst, src)
-            return
-        host = src_device.host_pointer(src)
-        if host is not None:  # host-addressable source: one host-to-device write
-            dst_device.write(dst, host[:src.size])
-            return
-        self._wait(src_device)
-        target = dst_device.host_pointer(dst)
-        if target is not None:  # device to host, straight into the destination
-            src_device.read(src, out=target[:src.size])
-        else:
-            dst_device.write(dst, src_device.read(src))
+    buffers: list[hal.Buffer]
+    steps: list[Callable[[_Call], None] | None]
+
+
+def _print(buffer: hal.Buffer, flat: TensorType, shape: tuple[int, int], call: _Call) -> None:
+    _wait(call, buffer.device)
+    array = _tensor(buffer, flat).reshape(shape)
+    call.printed.append(array)
+    if call.on_print is not None:
+        call.on_print(array)
+
+
+def _read_slots(c: Command) -> tuple[int, ...]:
+    """The slots a command reads (DISPATCH: its inputs, then its destination)."""
+    if c.op is Op.DISPATCH:
+        return c.slots
+    if c.op in (Op.PRINT, Op.OUTPUT):
+        return (c.slot,)
+    if c.op is Op.COPY:
+        return (c.src,)
+    return ()
+
+
+def _written_slot(c: Command) -> int | None:
+    """The slot a command binds to a new buffer, if any."""
+    if c.op in (Op.ALLOC, Op.CONST, Op.INPUT):
+        return c.slot
+    return c.dst if c.op is Op.COPY else None
+
+
+def _wait(call: _Call, device: hal.Device) -> None:
+    if device.kind in call.pending:
+        call.pending.discard(device.kind)
+        device.wait()
+
+
+def _tensor(buffer: hal.Buffer, t: TensorType) -> np.ndarray:
+    """A host copy of the first `t.nbytes` bytes of `buffer`, as a `t`."""
+    raw = buffer.device.read(buffer, t.nbytes)
+    return raw.view(t.dtype.numpy).reshape(t.shape)
+
+
+def _copy(call: _Call, dst: hal.Buffer, src: hal.Buffer) -> None:
+    dst_device, src_device = dst.device, src.device
+    if dst_device is src_device:
+        dst_device.copy(dst, src)
+        return
+    host = src_device.host_pointer(src)
+    if host is not None:  # host-addressable source: one host-to-device write
+        dst_device.write(dst, host[:src.size])
+        return
+    _wait(call, src_device)
+    target = dst_device.host_pointer(dst)
+    if target is not None:  # device to host, straight into the destination
+        src_device.read(src, out=target[:src.size])
+    else:
+        dst_device.write(dst, src_device.read(src))

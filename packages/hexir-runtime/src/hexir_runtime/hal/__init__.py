@@ -9,8 +9,10 @@ cpu-only process never imports the CUDA bindings.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -142,6 +144,13 @@ class Device(ABC):
         for b in buffers:
             self._check(b, 0, 0, "pass")
         self._launch(loaded, buffers)
+
+    def bind(self, loaded: Any, buffers: list[Buffer]) -> Callable[[], None]:
+        """`launch(loaded, buffers)` made once, to be called per run: the arguments checked
+        and packed now (a backend may pack them further), the launch each time it is called."""
+        for b in buffers:
+            self._check(b, 0, 0, "pass")
+        return functools.partial(self._launch, loaded, buffers)
 
     @abstractmethod
     def wait(self) -> None:

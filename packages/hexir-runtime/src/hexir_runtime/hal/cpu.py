@@ -16,6 +16,7 @@ kernels instead; the runtime runs the three kinds version 3 has (`kernels`).
 from __future__ import annotations
 
 import ctypes
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -125,15 +126,20 @@ class CpuDevice(Device):
         return CpuKernel(exe, code, routines)
 
     def _launch(self, loaded: CpuKernel, buffers: list[Buffer]) -> None:
+        self.bind(loaded, buffers)()
+
+    def bind(self, loaded: CpuKernel, buffers: list[Buffer]):
+        """The launch with its pointers (or, for a descriptor, its typed views) made once."""
+        for b in buffers:
+            self._check(b, 0, 0, "pass")
         exe = loaded.exe
         if loaded.code is not None:
             pool = hostcode.cpu_pool() if exe.destination.size >= PARALLEL_GRAIN else None
             # to_end: compiled kernels clamp their range, so a damaged grid cannot cut it short
-            loaded.code.run([b.address for b in buffers], exe.grid[0], pool, to_end=True)
-            return
-        views = [typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
-        *inputs, out = views
-        kernels.run(exe.kind, inputs, out)
+            return functools.partial(loaded.code.run, [b.address for b in buffers],
+                                     exe.grid[0], pool, to_end=True)
+        *inputs, out = [typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
+        return functools.partial(kernels.run, exe.kind, inputs, out)
 
     def close(self) -> None:
         for code in self._loaded:

@@ -1,0 +1,97 @@
+"""The call path: an entry is made into bound steps once per load, and a call runs in an
+arena of buffers kept between calls, so a steady call allocates, zeroes and frees nothing;
+calls in flight at once each have their own arena, with the answers of single calls."""
+
+from __future__ import annotations
+
+import io
+import re
+import threading
+
+import hexir_format as hf
+import hexir_runtime as hr
+import modules
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from hexir_format import Command, Device, Executable, Function, KernelKind, Slot
+from hexir_runtime.cli import main as hexir_run
+from hexir_runtime.hal import cpu
+
+
+def test_a_steady_call_allocates_nothing(monkeypatch):
+    allocations = []
+    original = cpu.CpuDevice._allocate
+
+    def counting(self, *args):
+        allocations.append(args)
+        return original(self, *args)
+
+    monkeypatch.setattr(cpu.CpuDevice, "_allocate", counting)
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+        first = m.main(x)
+        made = len(allocations)
+        for _ in range(5):
+            np.testing.assert_array_equal(m.main(x), first)
+    assert made > 0 and len(allocations) == made  # the arena, made by the first call only
+
+
+def test_eight_threads_give_the_answers_of_single_calls():
+    rng = np.random.default_rng(3)
+    with hr.load(FIXTURES / "transformer_block-f32.hxb") as m:
+        (t,) = m.main.signature.inputs
+        xs = [rng.standard_normal(t.shape).astype(np.float32) for _ in range(8)]
+        want = [m.main(x) for x in xs]
+        got: dict[int, list[np.ndarray]] = {i: [] for i in range(8)}
+
+        def worker(i: int) -> None:
+            for _ in range(200):
+                got[i].append(m.main(xs[i]))
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        arenas = len(m._resident.programs["main"]._arenas)
+    for i in range(8):
+        assert len(got[i]) == 200
+        for y in got[i]:
+            np.testing.assert_array_equal(y, want[i])
+    assert 1 <= arenas <= 8  # at most one per call in flight
+
+
+def test_a_buffer_read_before_it_is_written_is_zeroed_every_call(tmp_path):
+    """Kernel add reads slot 1 before relu writes it: without zeroing, the second call would
+    add the first call's relu. (The compiler never writes such a module.)"""
+    m2 = hf.TensorType(hf.DType.F64, (2, 2))
+    commands = (Command.input(0, 0), Command.alloc(1, 32), Command.alloc(2, 32),
+                Command.dispatch(0, (0, 1, 2)), Command.dispatch(1, (0, 1)),
+                Command.output(2, 0))
+    exes = (Executable("add_0", KernelKind.ADD, Device.CPU, (m2, m2, m2)),
+            Executable("relu_1", KernelKind.RELU, Device.CPU, (m2, m2)))
+    path = modules.write(tmp_path, "stale.hxb", hf.Module(
+        4, (Function("main", commands),), b"", exes, (Slot(Device.CPU, m2),) * 3))
+    x = np.arange(4.0).reshape(2, 2)
+    with hr.load(path) as m:
+        for _ in range(3):
+            np.testing.assert_array_equal(m.main(x), x)
+
+
+def test_benchmark_times_calls_and_prints_min_median_max():
+    out, err = io.StringIO(), io.StringIO()
+    code = hexir_run([str(FIXTURES / "builtin-cpu.hxb"), "--benchmark=50"], out, err)
+    assert (code, err.getvalue()) == (0, "")
+    first, second = out.getvalue().splitlines()
+    assert first == "benchmark     : main, 50 calls after 10 warm-up, 5 commands"
+    assert second.startswith("per call      : min ") and " median " in second
+    low, mid, high = (float(v) for v in re.findall(r"(?:min|median|max) ([0-9.]+) us", second))
+    assert 0 < low <= mid <= high
+
+
+@pytest.mark.parametrize("value", ["0", "x", "-3", ""])
+def test_benchmark_takes_a_positive_count(value):
+    out, err = io.StringIO(), io.StringIO()
+    assert hexir_run([str(FIXTURES / "builtin.hxb"), f"--benchmark={value}"], out, err) == 2
+    assert err.getvalue().startswith("hexir-run: --benchmark")
