@@ -204,7 +204,8 @@ class Program:
             total = sum(b.nbytes for b in self.bindings if b.constant is None)
             raise ExecutionError(f"{self.plan.name}: allocating a call's buffers ({total} "
                                  f"bytes): {e}") from None
-        arena = _Arena(buffers, [self._bind(i, buffers) for i in range(len(self.plan.commands))])
+        arena = _Arena(buffers)
+        arena.steps = [self._bind(i, arena) for i in range(len(self.plan.commands))]
         with self._lock:
             self._arenas.append(arena)
         return arena
@@ -221,33 +222,42 @@ class Program:
     def close(self) -> None:
         for arena in self._arenas:
             self._release(arena.buffers)
+            # the steps hold views of the buffers (and of the mapping) and the arena itself:
+            # drop them now, so that closing the module can unmap the file at once
+            arena.steps.clear()
+            arena.buffers.clear()
+            arena.call = None
         self._arenas.clear()
         self._free.clear()
 
-    def _bind(self, i: int, buffers: list[hal.Buffer]) -> Callable[[_Call], None] | None:
-        """Command `i` bound to an arena's buffers: what a call runs for it (None: nothing;
-        ALLOC and CONST bind a buffer the arena holds, OUTPUT is read at the end)."""
-        c, reads, write = self.plan.commands[i], self.reads[i], self.writes[i]
+    def _bind(self, i: int, arena: _Arena) -> Callable[[], None] | None:
+        """Command `i` bound to an arena: what a call runs for it, with no arguments (a cpu
+        kernel's is the foreign call itself); None for nothing to run (ALLOC and CONST bind a
+        buffer the arena holds, OUTPUT is read at the end)."""
+        c, reads, write, buffers = self.plan.commands[i], self.reads[i], self.writes[i], \
+            arena.buffers
         if c.op is Op.DISPATCH:
             kind = self.resident.plan.module.executables[c.executable].device
             launch = self.resident.devices[kind].bind(self.resident.executables[c.executable],
                                                       [buffers[b] for b in reads])
+            if kind is Device.CPU:  # synchronous: nothing to wait for later
+                return launch
 
-            def dispatch(call: _Call) -> None:
+            def dispatch() -> None:
                 launch()
-                call.pending.add(kind)
+                arena.call.pending.add(kind)
             return dispatch
         if c.op is Op.INPUT:
             target, index = buffers[write], c.index
-            return lambda call: target.device.write(
-                target, call.inputs[index].reshape(-1).view(np.uint8))
+            return lambda: target.device.write(
+                target, arena.call.inputs[index].reshape(-1).view(np.uint8))
         if c.op is Op.COPY:
             dst, src = buffers[write], buffers[reads[0]]
-            return lambda call: _copy(call, dst, src)
+            return lambda: _copy(arena.call, dst, src)
         if c.op is Op.PRINT:
             t = self.resident.plan.slot_type(c.slot)
             flat = TensorType(t.dtype if t is not None else DType.F64, (c.rows * c.cols,))
-            return functools.partial(_print, buffers[reads[0]], flat, (c.rows, c.cols))
+            return functools.partial(_print, arena, buffers[reads[0]], flat, (c.rows, c.cols))
         return None
 
     # ---- a call ------------------------------------------------------------------------------
@@ -260,7 +270,7 @@ class Program:
 
     def _run(self, inputs: Sequence[np.ndarray], on_print: Printer | None) -> Execution:
         arena = self._take()
-        call = _Call(inputs, on_print)
+        call = arena.call = _Call(inputs, on_print)
         try:
             for b in self.rezero:
                 arena.buffers[b].device.write(arena.buffers[b], bytes(arena.buffers[b].size))
@@ -268,7 +278,7 @@ class Program:
                 if step is None:
                     continue
                 try:
-                    step(call)
+                    step()
                 except DeviceError as e:
                     raise ExecutionError(f"{self.plan.name}: command {i} "
                                          f"({self.plan.commands[i].op}): {e}") from None
@@ -286,13 +296,16 @@ class Program:
 
 @dataclass
 class _Arena:
-    """One call's buffers (constants included) and the commands bound to them."""
+    """One call's buffers (constants included), the commands bound to them, and the call
+    running in it now."""
 
     buffers: list[hal.Buffer]
-    steps: list[Callable[[_Call], None] | None]
+    steps: list[Callable[[], None] | None] = field(default_factory=list)
+    call: _Call | None = None
 
 
-def _print(buffer: hal.Buffer, flat: TensorType, shape: tuple[int, int], call: _Call) -> None:
+def _print(arena: _Arena, buffer: hal.Buffer, flat: TensorType, shape: tuple[int, int]) -> None:
+    call = arena.call
     _wait(call, buffer.device)
     array = _tensor(buffer, flat).reshape(shape)
     call.printed.append(array)

@@ -136,8 +136,8 @@ class CpuDevice(Device):
         if loaded.code is not None:
             pool = hostcode.cpu_pool() if exe.destination.size >= PARALLEL_GRAIN else None
             # to_end: compiled kernels clamp their range, so a damaged grid cannot cut it short
-            return functools.partial(loaded.code.run, [b.address for b in buffers],
-                                     exe.grid[0], pool, to_end=True)
+            return loaded.code.bind([b.address for b in buffers], exe.grid[0], pool,
+                                    to_end=True)
         *inputs, out = [typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
         return functools.partial(kernels.run, exe.kind, inputs, out)
 

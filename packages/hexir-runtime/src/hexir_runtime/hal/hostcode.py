@@ -114,6 +114,20 @@ class HostKernel:
         for f in futures:
             f.result()
 
+    def bind(self, pointers: Sequence[int], extent: int, pool: Executor | None = None, *,
+             to_end: bool = False):
+        """`run(pointers, extent, pool, to_end=...)` as a callable without arguments, made
+        once: on one thread it is the foreign call itself, its arguments converted now. The
+        caller must not call it after `close()` (the code is unmapped then)."""
+        if self._fn is None or len(pointers) != self.argc or extent < 0:
+            return functools.partial(self.run, pointers, extent, pool, to_end=to_end)  # refuses
+        end = END if to_end else extent
+        if pool is None or extent <= 1:
+            if end == 0:
+                return lambda: None
+            return functools.partial(self._fn, *map(ctypes.c_void_p, pointers), 0, end)
+        return functools.partial(self.run, pointers, extent, pool, to_end=to_end)
+
     def close(self) -> None:
         self._fn = None
         self._mapping.close()
