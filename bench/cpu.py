@@ -9,7 +9,7 @@ warm-up, three ways, on the same module and the same input:
 | column | what runs |
 | --- | --- |
 | compiled | the runtime as shipped: each cpu kernel its x86-64 host image, the cpu grid split over the thread pool |
-| numpy path | the same module and interpreter, every DISPATCH replaced by the numpy body of its kind (what the runtime did before version 5: `packages/hexir-runtime/tests/numpy_kernels.py`) |
+| numpy path | the same module and call path, every DISPATCH bound to the numpy body of its kind instead (the kernels of the runtime before version 5: `packages/hexir-runtime/tests/numpy_kernels.py`) |
 | plain numpy | the network written directly in numpy in the program's element type (no interpreter, no buffers) |
 
 Then the choice a contraction faces (`schedule.uses_library`): each matmul shape of the
@@ -64,14 +64,14 @@ def numpy_path(module):
     """`module` with every cpu launch running the numpy body of its kind instead."""
     from hexir_runtime.hal import cpu
 
-    def launch(self, loaded, buffers):
+    def bind(self, loaded, buffers):
         exe = loaded.exe
         views = [cpu.typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
         *inputs, out = views
-        numpy_kernels.run(exe.kind, exe.params, inputs, out)
+        return lambda: numpy_kernels.run(exe.kind, exe.params, inputs, out)
 
-    original = cpu.CpuDevice._launch
-    cpu.CpuDevice._launch = launch
+    original = cpu.CpuDevice.bind
+    cpu.CpuDevice.bind = bind
     return original
 
 
@@ -98,7 +98,7 @@ def networks(calls: int) -> list[str]:
             old = hr.load(compile_program(program))
             interpreted = median_seconds(lambda: old.main(x), calls)
         finally:
-            cpu.CpuDevice._launch = original
+            cpu.CpuDevice.bind = original
         direct = plain_numpy(program, x.dtype)
         plain = median_seconds(lambda: direct(x), calls)
         rows.append(f"| {name} | {compiled * 1e3:.3f} ms | {interpreted * 1e3:.3f} ms | "
