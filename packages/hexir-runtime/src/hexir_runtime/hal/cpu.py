@@ -54,19 +54,25 @@ ROUTINE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void
 
 
 def matmul_routine(exe: Executable):
-    """`hexir_rt_matmul(a, b, out)` for this executable: np.matmul on typed views."""
+    """`hexir_rt_matmul(a, b, out)` for this executable: np.matmul on typed views.
 
-    def view(address: int, t: TensorType) -> np.ndarray:
-        if t.nbytes == 0:
-            return np.empty(t.shape, dtype=t.dtype.numpy)
-        raw = (ctypes.c_char * t.nbytes).from_address(address)
-        return np.frombuffer(raw, dtype=t.dtype.numpy).reshape(t.shape)
+    The views are made once per address: a kernel is only ever handed the buffers of its
+    validated types, so the view of an address it passes again is the view it needs."""
+    views: dict[tuple[int, int], np.ndarray] = {}
+    kinds = [(t.nbytes, t.shape, np.dtype(t.dtype.numpy)) for t in exe.args]
 
-    a_type, b_type, out_type = exe.args
+    def view(address: int, which: int) -> np.ndarray:
+        found = views.get((address, which))
+        if found is None:
+            nbytes, shape, dtype = kinds[which]
+            found = views[address, which] = np.frombuffer(
+                (ctypes.c_char * nbytes).from_address(address), dtype=dtype).reshape(shape) \
+                if nbytes else np.empty(shape, dtype)
+        return found
 
     def routine(a: int, b: int, out: int) -> None:
         with np.errstate(all="ignore"):  # inf and nan are results here, not errors
-            np.matmul(view(a, a_type), view(b, b_type), out=view(out, out_type))
+            np.matmul(view(a, 0), view(b, 1), out=view(out, 2))
 
     return ROUTINE(routine)
 
