@@ -1,0 +1,223 @@
+"""Hexir's cpu call against ONNX Runtime and numpy, side by side, in one run.
+
+    python bench/ort.py [--rounds=5] [--calls=300]
+
+Needs the `full` environment plus `onnx` and `onnxruntime` (bench-only dependencies:
+`pip install onnx onnxruntime`). Three programs, each written three ways with the same f32
+weights: a Hexir module (compiled here), an ONNX model (built here with `onnx.helper`), and
+numpy:
+
+| program | what it computes |
+| --- | --- |
+| 2x2 | relu(x W), x and W 2x2: the per-call overhead |
+| mlp | relu(x W1 + b1) W2 + b2, x 64x512, W1 512x2048, W2 2048x512 |
+| transformer | `examples/transformer_block.mlir` (x 2x16x64, 4 heads, pre-LN, GELU) |
+
+Every figure is the median of `--calls` steady calls (after 30 warm-up calls) in a fresh
+process, one process per (program, engine), the engines interleaved; the table gives the
+median over `--rounds` such processes and the ratio hexir / ONNX Runtime (below 1: Hexir is
+faster). Both runtimes use every core (ORT's default intra-op threads; Hexir's thread pool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "examples"))
+import reference  # noqa: E402  (the examples' numpy oracle: their weights and networks)
+
+ENGINES = ("hexir", "onnxruntime", "numpy")
+PROGRAMS = ("2x2", "mlp", "transformer")
+
+
+def weights(program: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """The program's f32 weights and one input, from fixed seeds."""
+    rng = np.random.default_rng(11)
+    if program == "2x2":
+        return {"w": rng.standard_normal((2, 2)).astype(np.float32)}, \
+            rng.standard_normal((2, 2)).astype(np.float32)
+    if program == "mlp":
+        shapes = {"w1": (512, 2048), "b1": (2048,), "w2": (2048, 512), "b2": (512,)}
+        w = {k: (rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32)
+             for k, s in shapes.items()}
+        return w, rng.standard_normal((64, 512)).astype(np.float32)
+    text = (REPO / "examples" / "transformer_block.mlir").read_text()
+    w = {k: v.astype(np.float32) for k, v in reference.load_constants(text).items()}
+    return w, reference.sample_input(REPO / "examples" / "transformer_block.mlir",
+                                     np.random.default_rng(0)).astype(np.float32)
+
+
+def _dense(name: str, array: np.ndarray) -> str:
+    dims = "x".join(map(str, array.shape))
+    return (f'  %{name} = "hexir.constant"() {{value = dense<"0x{array.tobytes().hex()}"> : '
+            f"tensor<{dims}xf32>}} : () -> tensor<{dims}xf32>")
+
+
+def hexir_module(program: str, w: dict[str, np.ndarray]) -> bytes:
+    from hexir_compiler.pipeline import Options, compile_file
+
+    if program == "transformer":
+        return compile_file(REPO / "examples" / "transformer_block.mlir", Options("hxb"))
+    t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"  # noqa: E731
+    if program == "2x2":
+        body = [_dense("w", w["w"]),
+                f'  %m = "hexir.linear"(%x, %w) : ({t(2, 2)}, {t(2, 2)}) -> {t(2, 2)}',
+                f'  %r = "hexir.relu"(%m) : ({t(2, 2)}) -> {t(2, 2)}', f"  return %r : {t(2, 2)}"]
+        head = f"func.func @main(%x: {t(2, 2)}) -> {t(2, 2)} {{"
+    else:
+        body = [*(_dense(k, v) for k, v in w.items()),
+                f'  %h = "hexir.linear"(%x, %w1) : ({t(64, 512)}, {t(512, 2048)}) -> {t(64, 2048)}',
+                f'  %hb = "hexir.add"(%h, %b1) : ({t(64, 2048)}, {t(2048)}) -> {t(64, 2048)}',
+                f'  %a = "hexir.relu"(%hb) : ({t(64, 2048)}) -> {t(64, 2048)}',
+                f'  %y = "hexir.linear"(%a, %w2) : ({t(64, 2048)}, {t(2048, 512)}) -> {t(64, 512)}',
+                f'  %r = "hexir.add"(%y, %b2) : ({t(64, 512)}, {t(512)}) -> {t(64, 512)}',
+                f"  return %r : {t(64, 512)}"]
+        head = f"func.func @main(%x: {t(64, 512)}) -> {t(64, 512)} {{"
+    with tempfile.TemporaryDirectory() as tmp:
+        source = Path(tmp) / f"{program}.mlir"
+        source.write_text("\n".join([head, *body, "}"]) + "\n")
+        return compile_file(source, Options("hxb"))
+
+
+def onnx_model(program: str, w: dict[str, np.ndarray], x: np.ndarray) -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes, inits = [], [numpy_helper.from_array(v, k) for k, v in w.items()]
+
+    def op(kind: str, inputs: list[str], output: str, **attrs) -> str:
+        nodes.append(helper.make_node(kind, inputs, [output], **attrs))
+        return output
+
+    def const(name: str, value) -> str:
+        inits.append(numpy_helper.from_array(np.asarray(value), name))
+        return name
+
+    if program == "2x2":
+        out = op("Relu", [op("MatMul", ["x", "w"], "m")], "y")
+    elif program == "mlp":
+        a = op("Relu", [op("Add", [op("MatMul", ["x", "w1"], "h"), "b1"], "hb")], "a")
+        out = op("Add", [op("MatMul", [a, "w2"], "m2"), "b2"], "y")
+    else:
+        batch, seq, d = x.shape
+        heads, dh = 4, d // 4
+        split, merged = const("c_split", [batch, seq, heads, dh]), const("c_merged", [batch, seq, d])
+        ln1 = op("LayerNormalization", ["x", "ln1_gamma", "ln1_beta"], "ln1", axis=-1,
+                 epsilon=1e-5)
+        qkv = [op("Transpose", [op("Reshape", [op("Add", [op("MatMul", [ln1, f"w{p}"], f"{p}m"),
+                                                         f"b{p}"], f"{p}a"), split], f"{p}r")],
+                  f"{p}t", perm=[0, 2, 1, 3]) for p in "qkv"]
+        kt = op("Transpose", [qkv[1]], "k_transposed", perm=[0, 1, 3, 2])
+        scores = op("Mul", [op("MatMul", [qkv[0], kt], "s"), const("c_scale", np.float32(0.25))],
+                    "ss")
+        attn = op("Softmax", [scores], "attn", axis=-1)
+        ctx = op("Reshape", [op("Transpose", [op("MatMul", [attn, qkv[2]], "c")], "ct",
+                                perm=[0, 2, 1, 3]), merged], "ctx")
+        h = op("Add", ["x", op("Add", [op("MatMul", [ctx, "wo"], "o"), "bo"], "ob")], "h")
+        ln2 = op("LayerNormalization", [h, "ln2_gamma", "ln2_beta"], "ln2", axis=-1,
+                 epsilon=1e-5)
+        f1 = op("Add", [op("MatMul", [ln2, "w1"], "f1m"), "b1"], "f1")
+        erf = op("Erf", [op("Mul", [f1, const("c_rsqrt2", np.float32(1 / math.sqrt(2)))], "fs")],
+                 "fe")
+        gelu = op("Mul", [op("Mul", [f1, const("c_half", np.float32(0.5))], "fh"),
+                          op("Add", [erf, const("c_one", np.float32(1.0))], "f1p")], "g")
+        out = op("Add", [h, op("Add", [op("MatMul", [gelu, "w2"], "f2m"), "b2"], "f2")], "y")
+    graph = helper.make_graph(
+        nodes, program, [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info(out, TensorProto.FLOAT, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model.SerializeToString()
+
+
+def numpy_function(program: str, w: dict[str, np.ndarray]):
+    if program == "2x2":
+        return lambda x: np.maximum(x @ w["w"], 0)
+    if program == "mlp":
+        return lambda x: np.maximum(x @ w["w1"] + w["b1"], 0) @ w["w2"] + w["b2"]
+    return lambda x: reference.transformer_block(x, w)
+
+
+def worker(engine: str, program: str, calls: int) -> float:
+    """The median seconds of one steady call, in this (fresh) process."""
+    w, x = weights(program)
+    if engine == "hexir":
+        import hexir_runtime as hr
+
+        module = hr.load(hexir_module(program, w))
+        call = lambda: module.main(x)  # noqa: E731
+    elif engine == "onnxruntime":
+        import onnxruntime as ort
+
+        session = ort.InferenceSession(onnx_model(program, w, x),
+                                       providers=["CPUExecutionProvider"])
+        feed = {"x": x}
+        call = lambda: session.run(None, feed)  # noqa: E731
+    else:
+        call = lambda f=numpy_function(program, w): f(x)  # noqa: E731
+    for _ in range(30):
+        call()
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def check(program: str) -> float:
+    """The largest relative difference of Hexir's and ORT's answers from numpy's."""
+    import hexir_runtime as hr
+    import onnxruntime as ort
+
+    w, x = weights(program)
+    want = numpy_function(program, w)(x.astype(np.float64) if program == "transformer" else x)
+    with hr.load(hexir_module(program, w)) as m:
+        got = m.main(x)
+    session = ort.InferenceSession(onnx_model(program, w, x), providers=["CPUExecutionProvider"])
+    theirs = session.run(None, {"x": x})[0]
+    scale = np.abs(want).max() or 1.0
+    return max(np.abs(got - want).max(), np.abs(theirs - want).max()) / scale
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(allow_abbrev=False)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PROGRAM"))
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(*args.worker, args.calls)))
+        return 0
+    import onnxruntime
+
+    seconds = {(p, e): [] for p in PROGRAMS for e in ENGINES}
+    for r in range(args.rounds):
+        for program in PROGRAMS:
+            for engine in ENGINES[r % 3:] + ENGINES[:r % 3]:  # interleaved, rotated
+                done = subprocess.run([sys.executable, __file__, "--worker", engine, program,
+                                       f"--calls={args.calls}"], capture_output=True, text=True,
+                                      check=True)
+                seconds[program, engine].append(json.loads(done.stdout))
+    print(f"onnxruntime {onnxruntime.__version__}, numpy {np.__version__}; median of "
+          f"{args.rounds} fresh processes x {args.calls} calls\n")
+    print("| program | hexir | ONNX Runtime | numpy | hexir / ORT | hexir / numpy | max rel. diff |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for program in PROGRAMS:
+        h, o, n = (statistics.median(seconds[program, e]) for e in ENGINES)
+        print(f"| {program} | {h * 1e6:.1f} us | {o * 1e6:.1f} us | {n * 1e6:.1f} us | "
+              f"{h / o:.2f} | {h / n:.2f} | {check(program):.1e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
