@@ -43,8 +43,9 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
         types = ", ".join(map(str, want)) or "none"
         raise InputError(f"{plan.name} takes {len(want)} input{'s' * (len(want) != 1)} "
                          f"({types}), got {len(inputs)}")
-    pairs = enumerate(zip(inputs, want, strict=True))
-    return [_check_input(plan.name, i, x, t) for i, (x, t) in pairs]
+    return [x if type(x) is np.ndarray and x.dtype.name == t.dtype.numpy and x.shape == t.shape
+            and x.flags.c_contiguous else _check_input(plan.name, i, x, t)  # the common case
+            for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
 
 
 def _check_input(entry: str, index: int, x: Any, t: TensorType) -> np.ndarray:

@@ -63,6 +63,9 @@ class Resident:
 
     def program(self, plan: EntryPlan) -> Program:
         """The entry made ready to run: placement checked, kernels loaded, once per load."""
+        program = self.programs.get(plan.name)
+        if program is not None:
+            return program
         with self.lock:
             if plan.name not in self.programs:
                 check_placement(plan, set(self.devices))
@@ -205,7 +208,8 @@ class Program:
             raise ExecutionError(f"{self.plan.name}: allocating a call's buffers ({total} "
                                  f"bytes): {e}") from None
         arena = _Arena(buffers)
-        arena.steps = [self._bind(i, arena) for i in range(len(self.plan.commands))]
+        steps = ((i, self._bind(i, arena)) for i in range(len(self.plan.commands)))
+        arena.steps = [(i, step) for i, step in steps if step is not None]
         with self._lock:
             self._arenas.append(arena)
         return arena
@@ -274,16 +278,14 @@ class Program:
         try:
             for b in self.rezero:
                 arena.buffers[b].device.write(arena.buffers[b], bytes(arena.buffers[b].size))
-            for i, step in enumerate(arena.steps):
-                if step is None:
-                    continue
+            for i, step in arena.steps:
                 try:
                     step()
                 except DeviceError as e:
                     raise ExecutionError(f"{self.plan.name}: command {i} "
                                          f"({self.plan.commands[i].op}): {e}") from None
             try:
-                for kind in sorted(call.pending):
+                for kind in sorted(call.pending) if call.pending else ():
                     self.resident.devices[kind].wait()
                 outputs = tuple(_tensor(arena.buffers[b], t) for b, t in self.outputs)
             except DeviceError as e:
@@ -300,7 +302,7 @@ class _Arena:
     running in it now."""
 
     buffers: list[hal.Buffer]
-    steps: list[Callable[[], None] | None] = field(default_factory=list)
+    steps: list[tuple[int, Callable[[], None]]] = field(default_factory=list)  # (command, run)
     call: _Call | None = None
 
 
