@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hexir_format import Command, Device, DType, Op, TensorType
+from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
 
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError, ExecutionError
@@ -148,6 +148,7 @@ class Program:
             self.writes.append(current[written] if written is not None else None)
         self.outputs = self._outputs()
         self.rezero = self._read_before_written()
+        self.alias, self.views = self._reshapes_as_views()
         self._free: list[_Arena] = []
         self._arenas: list[_Arena] = []
         self._lock = threading.Lock()
@@ -191,6 +192,32 @@ class Program:
                 written.add(write)
         return sorted(set(first_read))
 
+    def _reshapes_as_views(self) -> tuple[dict[int, int], set[int]]:
+        """A reshape kernel copies its input's bytes unchanged (row-major order is kept), so
+        its destination can be its input's buffer instead, and the kernel need not run: when
+        both are on one device, and neither is written again (no later kernel writes the
+        input, none but the reshape writes the destination, nothing reads it first).
+        Returns destination binding -> the binding it shares, and the commands skipped."""
+        written_at: dict[int, list[int]] = {}
+        for i, (c, reads) in enumerate(zip(self.plan.commands, self.reads, strict=True)):
+            if c.op is Op.DISPATCH:
+                written_at.setdefault(reads[-1], []).append(i)
+        alias: dict[int, int] = {}
+        views: set[int] = set()
+        for i, (c, reads) in enumerate(zip(self.plan.commands, self.reads, strict=True)):
+            if c.op is not Op.DISPATCH or \
+                    self.resident.plan.module.executables[c.executable].kind is not KernelKind.RESHAPE:
+                continue
+            src, dst = alias.get(reads[0], reads[0]), reads[1]
+            if (self.bindings[src].device is not self.bindings[dst].device
+                    or written_at[dst] != [i] or dst in self.rezero
+                    or any(j > i for j in written_at.get(src, []))
+                    or self.bindings[dst].constant is not None):
+                continue
+            alias[dst] = src
+            views.add(i)
+        return alias, views
+
     # ---- arenas ------------------------------------------------------------------------------
 
     def _take(self) -> _Arena:
@@ -199,7 +226,10 @@ class Program:
                 return self._free.pop()
         buffers: list[hal.Buffer] = []
         try:
-            for b in self.bindings:
+            for i, b in enumerate(self.bindings):
+                if i in self.alias:  # a reshape's destination: its input's buffer
+                    buffers.append(buffers[self.alias[i]])
+                    continue
                 buffers.append(b.constant if b.constant is not None else
                                self.resident.devices[b.device].allocate(b.nbytes))
         except DeviceError as e:
@@ -219,8 +249,8 @@ class Program:
             self._free.append(arena)
 
     def _release(self, buffers: list[hal.Buffer]) -> None:
-        for buffer, binding in zip(buffers, self.bindings, strict=False):
-            if binding.constant is None:
+        for i, (buffer, binding) in enumerate(zip(buffers, self.bindings, strict=False)):
+            if binding.constant is None and i not in self.alias:
                 buffer.device.release(buffer)
 
     def close(self) -> None:
@@ -240,6 +270,8 @@ class Program:
         buffer the arena holds, OUTPUT is read at the end)."""
         c, reads, write, buffers = self.plan.commands[i], self.reads[i], self.writes[i], \
             arena.buffers
+        if i in self.views:
+            return None  # a reshape whose destination is its input's buffer
         if c.op is Op.DISPATCH:
             kind = self.resident.plan.module.executables[c.executable].device
             launch = self.resident.devices[kind].bind(self.resident.executables[c.executable],
