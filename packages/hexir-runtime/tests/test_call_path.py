@@ -118,3 +118,40 @@ def test_a_reshape_is_a_view_of_its_input(monkeypatch):
     assert kinds.count(KernelKind.RESHAPE) == 4 and len(program.views) == 4
     assert KernelKind.RESHAPE not in launched and len(launched) == len(kinds) - 4
     assert len(program.alias) == 4
+
+
+def test_results_can_go_into_arrays_the_caller_owns():
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+        want = m.main(x)
+        y = np.full(want.shape, np.nan, np.float32)
+        assert m.main(x, out=y) is y
+        np.testing.assert_array_equal(y, want)
+        run = m.execute("main", [x], out=[y])
+        assert run.outputs[0] is y
+
+
+@pytest.mark.parametrize("out, message", [
+    (np.zeros((8, 10), np.float64), "got a float64 array of shape 8x10"),
+    (np.zeros((10, 8), np.float32).T, "got a non-contiguous float32 array of shape 8x10"),
+    (np.zeros((8, 11), np.float32), "got a float32 array of shape 8x11"),
+    ([1, 2], "returns 1 result; out= gives 2"),
+    ("x", "out[0] of main: expected a writable C-contiguous 8x10xf32 array, got a str"),
+])
+def test_out_arrays_of_the_wrong_kind_are_refused_before_the_call(out, message):
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+        with pytest.raises(hr.InputError) as info:
+            m.main(x, out=out)
+    assert message in str(info.value)
+    if isinstance(out, np.ndarray):
+        assert "expected a writable C-contiguous 8x10xf32 array" in str(info.value)
+
+
+def test_a_read_only_out_array_is_refused():
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+        y = np.zeros((8, 10), np.float32)
+        y.flags.writeable = False
+        with pytest.raises(hr.InputError, match="got a read-only float32 array"):
+            m.main(x, out=y)

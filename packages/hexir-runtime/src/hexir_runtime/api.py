@@ -48,6 +48,29 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
             for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
 
 
+def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> None:
+    """`out=` arrays the results can be written into, or a one-line InputError."""
+    want = plan.signature.outputs
+    if not isinstance(out, Sequence) or len(out) != len(want):
+        got = len(out) if isinstance(out, Sequence) else type(out).__name__
+        raise InputError(f"{plan.name} returns {len(want)} result{'s' * (len(want) != 1)}; "
+                         f"out= gives {got}")
+    for i, (y, t) in enumerate(zip(out, want, strict=True)):
+        ok = isinstance(y, np.ndarray) and not isinstance(y, np.ma.MaskedArray) and \
+            y.dtype.name == t.dtype.numpy and y.shape == t.shape and \
+            y.flags.c_contiguous and y.flags.writeable
+        if not ok:
+            if isinstance(y, np.ndarray):
+                flaws = [word for word, bad in (("read-only", not y.flags.writeable),
+                                                ("non-contiguous", not y.flags.c_contiguous))
+                         if bad]
+                what = " ".join([*flaws, f"{y.dtype} array of shape {_shape(y.shape)}"])
+            else:
+                what = type(y).__name__
+            raise InputError(f"out[{i}] of {plan.name}: expected a writable C-contiguous {t} "
+                             f"array, got {_article(what)} {what}")
+
+
 def _check_input(entry: str, index: int, x: Any, t: TensorType) -> np.ndarray:
     where = f"input {index} of {entry}: expected {t}"
     if isinstance(x, np.ma.MaskedArray):
@@ -88,9 +111,15 @@ class EntryPoint:
         """The inputs as this entry will see them, or the InputError calling it would raise."""
         return check_inputs(self._plan, inputs)
 
-    def __call__(self, *inputs: Any) -> np.ndarray | tuple[np.ndarray, ...] | None:
-        """The results: None without outputs, the array for one, a tuple for several."""
-        outputs = self._module.execute(self.name, inputs).outputs
+    def __call__(self, *inputs: Any, out: np.ndarray | Sequence[np.ndarray] | None = None
+                 ) -> np.ndarray | tuple[np.ndarray, ...] | None:
+        """The results: None without outputs, the array for one, a tuple for several.
+
+        `out` (an array, or one per output) receives the results instead of fresh arrays:
+        each a C-contiguous, writable array of its output's exact type, which is returned."""
+        if isinstance(out, np.ndarray):
+            out = (out,)
+        outputs = self._module.execute(self.name, inputs, out=out).outputs
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
@@ -141,10 +170,15 @@ class Module:
         return self._entries[entry]
 
     def execute(self, entry: str = "main", inputs: Sequence[Any] = (),
-                on_print: Printer | None = None) -> Execution:
-        """Run `entry`; `on_print` sees each PRINTed array as it is printed."""
+                on_print: Printer | None = None,
+                out: Sequence[np.ndarray] | None = None) -> Execution:
+        """Run `entry`; `on_print` sees each PRINTed array as it is printed; `out` (one array
+        per output, of its exact type) receives the results instead of fresh arrays."""
         plan = self._plan(entry)
-        return execute(self._live(), plan, check_inputs(plan, inputs), on_print)
+        checked = check_inputs(plan, inputs)
+        if out is not None:
+            check_outputs(plan, out)
+        return execute(self._live(), plan, checked, on_print, out)
 
     def _live(self) -> Resident:
         """What a call runs on, once the module is known to be open and its file unchanged."""

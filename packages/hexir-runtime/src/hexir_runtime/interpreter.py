@@ -106,9 +106,11 @@ def prepare(resident: Resident, plan: EntryPlan) -> None:
 
 
 def execute(resident: Resident, plan: EntryPlan, inputs: Sequence[np.ndarray],
-            on_print: Printer | None = None) -> Execution:
-    """Run `plan` with `inputs` (already checked against its signature)."""
-    return resident.program(plan).run(inputs, on_print)
+            on_print: Printer | None = None, out: Sequence[np.ndarray] | None = None
+            ) -> Execution:
+    """Run `plan` with `inputs` (already checked against its signature); the results go into
+    `out` (checked arrays, one per output) when given, else into fresh arrays."""
+    return resident.program(plan).run(inputs, on_print, out)
 
 
 @dataclass
@@ -298,13 +300,15 @@ class Program:
 
     # ---- a call ------------------------------------------------------------------------------
 
-    def run(self, inputs: Sequence[np.ndarray], on_print: Printer | None) -> Execution:
+    def run(self, inputs: Sequence[np.ndarray], on_print: Printer | None,
+            out: Sequence[np.ndarray] | None = None) -> Execution:
         if self._serial is None:
-            return self._run(inputs, on_print)
+            return self._run(inputs, on_print, out)
         with self._serial:
-            return self._run(inputs, on_print)
+            return self._run(inputs, on_print, out)
 
-    def _run(self, inputs: Sequence[np.ndarray], on_print: Printer | None) -> Execution:
+    def _run(self, inputs: Sequence[np.ndarray], on_print: Printer | None,
+             out: Sequence[np.ndarray] | None) -> Execution:
         arena = self._take()
         call = arena.call = _Call(inputs, on_print)
         try:
@@ -319,7 +323,13 @@ class Program:
             try:
                 for kind in sorted(call.pending) if call.pending else ():
                     self.resident.devices[kind].wait()
-                outputs = tuple(_tensor(arena.buffers[b], t) for b, t in self.outputs)
+                if out is None:
+                    outputs = tuple(_tensor(arena.buffers[b], t) for b, t in self.outputs)
+                else:
+                    for (b, t), target in zip(self.outputs, out, strict=True):
+                        buffer = arena.buffers[b]
+                        buffer.device.read(buffer, t.nbytes, out=target.reshape(-1).view(np.uint8))
+                    outputs = tuple(out)
             except DeviceError as e:
                 raise ExecutionError(f"{self.plan.name}: command {len(self.plan.commands)} "
                                      f"(end): {e}") from None
