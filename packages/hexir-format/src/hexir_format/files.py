@@ -13,6 +13,7 @@ the umask), not a temporary file's 0600.
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import stat
 import tempfile
@@ -62,7 +63,7 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
             yield out
             out.flush()
             if tmp is None:  # give the unnamed file a name beside the target, then move it
-                tmp = tempfile.mktemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+                tmp = str(target.parent / f".{target.name}.{secrets.token_hex(8)}.tmp")
                 fds = os.open("/proc/self/fd", os.O_RDONLY | os.O_CLOEXEC)
                 try:  # linkat(AT_SYMLINK_FOLLOW) of the fd's /proc link: the file, not the link
                     os.link(str(out.fileno()), tmp, src_dir_fd=fds, follow_symlinks=True)

@@ -181,7 +181,7 @@ class _Replay:
     slot_needs: dict[Device, str] = field(default_factory=dict)
     executables: dict[int, None] = field(default_factory=dict)
     alloc_bytes: int = 0
-    constants: _Constants = field(default_factory=lambda: _Constants())  # module-wide
+    constants: _Constants = field(default_factory=_Constants)  # module-wide
     index: int = 0
     command: Command = field(default_factory=Command.end)
 
