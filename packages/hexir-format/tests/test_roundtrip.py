@@ -133,11 +133,19 @@ def executables(draw):
 @st.composite
 def modules(draw):
     fnames = draw(st.lists(names, max_size=4, unique=True))
-    functions = tuple(Function(n, tuple(draw(st.lists(commands(), max_size=6)))) for n in fnames)
+    io = st.lists(st.text(min_size=1, max_size=12).filter(lambda t: t.isprintable()
+                                                          and "\0" not in t),
+                  max_size=3, unique=True).map(tuple)
+    functions = tuple(Function(n, tuple(draw(st.lists(commands(), max_size=6))), draw(io),
+                               draw(io)) for n in fnames)
     exes = tuple(draw(st.lists(executables(), max_size=4)))
     slots = tuple(draw(st.lists(st.builds(Slot, st.sampled_from(Device), types), max_size=5)))
-    # A cpu kernel with an image (a host image) needs version 5; the rest stay version 4.
-    version = 5 if any(e.device is Device.CPU and e.image is not None for e in exes) else 4
+    # A cpu kernel with an image (a host image), an integer or boolean type, or names need
+    # version 5; the rest stay version 4.
+    typed = [s.type for s in slots] + [t for e in exes for t in e.args]
+    version = 5 if (any(e.device is Device.CPU and e.image is not None for e in exes)
+                    or any(t.dtype not in hf.V4_DTYPES for t in typed)
+                    or any(f.inputs or f.outputs for f in functions)) else 4
     return Module(version, functions, draw(st.binary(max_size=64)), exes, slots)
 
 

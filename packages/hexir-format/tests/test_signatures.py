@@ -4,7 +4,7 @@ and ONNX's: what the compiler's verifiers and the runtime's validation both appl
 from __future__ import annotations
 
 import pytest
-from hexir_format import DType, HexirError, KernelKind, ShapeError, signature_problem, signatures
+from hexir_format import CODE_KINDS, DType, HexirError, KernelKind, ShapeError, signature_problem, signatures
 from hexir_format import TensorType as T
 
 K = KernelKind
@@ -177,11 +177,22 @@ GOOD = {
     K.REDUCE_MEAN: ([t(2, 3, 4), t(3)], (0.0, 0.0, 2.0)),
     K.REDUCE_MAX: ([t(2, 3), t(2)], (0.0, 1.0)),
     K.MAP: ([t(2, 3), t(2, 3)], ()),
+    K.GENERIC: ([t(2, 3), t(6)], ()),
 }
 
 
 def test_every_kind_has_a_rule():
     assert set(GOOD) == set(KernelKind)
+
+
+def test_code_kinds_may_mix_element_types_and_generic_has_no_shape_rule():
+    i1, i64 = DType.BOOL, DType.I64
+    assert signature_problem(K.MAP, [t(2, 3, dtype=i1), t(3), t(2, 1), t(2, 3)], ()) is None
+    assert signature_problem(K.GENERIC, [t(5), t(2, dtype=i64), t(2)], ()) is None
+    assert signature_problem(K.GENERIC, [t(5), t(5)], (1.0,)) == (
+        "generic has 1 params; expected 0")
+    assert signature_problem(K.ADD, [t(2, dtype=i64), t(2), t(2)], ()) == (
+        "add mixes element types: 2xi64, 2xf64, 2xf64")
 
 
 def test_map_takes_any_number_of_inputs_broadcast_to_the_destination():
@@ -203,10 +214,15 @@ def test_every_kind_checks_arity_element_types_and_the_destination(kind):
     assert signature_problem(kind, args[:-1], params) == (
         f"{kind} takes {least}{len(args)} arguments, not {len(args) - 1}")
     mixed = [*args[:-1], T(F32 if args[-1].dtype is F64 else F64, args[-1].shape)]
-    assert signature_problem(kind, mixed, params).startswith(f"{kind} mixes element types: ")
+    if kind in CODE_KINDS:  # their code says what each argument is
+        assert signature_problem(kind, mixed, params) is None
+    else:
+        assert signature_problem(kind, mixed, params).startswith(f"{kind} mixes element types: ")
     wrong = T(args[-1].dtype, (*args[-1].shape, 9))
     problem = signature_problem(kind, [*args[:-1], wrong], params)
-    if kind is K.RESHAPE:  # the destination is its shape: only the count can be wrong
+    if kind is K.GENERIC:  # no shape rule: the code indexes only the types it declares
+        assert problem is None
+    elif kind is K.RESHAPE:  # the destination is its shape: only the count can be wrong
         assert problem == "reshape cannot reshape 2x3 (6 elements) to 3x2x9 (54 elements)"
     else:
         assert problem == (f"{kind} of {', '.join(map(str, args[:-1]))} gives "

@@ -6,6 +6,7 @@ from hexir_format.__about__ import __version__
 from hexir_format.errors import FormatError, HexirError, ValidationError, printable
 from hexir_format.model import (
     BINARY_KINDS,
+    CODE_KINDS,
     CPU_LEVELS,
     LATEST_VERSION,
     MAGIC,
@@ -13,6 +14,7 @@ from hexir_format.model import (
     OPERAND_NAMES,
     V3_KINDS,
     V3_OPS,
+    V4_DTYPES,
     Command,
     Device,
     DType,
@@ -32,7 +34,8 @@ from hexir_format.signatures import ShapeError, signature_problem
 from hexir_format.writer import build, minimum_version
 
 __all__ = [
-    "BINARY_KINDS", "CPU_LEVELS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",
+    "BINARY_KINDS", "CODE_KINDS", "CPU_LEVELS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",
+    "V4_DTYPES",
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
     "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",

@@ -97,6 +97,22 @@ Param = Float64l
 # x86-64-v2, -v3, -v4) a cpu kernel's host image needs (0 for a cuda kernel).
 ExecutableV5 = Struct(*ExecutableV4.subcons[:-1], "cpu_level" / Int32ul, "reserved" / Int32ul)
 
+# Version 5's optional names section: this header, `count` entries ordered by (function,
+# role, index) with indices 0, 1, ... for each function and role, then the names' UTF-8 bytes,
+# back to back in entry order (`offset` counts from the section's start).
+NamesHeader = Struct(
+    "count" / Int32ul,
+    "reserved" / Int32ul,
+)
+
+NameEntry = Struct(
+    "function" / Int32ul,  # the entry point's symbol index
+    "role" / Int32ul,  # 0: an input, 1: an output
+    "index" / Int32ul,
+    "size" / Int32ul,
+    "offset" / Int64ul,
+)
+
 EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV5}
 ALIGNMENT = 8
 

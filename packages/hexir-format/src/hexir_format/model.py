@@ -18,6 +18,8 @@ MAX_RANK = 6
 #: x86-64 psABI levels a host image is compiled for, by the number a v5 executable records.
 CPU_LEVELS = {1: "x86-64", 2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
 NAME_BYTES = 32
+#: The longest input or output name (version 5's names section), in UTF-8 bytes.
+MAX_IO_NAME = 4096
 #: The most bytes an array may span (numpy's limit), counting a zero dimension as 1.
 MAX_BYTES = 2**63 - 1
 
@@ -40,27 +42,46 @@ class Device(IntEnum):
 
 
 class DType(IntEnum):
+    """Element types; the integer and boolean ones (3-5) are version 5's. A bool is one byte,
+    0 or 1 (numpy's `bool`); kernels read any nonzero byte as true."""
+
     F32 = 1
     F64 = 2
+    I32 = 3
+    I64 = 4
+    BOOL = 5
 
     def __str__(self) -> str:
-        return self.name.lower()
+        return {DType.BOOL: "i1"}.get(self, self.name.lower())
 
     @property
     def itemsize(self) -> int:
-        return {DType.F32: 4, DType.F64: 8}[self]
+        return _ITEMSIZE[self]
 
     @property
     def numpy(self) -> str:
         """The numpy dtype name, so callers need not import numpy to compare."""
-        return {DType.F32: "float32", DType.F64: "float64"}[self]
+        return _NUMPY[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.F32, DType.F64)
 
     @classmethod
     def from_name(cls, name: str) -> DType:
-        try:
-            return cls[name.upper()]
-        except KeyError:
-            raise ValueError(f"'{name}' is not an element type; expected f32 or f64") from None
+        """`f32`, `f64`, `i32`, `i64`, `i1` (as MLIR writes them) or a numpy name."""
+        for dtype in cls:
+            if name in (str(dtype), dtype.numpy):
+                return dtype
+        raise ValueError(f"'{name}' is not an element type; expected one of "
+                         f"{', '.join(map(str, cls))}")
+
+
+_ITEMSIZE = {DType.F32: 4, DType.F64: 8, DType.I32: 4, DType.I64: 8, DType.BOOL: 1}
+_NUMPY = {DType.F32: "float32", DType.F64: "float64", DType.I32: "int32", DType.I64: "int64",
+          DType.BOOL: "bool"}
+#: The element types before version 5.
+V4_DTYPES = frozenset({DType.F32, DType.F64})
 
 
 class SectionKind(IntEnum):
@@ -69,6 +90,7 @@ class SectionKind(IntEnum):
     RODATA = 3
     EXECUTABLES = 4
     SLOTS = 5
+    NAMES = 6  # version 5, optional: the names of entry points' inputs and outputs
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -128,6 +150,9 @@ class KernelKind(IntEnum):
     # Any other element-wise op (version 5: compiled kernels only): inputs broadcast to the
     # destination, the computation is the kernel's code. A new element-wise op needs no kind.
     MAP = 20
+    # Any other kernel (version 5, compiled only): arguments of the types it declares, inputs
+    # then the destination; what it computes is its code (concat, gather, conv, pooling, ...).
+    GENERIC = 21
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -135,7 +160,7 @@ class KernelKind(IntEnum):
     @property
     def arity(self) -> int | None:
         """Number of inputs (the destination comes after them); None: any number >= 1."""
-        if self is KernelKind.MAP:
+        if self in (KernelKind.MAP, KernelKind.GENERIC):
             return None
         if self in BINARY_KINDS or self is KernelKind.MATMUL:
             return 2
@@ -147,6 +172,8 @@ class KernelKind(IntEnum):
 
 
 BINARY_KINDS = frozenset({KernelKind.ADD, KernelKind.SUB, KernelKind.MUL, KernelKind.DIV})
+#: Kinds whose computation is only their compiled code: any element types, an image required.
+CODE_KINDS = frozenset({KernelKind.MAP, KernelKind.GENERIC})
 V3_KINDS = frozenset({KernelKind.MATMUL, KernelKind.ADD, KernelKind.RELU})
 
 
@@ -249,10 +276,16 @@ class Command:
 
 @dataclass(frozen=True)
 class Function:
-    """An entry point: a symbol and the commands from its program offset to its END."""
+    """An entry point: a symbol and the commands from its program offset to its END.
+
+    `inputs` and `outputs` name its inputs and results by index (version 5's names section,
+    e.g. an ONNX graph's); empty when the module names none, else one name per index.
+    """
 
     name: str
     commands: tuple[Command, ...]
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
 
 
 def _payload_eq(a: bytes | memoryview | None, b: bytes | memoryview | None) -> bool:

@@ -19,7 +19,9 @@ from hexir_format.model import (
     CPU_LEVELS,
     MAGIC,
     MAX_BYTES,
+    MAX_IO_NAME,
     MAX_RANK,
+    V4_DTYPES,
     NAME_BYTES,
     OPERAND_NAMES,
     V3_KINDS,
@@ -81,7 +83,8 @@ def parse_layout(buf: Buffer) -> Layout:
 
 
 def _check_sections(layout: Layout, table_end: int) -> None:
-    known = {k for k in SectionKind if k is not SectionKind.SLOTS or layout.version >= 4}
+    since = {SectionKind.SLOTS: 4, SectionKind.NAMES: 5}
+    known = {k for k in SectionKind if layout.version >= since.get(k, 3)}
     seen: dict[int, int] = {}
     for i, s in enumerate(layout.sections):
         where = f"section {i} ({s.name})"
@@ -129,11 +132,13 @@ def parse(buf: Buffer) -> Module:
         assert s is not None  # _check_sections requires every kind
         return data[s.offset:s.offset + s.size], s.offset
 
-    slots = _slots(*payload(SectionKind.SLOTS)) if layout.version >= 4 else ()
+    slots = _slots(layout.version, *payload(SectionKind.SLOTS)) if layout.version >= 4 else ()
     functions = _functions(layout.version, payload(SectionKind.SYMBOLS),
                            payload(SectionKind.PROGRAM))
     executables = _executables(layout.version, *payload(SectionKind.EXECUTABLES))
     rodata, _ = payload(SectionKind.RODATA)
+    if layout.section(SectionKind.NAMES) is not None:
+        functions = _names(functions, *payload(SectionKind.NAMES))
     return Module(layout.version, functions, rodata, executables, slots, layout)
 
 
@@ -249,6 +254,57 @@ def _functions(version: int, symbols: tuple[memoryview, int],
     return tuple(functions)
 
 
+def _names(functions: tuple[Function, ...], data: memoryview,
+           base: int) -> tuple[Function, ...]:
+    """The functions with their input and output names (the layout's canonical order only)."""
+    head, size = L.size(L.NamesHeader), L.size(L.NameEntry)
+    h = _struct(L.NamesHeader, data, 0, "names")
+    if h.reserved:
+        raise FormatError(f"names: reserved field at offset {base + 4} is {h.reserved}, "
+                          "expected 0", field="reserved", offset=base + 4)
+    if h.count > (len(data) - head) // size:
+        raise FormatError(f"names: count {h.count} at offset {base} needs "
+                          f"{head + h.count * size} bytes but the section has {len(data)}",
+                          field="count", offset=base)
+    names: list[tuple[list[str], list[str]]] = [([], []) for _ in functions]
+    offset, previous = head + h.count * size, (-1, -1)
+    for n in range(h.count):
+        at = head + n * size
+        e, where = _struct(L.NameEntry, data, at, f"name {n}"), f"name {n}"
+        if e.function >= len(functions):
+            raise FormatError(f"{where}: function {e.function} at offset {base + at} is not an "
+                              f"entry point (there are {len(functions)})", field="function",
+                              offset=base + at)
+        if e.role > 1:
+            raise FormatError(f"{where}: role {e.role} at offset {base + at + 4}; expected 0 "
+                              "(input) or 1 (output)", field="role", offset=base + at + 4)
+        row = names[e.function][e.role]
+        if (e.function, e.role) < previous or e.index != len(row):
+            raise FormatError(f"{where}: function {e.function}, role {e.role}, index {e.index} "
+                              f"at offset {base + at} is out of order; expected index "
+                              f"{len(row)} next", field="index", offset=base + at + 8)
+        previous = (e.function, e.role)
+        if e.offset != offset or not 0 < e.size <= MAX_IO_NAME or e.size > len(data) - offset:
+            raise FormatError(f"{where}: {e.size} bytes at section offset {e.offset} (field at "
+                              f"offset {base + at + 12}); expected 1 to {MAX_IO_NAME} bytes at "
+                              f"{offset}, inside the section", field="size", offset=base + at + 12)
+        raw = bytes(data[offset:offset + e.size])
+        try:
+            name = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            name = ""
+        if not name or "\0" in name or not name.isprintable() or name in row:
+            raise FormatError(f"{where}: the name at offset {base + offset} is not printable "
+                              "UTF-8 distinct from the others", field="name", offset=base + offset)
+        row.append(name)
+        offset += e.size
+    if offset != len(data):
+        raise FormatError(f"names: bytes {offset}..{len(data)} (offset {base + offset}) belong "
+                          "to no name", field="size", offset=base + offset)
+    return tuple(Function(f.name, f.commands, tuple(i), tuple(o))
+                 for f, (i, o) in zip(functions, names))
+
+
 def _enum(enum, value: int, where: str, field: str, at: int):
     try:
         return enum(value)
@@ -257,8 +313,11 @@ def _enum(enum, value: int, where: str, field: str, at: int):
                           f"{enum.__name__}", field=field, offset=at) from None
 
 
-def _tensor_type(entry, where: str, at: int) -> TensorType:
+def _tensor_type(entry, where: str, at: int, version: int) -> TensorType:
     dtype = _enum(DType, entry.dtype, where, "dtype", at)
+    if version < 5 and dtype not in V4_DTYPES:
+        raise FormatError(f"{where}: dtype {int(dtype)} ({dtype}) at offset {at} needs version "
+                          f"5; this module is version {version}", field="dtype", offset=at)
     if entry.rank > MAX_RANK:
         raise FormatError(f"{where}: rank {entry.rank} at offset {at + 4} exceeds {MAX_RANK}",
                           field="rank", offset=at + 4)
@@ -273,7 +332,7 @@ def _tensor_type(entry, where: str, at: int) -> TensorType:
     return TensorType(dtype, shape)
 
 
-def _slots(data: memoryview, base: int) -> tuple[Slot, ...]:
+def _slots(version: int, data: memoryview, base: int) -> tuple[Slot, ...]:
     size = L.size(L.SlotEntry)
     if len(data) % size:
         raise FormatError(f"slots: size {len(data)} at offset {base} is not a multiple of "
@@ -286,7 +345,7 @@ def _slots(data: memoryview, base: int) -> tuple[Slot, ...]:
         if e.reserved:
             raise FormatError(f"slot {i}: reserved field at offset {at + 4} is {e.reserved}, "
                               "expected 0", field="reserved", offset=at + 4)
-        slots.append(Slot(device, _tensor_type(e.type, f"slot {i}", at + 8)))
+        slots.append(Slot(device, _tensor_type(e.type, f"slot {i}", at + 8, version)))
     return tuple(slots)
 
 
@@ -402,7 +461,8 @@ def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, wh
                           offset=base + at + 44)
     args = tuple(
         _tensor_type(_struct(L.TensorTypeEntry, data, e.args_offset + j * size, where),
-                     f"{where} argument {j}", base + e.args_offset + j * size)
+                     f"{where} argument {j}", base + e.args_offset + j * size,
+                     5 if "cpu_level" in e else 4)
         for j in range(e.argc))
     if e.params_offset > len(data) or e.params_count * 8 > len(data) - e.params_offset:
         raise FormatError(f"{where}: params_offset {e.params_offset} + {e.params_count} x 8 "

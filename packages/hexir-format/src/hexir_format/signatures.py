@@ -20,7 +20,7 @@ import math
 from collections.abc import Sequence
 
 from hexir_format.errors import HexirError
-from hexir_format.model import BINARY_KINDS, KernelKind, TensorType
+from hexir_format.model import BINARY_KINDS, CODE_KINDS, KernelKind, TensorType
 
 Shape = tuple[int, ...]
 
@@ -179,9 +179,12 @@ def _check(kind: KernelKind, args: tuple[TensorType, ...], params: tuple[float, 
     if not kind.takes(len(args)):
         expected = "at least 2" if kind.arity is None else str(kind.arity + 1)
         raise ShapeError(f"takes {expected} arguments, not {len(args)}")
-    if len({t.dtype for t in args}) != 1:
+    if kind not in CODE_KINDS and len({t.dtype for t in args}) != 1:
         raise ShapeError(f"mixes element types: {', '.join(map(str, args))}")
     *inputs, out = args
+    if kind is KernelKind.GENERIC:
+        _count(params, 0)
+        return  # its code is its meaning; the runtime binds buffers of the declared types
     want = _destination(kind, inputs, out, params)
     if want != out.shape:
         raise ShapeError(f"of {', '.join(map(str, inputs))} gives {fmt(want)}, "

@@ -13,6 +13,8 @@ from hexir_format.model import (
     MAX_RANK,
     NAME_BYTES,
     V3_OPS,
+    MAX_IO_NAME,
+    V4_DTYPES,
     Command,
     Device,
     DType,
@@ -25,8 +27,11 @@ from hexir_format.model import (
 
 def minimum_version(module: Module) -> int:
     """3 when the v3 layout can hold the module exactly; 5 when a cpu kernel carries a host
-    image; else 4."""
-    if any(exe.device is Device.CPU and exe.image is not None for exe in module.executables):
+    image, a tensor is of an integer or boolean type, or an entry point names its inputs or
+    outputs; else 4."""
+    if (any(exe.device is Device.CPU and exe.image is not None for exe in module.executables)
+            or any(t.dtype not in V4_DTYPES for t in _types(module))
+            or any(f.inputs or f.outputs for f in module.functions)):
         return 5
     return 3 if _v3_problem(module) is None else 4
 
@@ -71,10 +76,20 @@ def build(module: Module) -> bytes:
         (SectionKind.RODATA, bytes(module.rodata)),
         (SectionKind.EXECUTABLES, _executables(module)),
     ]
+    named = [f for f in module.functions if f.inputs or f.outputs]
+    if named and module.version < 5:
+        raise FormatError(f"entry point '{named[0].name}' names its inputs or outputs, which only "
+                          f"version 5 holds; this module is version {module.version}")
+    if module.version < 5 and (typed := next((t for t in _types(module)
+                                              if t.dtype not in V4_DTYPES), None)):
+        raise FormatError(f"tensor type {typed} needs version 5; this module is version "
+                          f"{module.version}")
     if module.version >= 4:
         sections.append((SectionKind.SLOTS, b"".join(
             L.SlotEntry.build(dict(device=s.device, reserved=0, type=_type(s.type)))
             for s in module.slots)))
+    if named:
+        sections.append((SectionKind.NAMES, _names(module)))
     table_end = L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
     out = bytearray(table_end)
     table = []
@@ -86,6 +101,32 @@ def build(module: Module) -> bytes:
         version=module.version, flags=0, section_count=len(sections), reserved=0,
     )) + b"".join(L.SectionEntry.build(e) for e in table)
     return bytes(out)
+
+
+def _types(module: Module):
+    yield from (s.type for s in module.slots)
+    for exe in module.executables:
+        yield from exe.args
+
+
+def _names(module: Module) -> bytes:
+    entries, strings = [], bytearray()
+    rows = [(i, role, names) for i, f in enumerate(module.functions)
+            for role, names in enumerate((f.inputs, f.outputs))]
+    count = sum(len(names) for *_, names in rows)
+    start = L.size(L.NamesHeader) + count * L.size(L.NameEntry)
+    for i, role, names in rows:
+        if len(set(names)) != len(names):
+            raise FormatError(f"entry point '{module.functions[i].name}' names two "
+                              f"{('inputs', 'outputs')[role]} alike: {', '.join(names)}")
+        for index, name in enumerate(names):
+            raw = name.encode("utf-8")
+            if not 0 < len(raw) <= MAX_IO_NAME or b"\0" in raw:
+                raise FormatError(f"name '{name}' must be 1 to {MAX_IO_NAME} bytes without NUL")
+            entries.append(L.NameEntry.build(dict(function=i, role=role, index=index,
+                                                  size=len(raw), offset=start + len(strings))))
+            strings += raw
+    return L.NamesHeader.build(dict(count=count, reserved=0)) + b"".join(entries) + strings
 
 
 def _name(name: str, what: str) -> bytes:
