@@ -158,6 +158,82 @@ def layer_norm(x: Sequence[int], gamma: Sequence[int], beta: Sequence[int],
     return tuple(x)
 
 
+def concat(shapes: Sequence[Sequence[int]], axis: int) -> Shape:
+    """numpy's concatenate: every operand of one rank, equal except along `axis`."""
+    if not shapes:
+        raise ShapeError("expected at least one operand")
+    first = tuple(shapes[0])
+    axis = normalize_axis(axis, len(first)) if first else axis
+    if not first:
+        raise ShapeError("cannot concatenate scalars")
+    for s in shapes[1:]:
+        if len(s) != len(first) or any(a != b for d, (a, b) in enumerate(zip(s, first))
+                                         if d != axis):
+            raise ShapeError(f"shapes {fmt(first)} and {fmt(s)} differ off axis {axis}")
+    return (*first[:axis], sum(s[axis] for s in shapes), *first[axis + 1:])
+
+
+def slice_(x: Sequence[int], starts: Sequence[int], steps: Sequence[int],
+           out: Sequence[int]) -> Shape:
+    """Result element i along each axis d is input element starts[d] + i * steps[d]; every
+    element read lies inside the input (a step is never 0, and may be negative)."""
+    if not len(x) == len(starts) == len(steps) == len(out):
+        raise ShapeError(f"starts and steps must name every axis of {fmt(x)} once, got "
+                         f"{len(starts)} starts and {len(steps)} steps")
+    for d, (extent, start, step, n) in enumerate(zip(x, starts, steps, out, strict=True)):
+        last = start + (n - 1) * step
+        if step == 0 or (n and not (0 <= start < extent and 0 <= last < extent)):
+            raise ShapeError(f"axis {d}: {n} elements from {start} in steps of {step} do not lie "
+                             f"inside 0..{extent - 1}")
+    return tuple(out)
+
+
+def gather(data: Sequence[int], indices: Sequence[int], axis: int) -> Shape:
+    """numpy's take along `axis`: data[:axis] + indices + data[axis + 1:]."""
+    if not data:
+        raise ShapeError("cannot gather from a scalar")
+    axis = normalize_axis(axis, len(data))
+    return (*data[:axis], *indices, *data[axis + 1:])
+
+
+def window(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
+           pads: Sequence[int], dilations: Sequence[int], ceil_mode: bool = False) -> Shape:
+    """The spatial output extents of a sliding window over the spatial dims `x`: pads are
+    (begins..., ends...); with `ceil_mode` a partial last window counts unless it would start
+    in the end padding (ONNX's and PyTorch's rule)."""
+    rank = len(x)
+    for name, values, want in (("kernel", kernel, rank), ("strides", strides, rank),
+                               ("pads", pads, 2 * rank), ("dilations", dilations, rank)):
+        if len(values) != want:
+            raise ShapeError(f"{name} has {len(values)} values; expected {want} for "
+                             f"{rank} spatial dimensions")
+    if any(v < 1 for v in (*kernel, *strides, *dilations)) or any(p < 0 for p in pads):
+        raise ShapeError("kernel, strides and dilations must be >= 1 and pads >= 0")
+    out = []
+    for d in range(rank):
+        span = x[d] + pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1
+        if span < 0:
+            raise ShapeError(f"spatial dimension {d}: a window of {kernel[d]} (dilation "
+                             f"{dilations[d]}) does not fit {x[d]} plus the padding")
+        n = -(-span // strides[d]) + 1 if ceil_mode else span // strides[d] + 1
+        if ceil_mode and (n - 1) * strides[d] >= x[d] + pads[d]:
+            n -= 1
+        out.append(n)
+    return tuple(out)
+
+
+def conv(x: Sequence[int], w: Sequence[int], group: int, strides: Sequence[int],
+         pads: Sequence[int], dilations: Sequence[int]) -> Shape:
+    """x [N, C, *S] convolved with w [M, C / group, *K] -> [N, M, *out]."""
+    if len(x) < 3 or len(w) != len(x):
+        raise ShapeError(f"expected an input [N, C, spatial...] and a weight [M, C/group, "
+                         f"kernel...] of the same rank >= 3, got {fmt(x)} and {fmt(w)}")
+    if group < 1 or x[1] != w[1] * group or w[0] % group:
+        raise ShapeError(f"group {group}: input channels {x[1]} must be {w[1]} x group and "
+                         f"output channels {w[0]} a multiple of group")
+    return (x[0], w[0], *window(x[2:], w[2:], strides, pads, dilations))
+
+
 # ---- kernel kinds ----------------------------------------------------------------------------
 
 def signature_problem(kind: KernelKind, args: Sequence[TensorType],
@@ -218,13 +294,16 @@ def _destination(kind: KernelKind, inputs: list[TensorType], out: TensorType,
         keepdims, *axes = params
         if keepdims not in (0.0, 1.0):
             raise ShapeError(f"keepdims is {keepdims:g}; expected 0 or 1")
-        if kind is KernelKind.REDUCE_MAX and inputs[0].size == 0:
-            raise ShapeError(f"of the empty tensor {inputs[0]} has no value")
         return reduce(x, [_axis(a, len(x), "axis") for a in axes], bool(keepdims))
     _count(params, 0)
     if kind is KernelKind.MATMUL:
         return matmul(*shapes)
-    if kind in BINARY_KINDS or kind is KernelKind.MAP:
+    if kind is KernelKind.MAP:  # each input broadcasts to the destination
+        for shape in shapes:
+            if broadcast(shape, out.shape) != out.shape:
+                raise ShapeError(f"input {fmt(shape)} does not broadcast to the destination {out}")
+        return out.shape
+    if kind in BINARY_KINDS:
         return _broadcast_all(shapes)
     if kind is KernelKind.RESHAPE:
         return reshape(x, out.shape)

@@ -40,10 +40,13 @@ MAX_BLOCK = (1024, 1024, 64)
 
 @dataclass(frozen=True)
 class Signature:
-    """The types of an entry's inputs and outputs, by index."""
+    """The types of an entry's inputs and outputs, by index, and their names (empty when the
+    module names none)."""
 
     inputs: tuple[TensorType, ...] = ()
     outputs: tuple[TensorType, ...] = ()
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
 
     def __str__(self) -> str:
         ins = ", ".join(map(str, self.inputs))
@@ -195,8 +198,14 @@ class _Replay:
             self.index, self.command, self.pc = min(self.unread.values(), key=lambda u: u[0])
             raise self.fail("dst", f"slot {self.command.dst} is copied into and never read; "
                                    "a module does not copy what it does not use")
+        f = self.function
         signature = Signature(self._dense(self.inputs, "input"),
-                              self._dense(self.outputs, "output"))
+                              self._dense(self.outputs, "output"), f.inputs, f.outputs)
+        for role, names, types in (("input", f.inputs, signature.inputs),
+                                   ("output", f.outputs, signature.outputs)):
+            if (f.inputs or f.outputs) and len(names) != len(types):
+                raise ValidationError(f"{f.name}: names {len(names)} {role}s but the entry has "
+                                      f"{len(types)}", entry=f.name, field="names")
         needs = {**self.slot_needs, **self.kernel_needs}
         return EntryPlan(self.function.name, self.function.commands, signature,
                          tuple(Need(d, w) for d, w in needs.items()),

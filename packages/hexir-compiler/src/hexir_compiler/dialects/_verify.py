@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from hexir_format.signatures import ShapeError, fmt
 
+from hexir_compiler.element_types import ELEMENTS, STORAGE
 from hexir_compiler.mlir import ir
 
-ELEMENT_TYPES = ("f32", "f64")
 DEVICES = ("cpu", "cuda")
 
 
@@ -108,15 +108,19 @@ def i64_array(attr: ir.Attribute, name: str) -> list[int]:
     return list(attr)
 
 
-def tensor(value: ir.Value, what: str) -> tuple[tuple[int, ...], str]:
-    """(shape, element type) of a statically shaped f32/f64 tensor, else `Invalid`."""
-    return _shaped(value.type, what, ir.RankedTensorType, "tensor")
+def tensor(value: ir.Value, what: str,
+           allowed: tuple[str, ...] = ELEMENTS) -> tuple[tuple[int, ...], str]:
+    """(shape, element type) of a statically shaped tensor of an `allowed` type, else
+    `Invalid`."""
+    return _shaped(value.type, what, ir.RankedTensorType, "tensor", allowed)
 
 
 def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...], str]:
-    """(shape, element type) of a static, identity-layout f32/f64 memref, else `Invalid`."""
+    """(shape, element type) of a static, identity-layout memref of a buffer's storage type,
+    else `Invalid`."""
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
-    shape, elem = _shaped(t, what, ir.MemRefType, "memref")
+    kept = tuple(STORAGE.get(e, e) for e in ELEMENTS)
+    shape, elem = _shaped(t, what, ir.MemRefType, "memref", kept)
     layout = ir.MemRefType(t).layout
     if not (
         isinstance(layout, ir.AffineMapAttr)
@@ -126,16 +130,21 @@ def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...
     return shape, elem
 
 
-def _shaped(t: ir.Type, what: str, cls: type, noun: str) -> tuple[tuple[int, ...], str]:
+def _shaped(t: ir.Type, what: str, cls: type, noun: str,
+            allowed: tuple[str, ...]) -> tuple[tuple[int, ...], str]:
     if not isinstance(t, cls):
-        raise Invalid(f"{what} must be a ranked {noun} of f32 or f64, got {t}")
+        raise Invalid(f"{what} must be a ranked {noun} of {_or(allowed)}, got {t}")
     st = cls(t)
     if not st.has_static_shape:
         raise Invalid(f"{what} must have a static shape, got {t}")
     elem = str(st.element_type)
-    if elem not in ELEMENT_TYPES:
-        raise Invalid(f"{what} must have element type f32 or f64, got {t}")
+    if elem not in allowed:
+        raise Invalid(f"{what} must have element type {_or(allowed)}, got {t}")
     return tuple(st.shape), elem
+
+
+def _or(names: tuple[str, ...]) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
 def same_element(*pairs: tuple[str, str]) -> str:

@@ -1,4 +1,7 @@
-"""The graph dialect `hexir`: neural-network ops on f32/f64 tensors, in MLIR generic form.
+"""The graph dialect `hexir`: neural-network ops on tensors, in MLIR generic form.
+
+Element types are f32, f64, i32, i64 and i1 (bool); each op says which it takes (the table in
+the compiler README lists every op).
 
 Defined with the bindings' IRDL-based `ext` API, so ops print and parse only in the generic
 form (`"hexir.linear"(%a, %w) : (...) -> ...`). IRDL checks only that declared attributes are
@@ -25,6 +28,7 @@ from hexir_compiler.dialects._verify import (
     tensor,
     verify,
 )
+from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE
 from hexir_compiler.mlir import ext, ir
 from hexir_compiler.transforms.tir import elementwise
 
@@ -48,7 +52,7 @@ def _result(op) -> tuple[tuple[int, ...], str]:
 
 
 class ConstantOp(HexirOp, name="constant"):
-    """A literal tensor; `value` is dense f32/f64 elements (a splat is allowed)."""
+    """A literal tensor; `value` is dense elements of the result type (a splat is allowed)."""
 
     value: Any
     result: ext.Result[Any]
@@ -56,8 +60,8 @@ class ConstantOp(HexirOp, name="constant"):
     def check(self) -> None:
         _result(self)
         value = self.operation.attributes["value"]
-        if not isinstance(value, ir.DenseFPElementsAttr):
-            raise Invalid(f"value must be dense floating-point elements, got {value}")
+        if not isinstance(value, ir.DenseFPElementsAttr | ir.DenseIntElementsAttr):
+            raise Invalid(f"value must be dense elements, got {value}")
         vtype = ir.RankedTensorType(value.type)
         if vtype != self.results[0].type:
             raise Invalid(f"value has type {vtype} but the result is {self.results[0].type}")
@@ -71,8 +75,8 @@ class LinearOp(HexirOp, name="linear"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input")
-        w, ew = tensor(self.operands[1], "weight")
+        x, ex = tensor(self.operands[0], "input", FLOATS)
+        w, ew = tensor(self.operands[1], "weight", FLOATS)
         r, er = _result(self)
         same_element(("input", ex), ("weight", ew), ("result", er))
         expect_shape(r, signatures.linear(x, w))
@@ -86,36 +90,42 @@ class MatmulOp(HexirOp, name="matmul"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        a, ea = tensor(self.operands[0], "lhs")
-        b, eb = tensor(self.operands[1], "rhs")
+        a, ea = tensor(self.operands[0], "lhs", FLOATS)
+        b, eb = tensor(self.operands[1], "rhs", FLOATS)
         r, er = _result(self)
         same_element(("lhs", ea), ("rhs", eb), ("result", er))
         expect_shape(r, signatures.matmul(a, b, vectors=False))
 
 
 class _Binary(HexirOp):
-    """Element-wise a op b with numpy broadcasting."""
+    """Element-wise a op b with numpy broadcasting; both operands of one element type in
+    `takes`, the result of that type or `gives`."""
 
     lhs: ext.Operand[Any]
     rhs: ext.Operand[Any]
     result: ext.Result[Any]
+    takes = NUMBERS  # plain class attributes: annotated ones would be IRDL fields
+    gives = None
 
     def check(self) -> None:
-        a, ea = tensor(self.operands[0], "lhs")
-        b, eb = tensor(self.operands[1], "rhs")
+        a, ea = tensor(self.operands[0], "lhs", self.takes)
+        b, eb = tensor(self.operands[1], "rhs", self.takes)
         r, er = _result(self)
-        same_element(("lhs", ea), ("rhs", eb), ("result", er))
+        same_element(("lhs", ea), ("rhs", eb))
+        if er != (self.gives or ea):
+            raise Invalid(f"result element type is {er}; expected {self.gives or ea}")
         expect_shape(r, signatures.broadcast(a, b))
 
 
 class _Unary(HexirOp):
-    """Element-wise f(x); the result has the operand's type."""
+    """Element-wise f(x) on an element type in `takes`; the result has the operand's type."""
 
     input: ext.Operand[Any]
     result: ext.Result[Any]
+    takes = FLOATS
 
     def check(self) -> None:
-        tensor(self.operands[0], "input")
+        tensor(self.operands[0], "input", self.takes)
         _result(self)
         if self.results[0].type != self.operands[0].type:
             raise Invalid(
@@ -124,18 +134,187 @@ class _Unary(HexirOp):
             )
 
 
-def _elementwise(base: type, mnemonic: str) -> type:
-    """The op class `hexir.<mnemonic>` on `base`'s rules (a class statement, made by name)."""
+def _elementwise(base: type, mnemonic: str, spec: elementwise.Elementwise) -> type:
+    """The op class `hexir.<mnemonic>` on `base`'s rules with `spec`'s element types (a class
+    statement, made by name)."""
     camel = "".join(part.title() for part in mnemonic.split("_"))
-    return types.new_class(f"{camel}Op", (base,), {"name": mnemonic})
+    body = {"takes": spec.takes, "gives": spec.gives}
+    return types.new_class(f"{camel}Op", (base,), {"name": mnemonic},
+                           lambda ns: ns.update(body))
 
 
 # The plain element-wise ops are declared by their kernels' tables (transforms/tir/
 # elementwise.py): an entry there is the op's meaning, and this makes it an op of the dialect.
 ELEMENTWISE = {
-    **{m: _elementwise(_Unary, m) for m in elementwise.UNARY},
-    **{m: _elementwise(_Binary, m) for m in elementwise.BINARY},
+    **{m: _elementwise(_Unary, m, spec) for m, spec in elementwise.UNARY.items()},
+    **{m: _elementwise(_Binary, m, spec) for m, spec in elementwise.BINARY.items()},
 }
+
+
+class WhereOp(HexirOp, name="where"):
+    """where(condition, x, y): x where the i1 condition holds, else y, the condition broadcast.
+
+    x and y have one type (an importer expands them to it): a kernel's inputs after the first
+    share one type, the rule `call_tir` inherits from IRDL.
+    """
+
+    condition: ext.Operand[Any]
+    lhs: ext.Operand[Any]
+    rhs: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        c, _ = tensor(self.operands[0], "condition", ("i1",))
+        x, _ = tensor(self.operands[1], "x")
+        tensor(self.operands[2], "y")
+        if self.operands[1].type != self.operands[2].type:
+            raise Invalid(f"x is {self.operands[1].type} but y is {self.operands[2].type}; "
+                          "expected one type")
+        if self.results[0].type != self.operands[1].type:
+            raise Invalid(f"result type {self.results[0].type} differs from x's type "
+                          f"{self.operands[1].type}")
+        expect_shape(x, signatures.broadcast(c, x))
+
+
+class CastOp(HexirOp, name="cast"):
+    """Each element converted to the result's element type (numpy's astype)."""
+
+    input: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, _ = tensor(self.operands[0], "input")
+        r, _ = _result(self)
+        expect_shape(r, x)
+
+
+class ExpandOp(HexirOp, name="expand"):
+    """The input broadcast to the result's shape (numpy's broadcast_to)."""
+
+    input: ext.Operand[Any]
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input")
+        r, er = _result(self)
+        same_element(("input", ex), ("result", er))
+        if signatures.broadcast(x, r) != r:
+            raise Invalid(f"input shape {signatures.fmt(x)} does not broadcast to the result "
+                          f"shape {signatures.fmt(r)}")
+
+
+class ConcatOp(HexirOp, name="concat"):
+    """lhs and rhs, of one rank, joined along `axis` (numpy's concatenate of two; more is a
+    chain, since a kernel's inputs after the first share one type)."""
+
+    lhs: ext.Operand[Any]
+    rhs: ext.Operand[Any]
+    axis: ir.IntegerAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        a, ea = tensor(self.operands[0], "lhs")
+        b, eb = tensor(self.operands[1], "rhs")
+        r, er = _result(self)
+        same_element(("lhs", ea), ("rhs", eb), ("result", er))
+        axis = ir.IntegerAttr(self.operation.attributes["axis"]).value
+        expect_shape(r, signatures.concat([a, b], axis))
+
+
+class SliceOp(HexirOp, name="slice"):
+    """Result element i on axis d is input element starts[d] + i * steps[d] (steps may be
+    negative; ONNX's Slice with its bounds resolved)."""
+
+    input: ext.Operand[Any]
+    starts: Any
+    steps: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input")
+        r, er = _result(self)
+        same_element(("input", ex), ("result", er))
+        attrs = self.operation.attributes
+        signatures.slice_(x, i64_array(attrs["starts"], "starts"),
+                          i64_array(attrs["steps"], "steps"), r)
+
+
+class GatherOp(HexirOp, name="gather"):
+    """numpy's take(data, indices, axis): an index below 0 counts from the end; one out of
+    range reads the nearest element (ONNX leaves it undefined; it never reads out of bounds)."""
+
+    data: ext.Operand[Any]
+    indices: ext.Operand[Any]
+    axis: ir.IntegerAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        d, ed = tensor(self.operands[0], "data")
+        i, _ = tensor(self.operands[1], "indices", ("i32", "i64"))
+        r, er = _result(self)
+        same_element(("data", ed), ("result", er))
+        axis = ir.IntegerAttr(self.operation.attributes["axis"]).value
+        expect_shape(r, signatures.gather(d, i, axis))
+
+
+class ConvOp(HexirOp, name="conv"):
+    """input [N, C, *S] with weight [M, C / group, *K] -> [N, M, *out], cross-correlation as
+    in ONNX's Conv (no bias: add it); pads are (begins..., ends...)."""
+
+    input: ext.Operand[Any]
+    weight: ext.Operand[Any]
+    strides: Any
+    pads: Any
+    dilations: Any
+    group: ir.IntegerAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input", FLOATS)
+        w, ew = tensor(self.operands[1], "weight", FLOATS)
+        r, er = _result(self)
+        same_element(("input", ex), ("weight", ew), ("result", er))
+        a = self.operation.attributes
+        expect_shape(r, signatures.conv(
+            x, w, ir.IntegerAttr(a["group"]).value, i64_array(a["strides"], "strides"),
+            i64_array(a["pads"], "pads"), i64_array(a["dilations"], "dilations")))
+
+
+POOL_KINDS = ("max", "average")
+
+
+class PoolOp(HexirOp, name="pool"):
+    """A `kind` (max or average) pooling window over the spatial dims of [N, C, *S]; padding
+    is never a value: max ignores it, average divides by the window's elements inside the
+    input, or with `count_include_pad` by those inside the padded extent."""
+
+    input: ext.Operand[Any]
+    kind: ir.StringAttr
+    kernel: Any
+    strides: Any
+    pads: Any
+    dilations: Any
+    ceil_mode: Any
+    count_include_pad: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, ex = tensor(self.operands[0], "input", FLOATS)
+        r, er = _result(self)
+        same_element(("input", ex), ("result", er))
+        a = self.operation.attributes
+        kind = string_attr(a["kind"], "kind")
+        if kind not in POOL_KINDS:
+            raise Invalid(f'kind must be "max" or "average", got "{kind}"')
+        for flag in ("ceil_mode", "count_include_pad"):
+            if not isinstance(a[flag], ir.BoolAttr):
+                raise Invalid(f"attribute '{flag}' must be true or false, got {a[flag]}")
+        if len(x) < 3:
+            raise Invalid(f"input must be [N, C, spatial...], got {signatures.fmt(x)}")
+        spatial = signatures.window(
+            x[2:], *(i64_array(a[k], k) for k in ("kernel", "strides", "pads", "dilations")),
+            ir.BoolAttr(a["ceil_mode"]).value)
+        expect_shape(r, (*x[:2], *spatial))
 
 
 GELU_APPROXIMATIONS = ("none", "tanh")
@@ -178,9 +357,9 @@ class LayerNormOp(HexirOp, name="layer_norm"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input")
-        g, eg = tensor(self.operands[1], "gamma")
-        b, eb = tensor(self.operands[2], "beta")
+        x, ex = tensor(self.operands[0], "input", FLOATS)
+        g, eg = tensor(self.operands[1], "gamma", FLOATS)
+        b, eb = tensor(self.operands[2], "beta", FLOATS)
         r, er = _result(self)
         same_element(("input", ex), ("gamma", eg), ("beta", eb), ("result", er))
         epsilon = ir.FloatAttr(self.operation.attributes["epsilon"]).value
@@ -223,9 +402,10 @@ class _Reduce(HexirOp):
     axes: Any
     keepdims: Any
     result: ext.Result[Any]
+    takes = NUMBERS
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input")
+        x, ex = tensor(self.operands[0], "input", self.takes)
         r, er = _result(self)
         same_element(("input", ex), ("result", er))
         attrs = self.operation.attributes
@@ -240,11 +420,15 @@ class ReduceSumOp(_Reduce, name="reduce_sum"):
 
 
 class ReduceMeanOp(_Reduce, name="reduce_mean"):
-    pass
+    takes = FLOATS
 
 
 class ReduceMaxOp(_Reduce, name="reduce_max"):
-    pass
+    takes = ELEMENTS  # max of bools: any
+
+
+class ReduceMinOp(_Reduce, name="reduce_min"):
+    takes = ELEMENTS  # min of bools: all
 
 
 class PrintOp(HexirOp, name="print"):
@@ -268,7 +452,8 @@ class CallTirOp(HexirOp, name="call_tir"):
     its range), a gpu.module holding the gpu.func of that name (mlir-gpu), or an llvm.func /
     NVVM gpu.module (mlir-llvm). Where the kernel still has buffer types they must be the
     call's tensor types. The inputs are declared as `first` plus the variadic `rest`: IRDL
-    binds a variadic operand's constraint once, so all of `rest` share one type.
+    binds a variadic operand's constraint once, so all of `rest` share one type (ops with
+    three inputs, where and layer_norm, give their last two one type).
     """
 
     callee: ir.FlatSymbolRefAttr
@@ -297,7 +482,7 @@ class CallTirOp(HexirOp, name="call_tir"):
         for i, (value, buf) in enumerate(zip([*self.operands, self.results[0]], buffers)):
             shape, elem = tensor(value, f"operand #{i}" if i < inputs else "result")
             bshape, belem = memref(buf, f"buffer #{i} of @{name}")
-            if (shape, elem) != (bshape, belem):
+            if (shape, STORAGE.get(elem, elem)) != (bshape, belem):
                 raise Invalid(f"{value.type} does not match buffer #{i} of @{name}, {buf}")
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from hexir_format.signatures import ShapeError
 
+from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
@@ -26,7 +27,6 @@ from hexir_compiler.transforms.tir import PLANS, GraphOp
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 
 PASS_NAME = "hexir-lower-to-tir"
-ELEMENT_TYPES = ("f32", "f64")
 
 
 def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
@@ -74,7 +74,7 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
 
 
 def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
-    graph_op, element = _read(op)
+    graph_op, elements = _read(op)
     device = _device(op)
     try:
         kernel = PLANS[graph_op.mnemonic](graph_op)
@@ -89,7 +89,7 @@ def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
         kind=kernel.kind,
         params=kernel.params,
         shapes=[*graph_op.inputs, graph_op.output],
-        element=element,
+        elements=elements,
         loc=op.location,
     )
     try:
@@ -112,26 +112,23 @@ def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
     op.erase()
 
 
-def _read(op: ir.Operation) -> tuple[GraphOp, ir.Type]:
-    """The op's shapes and attributes, and the one element type all of them share."""
+def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:
+    """The op's shapes, element types and attributes (the op verifier has checked which
+    element types it takes)."""
     types = [value.type for value in (*op.operands, *op.results)]
-    element = None
     for type_ in types:
-        if not (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape):
+        if not (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape
+                and str(type_.element_type) in ELEMENTS):
             raise CompileError(
-                f"{op.name}: expected ranked tensors of static shape, found {type_}", op.location
+                f"{op.name}: expected ranked tensors of static shape and element type "
+                f"{', '.join(ELEMENTS)}, found {type_}", op.location
             )
-        element = element or type_.element_type
-        if str(type_.element_type) not in ELEMENT_TYPES or type_.element_type != element:
-            raise CompileError(
-                f"{op.name}: expected f32 or f64 tensors of one element type, found "
-                f"{', '.join(str(t) for t in types)}",
-                op.location,
-            )
-    shapes = [tuple(ir.RankedTensorType(t).shape) for t in types]
+    shaped = [ir.RankedTensorType(t) for t in types]
     attributes = {name: op.attributes[name] for name in op.attributes}
-    graph_op = GraphOp(op.name.removeprefix("hexir."), tuple(shapes[:-1]), shapes[-1], attributes)
-    return graph_op, element
+    graph_op = GraphOp(op.name.removeprefix("hexir."), tuple(tuple(t.shape) for t in shaped[:-1]),
+                       tuple(shaped[-1].shape), attributes,
+                       tuple(str(t.element_type) for t in shaped))
+    return graph_op, [t.element_type for t in shaped]
 
 
 def _device(op: ir.Operation) -> str:

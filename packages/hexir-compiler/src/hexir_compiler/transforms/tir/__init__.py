@@ -13,17 +13,22 @@ from hexir_compiler.transforms.tir.elementwise import (
     BINARY,
     UNARY,
     plan_binary,
+    plan_cast,
+    plan_expand,
     plan_gelu,
     plan_reshape,
     plan_transpose,
     plan_unary,
+    plan_where,
 )
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
+from hexir_compiler.transforms.tir.movement import plan_concat, plan_gather, plan_slice
 from hexir_compiler.transforms.tir.reduction import (
     plan_layer_norm,
     plan_reduce,
     plan_softmax,
 )
+from hexir_compiler.transforms.tir.window import plan_conv, plan_pool
 
 PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
     "linear": plan_matmul,
@@ -35,7 +40,15 @@ PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
     "layer_norm": plan_layer_norm,
     "transpose": plan_transpose,
     "reshape": plan_reshape,
-    **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max"), plan_reduce),
+    **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "reduce_min"), plan_reduce),
+    "where": plan_where,
+    "cast": plan_cast,
+    "expand": plan_expand,
+    "concat": plan_concat,
+    "slice": plan_slice,
+    "gather": plan_gather,
+    "conv": plan_conv,
+    "pool": plan_pool,
 }
 
 __all__ = ["PLANS", "GraphOp", "Kernel"]

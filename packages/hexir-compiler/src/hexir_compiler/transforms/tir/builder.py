@@ -34,17 +34,18 @@ class KernelBuilder:
         kind: str,
         params: Sequence[float],
         shapes: Sequence[Sequence[int]],
-        element: ir.Type,
+        elements: Sequence[ir.Type],
         loc: ir.Location,
     ) -> None:
         self.device = device
-        self.element = element
+        self.element = elements[-1]  # the destination's: what most kernels compute in
         self.loc = loc
-        self._constants: dict[tuple[str, float], ir.Value] = {}
+        self._constants: dict[tuple[str, str, float], ir.Value] = {}
         self._last_constant: ir.Operation | None = None
         with loc:
             self.index_type = ir.IndexType.get()
-            types = [ir.MemRefType.get(list(shape), element) for shape in shapes]
+            types = [ir.MemRefType.get(list(shape), storage(element))
+                     for shape, element in zip(shapes, elements, strict=True)]
             attributes = {
                 "sym_name": ir.StringAttr.get(name),
                 "function_type": ir.TypeAttr.get(ir.FunctionType.get(types, [])),
@@ -59,6 +60,7 @@ class KernelBuilder:
             with ir.InsertionPoint(self.entry):
                 ir.Operation.create("hextir.return")
         self.args: list[ir.Value] = list(self.entry.arguments)
+        self.elements = dict(zip(self.args, elements, strict=True))
         self._body_ip = ir.InsertionPoint.at_block_terminator(self.entry)
 
     @contextmanager
@@ -73,10 +75,22 @@ class KernelBuilder:
         return self._constant("index", value, self.index_type)
 
     def float(self, value: float) -> ir.Value:
-        return self._constant("float", value, self.element)
+        """`value` in the destination's element type (a float kernel's constants)."""
+        return self.constant(value, self.element)
+
+    def constant(self, value: float, type_: ir.Type) -> ir.Value:
+        """`value` as a constant of the scalar type `type_` (float, integer or i1)."""
+        if isinstance(type_, ir.IndexType):
+            return self.index(int(value))
+        if isinstance(type_, ir.IntegerType):
+            width = ir.IntegerType(type_).width
+            value = int(value)
+            if width == 1:
+                value = 1 if value else 0
+        return self._constant("scalar", value, type_)
 
     def _constant(self, tag: str, value: float, type_: ir.Type) -> ir.Value:
-        key = (tag, value)
+        key = (tag, str(type_), value)
         if key not in self._constants:
             if self._last_constant is None:
                 ip = ir.InsertionPoint.at_block_begin(self.entry)
@@ -118,12 +132,20 @@ class KernelBuilder:
     # -- memory ----------------------------------------------------------------------------
 
     def load(self, buffer: ir.Value, indices: Sequence[ir.Value]) -> ir.Value:
+        """buffer[indices] as a value of the tensor's element type (a bool: any nonzero byte
+        is true)."""
+        element = self.elements[buffer]
         op = ir.Operation.create(
-            "hextir.buffer_load", results=[self.element], operands=[buffer, *indices]
+            "hextir.buffer_load", results=[storage(element)], operands=[buffer, *indices]
         )
-        return op.result
+        if storage(element) == element:
+            return op.result
+        return arith.cmpi(arith.CmpIPredicate.ne, op.result, self.constant(0, storage(element)))
 
     def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value]) -> None:
+        """buffer[indices] = value (a bool as the byte 0 or 1)."""
+        if storage(self.elements[buffer]) != self.elements[buffer]:
+            value = arith.extui(storage(self.elements[buffer]), value)
         ir.Operation.create("hextir.buffer_store", operands=[value, buffer, *indices])
 
     def library_call(self, routine: str) -> None:
@@ -183,6 +205,13 @@ class KernelBuilder:
         )
         op.regions[0].blocks.append(self.index_type, *[value.type for value in inits])
         return op
+
+
+def storage(element: ir.Type) -> ir.Type:
+    """How a tensor element lies in a kernel's buffer: as itself, but a bool (i1) as a byte."""
+    if isinstance(element, ir.IntegerType) and ir.IntegerType(element).width == 1:
+        return ir.IntegerType.get_signless(8)
+    return element
 
 
 def _yield(values: Sequence[ir.Value]) -> None:

@@ -1,19 +1,23 @@
 """Kernels with one output element per iteration and no reduction.
 
-Unary math, numpy-broadcast binary arithmetic, gelu, and the data movers (transpose,
-reshape). `UNARY` and `BINARY` are the whole definition of a plain element-wise op: an entry
-(mnemonic -> the scalar formula) is the dialect's op `hexir.<mnemonic>` (`dialects/hexir.py`
-makes it), its placement, its kernel on both devices and its `.hxb` kind (its own, or `map`). Each is a map over the output's index space (`schedule.parallel`), with numpy's
-meaning of each formula.
+Unary math, numpy-broadcast binary arithmetic and comparisons, where, cast, expand, gelu,
+and the data movers (transpose, reshape). `UNARY` and `BINARY` are the whole definition of a
+plain element-wise op: an entry (mnemonic -> `Elementwise`: the scalar formula, the element
+types it takes, the one it gives) is the dialect's op `hexir.<mnemonic>` (`dialects/hexir.py`
+makes it, with those type rules), its placement, its kernel on both devices and its `.hxb`
+kind (its own, or `map`). Each is a map over the output's index space (`schedule.parallel`),
+with numpy's meaning of each formula (ONNX's where numpy has none: integer division truncates).
 """
 
 from __future__ import annotations
 
 import math as pymath
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from hexir_format import KernelKind, signatures
 
+from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
@@ -23,15 +27,34 @@ from hexir_compiler.transforms.tir.schedule import parallel
 Scalar = Callable[..., ir.Value]
 
 
+@dataclass(frozen=True)
+class Elementwise:
+    """A plain element-wise op: `formula(builder, *operands)` on scalars of a type in `takes`
+    (all operands one type); the result is of that type too, or `gives` (comparisons: i1)."""
+
+    formula: Scalar
+    takes: tuple[str, ...] = FLOATS
+    gives: str | None = None
+
+
+def is_float(value: ir.Value) -> bool:
+    return isinstance(value.type, ir.FloatType)
+
+
+def _typed(on_float: Callable, on_int: Callable) -> Scalar:
+    """A formula that is `on_float(x, y)` on floats and `on_int(x, y)` on integers."""
+    return lambda b, *xs: (on_float if is_float(xs[0]) else on_int)(*xs)
+
+
 def _relu(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # max(x, 0) with NaN propagated, as numpy's maximum and ONNX's Relu give.
-    return arith.maximumf(x, b.float(0.0))
+    return arith.maximumf(x, b.constant(0.0, x.type))
 
 
 def _sigmoid(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # e = exp(-|x|); x >= 0 ? 1 / (1 + e) : e / (1 + e) -- exp never overflows, and tiny
     # results for very negative x stay nonzero, as in the reference.
-    zero, one = b.float(0.0), b.float(1.0)
+    zero, one = b.constant(0.0, x.type), b.constant(1.0, x.type)
     e = math.exp(arith.negf(math.absf(x)))
     denominator = arith.addf(one, e)
     positive = arith.cmpf(arith.CmpFPredicate.OGE, x, zero)
@@ -52,21 +75,59 @@ def _gelu_tanh(b: KernelBuilder, x: ir.Value) -> ir.Value:
     return arith.mulf(arith.mulf(b.float(0.5), x), arith.addf(b.float(1.0), t))
 
 
-UNARY: dict[str, Scalar] = {
-    "relu": _relu,
-    "sigmoid": _sigmoid,
-    "tanh": lambda b, x: math.tanh(x),
-    "exp": lambda b, x: math.exp(x),
-    "sqrt": lambda b, x: math.sqrt(x),
-    "neg": lambda b, x: arith.negf(x),
-    "abs": lambda b, x: math.absf(x),
+def _neg(b: KernelBuilder, x: ir.Value) -> ir.Value:
+    return arith.negf(x) if is_float(x) else arith.subi(b.constant(0, x.type), x)
+
+
+def _abs(b: KernelBuilder, x: ir.Value) -> ir.Value:
+    return math.absf(x) if is_float(x) else math.absi(x)
+
+
+def _div(b: KernelBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """x / y; on integers truncated toward zero (ONNX), x / 0 = 0 and MIN / -1 = MIN (the
+    wrapped value) instead of the trap the hardware raises for both."""
+    if is_float(x):
+        return arith.divf(x, y)
+    zero, one, minus_one = (b.constant(v, x.type) for v in (0, 1, -1))
+    eq = arith.CmpIPredicate.eq
+    by_zero, by_minus_one = arith.cmpi(eq, y, zero), arith.cmpi(eq, y, minus_one)
+    safe = arith.select(arith.ori(by_zero, by_minus_one), one, y)
+    quotient = arith.select(by_minus_one, arith.subi(zero, x), arith.divsi(x, safe))
+    return arith.select(by_zero, zero, quotient)
+
+
+def _compare(on_float: arith.CmpFPredicate, on_int: arith.CmpIPredicate) -> Scalar:
+    """x <op> y as an i1: ordered on floats (NaN compares false), signed on integers."""
+    return _typed(lambda x, y: arith.cmpf(on_float, x, y), lambda x, y: arith.cmpi(on_int, x, y))
+
+
+UNARY: dict[str, Elementwise] = {
+    "relu": Elementwise(_relu),
+    "sigmoid": Elementwise(_sigmoid),
+    "tanh": Elementwise(lambda b, x: math.tanh(x)),
+    "exp": Elementwise(lambda b, x: math.exp(x)),
+    "log": Elementwise(lambda b, x: math.log(x)),
+    "sqrt": Elementwise(lambda b, x: math.sqrt(x)),
+    "erf": Elementwise(lambda b, x: math.erf(x)),
+    "neg": Elementwise(_neg, NUMBERS),
+    "abs": Elementwise(_abs, NUMBERS),
 }
 
-BINARY: dict[str, Scalar] = {
-    "add": lambda b, x, y: arith.addf(x, y),
-    "sub": lambda b, x, y: arith.subf(x, y),
-    "mul": lambda b, x, y: arith.mulf(x, y),
-    "div": lambda b, x, y: arith.divf(x, y),
+BINARY: dict[str, Elementwise] = {
+    "add": Elementwise(_typed(arith.addf, arith.addi), NUMBERS),
+    "sub": Elementwise(_typed(arith.subf, arith.subi), NUMBERS),
+    "mul": Elementwise(_typed(arith.mulf, arith.muli), NUMBERS),
+    "div": Elementwise(_div, NUMBERS),
+    # NaN propagates through max and min, as numpy's maximum/minimum and ONNX's Max/Min.
+    "max": Elementwise(_typed(arith.maximumf, arith.maxsi), NUMBERS),
+    "min": Elementwise(_typed(arith.minimumf, arith.minsi), NUMBERS),
+    "pow": Elementwise(lambda b, x, y: math.powf(x, y)),
+    "equal": Elementwise(_compare(arith.CmpFPredicate.OEQ, arith.CmpIPredicate.eq), ELEMENTS,
+                         "i1"),
+    "less": Elementwise(_compare(arith.CmpFPredicate.OLT, arith.CmpIPredicate.slt), NUMBERS,
+                        "i1"),
+    "greater": Elementwise(_compare(arith.CmpFPredicate.OGT, arith.CmpIPredicate.sgt), NUMBERS,
+                           "i1"),
 }
 
 GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}
@@ -74,12 +135,61 @@ GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}
 
 def plan_unary(op: GraphOp) -> Kernel:
     op.expect_output(op.inputs[0])
-    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, UNARY[op.mnemonic]))
+    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, UNARY[op.mnemonic].formula))
 
 
 def plan_binary(op: GraphOp) -> Kernel:
     op.expect_output(signatures.broadcast(*op.inputs))
-    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, BINARY[op.mnemonic]))
+    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, BINARY[op.mnemonic].formula))
+
+
+def plan_where(op: GraphOp) -> Kernel:
+    """where(condition, x, y): x where the condition holds, else y, all three broadcast."""
+    cond, x, y = op.inputs
+    op.expect_output(signatures.broadcast(signatures.broadcast(cond, x), y))
+    if x != y or x != op.output:
+        raise CompileError("hexir.where: x and y must have the result's shape (expand them)")
+    return Kernel(str(KernelKind.MAP), lambda b: _map(b, op, lambda b, c, u, v: arith.select(c, u, v)))
+
+
+def plan_expand(op: GraphOp) -> Kernel:
+    """The input broadcast to the result's shape (numpy's broadcast_to)."""
+    (shape,) = op.inputs
+    if signatures.broadcast(shape, op.output) != op.output:
+        raise CompileError(f"hexir.expand: {signatures.fmt(shape)} does not broadcast to "
+                           f"{signatures.fmt(op.output)}")
+    return Kernel(str(KernelKind.MAP), lambda b: _map(b, op, lambda b, x: x))
+
+
+def plan_cast(op: GraphOp) -> Kernel:
+    """Each element converted to the result's element type, as numpy's astype: floats to
+    integers truncate toward zero, anything to bool is `!= 0` (NaN is true), bool to a number
+    is 0 or 1."""
+    op.expect_output(op.inputs[0])
+    return Kernel(str(KernelKind.MAP), lambda b: _map(b, op, lambda b, x: convert(b, x, b.element)))
+
+
+def convert(b: KernelBuilder, x: ir.Value, to: ir.Type) -> ir.Value:
+    """`x` as a scalar of type `to` (numpy's astype)."""
+    source = x.type
+    if source == to:
+        return x
+    if isinstance(to, ir.IntegerType) and ir.IntegerType(to).width == 1:
+        if is_float(x):
+            return arith.cmpf(arith.CmpFPredicate.UNE, x, b.constant(0.0, source))
+        return arith.cmpi(arith.CmpIPredicate.ne, x, b.constant(0, source))
+    boolean = isinstance(source, ir.IntegerType) and ir.IntegerType(source).width == 1
+    if isinstance(to, ir.FloatType):
+        if is_float(x):
+            wider = ir.FloatType(to).width > ir.FloatType(source).width
+            return arith.extf(to, x) if wider else arith.truncf(to, x)
+        return arith.uitofp(to, x) if boolean else arith.sitofp(to, x)
+    if is_float(x):
+        return arith.fptosi(to, x)
+    if boolean:
+        return arith.extui(to, x)
+    wider = ir.IntegerType(to).width > ir.IntegerType(source).width
+    return arith.extsi(to, x) if wider else arith.trunci(to, x)
 
 
 def _kind(mnemonic: str) -> str:

@@ -31,6 +31,8 @@ class GraphOp:
     inputs: tuple[Shape, ...]
     output: Shape
     attributes: dict[str, ir.Attribute] = field(default_factory=dict)
+    #: The element types (as MLIR writes them: f32, i64, i1, ...) of the inputs, then the result.
+    elements: tuple[str, ...] = ()
 
     def expect_output(self, shape: Sequence[int]) -> None:
         """Fail unless the result type has `shape`, the shape the op's semantics give."""

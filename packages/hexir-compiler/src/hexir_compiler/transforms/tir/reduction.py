@@ -1,10 +1,12 @@
-"""Kernels that reduce along axes: softmax, layer_norm, reduce_sum/mean/max.
+"""Kernels that reduce along axes: softmax, layer_norm, reduce_sum/mean/max/min.
 
 One iteration of the parallel space (`schedule.parallel`: cpu loops or one cuda thread) owns
 one output row or element and walks the reduced axes with serial loops that carry their
 accumulators as loop results, so no two iterations touch the same output and no atomics or
 shared memory are needed. Softmax subtracts the row maximum before exponentiating (as the
-numpy reference does); layer_norm uses the biased variance over the last dimension.
+numpy reference does); layer_norm uses the biased variance over the last dimension. A
+reduction over no elements gives its identity (0 for a sum, -inf / the least integer / false
+for a max, the opposite for a min), as ONNX defines it, and a mean of nothing is NaN (0 / 0).
 """
 
 from __future__ import annotations
@@ -94,14 +96,11 @@ def plan_reduce(op: GraphOp) -> Kernel:
     axes = list(signatures.reduce_axes(op.ints_attr("axes"), len(shape)))
     kept = [d for d in range(len(shape)) if d not in axes]
     reduced = [shape[d] for d in axes]
-    combine, start = {
-        "reduce_sum": (arith.addf, 0.0),
-        "reduce_mean": (arith.addf, 0.0),
-        "reduce_max": (arith.maximumf, NEG_INF),
-    }[op.mnemonic]
+    element = op.elements[0]
 
     def emit(b: KernelBuilder) -> None:
         x, out = b.args
+        combine, start = _monoid(op.mnemonic, element)
         with b.building(), parallel(b, [shape[d] for d in kept]) as coords:
             outer = dict(zip(kept, coords, strict=True))
 
@@ -110,13 +109,28 @@ def plan_reduce(op: GraphOp) -> Kernel:
                 at = [outer[d] if d in outer else inner[d] for d in range(len(shape))]
                 return [combine(acc[0], b.load(x, at))]
 
-            (value,) = b.fold(reduced, [b.float(start)], step)
+            (value,) = b.fold(reduced, [b.constant(start, b.element)], step)
             if op.mnemonic == "reduce_mean":
                 value = arith.divf(value, b.float(float(pymath.prod(reduced))))
             at = [outer[d] if d in outer else b.index(0) for d in range(len(shape))]
             b.store(value, out, at if keepdims else coords)
 
-    return Kernel(op.mnemonic, emit, (float(keepdims), *axes))
+    kind = "generic" if op.mnemonic == "reduce_min" else op.mnemonic  # min has no kind
+    return Kernel(kind, emit, () if kind == "generic" else (float(keepdims), *axes))
+
+
+def _monoid(mnemonic: str, element: str):
+    """(combine, identity) of a reduction over `element`s."""
+    if element == "i1":  # any / all
+        return {"reduce_max": (arith.ori, 0), "reduce_min": (arith.andi, 1)}[mnemonic]
+    if element in ("i32", "i64"):
+        bits = int(element[1:])
+        least, most = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+        return {"reduce_sum": (arith.addi, 0), "reduce_max": (arith.maxsi, least),
+                "reduce_min": (arith.minsi, most)}[mnemonic]
+    return {"reduce_sum": (arith.addf, 0.0), "reduce_mean": (arith.addf, 0.0),
+            "reduce_max": (arith.maximumf, NEG_INF),
+            "reduce_min": (arith.minimumf, float("inf"))}[mnemonic]
 
 
 def _square(v: ir.Value) -> ir.Value:

@@ -1,0 +1,13 @@
+"""The element types of Hexir's tensors, as MLIR writes them, grouped the way ops take them.
+
+Here rather than in the dialect package so the kernel tables that declare ops
+(`transforms/tir/elementwise.py`) and the dialect that makes ops of them share one list.
+"""
+
+FLOATS = ("f32", "f64")
+INTEGERS = ("i32", "i64")
+NUMBERS = FLOATS + INTEGERS
+#: Every element type a tensor may have (i1 is a bool).
+ELEMENTS = NUMBERS + ("i1",)
+#: How kernels' buffers hold them (`tir.builder.storage`): a bool as a byte.
+STORAGE = {"i1": "i8"}

@@ -1,0 +1,92 @@
+"""Kernels that move elements without arithmetic on them: concat, slice, gather.
+
+Each is a map over the output's index space (`schedule.parallel`) that computes where its
+element comes from. None has a kernel kind of its own in the format (`generic`: the
+runtime needs only the code). Every address is inside its buffer by construction: the shape
+rules (`hexir_format.signatures`) bound concat's and slice's, and gather clamps the indices
+it reads from its input tensor, since their values are data the compiler never sees.
+"""
+
+from __future__ import annotations
+
+from hexir_format import signatures
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import arith, ir
+from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
+from hexir_compiler.transforms.tir.schedule import parallel
+
+GENERIC = "generic"
+
+
+def plan_concat(op: GraphOp) -> Kernel:
+    axis = signatures.normalize_axis(op.int_attr("axis"), len(op.output))
+    op.expect_output(signatures.concat(op.inputs, axis))
+
+    def emit(b: KernelBuilder) -> None:
+        *inputs, out = b.args
+        with b.building(), parallel(b, op.output) as coords:
+            offset = 0
+            for buffer, shape in zip(inputs, op.inputs, strict=True):
+                if shape[axis]:
+                    at = coords[axis]
+                    inside = [arith.cmpi(arith.CmpIPredicate.ult, at, b.index(offset + shape[axis]))]
+                    if offset:
+                        inside.append(arith.cmpi(arith.CmpIPredicate.uge, at, b.index(offset)))
+                    condition = arith.andi(*inside) if len(inside) == 2 else inside[0]
+                    with b.guard(condition):
+                        source = list(coords)
+                        source[axis] = arith.subi(at, b.index(offset)) if offset else at
+                        b.store(b.load(buffer, source), out, coords)
+                offset += shape[axis]
+
+    return Kernel(GENERIC, emit)
+
+
+def plan_slice(op: GraphOp) -> Kernel:
+    (shape,) = op.inputs
+    starts, steps = op.ints_attr("starts"), op.ints_attr("steps")
+    signatures.slice_(shape, starts, steps, op.output)
+
+    def emit(b: KernelBuilder) -> None:
+        x, out = b.args
+        with b.building(), parallel(b, op.output) as coords:
+            source = []
+            for coord, start, step in zip(coords, starts, steps, strict=True):
+                moved = b.mul(coord, abs(step))
+                if step < 0:
+                    source.append(arith.subi(b.index(start), moved))
+                else:
+                    source.append(arith.addi(moved, b.index(start)) if start else moved)
+            b.store(b.load(x, source), out, coords)
+
+    return Kernel(GENERIC, emit)
+
+
+def plan_gather(op: GraphOp) -> Kernel:
+    data, indices = op.inputs
+    axis = signatures.normalize_axis(op.int_attr("axis"), len(data))
+    op.expect_output(signatures.gather(data, indices, axis))
+    extent = data[axis]
+    if extent == 0 and 0 not in op.output:
+        raise CompileError(f"hexir.gather: axis {axis} of {signatures.fmt(data)} is empty, so "
+                           "no index can be taken from it")
+
+    def emit(b: KernelBuilder) -> None:
+        x, where, out = b.args
+        with b.building(), parallel(b, op.output) as coords:
+            picked = coords[axis:axis + len(indices)]
+            raw = b.load(where, picked)
+            i64 = ir.IntegerType.get_signless(64)
+            if raw.type != i64:
+                raw = arith.extsi(i64, raw)
+            wrapped = arith.select(arith.cmpi(arith.CmpIPredicate.slt, raw, b.constant(0, i64)),
+                                   arith.addi(raw, b.constant(extent, i64)), raw)
+            clamped = arith.minsi(arith.maxsi(wrapped, b.constant(0, i64)),
+                                  b.constant(extent - 1, i64))
+            source = [*coords[:axis], arith.index_cast(b.index_type, clamped),
+                      *coords[axis + len(indices):]]
+            b.store(b.load(x, source), out, coords)
+
+    return Kernel(GENERIC, emit)

@@ -1,0 +1,132 @@
+"""Kernels that slide a window over spatial dimensions: conv and pool (max, average).
+
+One iteration of the parallel space owns one output element [n, m, o...] and walks its
+window with serial loops carrying the accumulator (for conv, the input channels of its group
+too). Input position p = o * stride - pad_begin + k * dilation; a position in the padding is
+never read: its load goes to a clamped address inside the input and the step keeps the
+accumulator as it was, so padding adds 0 to a conv and nothing to a pool. When no pads are
+given, every position is inside by the shape rule, and the kernel has no masks at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from hexir_format import signatures
+
+from hexir_compiler.mlir import arith, ir
+from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
+from hexir_compiler.transforms.tir.schedule import parallel
+
+GENERIC = "generic"
+
+
+def _geometry(op: GraphOp) -> tuple[list[int], list[int], list[int]]:
+    return op.ints_attr("strides"), op.ints_attr("pads"), op.ints_attr("dilations")
+
+
+def _positions(b: KernelBuilder, outs: Sequence[ir.Value], ks: Sequence[ir.Value],
+               spatial: Sequence[int], strides: Sequence[int], pads: Sequence[int],
+               dilations: Sequence[int], padded: bool):
+    """(clamped input positions, inside-the-input condition or None, inside-the-padded-extent
+    condition or None) for window offsets `ks` of output positions `outs`."""
+    rank = len(spatial)
+    clamped, inside, extent = [], [], []
+    for d in range(rank):
+        base = arith.addi(b.mul(outs[d], strides[d]), b.mul(ks[d], dilations[d]))
+        if not padded:
+            clamped.append(base)
+            continue
+        pos = arith.subi(base, b.index(pads[d]))  # may be negative: compared signed
+        low = arith.cmpi(arith.CmpIPredicate.sge, pos, b.index(0))
+        high = arith.cmpi(arith.CmpIPredicate.slt, pos, b.index(spatial[d]))
+        inside.append(arith.andi(low, high))
+        extent.append(arith.cmpi(arith.CmpIPredicate.slt, pos,
+                                 b.index(spatial[d] + pads[rank + d])))
+        low_clamp = arith.maxsi(pos, b.index(0))
+        clamped.append(arith.minsi(low_clamp, b.index(spatial[d] - 1)))
+    return clamped, _all(inside), _all(extent)
+
+
+def _all(conditions: list[ir.Value]) -> ir.Value | None:
+    if not conditions:
+        return None
+    result = conditions[0]
+    for c in conditions[1:]:
+        result = arith.andi(result, c)
+    return result
+
+
+def plan_conv(op: GraphOp) -> Kernel:
+    x, w = op.inputs
+    strides, pads, dilations = _geometry(op)
+    group = op.int_attr("group")
+    op.expect_output(signatures.conv(x, w, group, strides, pads, dilations))
+    per_group_in, per_group_out = w[1], w[0] // group
+    spatial, kernel = x[2:], w[2:]
+    padded = any(pads)
+
+    def emit(b: KernelBuilder) -> None:
+        data, weight, out = b.args
+        with b.building(), parallel(b, op.output) as coords:
+            n, m, outs = coords[0], coords[1], coords[2:]
+            first_channel = b.mul(arith.divui(m, b.index(per_group_out)), per_group_in) \
+                if group > 1 else None
+
+            def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                c, ks = ivs[0], ivs[1:]
+                at, inside, _ = _positions(b, outs, ks, spatial, strides, pads, dilations, padded)
+                channel = c if first_channel is None else arith.addi(first_channel, c)
+                term = arith.mulf(b.load(data, [n, channel, *at]), b.load(weight, [m, c, *ks]))
+                total = arith.addf(acc[0], term)
+                return [total if inside is None else arith.select(inside, total, acc[0])]
+
+            (value,) = b.fold([per_group_in, *kernel], [b.float(0.0)], step)
+            b.store(value, out, coords)
+
+    return Kernel(GENERIC, emit)
+
+
+def plan_pool(op: GraphOp) -> Kernel:
+    (x,) = op.inputs
+    strides, pads, dilations = _geometry(op)
+    kernel = op.ints_attr("kernel")
+    kind = op.string_attr("kind", "")
+    include_pad = op.bool_attr("count_include_pad", False)
+    op.expect_output((*x[:2], *signatures.window(x[2:], kernel, strides, pads, dilations,
+                                                 op.bool_attr("ceil_mode", False))))
+    spatial = x[2:]
+    # ceil_mode's last window may run past the end padding: masks then guard even with no pads.
+    padded = any(pads) or any((o - 1) * s + (k - 1) * d >= e for o, s, k, d, e in
+                              zip(op.output[2:], strides, kernel, dilations, spatial))
+
+    def emit(b: KernelBuilder) -> None:
+        data, out = b.args
+        with b.building(), parallel(b, op.output) as coords:
+            n, c, outs = coords[0], coords[1], coords[2:]
+
+            def step(ks: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                at, inside, extent = _positions(b, outs, ks, spatial, strides, pads, dilations,
+                                                padded)
+                value = b.load(data, [n, c, *at])
+                if kind == "max":
+                    best = arith.maximumf(acc[0], value)
+                    return [best if inside is None else arith.select(inside, best, acc[0])]
+                total, count = arith.addf(acc[0], value), arith.addf(acc[1], b.float(1.0))
+                counted = (extent if include_pad else inside)
+                if inside is not None:
+                    total = arith.select(inside, total, acc[0])
+                if counted is not None:
+                    count = arith.select(counted, count, acc[1])
+                return [total, count]
+
+            if kind == "max":
+                (value,) = b.fold(kernel, [b.float(float("-inf"))], step)
+            else:
+                total, count = b.fold(kernel, [b.float(0.0), b.float(0.0)], step)
+                value = arith.divf(total, count)
+            b.store(value, out, coords)
+
+    return Kernel(GENERIC, emit)
+
