@@ -49,11 +49,13 @@ class Args:
     help: bool = False
     version: bool = False
     builtin: bool = False
+    input_shapes: list[str] = field(default_factory=list)
+    fixed_inputs: list[str] = field(default_factory=list)
 
 
 def usage() -> str:
     lines = [
-        "usage: hexir [options] [input.mlir | - | -builtin]",
+        "usage: hexir [options] [input.mlir | model.onnx | - | -builtin]",
         "",
         "Compiles input.mlir (hexir dialect, MLIR generic form), or stdin for '-'; with no",
         "input (or -builtin), the built-in program: print(linear([[3, 1], [2, 2]], [[1, 5],",
@@ -68,6 +70,10 @@ def usage() -> str:
         "  -placement=<op>=<dev>  place an op on a device (comma-separated, repeatable);",
         "  -placement=<dev>       a bare device (or *=<dev>) is the default for every op not",
         "                         named: -placement=cuda,hexir.softmax=cpu",
+        "  -input-shape=<in>=<d0>x<d1>...  an ONNX input's shape, binding symbolic dimensions",
+        "                         (comma-separated, repeatable): -input-shape=x=8x784",
+        "  -fix-input=<in>=<values>  fix an ONNX input (a shape or axes operand) at compile",
+        "                         time: 1,2,3 (int64), or @file.npy; repeatable",
         "  -version               print the versions of hexir, its format and its MLIR and LLVM",
         "",
         "examples:",
@@ -75,6 +81,7 @@ def usage() -> str:
         "  hexir -emit=mlir-tir -placement=hexir.linear=cuda,hexir.relu=cpu prog.mlir",
         "  hexir -emit=hxb -placement=cuda -target=cuda:sm_90 -o gpu.hxb prog.mlir",
         "  cat prog.mlir | hexir -emit=mlir-hetero -placement=hexir.linear=gpu -",
+        "  hexir -emit=hxb -input-shape=input=8x784 -o mlp.hxb mlp.onnx",
         "",
         *placement_.usage_lines(),
     ]
@@ -98,6 +105,10 @@ def parse_args(argv: list[str]) -> Args:
             args.placement.append(value)
         elif name in ("-target", "--target") and eq:
             args.targets.append(value)
+        elif name in ("-input-shape", "--input-shape") and eq:
+            args.input_shapes.append(value)
+        elif name in ("-fix-input", "--fix-input") and eq:
+            args.fixed_inputs.append(value)
         elif name == "-o":
             args.output = value if eq else next(it, None)
             if not args.output:
@@ -161,7 +172,51 @@ def options(args: Args) -> Options:
         placement = placement_.parse_placement(args.placement)
     except placement_.PlacementError as err:
         raise UsageError(str(err)) from None
-    return Options(args.stage, placement, chip, cpu)
+    return Options(args.stage, placement, chip, cpu, parse_shapes(args.input_shapes),
+                   parse_fixed(args.fixed_inputs))
+
+
+def parse_shapes(entries: list[str]) -> dict[str, tuple[int, ...]]:
+    """`["x=8x784,y=3"]` -> `{"x": (8, 784), "y": (3,)}` (`x=` alone: a scalar)."""
+    shapes = {}
+    for text in entries:
+        for entry in text.split(","):
+            name, eq, dims = entry.rpartition("=")
+            try:
+                shape = tuple(int(d) for d in dims.split("x")) if dims else ()
+            except ValueError:
+                shape = None
+            if not eq or not name or shape is None or any(d < 0 for d in shape):
+                raise UsageError(f"invalid -input-shape entry '{entry}'; expected "
+                                 "<input>=<d0>x<d1>..., e.g. x=8x784")
+            shapes[name] = shape
+    return shapes
+
+
+def parse_fixed(entries: list[str]) -> dict[str, object]:
+    """`["axes=0,1", "shape=@s.npy"]` -> {name: values}: int64 lists, or arrays from .npy."""
+    import numpy as np
+
+    fixed = {}
+    for entry in entries:
+        name, eq, values = entry.partition("=")
+        if not eq or not name:
+            raise UsageError(f"invalid -fix-input entry '{entry}'; expected <input>=1,2,3 or "
+                             "<input>=@file.npy")
+        if values.startswith("@"):
+            try:
+                fixed[name] = np.load(values[1:], allow_pickle=False)
+            except (OSError, ValueError) as err:
+                raise UsageError(f"-fix-input {name}: cannot read {values[1:]}: "
+                                 f"{getattr(err, 'strerror', None) or err}") from None
+            continue
+        try:
+            fixed[name] = np.array([int(v) for v in values.split(",")] if values else [],
+                                   dtype=np.int64)
+        except ValueError:
+            raise UsageError(f"invalid -fix-input entry '{entry}'; values are integers "
+                             "separated by commas, or @file.npy") from None
+    return fixed
 
 
 def run(argv: list[str]) -> int:

@@ -56,6 +56,10 @@ class Options:
     placement: Mapping[str, str] = field(default_factory=dict)
     chip: str | None = None  # CUDA architecture, e.g. "sm_90"; None = the default image
     cpu: str | None = None  # host CPU level, e.g. "x86-64-v3"; None = target.host.DEFAULT_CPU
+    #: An ONNX model's inputs: shapes binding symbolic dimensions, and values fixed at
+    #: compile time (shape or axes operands), by input name.
+    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    fixed_inputs: Mapping[str, object] = field(default_factory=dict)
 
 
 class ParseError(CompileError):
@@ -70,11 +74,23 @@ _VERIFIER = re.compile(r"'[\w.$]+' op ")  # how every op verifier's message star
 STDIN = "-"
 
 
-def load(path: str | None) -> ir.Module:
-    """Parse and verify `path` (`-`: stdin) in the current context, or build the built-in
-    program (None)."""
+def is_onnx(source) -> bool:
+    """Whether `source` is an ONNX model (an `.onnx` path, or an `onnx.ModelProto`)."""
+    return hasattr(source, "graph") or str(source).endswith(".onnx")
+
+
+def load(path, options: Options | None = None) -> ir.Module:
+    """Parse and verify `path` (`-`: stdin; an `.onnx` model is imported) in the current
+    context, or build the built-in program (None)."""
     if path is None:
         return builtin.build()
+    if is_onnx(path):
+        from hexir_compiler.frontend import onnx
+
+        options = options or Options("mlir")
+        module = onnx.import_model(path, options.input_shapes, options.fixed_inputs)
+        _verify(module)
+        return module
     text = sys.stdin.read() if path == STDIN else None
     try:
         return ir.Module.parse(text) if path == STDIN else ir.Module.parseFile(path)
@@ -149,10 +165,11 @@ def run(module: ir.Module, options: Options) -> ir.Module | str | bytes:
     return "\n".join(parts)
 
 
-def compile_file(path: str | Path | None, options: Options) -> str | bytes:
-    """Parse `path` (None: the built-in program) and produce the stage's output."""
+def compile_file(path, options: Options) -> str | bytes:
+    """Parse `path` (None: the built-in program; an `.onnx` path or an `onnx.ModelProto`:
+    the model) and produce the stage's output."""
     with context():
-        module = load(None if path is None else str(path))
+        module = load(None if path is None else path if is_onnx(path) else str(path), options)
         result = run(module, options)
         return str(result) if isinstance(result, ir.Module) else result
 

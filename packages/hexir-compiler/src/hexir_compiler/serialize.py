@@ -154,6 +154,23 @@ def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.
     return exe
 
 
+def _io_names(func: ir.Operation) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The `hexir.name` of every argument and result (an imported model's input and output
+    names), or none when not every one is named."""
+    names = []
+    for key in ("arg_attrs", "res_attrs"):
+        found = []
+        if key in func.attributes:
+            for entry in ir.ArrayAttr(func.attributes[key]):
+                entry = ir.DictAttr(entry)
+                found.append(ir.StringAttr(entry["hexir.name"]).value
+                             if "hexir.name" in entry else None)
+        names.append(tuple(found) if found and None not in found else ())
+    if not (names[0] or names[1]):
+        return (), ()
+    return names[0], names[1]
+
+
 @dataclass
 class _Writer:
     """Slots, RODATA and commands, shared by every function of the module."""
@@ -184,7 +201,7 @@ class _Writer:
             commands.append(hf.Command.input(slot_of[arg], i))
         for view in block.operations:
             commands += self._op(view.operation, slot_of)
-        return hf.Function(name, tuple(commands))
+        return hf.Function(name, tuple(commands), *_io_names(func))
 
     def _op(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
         name = op.name

@@ -1,0 +1,277 @@
+"""The ONNX frontend: a model file (or an `onnx.ModelProto`) -> a `hexir` graph module.
+
+What it accepts: IR versions 7-13, the default domain at opsets 13-25, static shapes (a
+symbolic dimension is bound with `input_shapes`, the `-input-shape` flag), element types f32,
+f64, i32, i64 and bool. Each node is translated by its handler in `onnx_ops` for the op
+version the model's opset selects; a version no handler knows is refused by name.
+
+Values are either runtime tensors (MLIR values) or compile-time constants (numpy arrays):
+initializers, Constant nodes, inputs fixed with `fixed_inputs` (`-fix-input`), and anything
+computed only from those. A node whose inputs are all constants is folded at import by the
+ONNX reference implementation, so shape arithmetic (Shape, Size, ConstantOfShape,
+Gather/Concat/Slice of shapes, Cast of constants) never reaches a kernel. A constant that a
+runtime op uses becomes a `hexir.constant` made straight from the array's buffer.
+
+Every refusal is a `ModelError`, one line naming the node or tensor.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hexir_compiler.errors import CompileError
+from hexir_compiler.mlir import ir
+
+IR_VERSIONS = range(7, 14)
+OPSETS = range(13, 26)
+DOMAINS = ("", "ai.onnx")
+
+#: ONNX TensorProto element type -> numpy dtype, for the types Hexir has.
+DTYPES = {1: np.dtype("float32"), 11: np.dtype("float64"), 6: np.dtype("int32"),
+          7: np.dtype("int64"), 9: np.dtype("bool")}
+MLIR = {np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("int32"): "i32",
+        np.dtype("int64"): "i64", np.dtype("bool"): "i1"}
+
+
+class ModelError(CompileError):
+    """A model Hexir cannot import; the message names the node or tensor."""
+
+
+@dataclass
+class Tensor:
+    """A value of the graph: a runtime MLIR value, or a constant known at compile time."""
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    value: ir.Value | None = None
+    const: np.ndarray | None = None
+
+    @property
+    def is_const(self) -> bool:
+        return self.const is not None
+
+
+def _onnx():
+    try:
+        import onnx
+    except ImportError:
+        raise ModelError("reading ONNX models needs the onnx package: "
+                         "pip install 'hexir-compiler[onnx]'") from None
+    return onnx
+
+
+def load_model(source):
+    """An `onnx.ModelProto` from a path (external data resolved next to it) or a model."""
+    onnx = _onnx()
+    if isinstance(source, onnx.ModelProto):
+        return source
+    path = Path(source)
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise ModelError(f"{path}: cannot read the model: {err.strerror}") from None
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as err:  # protobuf's DecodeError has no stable import path
+        raise ModelError(f"{path}: not an ONNX model (the protobuf does not parse: "
+                         f"{str(err) or type(err).__name__})") from None
+    if not model.graph.node and not model.graph.output:
+        raise ModelError(f"{path}: not an ONNX model (it has no graph)")
+    try:
+        from onnx.external_data_helper import load_external_data_for_model
+
+        load_external_data_for_model(model, str(path.parent))
+    except (OSError, ValueError) as err:
+        raise ModelError(f"{path}: cannot read external data: {err}") from None
+    return model
+
+
+def import_model(source, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                 fixed_inputs: Mapping[str, np.ndarray] | None = None) -> ir.Module:
+    """The hexir graph of the model at `source`, built in the current MLIR context."""
+    model = load_model(source)
+    name = os.fspath(source) if not hasattr(source, "graph") else "<model>"
+    return Importer(model, name, dict(input_shapes or {}), dict(fixed_inputs or {})).run()
+
+
+class Importer:
+    def __init__(self, model, name: str, shapes: dict, fixed: dict) -> None:
+        self.onnx = _onnx()
+        self.model, self.name = model, name
+        self.shapes, self.fixed = shapes, fixed
+        self.values: dict[str, Tensor] = {}
+        self._materialized: dict[int, ir.Value] = {}
+
+    # ---- checks of the model as a whole -------------------------------------------------
+
+    def _check_versions(self) -> int:
+        m = self.model
+        if m.ir_version not in IR_VERSIONS:
+            raise ModelError(f"{self.name}: IR version {m.ir_version} is outside the "
+                             f"{IR_VERSIONS[0]}-{IR_VERSIONS[-1]} Hexir reads")
+        opset = None
+        for entry in m.opset_import:
+            if entry.domain in DOMAINS:
+                opset = entry.version
+        if opset is None:
+            raise ModelError(f"{self.name}: the model imports no default-domain opset")
+        if opset not in OPSETS:
+            raise ModelError(f"{self.name}: opset {opset} is outside the {OPSETS[0]}-"
+                             f"{OPSETS[-1]} Hexir reads")
+        return opset
+
+    # ---- building ------------------------------------------------------------------------
+
+    def run(self) -> ir.Module:
+        from hexir_compiler.frontend import onnx_ops
+
+        self.opset = self._check_versions()
+        graph = self.model.graph
+        initializers = {t.name for t in graph.initializer}
+        for name in self.fixed:
+            if name not in {i.name for i in graph.input} - initializers:
+                raise ModelError(f"{self.name}: -fix-input names '{name}', which is not an "
+                                 f"input of the graph (its inputs: "
+                                 f"{', '.join(self._input_names()) or 'none'})")
+        for name in self.shapes:
+            if name not in {i.name for i in graph.input} - initializers:
+                raise ModelError(f"{self.name}: -input-shape names '{name}', which is not an "
+                                 f"input of the graph (its inputs: "
+                                 f"{', '.join(self._input_names()) or 'none'})")
+        with ir.Location.name(self.name):
+            module = ir.Module.create()
+            for init in graph.initializer:
+                self.values[init.name] = self._initializer(init)
+            arguments = [vi for vi in graph.input if vi.name not in initializers]
+            types, names = [], []
+            for vi in arguments:
+                if vi.name in self.fixed:
+                    self.values[vi.name] = self._fixed(vi)
+                    continue
+                shape, dtype = self._input_type(vi)
+                types.append(_tensor_type(shape, dtype))
+                names.append(vi.name)
+                self.values[vi.name] = Tensor(shape, dtype)
+            self.func_types = types
+            emitter = onnx_ops.Emitter(self)
+            func = self._function(module, types, names)
+            block = func.regions[0].blocks[0]
+            for arg, name in zip(block.arguments, names):
+                self.values[name].value = arg
+            with ir.InsertionPoint(block):
+                for index, node in enumerate(graph.node):
+                    emitter.node(node, index)
+                outputs = [self._output(vi) for vi in graph.output]
+                results = [emitter.tensor(t) for t in outputs]
+                ir.Operation.create("func.return", operands=results)
+            func.attributes["function_type"] = ir.TypeAttr.get(
+                ir.FunctionType.get(types, [r.type for r in results]))
+            func.attributes["res_attrs"] = ir.ArrayAttr.get(
+                [ir.DictAttr.get({"hexir.name": ir.StringAttr.get(vi.name)})
+                 for vi in graph.output])
+            _drop_dead(block)
+        return module
+
+    def _input_names(self) -> list[str]:
+        initializers = {t.name for t in self.model.graph.initializer}
+        return [i.name for i in self.model.graph.input if i.name not in initializers]
+
+    def _function(self, module: ir.Module, types: list, names: list[str]) -> ir.Operation:
+        attrs = {
+            "sym_name": ir.StringAttr.get("main"),
+            "function_type": ir.TypeAttr.get(ir.FunctionType.get(types, [])),
+            "arg_attrs": ir.ArrayAttr.get(
+                [ir.DictAttr.get({"hexir.name": ir.StringAttr.get(n)}) for n in names]),
+        }
+        func = ir.Operation.create("func.func", attributes=attrs, regions=1,
+                                   ip=ir.InsertionPoint(module.body))
+        func.regions[0].blocks.append(*types)
+        return func
+
+    def _dtype(self, elem_type: int, what: str) -> np.dtype:
+        if elem_type not in DTYPES:
+            name = self.onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
+                self.onnx.TensorProto.DataType.values() else str(elem_type)
+            raise ModelError(f"{self.name}: {what} has element type {name}; Hexir has "
+                             "FLOAT, DOUBLE, INT32, INT64 and BOOL")
+        return DTYPES[elem_type]
+
+    def _initializer(self, init) -> Tensor:
+        what = f"initializer '{init.name}'"
+        dtype = self._dtype(init.data_type, what)
+        try:
+            array = self.onnx.numpy_helper.to_array(init)
+        except Exception as err:  # a short buffer, a missing external file
+            raise ModelError(f"{self.name}: {what} (shape {list(init.dims)}): its data does "
+                             f"not hold its shape: {str(err).splitlines()[0]}") from None
+        if array.shape != tuple(init.dims) or array.dtype != dtype:
+            raise ModelError(f"{self.name}: {what}: data of shape {list(array.shape)}, "
+                             f"declared {list(init.dims)}")
+        return Tensor(tuple(array.shape), dtype, const=array)
+
+    def _fixed(self, vi) -> Tensor:
+        dtype = self._dtype(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
+        array = np.asarray(self.fixed[vi.name])
+        try:
+            array = array.astype(dtype, casting="same_kind" if dtype.kind == "f" else "unsafe")
+        except TypeError:
+            raise ModelError(f"{self.name}: -fix-input '{vi.name}' has {array.dtype} values; "
+                             f"the input is {dtype}") from None
+        return Tensor(tuple(array.shape), dtype, const=array)
+
+    def _input_type(self, vi) -> tuple[tuple[int, ...], np.dtype]:
+        t = vi.type.tensor_type
+        if not vi.type.HasField("tensor_type"):
+            raise ModelError(f"{self.name}: input '{vi.name}' is not a tensor")
+        dtype = self._dtype(t.elem_type, f"input '{vi.name}'")
+        if vi.name in self.shapes:
+            bound = tuple(self.shapes[vi.name])
+            if t.HasField("shape") and len(t.shape.dim) != len(bound):
+                raise ModelError(f"{self.name}: -input-shape gives input '{vi.name}' rank "
+                                 f"{len(bound)}; the model says rank {len(t.shape.dim)}")
+            for d, (dim, value) in enumerate(zip(t.shape.dim, bound)):
+                if dim.HasField("dim_value") and dim.dim_value != value:
+                    raise ModelError(f"{self.name}: -input-shape gives input '{vi.name}' "
+                                     f"dimension {d} = {value}; the model fixes it at "
+                                     f"{dim.dim_value}")
+            return bound, dtype
+        if not t.HasField("shape"):
+            raise ModelError(f"{self.name}: input '{vi.name}' has no shape; give it with "
+                             f"-input-shape={vi.name}=<d0>x<d1>...")
+        shape = []
+        for d, dim in enumerate(t.shape.dim):
+            if not dim.HasField("dim_value") or dim.dim_value < 0:
+                label = f" ('{dim.dim_param}')" if dim.dim_param else ""
+                raise ModelError(f"{self.name}: input '{vi.name}' dimension {d}{label} is "
+                                 f"symbolic; bind it with -input-shape={vi.name}=<d0>x<d1>...")
+            shape.append(dim.dim_value)
+        return tuple(shape), dtype
+
+    def _output(self, vi) -> Tensor:
+        if vi.name not in self.values:
+            raise ModelError(f"{self.name}: graph output '{vi.name}' is computed by no node")
+        return self.values[vi.name]
+
+
+def _drop_dead(block: ir.Block) -> None:
+    """Erase the ops whose results nothing uses (a decomposition's unused outputs, constants
+    only a folded node read), last first so each erasure can free its operands' producers."""
+    for view in reversed(list(block.operations)):
+        op = view.operation
+        if op.name.startswith("hexir.") and op.results and not any(
+                list(r.uses) for r in op.results):
+            op.erase()
+
+
+def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> ir.Type:
+    return ir.RankedTensorType.get(list(shape), element_type(dtype))
+
+
+def element_type(dtype: np.dtype) -> ir.Type:
+    return ir.Type.parse(MLIR[np.dtype(dtype)])
