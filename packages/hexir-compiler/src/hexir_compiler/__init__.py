@@ -2,5 +2,6 @@
 
 from hexir_compiler.__about__ import __version__
 from hexir_compiler.errors import CompileError
+from hexir_compiler.pipeline import compile
 
-__all__ = ["CompileError", "__version__"]
+__all__ = ["CompileError", "__version__", "compile"]

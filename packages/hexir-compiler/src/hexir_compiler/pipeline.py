@@ -182,3 +182,29 @@ def _verify(module: ir.Module) -> None:
         if first is None:
             raise CompileError(f"the lowered module does not verify: {err}") from None
         raise CompileError(first.message, first.location) from None
+
+
+def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | None = None,
+            target: str | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+            fixed_inputs: Mapping[str, object] | None = None) -> str | bytes:
+    """`source` (a `.mlir` or `.onnx` path, an `onnx.ModelProto`, or None: the built-in
+    program) compiled to the stage `emit`: `.hxb` bytes, or the stage's text.
+
+    `placement` is what `-placement` takes (`"cuda"`, `"cuda,hexir.softmax=cpu"`) or a dict
+    of op name to device; `target` what `-target` takes. Raises `CompileError` (one line).
+    """
+    from hexir_compiler import placement as placement_
+
+    if isinstance(placement, str):
+        placement = placement_.parse_placement([placement])
+    chip = cpu = None
+    if target:
+        from hexir_compiler.cli import UsageError, parse_targets
+
+        try:
+            chip, cpu = parse_targets([target])
+        except UsageError as err:
+            raise CompileError(str(err)) from None
+    options = Options(emit, dict(placement or {}), chip, cpu, dict(input_shapes or {}),
+                      dict(fixed_inputs or {}))
+    return compile_file(source, options)

@@ -240,7 +240,7 @@ class _Writer:
         if not list(op.results[0].uses):
             return []
         value = op.attributes["value"]
-        if not isinstance(value, ir.DenseFPElementsAttr):
+        if not isinstance(value, ir.DenseFPElementsAttr | ir.DenseIntElementsAttr):
             raise SerializeError("expected a dense constant", op.location)
         ttype = tensor_type(op.results[0].type)
         dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")

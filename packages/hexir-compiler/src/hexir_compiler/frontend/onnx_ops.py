@@ -41,7 +41,8 @@ class Emitter:
     def __init__(self, importer) -> None:
         self.importer = importer
         self.onnx = importer.onnx
-        self._consts: dict[int, ir.Value] = {}
+        # id(array) -> (array, its hexir.constant); holding the array keeps its id unique.
+        self._consts: dict[int, tuple[np.ndarray, ir.Value]] = {}
 
     # ---- nodes ---------------------------------------------------------------------------
 
@@ -154,15 +155,11 @@ class Emitter:
         if key not in self._consts:
             array = np.ascontiguousarray(t.const)
             type_ = _tensor_type(t.shape, t.dtype)
-            if array.dtype == np.bool_:
-                attr = ir.DenseElementsAttr.get(np.packbits(array.reshape(-1), bitorder="little"),
-                                                type=type_)
-            else:
-                attr = ir.DenseElementsAttr.get(array, type=type_)
+            attr = ir.DenseElementsAttr.get(array, type=type_)
             op = ir.Operation.create("hexir.constant", results=[type_],
                                      attributes={"value": attr})
-            self._consts[key] = op.result
-        return self._consts[key]
+            self._consts[key] = (t.const, op.result)
+        return self._consts[key][1]
 
     def op(self, name: str, inputs: list[Tensor], shape, dtype, **attrs) -> Tensor:
         """`hexir.<name>` of `inputs` with a result of `shape` x `dtype`."""
@@ -281,14 +278,15 @@ def _binary_op(onnx: str, hexir: str, versions: tuple[int, ...]) -> None:
 
 for _onnx, _hexir in (("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "div")):
     _binary_op(_onnx, _hexir, (13, 14))
-for _onnx, _hexir in (("Equal", "equal"), ("Less", "less"), ("Greater", "greater")):
+for _onnx, _hexir, _versions in (("Equal", "equal", (13, 19)), ("Less", "less", (13,)),
+                                 ("Greater", "greater", (13,))):
     def _compare(e, xs, a, v, _hexir=_hexir):
         if xs[0].dtype != xs[1].dtype:
             raise NodeError(f"operands are {xs[0].dtype} and {xs[1].dtype}; expected one type")
         if _hexir != "equal" and xs[0].dtype == np.bool_:
             raise NodeError(f"{_hexir} of bool is not supported")
         return [e.elementwise(_hexir, xs[0], xs[1], dtype=np.bool_)]
-    handles(_onnx, 13, 19)(_compare)
+    handles(_onnx, *_versions)(_compare)
 
 _UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
           "Erf": "erf", "Neg": "neg", "Abs": "abs"}
@@ -338,7 +336,7 @@ def _reciprocal(e, xs, a, v):
     return [e.binary("div", e.scalar(1, xs[0].dtype), xs[0])]
 
 
-@handles("LeakyRelu", 16)
+@handles("LeakyRelu", 6, 16)
 def _leaky_relu(e, xs, a, v):
     x = xs[0]
     _floats(x, "LeakyRelu")
@@ -347,7 +345,7 @@ def _leaky_relu(e, xs, a, v):
     return [e.op("where", [negative, scaled, x], x.shape, x.dtype)]
 
 
-@handles("HardSigmoid", 22)
+@handles("HardSigmoid", 6, 22)
 def _hard_sigmoid(e, xs, a, v):
     x = xs[0]
     _floats(x, "HardSigmoid")
@@ -356,7 +354,7 @@ def _hard_sigmoid(e, xs, a, v):
     return [e.binary("max", e.binary("min", line, e.scalar(1, x.dtype)), e.scalar(0, x.dtype))]
 
 
-@handles("Softplus", 22)
+@handles("Softplus", 1, 22)
 def _softplus(e, xs, a, v):
     x = xs[0]
     _floats(x, "Softplus")
@@ -394,7 +392,7 @@ def _scalar_operand(e, t: Tensor, x: Tensor, what: str) -> Tensor:
     return e.reshape(t, ()) if t.shape else t
 
 
-@handles("Where", 16)
+@handles("Where", 9, 16)
 def _where(e, xs, a, v):
     cond, x, y = xs
     if cond.dtype != np.bool_ or x.dtype != y.dtype:
@@ -493,7 +491,7 @@ def _layer_norm(e, xs, a, v):
     return [y, mean, inverse]
 
 
-@handles("BatchNormalization", 15)
+@handles("BatchNormalization", 9, 14, 15)
 def _batch_norm(e, xs, a, v):
     x, scale, bias, mean, var = xs
     _floats(x, "BatchNormalization")
@@ -791,4 +789,4 @@ def _pool(kind: str):
 
 
 handles("MaxPool", 12, 22)(_pool("max"))
-handles("AveragePool", 19, 22)(_pool("average"))
+handles("AveragePool", 11, 19, 22)(_pool("average"))

@@ -1,0 +1,30 @@
+"""The per-op summary of the ONNX conformance suite: one line per op at the end of the run."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+_RESULTS: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+
+
+def pytest_runtest_logreport(report):
+    op = dict(report.user_properties).get("onnx_op")
+    if op is None or (report.when != "call" and not report.failed):
+        return
+    if report.when != "call":
+        verdict = "failed"
+    elif hasattr(report, "wasxfail"):
+        verdict = "unsupported"
+    else:
+        verdict = report.outcome
+    _RESULTS[op][verdict] += 1
+
+
+def pytest_terminal_summary(terminalreporter):
+    if not _RESULTS:
+        return
+    terminalreporter.section("ONNX node tests on cpu, by op")
+    for op in sorted(_RESULTS):
+        counts = _RESULTS[op]
+        terminalreporter.line(f"{op}: {counts['passed']} passed, {counts['failed']} failed, "
+                              f"{counts['unsupported']} unsupported")
