@@ -18,7 +18,16 @@ from collections.abc import Callable
 
 import numpy as np
 from hexir_compiler.mlir import ir
-from tir_interp import _SCALAR, InterpError, StepCompiler, _cmpf, _cmpi, _constant
+from tir_interp import (
+    _CONVERSIONS,
+    _SCALAR,
+    InterpError,
+    StepCompiler,
+    _cmpf,
+    _cmpi,
+    _constant,
+    _conversion,
+)
 
 Step = Callable[["_Thread"], None]
 AXES = ("x", "y", "z")
@@ -93,6 +102,7 @@ class GpuKernel(StepCompiler):
             _SCALAR.get(name)
             or (name == "arith.cmpi" and _cmpi(op))
             or (name == "arith.cmpf" and _cmpf(op))
+            or (name in _CONVERSIONS and _conversion(op))
         )
         if not fn:
             raise InterpError(f"no semantics for '{name}' in a gpu kernel")

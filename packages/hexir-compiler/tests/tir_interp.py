@@ -142,7 +142,7 @@ class Kernel(StepCompiler):
             memref = ir.MemRefType(self._buffer_types[slot])
             if (
                 array.shape != tuple(memref.shape)
-                or array.dtype != _FLOAT[str(memref.element_type)]
+                or array.dtype != {**_FLOAT, **_INT}[str(memref.element_type)]
             ):
                 found = f"{array.dtype}{list(array.shape)}"
                 raise InterpError(f"buffer #{number} is {found}, the kernel takes {memref}")
@@ -197,6 +197,7 @@ class Kernel(StepCompiler):
             _SCALAR.get(name)
             or (name == "arith.cmpi" and _cmpi(op))
             or (name == "arith.cmpf" and _cmpf(op))
+            or (name in _CONVERSIONS and _conversion(op))
         )
         if not fn:
             raise InterpError(f"no semantics for '{name}' (not an op the device lowering takes)")
@@ -320,6 +321,8 @@ def _constant(op: ir.Operation):
         return int(ir.IntegerAttr(attr).value)
     if isinstance(type_, ir.IntegerType) and ir.IntegerType(type_).width == 1:
         return bool(ir.IntegerAttr(attr).value)
+    if isinstance(type_, ir.IntegerType):
+        return _INT[str(type_)](ir.IntegerAttr(attr).value)
     return _FLOAT[str(type_)](ir.FloatAttr(attr).value)
 
 
@@ -332,6 +335,7 @@ def _constant_operand(op: ir.Operation, i: int) -> int:
 
 
 _FLOAT = {"f32": np.float32, "f64": np.float64}
+_INT = {"i8": np.int8, "i32": np.int32, "i64": np.int64}
 _CMPI = {0: "eq", 1: "ne", 2: "lt", 3: "le", 4: "gt", 5: "ge", 6: "lt", 7: "le", 8: "gt", 9: "ge"}
 _COMPARE = {
     "eq": lambda a, b: a == b,
@@ -343,6 +347,7 @@ _COMPARE = {
 }
 # Ordered float predicates (false when either side is NaN), by arith.cmpf's numbering.
 _CMPF = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le", 6: "ne"}
+_UNE = 13  # unordered or not equal: true when either side is NaN
 
 
 def _cmpi(op: ir.Operation):
@@ -351,6 +356,8 @@ def _cmpi(op: ir.Operation):
 
 def _cmpf(op: ir.Operation):
     predicate = ir.IntegerAttr(op.attributes["predicate"]).value
+    if predicate == _UNE:
+        return lambda a, b: bool(np.isnan(a) or np.isnan(b) or a != b)
     if predicate not in _CMPF:
         raise InterpError(f"arith.cmpf predicate {predicate} is not supported here")
     compare = _COMPARE[_CMPF[predicate]]
@@ -373,10 +380,61 @@ def _remui(a: int, b: int) -> int:
     return a % b
 
 
+def _divsi(a, b):
+    """Signed division truncating toward zero; the hardware traps on / 0 and MIN / -1."""
+    if b == 0 or (b == -1 and a == np.iinfo(type(a)).min):
+        raise InterpError(f"arith.divsi {a} / {b} traps")
+    q = abs(int(a)) // abs(int(b))
+    return type(a)(q if (a < 0) == (b < 0) else -q)
+
+
+def _int_op(fn):
+    """An integer op in the operands' width, wrapping as the hardware does."""
+    def run(*xs):
+        with np.errstate(over="ignore"):
+            return fn(*xs)
+    return run
+
+
+# Conversions: the result type decides the value's numpy type.
+_CONVERSIONS = {"arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp", "arith.uitofp",
+                "arith.fptosi", "arith.extf", "arith.truncf", "arith.index_cast"}
+
+
+def _conversion(op: ir.Operation):
+    to = op.results[0].type
+    name = op.name
+    if isinstance(to, ir.IndexType):
+        return int
+    text = str(to)
+    if text == "i1":
+        return bool
+    cast = _INT.get(text) or _FLOAT[text]
+    if name == "arith.fptosi":
+        def fptosi(x):
+            if not np.isfinite(x) or not np.iinfo(cast).min <= x <= np.iinfo(cast).max:
+                raise InterpError(f"arith.fptosi of {x} to {text} is poison")
+            return cast(math.trunc(float(x)))
+        return fptosi
+    if name == "arith.extui":
+        return lambda x: cast(int(x) & ((1 << ir.IntegerType(op.operands[0].type).width) - 1))
+    if name == "arith.trunci":
+        return lambda x: np.array(int(x)).astype(np.int64).astype(cast)[()]
+    if name == "arith.uitofp":
+        return lambda x: cast(int(x) & ((1 << ir.IntegerType(op.operands[0].type).width) - 1))
+    return lambda x: cast(x)
+
+
 _SCALAR: dict[str, Callable] = {
-    "arith.addi": lambda a, b: a + b,
-    "arith.subi": lambda a, b: a - b,
-    "arith.muli": lambda a, b: a * b,
+    "arith.divsi": _divsi,
+    "arith.maxsi": lambda a, b: max(a, b),
+    "arith.minsi": lambda a, b: min(a, b),
+    "math.absi": _int_op(lambda a: type(a)(abs(a)) if not isinstance(a, int) else abs(a)),
+    "math.log": np.log,
+    "math.powf": np.power,
+    "arith.addi": _int_op(lambda a, b: a + b),
+    "arith.subi": _int_op(lambda a, b: a - b),
+    "arith.muli": _int_op(lambda a, b: a * b),
     "arith.divui": _divui,
     "arith.remui": _remui,
     "arith.andi": lambda a, b: a and b,

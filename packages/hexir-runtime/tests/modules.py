@@ -16,6 +16,7 @@ from hexir_format import TensorType as T
 
 CPU, CUDA = Device.CPU, Device.CUDA
 F32, F64 = DType.F32, DType.F64
+I32, I64, BOOL = DType.I32, DType.I64, DType.BOOL
 A = np.array([[3.0, 1.0], [2.0, 2.0]])
 W = np.array([[1.0, 5.0], [5.0, 2.0]])
 
@@ -147,6 +148,25 @@ def hetero() -> hf.Module:
         Command.dispatch(0, (1, 2, 3)), Command.copy(4, 3), Command.alloc(5, 32),
         Command.dispatch(1, (4, 5)), Command.output(5, 0), Command.output(3, 1)))
     return hf.Module(4, (main,), W.tobytes(), exes, slots)
+
+
+OFFSETS = np.array([0, 3, -7, 2**31 - 1], dtype=np.int32)
+
+
+def named_io(names: tuple[tuple[str, ...], tuple[str, ...]] = (
+        ("tokens", "mask"), ("mask", "tokens", "offsets"))) -> hf.Module:
+    """v5 without kernels: `main(tokens: 2x3xi64, mask: 3xi1) -> (mask: 3xi1, tokens: 2x3xi64,
+    offsets: 4xi32)` returns its inputs (the tokens through a COPY) and a constant, OFFSETS,
+    and PRINTs the tokens and the mask; `plain(3xi32) -> (3xi32)` returns its input and names
+    nothing. `names` renames main's inputs and outputs (empty: none)."""
+    tokens, mask, offsets, ints = T(I64, (2, 3)), T(BOOL, (3,)), T(I32, (4,)), T(I32, (3,))
+    slots = tuple(Slot(CPU, t) for t in (tokens, mask, tokens, offsets, ints))
+    main = Function("main", (
+        Command.input(0, 0), Command.input(1, 1), Command.copy(2, 0),
+        Command.const(3, 0, offsets.nbytes), Command.print(0, 2, 3), Command.print(1, 1, 3),
+        Command.output(1, 0), Command.output(2, 1), Command.output(3, 2)), *names)
+    plain = Function("plain", (Command.input(4, 0), Command.output(4, 0)))
+    return hf.Module(5, (main, plain), OFFSETS.tobytes(), (), slots)
 
 
 def write(directory: Path, name: str, module: hf.Module) -> Path:

@@ -38,9 +38,14 @@ def test_bad_arguments_exit_2_with_one_line(argv, message):
 def test_help_names_every_form_of_input_and_output(builtin_hxb):
     code, out, _ = run("--help")
     assert code == 0 and out.startswith("usage: hexir-run <module.hxb>")
-    for form in ("--input=TYPE=VALUES", "--input=@FILE.npy", "--input=@FILE.npz",
+    synopsis, explained = out.split("\n\n", 1)
+    for form in ("--input=[NAME=]TYPE=VALUES", "--input=[NAME=]@FILE.npy", "--input=@FILE.npz",
                  "--output=@FILE.npz", "--output=@FILE.npy", "--version", "--selftest"):
-        assert out.count(form) >= 2, form  # in the synopsis and explained
+        assert form in synopsis, form
+    for form in ("--input=TYPE=VALUES", "--input=@FILE.npy", "--input=NAME=TYPE=VALUES",
+                 "--input=NAME=@FILE.npy", "--input=@FILE.npz", "--output=@FILE.npz",
+                 "--output=@FILE.npy", "--version", "--selftest"):
+        assert form in explained, form
 
 
 def test_version():
@@ -79,7 +84,7 @@ def test_inputs_from_text_and_npy_and_outputs_to_npz(tmp_path):
     ("--input=2x3xf32=1,2", "--input=2x3xf32=1,2: 2x3xf32 holds 6 values, 2 given"),
     ("--input=2x3xf32=a", "values must be numbers"),
     ("--input=2x3xq8=1", "'q8' is not an element type"),
-    ("--input=12", "expected TYPE=VALUES"),
+    ("--input=12", "expected [NAME=]TYPE=VALUES"),
     ("--input=@/nonexistent.npy", "cannot read: No such file or directory"),
     ("--entry=main", "main takes 1 input (2x3xf32), got 0"),
     ("--entry=other", "other failed: not found: no entry point 'other'"),

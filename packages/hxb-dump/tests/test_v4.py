@@ -11,25 +11,8 @@ from hexir_format import DType, Executable, KernelKind
 from hexir_format import TensorType as T
 
 import dump_samples
+from conftest import block
 from hxb_dump.facts import extents
-
-
-@pytest.fixture
-def module_file(tmp_path):
-    def write(name: str):
-        path = tmp_path / f"{name}.hxb"
-        path.write_bytes(hf.build(dump_samples.MODULES[name]()))
-        return path
-
-    return write
-
-
-def block(out: str, title: str) -> list[str]:
-    """The lines of one part of the listing, from its title line to the blank line."""
-    lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith(title))
-    end = next((i for i in range(start, len(lines)) if not lines[i]), len(lines))
-    return lines[start:end]
 
 
 def test_mlp_slots_signature_and_commands(dump, module_file):

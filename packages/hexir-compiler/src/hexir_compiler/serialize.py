@@ -53,7 +53,7 @@ def serialize(module: ir.Module, target: str | None = None, cpu: str | None = No
     writer = _Writer(index)
     functions = [writer.function(op) for op in entries]
     return hf.Module(
-        5, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots)
+        5, tuple(functions), memoryview(writer.rodata), tuple(executables), tuple(writer.slots)
     )
 
 
@@ -245,13 +245,12 @@ class _Writer:
         ttype = tensor_type(op.results[0].type)
         dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")
         # The buffer protocol gives the elements (a splat's too, repeated) without a Python loop.
-        data = np.broadcast_to(np.asarray(value).astype(dtype), ttype.shape)
-        raw = data.tobytes()
+        data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.shape)
         offset = len(self.rodata)
-        self.rodata += raw
+        self.rodata += memoryview(np.ascontiguousarray(data)).cast("B")  # no bytes copy
         self.rodata += bytes(-len(self.rodata) % 8)
         slot = self._result(op, slot_of)
-        return [hf.Command.const(slot, offset, len(raw))]
+        return [hf.Command.const(slot, offset, data.nbytes)]
 
     def _call(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value

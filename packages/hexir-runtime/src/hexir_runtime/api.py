@@ -3,6 +3,8 @@
     with hexir_runtime.load("model.hxb", device="cuda") as m:
         printed = m.run("main")        # what the program PRINTed, as numpy arrays
         y = m.main(x)                  # or m["main"](x): the entry's results
+        y = m.main(x=x)                # inputs by name, where the module names them
+        d = m.main.results(x)          # the results by name: {"y": ...}
 
 `load` maps and validates the file, then creates the devices: cpu always, cuda when asked
 for. Executables are loaded and constants uploaded once per load, on first use, and reused
@@ -11,7 +13,7 @@ by every later call.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -33,19 +35,65 @@ def load(path: Source, device: str = "cpu", *, copy: bool = False,
     return Module(path, device, copy=copy, max_alloc_bytes=max_alloc_bytes, driver=driver)
 
 
+def arrange(plan: EntryPlan, inputs: Sequence[Any] | Mapping[str, Any],
+            named: Mapping[str, Any] | None = None) -> Sequence[Any]:
+    """The inputs in index order: `inputs` by position (or a mapping of input names to
+    arrays), then `named` by the entry's input names. A name the entry does not have, one
+    given twice or one left out is a one-line InputError listing the entry's input names; a
+    module that names no inputs takes them by position only."""
+    if isinstance(inputs, Mapping):
+        if twice := sorted(inputs.keys() & (named or {}).keys()):
+            raise InputError(f"input '{twice[0]}' of {plan.name} is given twice, in the mapping "
+                             f"and as a keyword{_names_of(plan)}")
+        inputs, named = (), {**inputs, **(named or {})}
+    if not named:
+        return inputs
+    names = plan.signature.input_names
+    if not names:
+        raise InputError(f"{plan.name} names no inputs, so they are given by position, not by "
+                         f"name ({', '.join(map(str, named))})")
+    for name in named:
+        if name not in names:
+            raise InputError(f"{plan.name} has no input named '{name}'{_names_of(plan)}")
+        if names.index(name) < len(inputs):
+            raise InputError(f"input '{name}' of {plan.name} is given twice, by position and "
+                             f"by name{_names_of(plan)}")
+    if missing := [n for n in names[len(inputs):] if n not in named]:
+        raise InputError(f"input '{missing[0]}' of {plan.name} is missing{_names_of(plan)}")
+    return [*inputs, *(named[n] for n in names[len(inputs):])]
+
+
+def _names_of(plan: EntryPlan) -> str:
+    return f"; its inputs are: {', '.join(plan.signature.input_names) or 'none'}"
+
+
+def typed(names: tuple[str, ...], types: tuple[TensorType, ...]) -> str:
+    """`x: 2x3xf32, mask: 3xi1`, or `2x3xf32, 3xi1` where the module names none."""
+    return ", ".join(f"{n}: {t}" for n, t in zip(names, types)) if names else \
+        ", ".join(map(str, types))
+
+
 def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
     """The inputs as contiguous arrays of the entry's signature, or a one-line InputError."""
-    want = plan.signature.inputs
+    want, names = plan.signature.inputs, plan.signature.input_names
     if not isinstance(inputs, Sequence) or isinstance(inputs, str | bytes):
         raise InputError(f"{plan.name}: inputs must be a list or tuple of arrays, not "
                          f"{_article(type(inputs).__name__)} {type(inputs).__name__}")
     if len(inputs) != len(want):
-        types = ", ".join(map(str, want)) or "none"
+        types = typed(names, want) or "none"
         raise InputError(f"{plan.name} takes {len(want)} input{'s' * (len(want) != 1)} "
                          f"({types}), got {len(inputs)}")
     return [x if type(x) is np.ndarray and x.dtype.name == t.dtype.numpy and x.shape == t.shape
-            and x.flags.c_contiguous else _check_input(plan.name, i, x, t)  # the common case
+            and x.flags.c_contiguous else  # the common case
+            _check_input(_input_label(plan, i), x, t)
             for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
+
+
+def _input_label(plan: EntryPlan, index: int) -> str:
+    """`input 1 of main`, or `input 1 ('mask') of main` where the module names it."""
+    names = plan.signature.input_names
+    label = f" ('{names[index]}')" if names else ""
+    return f"input {index}{label} of {plan.name}"
 
 
 def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> None:
@@ -71,17 +119,24 @@ def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> None:
                              f"array, got {_article(what)} {what}")
 
 
-def _check_input(entry: str, index: int, x: Any, t: TensorType) -> np.ndarray:
-    where = f"input {index} of {entry}: expected {t}"
+def _check_input(where: str, x: Any, t: TensorType) -> np.ndarray:
+    where = f"{where}: expected {t}"
     if isinstance(x, np.ma.MaskedArray):
         raise InputError(f"{where}, got a masked array; its mask would be ignored: pass "
                          "x.filled(value) (or x.data) to say what masked elements hold")
     if not isinstance(x, np.ndarray):
+        what = f"{_article(type(x).__name__)} {type(x).__name__}"
         try:
-            x = np.asarray(x, dtype=t.dtype.numpy)
-        except (TypeError, ValueError) as e:
-            raise InputError(f"{where}, got {_article(type(x).__name__)} {type(x).__name__} numpy "
-                             f"cannot convert ({e})") from None
+            converted = np.asarray(x, dtype=t.dtype.numpy)
+            # numpy would truncate 2.5 to an integer and make any nonzero value true: an
+            # integer or boolean input takes only the values its type holds exactly
+            exact = t.dtype.is_float or np.array_equal(converted, np.asarray(x))
+        except (TypeError, ValueError, OverflowError) as e:
+            raise InputError(f"{where}, got {what} numpy cannot convert ({e})") from None
+        if not exact:
+            raise InputError(f"{where}, got {what} whose values are not all exactly "
+                             f"{t.dtype.numpy} values")
+        x = converted
     elif x.dtype != np.dtype(t.dtype.numpy):
         raise InputError(f"{where}, got {_article(x.dtype.name)} {x.dtype} array of shape "
                          f"{_shape(x.shape)}")
@@ -99,7 +154,12 @@ def _shape(shape: tuple[int, ...]) -> str:
 
 
 class EntryPoint:
-    """One entry of a loaded module; calling it runs it and returns its results."""
+    """One entry of a loaded module; calling it runs it and returns its results.
+
+    Inputs go by position, by name (where the module names them) or both, positional first:
+    `m.main(x, mask=m)`, `m.main(x=x, mask=m)`, or one mapping `m.main({"x": x, "mask": m})`
+    (the way to pass an input named `out`, which as a keyword is the results' destination).
+    """
 
     def __init__(self, module: Module, plan: EntryPlan):
         self._module = module
@@ -107,28 +167,46 @@ class EntryPoint:
         self.name = plan.name
         self.signature = plan.signature
 
-    def check_inputs(self, *inputs: Any) -> list[np.ndarray]:
+    def check_inputs(self, *inputs: Any, **named: Any) -> list[np.ndarray]:
         """The inputs as this entry will see them, or the InputError calling it would raise."""
-        return check_inputs(self._plan, inputs)
+        return check_inputs(self._plan, arrange(self._plan, _given(inputs), named))
 
-    def __call__(self, *inputs: Any, out: np.ndarray | Sequence[np.ndarray] | None = None
-                 ) -> np.ndarray | tuple[np.ndarray, ...] | None:
+    def __call__(self, *inputs: Any, out: np.ndarray | Sequence[np.ndarray] | None = None,
+                 **named: Any) -> np.ndarray | tuple[np.ndarray, ...] | None:
         """The results: None without outputs, the array for one, a tuple for several.
 
         `out` (an array, or one per output) receives the results instead of fresh arrays:
         each a C-contiguous, writable array of its output's exact type, which is returned."""
-        if isinstance(out, np.ndarray):
-            out = (out,)
-        outputs = self._module.execute(self.name, inputs, out=out).outputs
+        outputs = self._run(inputs, named, out).outputs
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
 
+    def results(self, *inputs: Any, out: np.ndarray | Sequence[np.ndarray] | None = None,
+                **named: Any) -> dict[str, np.ndarray]:
+        """The results by name, in output order (`Execution.results`): the module's output
+        names, or `output_0`, `output_1`, ... where it names none."""
+        return self._run(inputs, named, out).results
+
+    def _run(self, inputs: tuple[Any, ...], named: dict[str, Any],
+             out: np.ndarray | Sequence[np.ndarray] | None) -> Execution:
+        if isinstance(out, np.ndarray):
+            out = (out,)
+        return self._module.execute(self.name, arrange(self._plan, _given(inputs), named),
+                                    out=out)
+
     def __str__(self) -> str:
-        return f"{self.name}{self.signature}"
+        s = self.signature
+        return f"{self.name}({typed(s.input_names, s.inputs)}) -> " \
+               f"({typed(s.output_names, s.outputs)})"
 
     def __repr__(self) -> str:
         return f"<hexir_runtime.EntryPoint {self}>"
+
+
+def _given(inputs: tuple[Any, ...]) -> Sequence[Any] | Mapping[str, Any]:
+    """A call's positional arguments: one mapping is the inputs by name."""
+    return inputs[0] if len(inputs) == 1 and isinstance(inputs[0], Mapping) else inputs
 
 
 class Module:
@@ -169,13 +247,14 @@ class Module:
         prepare(self._live(), self._plan(entry))
         return self._entries[entry]
 
-    def execute(self, entry: str = "main", inputs: Sequence[Any] = (),
+    def execute(self, entry: str = "main", inputs: Sequence[Any] | Mapping[str, Any] = (),
                 on_print: Printer | None = None,
                 out: Sequence[np.ndarray] | None = None) -> Execution:
-        """Run `entry`; `on_print` sees each PRINTed array as it is printed; `out` (one array
-        per output, of its exact type) receives the results instead of fresh arrays."""
+        """Run `entry` on `inputs` (by position, or a mapping by input name); `on_print` sees
+        each PRINTed array as it is printed; `out` (one array per output, of its exact type)
+        receives the results instead of fresh arrays."""
         plan = self._plan(entry)
-        checked = check_inputs(plan, inputs)
+        checked = check_inputs(plan, arrange(plan, inputs))
         if out is not None:
             check_outputs(plan, out)
         return execute(self._live(), plan, checked, on_print, out)
@@ -188,8 +267,9 @@ class Module:
         return self._resident
 
     def run(self, entry: str = "main", *inputs: Any) -> list[np.ndarray]:
-        """Run `entry` and return what it printed, one array per PRINT."""
-        return self.execute(entry, inputs).printed
+        """Run `entry` (inputs by position, or one mapping by name) and return what it
+        printed, one array per PRINT."""
+        return self.execute(entry, _given(inputs)).printed
 
     def _plan(self, entry: str) -> EntryPlan:
         if entry not in self._plans:

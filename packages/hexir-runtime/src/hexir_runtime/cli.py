@@ -1,7 +1,7 @@
 """`hexir-run`: run a `.hxb` module, or exercise a device's HAL with `--selftest`.
 
     hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
-              [--input=TYPE=VALUES | --input=@FILE.npy | --input=@FILE.npz]...
+              [--input=[NAME=]TYPE=VALUES | --input=[NAME=]@FILE.npy | --input=@FILE.npz]...
               [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N]
     hexir-run --selftest [--device=cpu|cuda]
     hexir-run --version
@@ -19,18 +19,18 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
-from hexir_format import Device, HexirError
+from hexir_format import Device, DType, HexirError
 from hexir_format.files import terminate_as_interrupt
 
 from hexir_runtime import hal
 from hexir_runtime.api import Module
 from hexir_runtime.errors import EntryNotFound, ValidationError
-from hexir_runtime.tensors_io import output_path, parse_input, write_outputs
+from hexir_runtime.tensors_io import gather, output_path, parse_input, write_outputs
 
 PROG = "hexir-run"
 USAGE = """\
 usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
-                 [--input=TYPE=VALUES | --input=@FILE.npy | --input=@FILE.npz]...
+                 [--input=[NAME=]TYPE=VALUES | --input=[NAME=]@FILE.npy | --input=@FILE.npz]...
                  [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N]
        hexir-run --selftest [--device=cpu|cuda]
        hexir-run --version
@@ -38,16 +38,23 @@ usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
   --device=cpu|cuda     make cuda available (the cpu always is); each kernel runs where the
                         compiler placed it, and a module that never needs cuda runs on the cpu
   --entry=NAME          the entry point to run (default: main)
-  --input=TYPE=VALUES   the next input: 2x3xf32=1,2,3,4,5,6 (one value fills the tensor)
+  --input=TYPE=VALUES   the next input: 2x3xf32=1,2,3,4,5,6 (one value fills the tensor);
+                        integers for i32 and i64 (2xi64=7,-1), 1/0 or true/false for i1
   --input=@FILE.npy     the next input, from a .npy file
-  --input=@FILE.npz     the next inputs: its arrays input_0, input_1, ... (every array, in
-                        file order, if none has such a name)
-  --output=@FILE.npz    write the results, as output_0, output_1, ..., instead of printing
-  --output=@FILE.npy    them (a .npy file holds the only result)
+  --input=NAME=TYPE=VALUES, --input=NAME=@FILE.npy
+                        the input NAME, where the module names its inputs (after those
+                        given by position)
+  --input=@FILE.npz     the inputs: its arrays named as the entry's inputs, else input_0,
+                        input_1, ... (else every array, in file order)
+  --output=@FILE.npz    write the results under the entry's output names (output_0,
+                        output_1, ... where the module names none) instead of printing them
+  --output=@FILE.npy    write the only result
   -q, --quiet           print only what the program PRINTs
   --benchmark=N         time N calls (after up to 10 warm-up calls): min, median, max
   --selftest            a round trip through the device's HAL
-  --version             print the versions of hexir-run and its format"""
+  --version             print the versions of hexir-run and its format
+
+Integers print as integers and i1 values as 1 and 0, by PRINT and in the results."""
 SELFTEST_VALUES = np.array([1.0, 2.0, 3.0, 4.0])
 
 
@@ -150,17 +157,21 @@ def banner(module: Module, entry: str, out: TextIO) -> None:
 
 
 def print_rows(array: np.ndarray, out: TextIO) -> None:
-    """A PRINT: each value as C's `%f` followed by a space, one line per row."""
+    """A PRINT: each value followed by a space, one line per row; a float as C's `%f`, an
+    integer as `%d`, an i1 as 1 or 0 (what `--input` reads back)."""
+    text = (lambda v: f"{float(v):f} ") if array.dtype.kind == "f" else (lambda v: f"{int(v)} ")
     for row in array:
-        out.write("".join(f"{float(v):f} " for v in row) + "\n")
+        out.write("".join(map(text, row)) + "\n")
     out.flush()
 
 
-def print_result(index: int, array: np.ndarray, out: TextIO) -> None:
-    dtype = {"float32": "f32", "float64": "f64"}[str(array.dtype)]
-    shape = "x".join([*map(str, array.shape), dtype])
-    print(f"result[{index}]: {shape}", file=out)
-    print(np.array2string(array, threshold=1000, edgeitems=3), file=out)
+def print_result(index: int, name: str | None, array: np.ndarray, out: TextIO) -> None:
+    """A result numpy-style, after its index, its name (when the module names it) and type;
+    i1 values as 1 and 0, as PRINT writes them."""
+    shape = "x".join([*map(str, array.shape), str(DType.from_name(array.dtype.name))])
+    print(f"result[{index}]{f' {name}' if name else ''}: {shape}", file=out)
+    print(np.array2string(array, threshold=1000, edgeitems=3,
+                          formatter={"bool": lambda v: str(int(v))}), file=out)
 
 
 def benchmark(module: Module, entry: str, inputs: list[np.ndarray], calls: int,
@@ -185,7 +196,7 @@ def benchmark(module: Module, entry: str, inputs: list[np.ndarray], calls: int,
 
 
 def run_module(opts: Options, out: TextIO) -> int:
-    inputs = [array for text in opts.inputs for array in parse_input(text)]
+    given = [parse_input(text) for text in opts.inputs]
     if opts.output is not None:
         output_path(opts.output)
     try:
@@ -197,7 +208,8 @@ def run_module(opts: Options, out: TextIO) -> int:
             entry = module.prepare(opts.entry)
         except EntryNotFound as e:
             raise HexirError(f"{opts.entry} failed: not found: {e}") from None
-        inputs = entry.check_inputs(*inputs)  # every refusal before the banner
+        positional, named = gather(given, entry.signature.input_names)
+        inputs = entry.check_inputs(*positional, **named)  # every refusal before the banner
         if opts.output is not None and not entry.signature.outputs:
             raise HexirError(f"--output={opts.output}: {opts.entry} returns nothing, so there "
                              "is nothing to write")
@@ -207,10 +219,11 @@ def run_module(opts: Options, out: TextIO) -> int:
             banner(module, opts.entry, out)
         result = module.execute(opts.entry, inputs, on_print=lambda a: print_rows(a, out))
     if opts.output is not None:
-        write_outputs(opts.output, result.outputs)
+        write_outputs(opts.output, result.results)
     elif not opts.quiet:
-        for i, array in enumerate(result.outputs):
-            print_result(i, array, out)
+        names = result.output_names or (None,) * len(result.outputs)
+        for i, (name, array) in enumerate(zip(names, result.outputs, strict=True)):
+            print_result(i, name, array, out)
     return 0
 
 

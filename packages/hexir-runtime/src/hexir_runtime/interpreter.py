@@ -95,6 +95,15 @@ class Execution:
 
     outputs: tuple[np.ndarray, ...]
     printed: list[np.ndarray]
+    output_names: tuple[str, ...] = ()  # as the module names them: none, or one per output
+
+    @property
+    def results(self) -> dict[str, np.ndarray]:
+        """The results by name, in output order: the module's output names, or `output_0`,
+        `output_1`, ... where it names none (the names `hexir-run --output=@FILE.npz` writes
+        either way, so a file and a call agree)."""
+        names = self.output_names or tuple(f"output_{i}" for i in range(len(self.outputs)))
+        return dict(zip(names, self.outputs, strict=True))
 
 
 Printer = Callable[[np.ndarray], None]
@@ -333,7 +342,7 @@ class Program:
             except DeviceError as e:
                 raise ExecutionError(f"{self.plan.name}: command {len(self.plan.commands)} "
                                      f"(end): {e}") from None
-            return Execution(outputs, call.printed)
+            return Execution(outputs, call.printed, self.plan.signature.output_names)
         finally:
             self._give(arena)
 

@@ -69,11 +69,20 @@ def _functions(module: Module) -> list[Facts]:
             "program_offset": offset,
             "inputs": inputs,
             "outputs": outputs,
-            "signature": f"{function.name}({', '.join(inputs)}) -> ({', '.join(outputs)})",
+            "input_names": list(function.inputs),
+            "output_names": list(function.outputs),
+            "signature": f"{function.name}({_named(function.inputs, inputs)}) -> "
+                         f"({_named(function.outputs, outputs)})",
             "commands": commands,
         })
         offset = pc + COMMAND_HEADER  # the END that closes the function
     return out
+
+
+def _named(names: tuple[str, ...], types: list[str]) -> str:
+    """`x: 2x3xf32, mask: 3xi1` where the module names them, else `2x3xf32, 3xi1` (a count
+    that does not match, which the validator refuses, names what it can)."""
+    return ", ".join([*(f"{n}: {t}" for n, t in zip(names, types)), *types[len(names):]])
 
 
 def _command(pc: int, command: Command) -> Facts:

@@ -1,20 +1,20 @@
 """The text listing of a module's facts, in the earlier tool's format.
 
 Version 3 modules print exactly as `tools/hxb-dump.py` printed them; version 4 adds the slots,
-entry-point signatures, typed rodata, argument types and params. Each part prints only when
-its facts are there, which is how a damaged file gets its header and section table (or just
-its size) and nothing that was not safe to read.
+entry-point signatures, typed rodata, argument types and params; version 5 the names of an
+entry's inputs and outputs in its signature, where the module names them. Each part prints
+only when its facts are there, which is how a damaged file gets its header and section table
+(or just its size) and nothing that was not safe to read.
 """
 
 from __future__ import annotations
 
-from hexir_format import printable
+from hexir_format import DType, printable
 
 from hxb_dump.facts import Facts
 from hxb_dump.params import render as render_params
 
 VALUES_PER_ROW = 4
-ITEMSIZE = {"f32": 4, "f64": 8}
 NO_IMAGE = "none -- the runtime supplies the body"
 
 
@@ -96,10 +96,15 @@ def _rows(r: Facts) -> list[str]:
     values = r.get("values")
     if values is None:
         return []
-    itemsize = ITEMSIZE[r["dtype"]]
+    itemsize = DType.from_name(r["dtype"]).itemsize
     return [f"    +{r['offset'] + i * itemsize:<5} "
-            + "  ".join(f"{v:g}" for v in values[i:i + VALUES_PER_ROW])
+            + "  ".join(map(_value, values[i:i + VALUES_PER_ROW]))
             for i in range(0, len(values), VALUES_PER_ROW)]
+
+
+def _value(v: float) -> str:
+    """A float as `%g`; an integer in full (an i64 may need every digit); an i1 as 1 or 0."""
+    return f"{v:g}" if isinstance(v, float) else str(int(v))
 
 
 def _executables(exes: list[Facts], typed: bool) -> list[str]:

@@ -3,8 +3,9 @@
 Version 3 rodata holds f64 only, so the whole section is one run of doubles (which is how the
 earlier tool printed it). Version 4 rodata is untyped bytes: a range has a type only through
 the CONST commands that bind it to a slot, so each distinct (offset, bytes, dtype) a CONST
-names becomes one typed range. A range that does not lie inside rodata is listed without
-values; the verifier reports it.
+names becomes one typed range (version 5's i32, i64 and i1 ranges hold integers and
+booleans). A range that does not lie inside rodata is listed without values; the verifier
+reports it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import struct
 
 from hexir_format import DType, Module, Op
 
-FORMATS = {DType.F32: "f", DType.F64: "d"}
+FORMATS = {DType.F32: "f", DType.F64: "d", DType.I32: "i", DType.I64: "q", DType.BOOL: "?"}
 
 
 def ranges(module: Module, *, values: bool) -> list[dict[str, object]]:

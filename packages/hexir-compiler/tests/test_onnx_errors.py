@@ -1,0 +1,102 @@
+"""Bad models through `hexir`: one line naming the node or tensor, a non-zero exit, no
+traceback and no output file."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+from hexir_compiler import cli  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, initializers=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+X = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+Y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+
+
+def _short_initializer():
+    w = numpy_helper.from_array(np.ones((2, 3), np.float32), "w")
+    w.raw_data = w.raw_data[:8]
+    return _model([helper.make_node("Add", ["x", "w"], ["y"], name="add")], [X], [Y], [w])
+
+
+BAD = {
+    "missing input": (_model([helper.make_node("Relu", ["nope"], ["y"], name="r")], [X], [Y]),
+                      "node 'r' (Relu): input 'nope' is computed by no earlier node"),
+    "unknown op": (_model([helper.make_node("Sin", ["x"], ["y"], name="s")], [X], [Y]),
+                   "node 's' (Sin): Sin is not an op Hexir imports"),
+    "opset out of range": (_model([helper.make_node("Relu", ["x"], ["y"])], [X], [Y], opset=12),
+                           "opset 12 is outside the 13-25 Hexir reads"),
+    "symbolic dimension": (_model([helper.make_node("Relu", ["x"], ["y"])],
+                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                 ["batch", 3])], [Y]),
+                           "input 'x' dimension 0 ('batch') is symbolic; bind it with "
+                           "-input-shape=x="),
+    "short initializer": (_short_initializer(),
+                          "initializer 'w' (shape [2, 3]): its data does not hold its shape"),
+    "unsupported element type": (
+        _model([helper.make_node("Relu", ["x"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])], [Y]),
+        "input 'x' has element type FLOAT16"),
+    "version newer than any handler": (
+        _model([helper.make_node("Gelu", ["x"], ["y"], name="g")], [X], [Y], opset=17),
+        "node 'g' (Gelu): Gelu is not an op of opset 17"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_model_is_one_line_and_no_file(case, tmp_path, capsys):
+    model, message = BAD[case]
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(model.SerializeToString())
+    out = tmp_path / "out.hxb"
+    assert cli.main(["-emit=hxb", "-o", str(out), str(path)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert message in err
+    assert not out.exists() and list(tmp_path.iterdir()) == [path]
+
+
+def test_a_malformed_protobuf_is_refused(tmp_path, capsys):
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(b"\x0a\xff\xff\xff\xff\x0fgarbage")
+    assert cli.main(["-emit=hxb", "-o", str(tmp_path / "o.hxb"), str(path)]) != 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not an ONNX model" in err and "Traceback" not in err
+    assert not (tmp_path / "o.hxb").exists()
+
+
+def test_input_shape_binds_a_symbolic_dimension_and_fix_input_fixes_an_axes_operand(tmp_path):
+    import hexir_runtime
+
+    data = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
+    axes = helper.make_tensor_value_info("axes", TensorProto.INT64, [1])
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    model = _model([helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=0)],
+                   [data, axes], [out])
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    hxb = tmp_path / "m.hxb"
+    assert cli.main(["-emit=hxb", "-input-shape=x=4x3", "-fix-input=axes=1", "-o", str(hxb),
+                     str(path)]) == 0
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    np.testing.assert_array_equal(hexir_runtime.load(str(hxb)).main(x), x.sum(1))
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("-input-shape=x", "invalid -input-shape entry 'x'"),
+    ("-input-shape=x=2xq", "invalid -input-shape entry 'x=2xq'"),
+    ("-fix-input=axes=a", "invalid -fix-input entry 'axes=a'"),
+])
+def test_malformed_flags_are_usage_errors(flag, message, capsys):
+    assert cli.main(["-emit=mlir", flag, "m.onnx"]) == 2
+    assert message in capsys.readouterr().err
