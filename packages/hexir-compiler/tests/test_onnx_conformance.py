@@ -13,9 +13,9 @@ import re
 
 import hexir_format as hf
 import numpy as np
-import onnx_node_tests as node
 import pytest
 
+import onnx_node_tests as node
 from hexir_compiler import CompileError
 from hexir_compiler.frontend import onnx_ops
 

@@ -21,7 +21,6 @@ import re
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context

@@ -10,10 +10,10 @@ from __future__ import annotations
 from hexir_format import layout as L
 from hexir_format.errors import FormatError
 from hexir_format.model import (
+    MAX_IO_NAME,
     MAX_RANK,
     NAME_BYTES,
     V3_OPS,
-    MAX_IO_NAME,
     V4_DTYPES,
     Command,
     Device,
