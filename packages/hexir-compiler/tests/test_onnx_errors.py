@@ -3,6 +3,7 @@ traceback and no output file."""
 
 from __future__ import annotations
 
+import hexir_format
 import numpy as np
 import pytest
 
@@ -12,10 +13,10 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 from hexir_compiler import cli  # noqa: E402
 
 
-def _model(nodes, inputs, outputs, initializers=(), opset=17):
+def _model(nodes, inputs, outputs, initializers=(), opset=17, ir_version=8):
     graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
-    model.ir_version = 8
+    model.ir_version = ir_version
     return model
 
 
@@ -34,6 +35,10 @@ BAD = {
                       "node 'r' (Relu): input 'nope' is computed by no earlier node"),
     "unknown op": (_model([helper.make_node("Sin", ["x"], ["y"], name="s")], [X], [Y]),
                    "node 's' (Sin): Sin is not an op Hexir imports"),
+    "IR version too old": (_model([helper.make_node("Relu", ["x"], ["y"])], [X], [Y],
+                                  ir_version=6), "IR version 6 is outside the 7-14"),
+    "IR version too new": (_model([helper.make_node("Relu", ["x"], ["y"])], [X], [Y],
+                                  ir_version=15), "IR version 15 is outside the 7-14"),
     "opset out of range": (_model([helper.make_node("Relu", ["x"], ["y"])], [X], [Y], opset=12),
                            "opset 12 is outside the 13-25 Hexir reads"),
     "symbolic dimension": (_model([helper.make_node("Relu", ["x"], ["y"])],
@@ -64,6 +69,15 @@ def test_a_bad_model_is_one_line_and_no_file(case, tmp_path, capsys):
     assert err.count("\n") == 1 and "Traceback" not in err
     assert message in err
     assert not out.exists() and list(tmp_path.iterdir()) == [path]
+
+
+def test_the_ir_version_onnx_helper_writes_by_default_is_read():
+    import hexir_compiler
+
+    model = helper.make_model(helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                                                [X], [Y]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    assert hexir_format.parse(hexir_compiler.compile(model)).functions[0].inputs == ("x",)
 
 
 def test_a_malformed_protobuf_is_refused(tmp_path, capsys):

@@ -1,6 +1,6 @@
 """The `hexir` command: compile a program (or the built-in one) to one `-emit` stage.
 
-    hexir [options] [input.mlir | - | -builtin]
+    hexir [options] [input.mlir | model.onnx | - | -builtin]
 
 MLIR and LLVM IR go to stdout (or `-o`), so stages can be piped; `-` reads the program from
 stdin, as MLIR tools do; no input (or `-builtin`) compiles the built-in program. `-emit=hxb`

@@ -150,7 +150,7 @@ func.func @constant() {
 // -----
 
 func.func @constant_int() {
-  // CHECK: :154:8: error: 'hexir.constant' op value must be dense floating-point elements, got dense<1> : tensor<2xi32>
+  // CHECK: :154:8: error: 'hexir.constant' op value has type tensor<2xi32> but the result is tensor<2xf32>
   %c = "hexir.constant"() {value = dense<1> : tensor<2xi32>} : () -> tensor<2xf32>
   return
 }

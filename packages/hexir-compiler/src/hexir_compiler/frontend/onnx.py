@@ -1,6 +1,8 @@
 """The ONNX frontend: a model file (or an `onnx.ModelProto`) -> a `hexir` graph module.
 
-What it accepts: IR versions 7-13, the default domain at opsets 13-25, static shapes (a
+What it accepts: IR versions 7-13 (and 14, which onnx 1.23's `helper.make_model` writes
+whatever the opset: it adds nothing an opset 13-25 graph can use), the default domain at
+opsets 13-25, static shapes (a
 symbolic dimension is bound with `input_shapes`, the `-input-shape` flag), element types f32,
 f64, i32, i64 and bool. Each node is translated by its handler in `onnx_ops` for the op
 version the model's opset selects; a version no handler knows is refused by name.
@@ -27,7 +29,7 @@ import numpy as np
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 
-IR_VERSIONS = range(7, 14)
+IR_VERSIONS = range(7, 15)
 OPSETS = range(13, 26)
 DOMAINS = ("", "ai.onnx")
 
