@@ -5,6 +5,7 @@ import importlib.util
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
@@ -41,4 +42,9 @@ def test_regeneration_writes_every_fixture(tmp_path):
     if not HAS_TOOLKIT:
         pytest.skip("the cuda fixtures' images need ptxas")
     assert fixtures.main([str(tmp_path / "out")]) == 0
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == sorted(fixtures.FIXTURES)
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    assert written == sorted([*fixtures.FIXTURES, fixtures.DATA])
+    made, kept = np.load(tmp_path / "out" / fixtures.DATA), np.load(FIXTURES / fixtures.DATA)
+    assert sorted(made.files) == sorted(kept.files)
+    for name in made.files:
+        np.testing.assert_array_equal(made[name], kept[name])
