@@ -12,6 +12,8 @@ import re
 from hexir_format import HexirError
 
 _FILE_LINE_COL = re.compile(r'^loc\("(?P<file>[^"]*)":(?P<line>\d+):(?P<col>\d+)')
+# An imported model's ops are named, not placed in a file: `loc("model.onnx: node 'c' (Conv)")`.
+_NAMED = re.compile(r'^loc\("(?P<name>[^"]+)"\)$')
 
 
 class CompileError(HexirError):
@@ -23,11 +25,15 @@ class CompileError(HexirError):
 
 
 def where(location) -> str | None:
-    """`file:line:col` of an `ir.Location` (or its text), None when it names no file."""
+    """`file:line:col` of an `ir.Location` (or its text), the name of a named one (an imported
+    model's node), None when it names neither."""
     if location is None:
         return None
     match = _FILE_LINE_COL.match(str(location))
-    return f"{match['file']}:{match['line']}:{match['col']}" if match else None
+    if match:
+        return f"{match['file']}:{match['line']}:{match['col']}"
+    named = _NAMED.match(str(location))
+    return named["name"] if named else None
 
 
 def diagnostic(err: Exception) -> str:

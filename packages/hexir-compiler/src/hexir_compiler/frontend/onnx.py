@@ -160,7 +160,6 @@ class Importer:
                 types.append(_tensor_type(shape, dtype))
                 names.append(vi.name)
                 self.values[vi.name] = Tensor(shape, dtype)
-            self.func_types = types
             emitter = onnx_ops.Emitter(self)
             func = self._function(module, types, names)
             block = func.regions[0].blocks[0]
@@ -218,13 +217,24 @@ class Importer:
         return Tensor(tuple(array.shape), dtype, const=array)
 
     def _fixed(self, vi) -> Tensor:
+        """An input fixed at compile time: its values, which must fit its type and shape."""
+        where = f"{self.name}: -fix-input '{vi.name}'"
         dtype = self._dtype(vi.type.tensor_type.elem_type, f"input '{vi.name}'")
-        array = np.asarray(self.fixed[vi.name])
+        given = np.asarray(self.fixed[vi.name])
         try:
-            array = array.astype(dtype, casting="same_kind" if dtype.kind == "f" else "unsafe")
-        except TypeError:
-            raise ModelError(f"{self.name}: -fix-input '{vi.name}' has {array.dtype} values; "
-                             f"the input is {dtype}") from None
+            array = given.astype(dtype)
+        except (TypeError, ValueError):
+            array = None
+        if array is None or not np.array_equal(array, given, equal_nan=dtype.kind == "f"):
+            raise ModelError(f"{where} has {given.dtype} values {given.reshape(-1)[:4].tolist()}"
+                             f"...; they do not fit the input's {dtype}")
+        dims = vi.type.tensor_type.shape.dim
+        declared = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+        if vi.type.tensor_type.HasField("shape") and (
+                len(declared) != array.ndim
+                or any(d is not None and d != n for d, n in zip(declared, array.shape))):
+            raise ModelError(f"{where} has shape {list(array.shape)}; the input is declared "
+                             f"{[d if d is not None else '?' for d in declared]}")
         return Tensor(tuple(array.shape), dtype, const=array)
 
     def _input_type(self, vi) -> tuple[tuple[int, ...], np.dtype]:

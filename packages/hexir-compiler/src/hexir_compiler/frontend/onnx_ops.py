@@ -61,8 +61,7 @@ class Emitter:
                                  "is not a graph input or initializer")
             else:
                 inputs.append(self.importer.values[name])
-        self.where = where
-        with ir.Location.name(node.name or f"{node.op_type}_{index}"):
+        with ir.Location.name(where):  # what a later pass's error about its ops names
             outputs = self._translate(node, inputs, where)
         for name, tensor in zip(node.output, outputs, strict=False):
             if name:
@@ -70,8 +69,7 @@ class Emitter:
 
     def _translate(self, node, inputs: list, where: str) -> list[Tensor]:
         if node.op_type in ("Shape", "Size", "ConstantOfShape") or (
-                inputs and all(t is not None and t.is_const for t in inputs)
-                and node.op_type not in ("Constant",)):
+                inputs and all(t is not None and t.is_const for t in inputs)):
             folded = self._fold(node, inputs, where)
             if folded is not None:
                 return folded
