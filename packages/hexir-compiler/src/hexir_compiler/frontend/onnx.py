@@ -89,8 +89,9 @@ def load_model(source):
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(model, str(path.parent))
-    except (OSError, ValueError) as err:
-        raise ModelError(f"{path}: cannot read external data: {err}") from None
+    except Exception as err:  # OSError, or onnx's checker errors for a missing/outside file
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ModelError(f"{path}: cannot read external data: {first}") from None
     return model
 
 

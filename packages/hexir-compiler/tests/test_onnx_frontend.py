@@ -1,0 +1,90 @@
+"""What the ONNX frontend keeps and folds: external data, names, constants, shape arithmetic."""
+
+from __future__ import annotations
+
+import hexir_format as hf
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import hexir_runtime  # noqa: E402
+
+import hexir_compiler  # noqa: E402
+
+
+def _model(nodes, inputs, outputs, initializers=()):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, list(initializers))
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)])
+
+
+def _value(name, elem, shape):
+    return helper.make_tensor_value_info(name, elem, shape)
+
+
+def test_external_data_is_read_next_to_the_model(tmp_path):
+    w = np.arange(12, dtype=np.float32).reshape(3, 4)
+    model = _model([helper.make_node("MatMul", ["x", "w"], ["y"])],
+                   [_value("x", TensorProto.FLOAT, [2, 3])],
+                   [_value("y", TensorProto.FLOAT, [2, 4])], [numpy_helper.from_array(w, "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin",
+              size_threshold=0)
+    assert (tmp_path / "w.bin").stat().st_size == w.nbytes
+    x = np.ones((2, 3), np.float32)
+    np.testing.assert_array_equal(hexir_runtime.load(hexir_compiler.compile(path)).main(x), x @ w)
+
+
+def test_a_missing_external_data_file_is_one_line(tmp_path):
+    model = _model([helper.make_node("Add", ["x", "w"], ["y"])],
+                   [_value("x", TensorProto.FLOAT, [4])], [_value("y", TensorProto.FLOAT, [4])],
+                   [numpy_helper.from_array(np.ones(4, np.float32), "w")])
+    path = tmp_path / "m.onnx"
+    onnx.save(model, str(path), save_as_external_data=True, location="w.bin",
+              size_threshold=0)
+    (tmp_path / "w.bin").unlink()
+    with pytest.raises(hexir_compiler.CompileError) as err:
+        hexir_compiler.compile(path)
+    assert "\n" not in str(err.value) and "external data" in str(err.value)
+
+
+def test_shape_arithmetic_folds_and_no_kernel_computes_it():
+    # y = reshape(x, concat(shape(x)[:1], [-1])): Shape, Slice and Concat fold at import.
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"]),
+        helper.make_node("Constant", [], ["zero"], value_ints=[0]),
+        helper.make_node("Constant", [], ["one"], value_ints=[1]),
+        helper.make_node("Slice", ["s", "zero", "one"], ["lead"]),
+        helper.make_node("Constant", [], ["rest"], value_ints=[-1]),
+        helper.make_node("Concat", ["lead", "rest"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"]),
+    ]
+    model = _model(nodes, [_value("x", TensorProto.FLOAT, [2, 3, 4])],
+                   [_value("y", TensorProto.FLOAT, None)])
+    text = hexir_compiler.compile(model, "mlir")
+    assert "hexir.concat" not in text and "hexir.slice" not in text
+    assert '"hexir.reshape"' in text and "tensor<2x12xf32>" in text
+
+
+def test_outputs_that_are_inputs_or_constants_and_unused_inputs():
+    nodes = [helper.make_node("Identity", ["x"], ["same"]),
+             helper.make_node("Constant", [], ["seven"], value_int=7)]
+    model = _model(nodes, [_value("x", TensorProto.INT32, [3]),
+                           _value("unused", TensorProto.BOOL, [2])],
+                   [_value("same", TensorProto.INT32, [3]), _value("seven", TensorProto.INT64, [])])
+    module = hexir_runtime.load(hexir_compiler.compile(model))
+    x = np.array([1, -2, 3], np.int32)
+    results = module.main.results(x=x, unused=np.array([True, False]))
+    np.testing.assert_array_equal(results["same"], x)
+    assert results["seven"].dtype == np.int64 and results["seven"] == 7
+
+
+def test_names_survive_every_mlir_stage():
+    model = _model([helper.make_node("Relu", ["input.1"], ["logits"])],
+                   [_value("input.1", TensorProto.FLOAT, [2])],
+                   [_value("logits", TensorProto.FLOAT, [2])])
+    direct = hexir_compiler.compile(model)
+    (entry,) = hf.parse(direct).functions
+    assert (entry.inputs, entry.outputs) == (("input.1",), ("logits",))
+    assert '{hexir.name = "input.1"}' in hexir_compiler.compile(model, "mlir-llvm")
