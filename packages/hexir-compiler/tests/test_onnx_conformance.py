@@ -3,8 +3,10 @@
 Every test in scope runs on the cpu and must match its expected outputs (float32 rtol 1e-4 /
 atol 1e-5, float64 rtol 1e-7 / atol 1e-9, ints and bools exact), or be listed in `EXCEPTIONS`
 with the reason -- and a listed one is checked to fail exactly that way, so the list cannot
-go stale. Every test that compiles for the cpu also compiles with every op on cuda; where a
-GPU is present, it runs there too. The terminal summary prints one line per op.
+go stale. Every test that compiles for the cpu also compiles with every op on cuda, and its
+cuda kernels, run thread by thread by `tir_interp` (races and out-of-bounds accesses fail),
+match the same expected outputs; where a GPU is present, the module runs there too. The
+terminal summary prints one line per op.
 """
 
 from __future__ import annotations
@@ -16,8 +18,11 @@ import numpy as np
 import pytest
 
 import onnx_node_tests as node
+import tir_graph
 from hexir_compiler import CompileError
 from hexir_compiler.frontend import onnx_ops
+from hexir_compiler.pipeline import Options
+from hexir_compiler.pipeline import Options
 
 CASES = node.cases(set(onnx_ops.HANDLERS) | {"Shape", "Size", "ConstantOfShape"})
 
@@ -81,6 +86,21 @@ def test_node_compiles_for_cuda(case):
     parsed = hf.parse(module)
     assert all(e.device is hf.Device.CUDA for e in parsed.executables)
     assert all(e.image is not None for e in parsed.executables)
+
+
+@pytest.mark.parametrize("case", CUDA_CASES, ids=lambda c: c.name)
+def test_node_on_cuda_interpreted(case):
+    """The all-cuda kernels at mlir-tir, every thread of every launch, against the expected
+    outputs (the rounded-data case is held to its rounding, as on the cpu)."""
+    model, inputs, expected = node.load(case)
+    fixed = {n: inputs[n] for n in node.static_inputs(model) if n in inputs}
+    options = Options("mlir-tir", {"*": "cuda"}, fixed_inputs=fixed)
+    outputs = tir_graph.run(model, [inputs[n] for n in inputs if n not in fixed], options)
+    rounded = _exception(case.name) is not None
+    for got, want in zip(outputs, expected, strict=True):
+        rtol, atol = (0, 1e-4) if rounded else node.TOLERANCE.get(want.dtype, (0, 0))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
 
 
 @pytest.mark.parametrize("case", CUDA_CASES, ids=lambda c: c.name)

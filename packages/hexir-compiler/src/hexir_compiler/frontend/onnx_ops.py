@@ -151,7 +151,7 @@ class Emitter:
             return t.value
         key = id(t.const)
         if key not in self._consts:
-            array = np.ascontiguousarray(t.const)
+            array = np.require(t.const, requirements="C")  # keeps a scalar 0-d
             type_ = _tensor_type(t.shape, t.dtype)
             attr = ir.DenseElementsAttr.get(array, type=type_)
             op = ir.Operation.create("hexir.constant", results=[type_],
