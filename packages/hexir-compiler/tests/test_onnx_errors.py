@@ -64,7 +64,7 @@ def test_a_bad_model_is_one_line_and_no_file(case, tmp_path, capsys):
     path = tmp_path / "bad.onnx"
     path.write_bytes(model.SerializeToString())
     out = tmp_path / "out.hxb"
-    assert cli.main(["-emit=hxb", "-o", str(out), str(path)]) != 0
+    assert cli.main(["-emit=hxb", "-o", str(out), str(path)]) == cli.EXIT_INPUT
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert message in err

@@ -6,8 +6,8 @@ MLIR and LLVM IR go to stdout (or `-o`), so stages can be piped; `-` reads the p
 stdin, as MLIR tools do; no input (or `-builtin`) compiles the built-in program. `-emit=hxb`
 writes `-o` (default out.hxb) through a temporary file, so a failed compile leaves no file
 behind. Exit status, as in the earlier C++ tool: 0 done; 2 bad options (one line, and a
-pointer to --help); 255 an input that cannot be read, parsed or verified; 4 a pass that
-fails; 1 no .hxb could be written.
+pointer to --help); 255 an input that cannot be read, parsed or verified (an ONNX model
+Hexir cannot import included); 4 a pass that fails; 1 no .hxb could be written.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from hexir_format.files import terminate_as_interrupt, write_atomically
 
 from hexir_compiler import placement as placement_
 from hexir_compiler.errors import CompileError, diagnostic
+from hexir_compiler.frontend.onnx import ModelError
 from hexir_compiler.pipeline import (
     DESCRIPTIONS,
     STAGES,
@@ -243,6 +244,9 @@ def run(argv: list[str]) -> int:
         name = "the program on stdin" if args.input == STDIN else args.input
         verdict = f"{name} does not verify" if err.verifying else f"could not parse {name}"
         sys.stderr.write(f"{diagnostic(err)}\nerror: {verdict}\n")
+        return EXIT_INPUT
+    except ModelError as err:
+        sys.stderr.write(f"{diagnostic(err)}\n")
         return EXIT_INPUT
     except SerializeError as err:
         sys.stderr.write(f"{diagnostic(err)}\n")

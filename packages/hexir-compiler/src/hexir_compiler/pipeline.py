@@ -88,7 +88,10 @@ def load(path, options: Options | None = None) -> ir.Module:
 
         options = options or Options("mlir")
         module = onnx.import_model(path, options.input_shapes, options.fixed_inputs)
-        _verify(module)
+        try:
+            _verify(module)
+        except CompileError as err:  # an op the import made breaks a rule: the model's fault
+            raise onnx.ModelError(str(err), err.location) from None
         return module
     text = sys.stdin.read() if path == STDIN else None
     try:
