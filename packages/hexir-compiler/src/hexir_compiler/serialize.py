@@ -53,7 +53,7 @@ def serialize(module: ir.Module, target: str | None = None, cpu: str | None = No
     writer = _Writer(index)
     functions = [writer.function(op) for op in entries]
     return hf.Module(
-        5, tuple(functions), memoryview(writer.rodata), tuple(executables), tuple(writer.slots)
+        5, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots)
     )
 
 
