@@ -155,3 +155,49 @@ def test_a_read_only_out_array_is_refused():
         y.flags.writeable = False
         with pytest.raises(hr.InputError, match="got a read-only float32 array"):
             m.main(x, out=y)
+
+
+def test_a_planned_module_puts_its_intermediates_in_one_arena_per_device(monkeypatch):
+    """The transformer block's 30 intermediates: one cpu allocation of the plan's peak (plus
+    one buffer per input), not one per intermediate; the answer is the fixture's."""
+    allocations = []
+    original = cpu.CpuDevice._allocate
+
+    def counting(self, size, *args):
+        allocations.append(size)
+        return original(self, size, *args)
+
+    monkeypatch.setattr(cpu.CpuDevice, "_allocate", counting)
+    module = hf.parse((FIXTURES / "transformer_block-f32.hxb").read_bytes())
+    entry = hf.validate.check(module).entries["main"]
+    assert len(entry.offsets) == 30 and entry.arenas[Device.CPU] < sum(
+        module.slots[s].type.nbytes for s in entry.offsets) / 3
+    data = np.load(FIXTURES / "transformer_block-f32.npz")
+    with hr.load(FIXTURES / "transformer_block-f32.hxb") as m:
+        got = m.main(data["input_0"])
+    assert entry.arenas[Device.CPU] in allocations
+    assert len(allocations) <= 1 + len(entry.signature.inputs)
+    scale = np.abs(data["output_0"]).max()
+    assert np.abs(got - data["output_0"]).max() <= 1e-5 * scale
+
+
+def test_a_buffer_read_before_written_is_zeroed_where_it_is_bound_under_a_plan():
+    """Slot 3 shares slot 2's bytes once slot 2 is dead; a kernel reads slot 3 before any
+    writes it, so it must see zeros there, not slot 2's product."""
+    m2 = hf.TensorType(hf.DType.F64, (2, 2))
+    builtin = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes())
+    commands = (Command.input(0, 0), Command.const(1, 0, 32), Command.alloc(2, 32),
+                Command.dispatch(0, (0, 1, 2)), Command.alloc(4, 32),
+                Command.dispatch(0, (2, 1, 4)), Command.alloc(3, 32), Command.alloc(5, 32),
+                Command.dispatch(0, (3, 1, 5)), Command.output(4, 0), Command.output(5, 1))
+    slots = tuple(Slot(Device.CPU, m2) for _ in range(6))
+    module = hf.Module(5, (Function("main", commands),), builtin.rodata, builtin.executables,
+                       slots, placements=((2, 0), (3, 0), (4, 64), (5, 128)))
+    x = np.array([[1.0, 2.0], [3.0, 4.0]])
+    with hr.load(hf.build(module)) as m:
+        product, zero_product = m.main(x)
+        again, _ = m.main(x)
+    a = np.array([[3.0, 1.0], [2.0, 2.0]])
+    np.testing.assert_array_equal(product, (x @ a) @ a)
+    np.testing.assert_array_equal(zero_product, np.zeros((2, 2)))
+    np.testing.assert_array_equal(again, product)

@@ -15,6 +15,9 @@ Per op of a function's body, in order:
 - `hexir.print` -> `PRINT(slot, rows, cols)` (rows x cols = all elements, last dim as cols);
 - `func.return` -> `OUTPUT(slot, i)` per returned value (the format writes the `END`).
 
+Each function's intermediates (ALLOC and COPY destinations) are then placed in one arena per
+device by liveness (`hexir_format.plan.assign`): the module's memory plan.
+
 Every cpu kernel carrying a host image makes the module version 5 (`hexir_format`'s
 `minimum_version`); the format still reads and writes versions 3 and 4.
 """
@@ -26,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import hexir_format as hf
 import numpy as np
+from hexir_format import plan
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
@@ -53,8 +57,22 @@ def serialize(module: ir.Module, target: str | None = None, cpu: str | None = No
     writer = _Writer(index)
     functions = [writer.function(op) for op in entries]
     return hf.Module(
-        5, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots)
+        5, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots),
+        placements=_memory_plan(functions, writer.slots, executables),
     )
+
+
+def _memory_plan(functions: list[hf.Function], slots: list[hf.Slot],
+                 executables: list[hf.Executable]) -> tuple:
+    """Every intermediate's place in its device's arena, by liveness (`hexir_format.plan`):
+    buffers whose lifetimes do not overlap share bytes."""
+    sizes = {i: s.type.nbytes for i, s in enumerate(slots)}
+    devices = {i: s.device for i, s in enumerate(slots)}
+    reshapes = [e.kind is hf.KernelKind.RESHAPE for e in executables]
+    offsets: dict[int, int] = {}
+    for function in functions:
+        offsets |= plan.assign(function.commands, sizes, devices, reshapes)
+    return tuple(sorted(offsets.items()))
 
 
 def to_bytes(module: ir.Module, target: str | None = None, cpu: str | None = None) -> bytes:

@@ -1,7 +1,7 @@
 """hexir-format: the `.hxb` layout, declared once, with a typed model in front of it, and the
 shape rules of the ops and kernel kinds it records (`hexir_format.signatures`)."""
 
-from hexir_format import validate
+from hexir_format import plan, validate
 from hexir_format.__about__ import __version__
 from hexir_format.errors import FormatError, HexirError, ValidationError, printable
 from hexir_format.model import (
@@ -39,5 +39,5 @@ __all__ = [
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
     "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",
-    "parse_layout", "printable", "signature_problem", "validate",
+    "parse_layout", "plan", "printable", "signature_problem", "validate",
 ]

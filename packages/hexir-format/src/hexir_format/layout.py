@@ -113,6 +113,18 @@ NameEntry = Struct(
     "offset" / Int64ul,
 )
 
+# Version 5's optional plan section: this header, then `count` entries in increasing slot order.
+PlanHeader = Struct(
+    "count" / Int32ul,
+    "reserved" / Int32ul,
+)
+
+PlanEntry = Struct(
+    "slot" / Int32ul,
+    "reserved" / Int32ul,
+    "offset" / Int64ul,  # in the arena of the slot's device, a multiple of 64
+)
+
 EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV5}
 ALIGNMENT = 8
 

@@ -91,6 +91,7 @@ class SectionKind(IntEnum):
     EXECUTABLES = 4
     SLOTS = 5
     NAMES = 6  # version 5, optional: the names of entry points' inputs and outputs
+    PLAN = 7  # version 5, optional: each intermediate's offset in its device's arena
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -375,7 +376,12 @@ class Layout:
 
 @dataclass(frozen=True, eq=False)
 class Module:
-    """A whole `.hxb`. `slots` is empty in version 3, where buffers are untyped."""
+    """A whole `.hxb`. `slots` is empty in version 3, where buffers are untyped.
+
+    `placements` is the memory plan (version 5's plan section, `hexir_format.plan`): (slot,
+    offset in its device's arena) for every intermediate, by slot; empty when the module has
+    none, and the runtime then gives each intermediate a buffer of its own.
+    """
 
     version: int
     functions: tuple[Function, ...]
@@ -383,12 +389,14 @@ class Module:
     executables: tuple[Executable, ...] = ()
     slots: tuple[Slot, ...] = ()
     layout: Layout | None = field(default=None, repr=False)
+    placements: tuple[tuple[int, int], ...] = ()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Module):
             return NotImplemented
-        mine = (self.version, self.functions, self.executables, self.slots)
-        theirs = (other.version, other.functions, other.executables, other.slots)
+        mine = (self.version, self.functions, self.executables, self.slots, self.placements)
+        theirs = (other.version, other.functions, other.executables, other.slots,
+                  other.placements)
         return mine == theirs and _payload_eq(self.rodata, other.rodata)
 
     def __hash__(self) -> int:

@@ -83,7 +83,7 @@ def parse_layout(buf: Buffer) -> Layout:
 
 
 def _check_sections(layout: Layout, table_end: int) -> None:
-    since = {SectionKind.SLOTS: 4, SectionKind.NAMES: 5}
+    since = {SectionKind.SLOTS: 4, SectionKind.NAMES: 5, SectionKind.PLAN: 5}
     known = {k for k in SectionKind if layout.version >= since.get(k, 3)}
     seen: dict[int, int] = {}
     for i, s in enumerate(layout.sections):
@@ -139,7 +139,39 @@ def parse(buf: Buffer) -> Module:
     rodata, _ = payload(SectionKind.RODATA)
     if layout.section(SectionKind.NAMES) is not None:
         functions = _names(functions, *payload(SectionKind.NAMES))
-    return Module(layout.version, functions, rodata, executables, slots, layout)
+    placements = ()
+    if layout.section(SectionKind.PLAN) is not None:
+        placements = _placements(len(slots), *payload(SectionKind.PLAN))
+    return Module(layout.version, functions, rodata, executables, slots, layout, placements)
+
+
+def _placements(slot_count: int, data: memoryview, base: int) -> tuple[tuple[int, int], ...]:
+    """The plan's (slot, offset) entries; the validator checks what they mean."""
+    head, size = L.size(L.PlanHeader), L.size(L.PlanEntry)
+    h = _struct(L.PlanHeader, data, 0, "plan")
+    if h.reserved:
+        raise FormatError(f"plan: reserved field at offset {base + 4} is {h.reserved}, "
+                          "expected 0", field="reserved", offset=base + 4)
+    if len(data) != head + h.count * size:
+        raise FormatError(f"plan: count {h.count} at offset {base} needs {head + h.count * size} "
+                          f"bytes but the section has {len(data)}", field="count", offset=base)
+    found, previous = [], -1
+    for n in range(h.count):
+        at = head + n * size
+        e = _struct(L.PlanEntry, data, at, f"plan entry {n}")
+        if e.slot >= slot_count or e.slot <= previous:
+            raise FormatError(f"plan entry {n}: slot {e.slot} at offset {base + at} is not a "
+                              f"slot after {previous} (there are {slot_count})", field="slot",
+                              offset=base + at)
+        if e.reserved:
+            raise FormatError(f"plan entry {n}: reserved field at offset {base + at + 4} is "
+                              f"{e.reserved}, expected 0", field="reserved", offset=base + at + 4)
+        if e.offset > MAX_BYTES:
+            raise FormatError(f"plan entry {n}: offset {e.offset} at offset {base + at + 8} is "
+                              "beyond any arena", field="offset", offset=base + at + 8)
+        found.append((e.slot, e.offset))
+        previous = e.slot
+    return tuple(found)
 
 
 def _struct(decl: construct.Construct, data: memoryview, at: int, where: str):

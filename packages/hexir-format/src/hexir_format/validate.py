@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import bisect
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from hexir_format import elf
+from hexir_format import elf, plan
 from hexir_format.errors import ValidationError
 from hexir_format.model import (
     MAX_BYTES,
@@ -26,6 +26,7 @@ from hexir_format.model import (
     Device,
     Executable,
     Function,
+    KernelKind,
     Module,
     SectionKind,
     TensorType,
@@ -72,6 +73,10 @@ class EntryPlan:
     needs: tuple[Need, ...]
     executables: tuple[int, ...]  # dispatched, in first-use order
     alloc_bytes: int
+    #: The memory plan, when the module has one: each intermediate's offset in its device's
+    #: arena, and each arena's size (`hexir_format.plan`).
+    offsets: dict[int, int] = field(default_factory=dict)
+    arenas: dict[Device, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -101,7 +106,33 @@ def check(module: Module, *, max_alloc_bytes: int | None = None) -> ModulePlan:
                          offset, constants=constants)
         entries[function.name] = replay.run()
         offset = replay.pc + 8  # past the END
+    if module.placements:
+        entries = _check_plan(module, entries)
     return ModulePlan(module, entries, home)
+
+
+def _check_plan(module: Module, entries: dict[str, EntryPlan]) -> dict[str, EntryPlan]:
+    """The entries with their part of the memory plan, which must place every intermediate
+    and no two live ones in the same bytes (`plan.problem`)."""
+    placed = dict(module.placements)
+    devices = {i: s.device for i, s in enumerate(module.slots)}
+    sizes = {i: s.type.nbytes for i, s in enumerate(module.slots)}
+    reshapes = [e.kind is KernelKind.RESHAPE for e in module.executables]
+    planned: dict[str, EntryPlan] = {}
+    used: set[int] = set()
+    for name, entry in entries.items():
+        spans = plan.lifetimes(entry.commands, reshapes)
+        offsets = {slot: placed[slot] for slot in spans if slot in placed}
+        if problem := plan.problem(entry.commands, offsets, sizes, devices, reshapes):
+            raise ValidationError(f"{name}: plan: {problem}", entry=name, field="plan")
+        used |= set(spans)
+        planned[name] = replace(entry, offsets=offsets,
+                                arenas=plan.arenas(offsets, sizes, devices))
+    stray = sorted(set(placed) - used)
+    if stray:
+        raise ValidationError(f"plan: slot {stray[0]} is placed but is no entry's intermediate "
+                              "(an ALLOC or COPY destination)", field="plan")
+    return planned
 
 
 def _check_executables(module: Module) -> Device:

@@ -27,11 +27,11 @@ from hexir_format.model import (
 
 def minimum_version(module: Module) -> int:
     """3 when the v3 layout can hold the module exactly; 5 when a cpu kernel carries a host
-    image, a tensor is of an integer or boolean type, or an entry point names its inputs or
-    outputs; else 4."""
+    image, a tensor is of an integer or boolean type, an entry point names its inputs or
+    outputs, or the module has a memory plan; else 4."""
     if (any(exe.device is Device.CPU and exe.image is not None for exe in module.executables)
             or any(t.dtype not in V4_DTYPES for t in _types(module))
-            or any(f.inputs or f.outputs for f in module.functions)):
+            or any(f.inputs or f.outputs for f in module.functions) or module.placements):
         return 5
     return 3 if _v3_problem(module) is None else 4
 
@@ -90,6 +90,17 @@ def build(module: Module) -> bytes:
             for s in module.slots)))
     if named:
         sections.append((SectionKind.NAMES, _names(module)))
+    if module.placements:
+        if module.version < 5:
+            raise FormatError(f"a memory plan needs version 5; this module is version "
+                              f"{module.version}")
+        slots = [slot for slot, _ in module.placements]
+        if slots != sorted(set(slots)):
+            raise FormatError("the memory plan must name each slot once, in increasing order")
+        sections.append((SectionKind.PLAN, L.PlanHeader.build(dict(
+            count=len(module.placements), reserved=0)) + b"".join(
+            L.PlanEntry.build(dict(slot=slot, reserved=0, offset=offset))
+            for slot, offset in module.placements)))
     table_end = L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
     out = bytearray(table_end)
     table = []

@@ -12,10 +12,12 @@ buffers: a call then only copies its inputs in, runs the bound steps, and reads 
 out. The buffers a call works in are an *arena*, made on a call's first use and kept for the
 next, so a steady call allocates, zeroes and frees nothing; calls in flight at once each take
 their own arena (the pool grows to the most calls ever in flight), so a module may be called
-from several threads, with the same results as one at a time. An arena is zeroed when it is
-made; a buffer that a call reads before it writes it (never in a module the compiler writes,
-where every buffer is a kernel's destination first) is zeroed again at the start of each
-call, so no call sees another's data. Launches are asynchronous; a device is waited for only
+from several threads, with the same results as one at a time. When the module plans its
+memory (`hexir_format.plan`), an arena's intermediates are views into one buffer per device,
+placed by the plan, instead of one buffer each. An arena is zeroed when it is made; a buffer
+that a call reads before it writes it (never in a module the compiler writes, where every
+buffer is a kernel's destination first) is zeroed again where its ALLOC binds it, so no call
+sees another's data, nor a buffer the bytes of one that died earlier in the call. Launches are asynchronous; a device is waited for only
 where its results are read (PRINT, a COPY off it, the end of the call).
 """
 
@@ -134,11 +136,13 @@ class _Call:
 
 @dataclass
 class _Binding:
-    """A buffer a command binds: on `device`, `nbytes` long; `constant` when it is rodata."""
+    """A buffer a command binds: on `device`, `nbytes` long; `constant` when it is rodata;
+    `offset` its place in the device's arena when the module plans its memory."""
 
     device: Device
     nbytes: int
     constant: hal.Buffer | None = None
+    offset: int | None = None
 
 
 class Program:
@@ -173,11 +177,12 @@ class Program:
             buffer = self.resident.constant(device, c.rodata_offset, c.bytes)
             self.bindings.append(_Binding(device, c.bytes, buffer))
         elif c.op is Op.COPY:
-            self.bindings.append(_Binding(device, self.bindings[reads[0]].nbytes))
+            self.bindings.append(_Binding(device, self.bindings[reads[0]].nbytes,
+                                          offset=self.plan.offsets.get(slot)))
         elif c.op is Op.INPUT:
             self.bindings.append(_Binding(device, self.resident.plan.slot_type(slot).nbytes))
         else:  # ALLOC
-            self.bindings.append(_Binding(device, c.bytes))
+            self.bindings.append(_Binding(device, c.bytes, offset=self.plan.offsets.get(slot)))
         return len(self.bindings) - 1
 
     def _outputs(self) -> list[tuple[int, TensorType]]:
@@ -236,19 +241,27 @@ class Program:
             if self._free:
                 return self._free.pop()
         buffers: list[hal.Buffer] = []
+        arenas: dict[Device, hal.Buffer] = {}
         try:
+            for device, size in self.plan.arenas.items():  # the memory plan: one per device
+                arenas[device] = self.resident.devices[device].allocate(size)
             for i, b in enumerate(self.bindings):
                 if i in self.alias:  # a reshape's destination: its input's buffer
                     buffers.append(buffers[self.alias[i]])
-                    continue
-                buffers.append(b.constant if b.constant is not None else
-                               self.resident.devices[b.device].allocate(b.nbytes))
+                elif b.offset is not None:
+                    buffers.append(self.resident.devices[b.device].view(
+                        arenas[b.device], b.offset, b.nbytes))
+                else:
+                    buffers.append(b.constant if b.constant is not None else
+                                   self.resident.devices[b.device].allocate(b.nbytes))
         except DeviceError as e:
             self._release(buffers)
+            for arena_buffer in arenas.values():
+                arena_buffer.device.release(arena_buffer)
             total = sum(b.nbytes for b in self.bindings if b.constant is None)
             raise ExecutionError(f"{self.plan.name}: allocating a call's buffers ({total} "
                                  f"bytes): {e}") from None
-        arena = _Arena(buffers)
+        arena = _Arena(buffers, list(arenas.values()))
         steps = ((i, self._bind(i, arena)) for i in range(len(self.plan.commands)))
         arena.steps = [(i, step) for i, step in steps if step is not None]
         with self._lock:
@@ -267,6 +280,8 @@ class Program:
     def close(self) -> None:
         for arena in self._arenas:
             self._release(arena.buffers)
+            for planned in arena.planned:
+                planned.device.release(planned)
             # the steps hold views of the buffers (and of the mapping) and the arena itself:
             # drop them now, so that closing the module can unmap the file at once
             arena.steps.clear()
@@ -305,6 +320,12 @@ class Program:
             t = self.resident.plan.slot_type(c.slot)
             flat = TensorType(t.dtype if t is not None else DType.F64, (c.rows * c.cols,))
             return functools.partial(_print, arena, buffers[reads[0]], flat, (c.rows, c.cols))
+        if c.op is Op.ALLOC and write in self.rezero:
+            # read before any kernel writes it: zeroed where it is bound, since under a
+            # memory plan its bytes may have held another buffer earlier in the call
+            target = buffers[write]
+            zeros = bytes(target.size)
+            return lambda: target.device.write(target, zeros)
         return None
 
     # ---- a call ------------------------------------------------------------------------------
@@ -321,8 +342,6 @@ class Program:
         arena = self._take()
         call = arena.call = _Call(inputs, on_print)
         try:
-            for b in self.rezero:
-                arena.buffers[b].device.write(arena.buffers[b], bytes(arena.buffers[b].size))
             for i, step in arena.steps:
                 try:
                     step()
@@ -353,6 +372,7 @@ class _Arena:
     running in it now."""
 
     buffers: list[hal.Buffer]
+    planned: list[hal.Buffer] = field(default_factory=list)  # the memory plan's arenas
     steps: list[tuple[int, Callable[[], None]]] = field(default_factory=list)  # (command, run)
     call: _Call | None = None
 

@@ -14,9 +14,11 @@ from hexir_format import (
     Command,
     Executable,
     FormatError,
+    KernelKind,
     Layout,
     Module,
     Op,
+    plan,
     signature_problem,
 )
 
@@ -48,7 +50,31 @@ def module_facts(module: Module, *, values: bool) -> Facts:
                    "ranges": rodata.ranges(module, values=values)},
         "executables": [_executable(module.version, i, e)
                         for i, e in enumerate(module.executables)],
+        "plan": _plan(module),
     }
+
+
+def _plan(module: Module) -> list[Facts]:
+    """Per entry point, the memory plan's arenas: each device's size (the peak of what is live
+    at once) against the sum of its intermediates, and where each one is placed."""
+    if not module.placements:
+        return []
+    placed = dict(module.placements)
+    reshapes = [e.kind is KernelKind.RESHAPE for e in module.executables]
+    out = []
+    for function in module.functions:
+        slots = [s for s in plan.lifetimes(function.commands, reshapes)
+                 if s in placed and s < len(module.slots)]
+        arenas: dict[str, Facts] = {}
+        for slot in slots:
+            device, size = str(module.slots[slot].device), module.slots[slot].type.nbytes
+            arena = arenas.setdefault(device, {"bytes": 0, "sum": 0, "count": 0, "offsets": {}})
+            arena["bytes"] = max(arena["bytes"], placed[slot] + size)
+            arena["sum"] += size
+            arena["count"] += 1
+            arena["offsets"][slot] = placed[slot]
+        out.append({"function": function.name, "arenas": arenas})
+    return out
 
 
 def command_size(command: Command) -> int:

@@ -38,6 +38,7 @@ def _render(facts: Facts, rodata: bool) -> list[str]:
     if typed:
         lines += _slots(facts["slots"])
     lines += _program(facts["functions"], typed)
+    lines += _plan(facts.get("plan", []))
     lines += _rodata(facts["rodata"], typed, rodata)
     lines += _executables(facts["executables"], typed)
     return lines
@@ -69,6 +70,22 @@ def _program(functions: list[Facts], typed: bool) -> list[str]:
             parts += [f"%{slot}" for slot in c["slots"]]
             lines.append(f"    {c['op']:<9} {' '.join(parts)}")
         lines.append("    end")
+    return lines
+
+
+def _plan(entries: list[Facts]) -> list[str]:
+    """The memory plan: per entry and device, the arena against the sum of its intermediates,
+    then each intermediate's offset in it."""
+    if not entries:
+        return []
+    lines = ["", "memory plan"]
+    for entry in entries:
+        for device, arena in entry["arenas"].items():
+            share = f", {arena['bytes'] / arena['sum']:.0%}" if arena["sum"] else ""
+            lines.append(f"  {entry['function']}: {device} arena {arena['bytes']} bytes for "
+                         f"{arena['count']} intermediates of {arena['sum']} bytes{share}")
+            places = [f"%{slot}@{offset}" for slot, offset in arena["offsets"].items()]
+            lines += [f"    {' '.join(places[i:i + 8])}" for i in range(0, len(places), 8)]
     return lines
 
 

@@ -46,6 +46,7 @@ class Buffer:
     read_only: bool = False
     address: int = 0  # cpu: the host address a compiled kernel is handed (set once)
     released: bool = field(default=False, repr=False)
+    parent: Buffer | None = field(default=None, repr=False)  # a view's: the buffer it is in
 
     def __repr__(self) -> str:
         ro = ", read-only" if self.read_only else ""
@@ -69,6 +70,14 @@ class Device(ABC):
         if size < 0:
             raise DeviceError(f"{self.name}: cannot allocate {size} bytes")
         return self._allocate(size, MemoryKind(memory), zeroed)
+
+    def view(self, parent: Buffer, offset: int, size: int) -> Buffer:
+        """`size` bytes of `parent` from `offset`, as a buffer of their own (a memory plan's
+        place in an arena); releasing a view frees nothing, releasing its parent frees both."""
+        self._check(parent, offset, size, "view")
+        if parent.parent is not None:
+            return self.view(parent.parent, offset + self._offset_in_parent(parent), size)
+        return self._view(parent, offset, size)
 
     def constant(self, data: memoryview) -> Buffer:
         """A read-only buffer holding `data`. Backends that can address host memory bind it
@@ -116,7 +125,8 @@ class Device(ABC):
         if buffer.device is not self:
             raise DeviceError(f"{self.name}: cannot release a buffer of {buffer.device.name}")
         buffer.released = True
-        self._release(buffer)
+        if buffer.parent is None:
+            self._release(buffer)
 
     def _check(self, buffer: Buffer, offset: int, size: int, what: str) -> None:
         if buffer.device is not self:
@@ -178,6 +188,12 @@ class Device(ABC):
 
     @abstractmethod
     def _release(self, buffer: Buffer) -> None: ...
+
+    @abstractmethod
+    def _view(self, parent: Buffer, offset: int, size: int) -> Buffer: ...
+
+    @abstractmethod
+    def _offset_in_parent(self, view: Buffer) -> int: ...
 
     @abstractmethod
     def _load_executable(self, exe: Executable) -> Any: ...

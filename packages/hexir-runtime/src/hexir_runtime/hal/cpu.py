@@ -117,6 +117,13 @@ class CpuDevice(Device):
     def _release(self, buffer: Buffer) -> None:
         buffer.handle = None
 
+    def _view(self, parent: Buffer, offset: int, size: int) -> Buffer:
+        return Buffer(self, size, parent.memory, parent.handle[offset:offset + size],
+                      address=parent.address + offset, parent=parent)
+
+    def _offset_in_parent(self, view: Buffer) -> int:
+        return view.address - view.parent.address
+
     def _load_executable(self, exe: Executable) -> CpuKernel:
         if exe.image is None:
             return CpuKernel(exe)

@@ -142,6 +142,12 @@ class CudaDevice(Device):
             _check(self._cu.cuMemFree(buffer.handle), "cuMemFree")
         buffer.handle = 0
 
+    def _view(self, parent: Buffer, offset: int, size: int) -> Buffer:
+        return Buffer(self, size, parent.memory, parent.handle + offset, parent=parent)
+
+    def _offset_in_parent(self, view: Buffer) -> int:
+        return view.handle - view.parent.handle
+
     def _load_executable(self, exe: Executable) -> CudaKernel:
         if exe.image is None:
             raise DeviceError(f"kernel '{exe.name}' is placed on cuda, but the module carries a "

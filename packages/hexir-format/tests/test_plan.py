@@ -1,0 +1,134 @@
+"""The memory plan: lifetimes, the planner the compiler uses, and the check the runtime relies on."""
+
+from __future__ import annotations
+
+import struct
+
+import hexir_format as hf
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from hexir_format import Command, Device, DType, Function, Module, Slot, TensorType, plan
+
+CPU, CUDA = Device.CPU, Device.CUDA
+
+
+def test_lifetimes_run_from_binding_to_last_use_and_outputs_to_the_end():
+    commands = (Command.input(0, 0), Command.alloc(1, 8), Command.dispatch(0, (0, 1)),
+                Command.alloc(2, 8), Command.dispatch(0, (1, 2)), Command.copy(3, 2),
+                Command.output(3, 0))
+    spans = plan.lifetimes(commands)
+    assert spans == {1: plan.Lifetime(1, 4), 2: plan.Lifetime(3, 5), 3: plan.Lifetime(5, 7)}
+
+
+def test_a_reshape_keeps_its_input_live_as_long_as_its_destination():
+    commands = (Command.alloc(1, 8), Command.dispatch(0, (0, 1)), Command.alloc(2, 8),
+                Command.dispatch(1, (1, 2)), Command.alloc(3, 8), Command.dispatch(0, (2, 3)),
+                Command.output(3, 0))
+    assert plan.lifetimes(commands)[1].last == 3
+    assert plan.lifetimes(commands, reshapes=[False, True])[1].last == 5  # 2 may be 1's bytes
+
+
+def test_a_chain_shares_two_buffers():
+    # x -> a -> b -> c -> d: each kernel reads the one before, so two buffers alternate.
+    commands = [Command.input(0, 0)]
+    for slot in range(1, 5):
+        commands += [Command.alloc(slot, 100), Command.dispatch(0, (slot - 1, slot))]
+    commands.append(Command.output(4, 0))
+    sizes, devices = dict.fromkeys(range(5), 100), dict.fromkeys(range(5), CPU)
+    offsets = plan.assign(commands, sizes, devices)
+    assert offsets == {1: 0, 2: 128, 3: 0, 4: 128}
+    assert plan.arenas(offsets, sizes, devices) == {CPU: 228}
+    assert plan.problem(commands, offsets, sizes, devices) is None
+
+
+def test_each_device_has_its_own_arena():
+    commands = (Command.alloc(1, 64), Command.dispatch(0, (0, 1)), Command.copy(2, 1),
+                Command.output(2, 0))
+    sizes, devices = {1: 64, 2: 64}, {1: CUDA, 2: CPU}
+    offsets = plan.assign(commands, sizes, devices)
+    assert offsets == {1: 0, 2: 0}
+    assert plan.arenas(offsets, sizes, devices) == {CUDA: 64, CPU: 64}
+
+
+@st.composite
+def programs(draw):
+    """A random entry: kernels over a growing set of slots, a few copies, some outputs."""
+    count = draw(st.integers(1, 12))
+    sizes = {0: 8, **{s: draw(st.integers(0, 300)) for s in range(1, count + 1)}}
+    devices = {0: CPU, **{s: draw(st.sampled_from([CPU, CUDA])) for s in range(1, count + 1)}}
+    commands = [Command.input(0, 0)]
+    for slot in range(1, count + 1):
+        reads = draw(st.lists(st.integers(0, slot - 1), max_size=3))
+        commands += [Command.alloc(slot, sizes[slot]), Command.dispatch(0, (*reads, slot))]
+    outputs = draw(st.lists(st.integers(1, count), max_size=3, unique=True))
+    commands += [Command.output(s, i) for i, s in enumerate(outputs)]
+    return commands, sizes, devices
+
+
+@settings(max_examples=200, deadline=None)
+@given(programs())
+def test_the_planner_never_shares_bytes_between_live_buffers(program):
+    commands, sizes, devices = program
+    offsets = plan.assign(commands, sizes, devices)
+    assert plan.problem(commands, offsets, sizes, devices) is None
+    spans = plan.lifetimes(commands)
+    for a in spans:  # the brute-force statement of the same rule
+        for b in spans:
+            live = spans[a].first <= spans[b].last and spans[b].first <= spans[a].last
+            meet = offsets[a] < offsets[b] + sizes[b] and offsets[b] < offsets[a] + sizes[a]
+            if a < b and devices[a] is devices[b] and sizes[a] and sizes[b]:
+                assert not (live and meet), (a, b)
+    for device, size in plan.arenas(offsets, sizes, devices).items():
+        assert size <= sum(-(-sizes[s] // 64) * 64 for s in spans if devices[s] is device)
+
+
+M = TensorType(DType.F32, (2, 8))  # 64 bytes
+
+
+def _module(placements) -> Module:
+    commands = (Command.input(0, 0), Command.alloc(1, 64), Command.alloc(2, 64),
+                Command.output(1, 0), Command.output(2, 1))
+    return Module(5, (Function("main", commands),), b"", (), (Slot(CPU, M),) * 3,
+                  placements=placements)
+
+
+def test_a_plan_round_trips_and_the_validator_gives_each_entry_its_arenas():
+    module = _module(((1, 0), (2, 64)))
+    parsed = hf.parse(hf.build(module))
+    assert parsed == module and parsed.placements == ((1, 0), (2, 64))
+    entry = hf.validate.check(parsed).entries["main"]
+    assert entry.offsets == {1: 0, 2: 64} and entry.arenas == {CPU: 128}
+
+
+def test_two_live_outputs_in_the_same_bytes_are_refused():
+    with pytest.raises(hf.ValidationError, match="slots 1 and 2 are live at once"):
+        hf.validate.check(hf.parse(hf.build(_module(((1, 0), (2, 0))))))
+
+
+def test_the_writer_keeps_plans_out_of_version_4_and_in_slot_order():
+    with pytest.raises(hf.FormatError, match="needs version 5"):
+        hf.build(Module(4, (), b"", (), (Slot(CPU, M),), placements=((0, 0),)))
+    with pytest.raises(hf.FormatError, match="each slot once, in increasing order"):
+        hf.build(_module(((2, 64), (1, 0))))
+    assert hf.minimum_version(_module(((1, 0), (2, 64)))) == 5
+
+
+def _plan_section(data: bytes) -> int:
+    return hf.parse_layout(data).section(hf.SectionKind.PLAN).offset
+
+
+@pytest.mark.parametrize("at, fmt, value, message", [
+    (0, "I", 5, "plan: count 5 at offset"),
+    (4, "I", 1, "plan: reserved field"),
+    (8, "I", 3, "plan entry 0: slot 3"),  # past the 3 slots
+    (24, "I", 1, "plan entry 1: slot 1 at offset"),  # not after the previous one
+    (12, "I", 7, "plan entry 0: reserved field"),
+    (16, "Q", 1 << 63, "is beyond any arena"),
+])
+def test_a_damaged_plan_section_is_refused_by_field(at, fmt, value, message):
+    data = bytearray(hf.build(_module(((1, 0), (2, 64)))))
+    struct.pack_into("<" + fmt, data, _plan_section(data) + at, value)
+    with pytest.raises(hf.FormatError, match=message):
+        hf.parse(bytes(data))
