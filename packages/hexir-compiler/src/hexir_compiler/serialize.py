@@ -65,13 +65,14 @@ def serialize(module: ir.Module, target: str | None = None, cpu: str | None = No
 def _memory_plan(functions: list[hf.Function], slots: list[hf.Slot],
                  executables: list[hf.Executable]) -> tuple:
     """Every intermediate's place in its device's arena, by liveness (`hexir_format.plan`):
-    buffers whose lifetimes do not overlap share bytes."""
-    sizes = {i: s.type.nbytes for i, s in enumerate(slots)}
+    buffers whose lifetimes do not overlap share bytes, and an element-wise result may take
+    the bytes of an input that dies there."""
+    types = {i: s.type for i, s in enumerate(slots)}
     devices = {i: s.device for i, s in enumerate(slots)}
-    reshapes = [e.kind is hf.KernelKind.RESHAPE for e in executables]
+    kinds = [e.kind for e in executables]
     offsets: dict[int, int] = {}
     for function in functions:
-        offsets |= plan.assign(function.commands, sizes, devices, reshapes)
+        offsets |= plan.assign(function.commands, types, devices, kinds)
     return tuple(sorted(offsets.items()))
 
 

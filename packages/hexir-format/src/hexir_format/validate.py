@@ -26,7 +26,6 @@ from hexir_format.model import (
     Device,
     Executable,
     Function,
-    KernelKind,
     Module,
     SectionKind,
     TensorType,
@@ -116,18 +115,18 @@ def _check_plan(module: Module, entries: dict[str, EntryPlan]) -> dict[str, Entr
     and no two live ones in the same bytes (`plan.problem`)."""
     placed = dict(module.placements)
     devices = {i: s.device for i, s in enumerate(module.slots)}
-    sizes = {i: s.type.nbytes for i, s in enumerate(module.slots)}
-    reshapes = [e.kind is KernelKind.RESHAPE for e in module.executables]
+    types = {i: s.type for i, s in enumerate(module.slots)}
+    kinds = [e.kind for e in module.executables]
     planned: dict[str, EntryPlan] = {}
     used: set[int] = set()
     for name, entry in entries.items():
-        spans = plan.lifetimes(entry.commands, reshapes)
+        spans = plan.lifetimes(entry.commands, kinds)
         offsets = {slot: placed[slot] for slot in spans if slot in placed}
-        if problem := plan.problem(entry.commands, offsets, sizes, devices, reshapes):
+        if problem := plan.problem(entry.commands, offsets, types, devices, kinds):
             raise ValidationError(f"{name}: plan: {problem}", entry=name, field="plan")
         used |= set(spans)
         planned[name] = replace(entry, offsets=offsets,
-                                arenas=plan.arenas(offsets, sizes, devices))
+                                arenas=plan.arenas(offsets, types, devices))
     stray = sorted(set(placed) - used)
     if stray:
         raise ValidationError(f"plan: slot {stray[0]} is placed but is no entry's intermediate "

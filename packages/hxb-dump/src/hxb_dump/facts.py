@@ -14,7 +14,6 @@ from hexir_format import (
     Command,
     Executable,
     FormatError,
-    KernelKind,
     Layout,
     Module,
     Op,
@@ -60,10 +59,10 @@ def _plan(module: Module) -> list[Facts]:
     if not module.placements:
         return []
     placed = dict(module.placements)
-    reshapes = [e.kind is KernelKind.RESHAPE for e in module.executables]
+    kinds = [e.kind for e in module.executables]
     out = []
     for function in module.functions:
-        slots = [s for s in plan.lifetimes(function.commands, reshapes)
+        slots = [s for s in plan.lifetimes(function.commands, kinds)
                  if s in placed and s < len(module.slots)]
         arenas: dict[str, Facts] = {}
         for slot in slots:
