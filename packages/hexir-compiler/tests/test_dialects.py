@@ -23,22 +23,40 @@ def test_for_op_builds_without_segment_sizes_and_reads_its_operands():
 
 
 def test_call_tir_reads_heterogeneous_inputs():
+    """Three inputs of three types (IRDL would bind one variadic group to one type): each is
+    its own optional group, and the call says so in operandSegmentSizes."""
     text = """
-    func.func @main(%x: tensor<2x3xf64>, %w: tensor<3x4xf64>) -> tensor<2x4xf64> {
-      %y = "hexir.call_tir"(%x, %w) {callee = @k} : (tensor<2x3xf64>, tensor<3x4xf64>) -> tensor<2x4xf64>
+    func.func @main(%x: tensor<2x3xf64>, %w: tensor<3x4xf64>, %b: tensor<4xf64>) -> tensor<2x4xf64> {
+      %y = "hexir.call_tir"(%x, %w, %b) {callee = @k, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0>} : (tensor<2x3xf64>, tensor<3x4xf64>, tensor<4xf64>) -> tensor<2x4xf64>
       return %y : tensor<2x4xf64>
     }
     "hextir.prim_func"() ({
-    ^bb0(%a: memref<2x3xf64>, %b: memref<3x4xf64>, %c: memref<2x4xf64>):
+    ^bb0(%a: memref<2x3xf64>, %b: memref<3x4xf64>, %d: memref<4xf64>, %c: memref<2x4xf64>):
       "hextir.return"() : () -> ()
-    }) {sym_name = "k", function_type = (memref<2x3xf64>, memref<3x4xf64>, memref<2x4xf64>) -> ()} : () -> ()
+    }) {sym_name = "k", function_type = (memref<2x3xf64>, memref<3x4xf64>, memref<4xf64>, memref<2x4xf64>) -> ()} : () -> ()
     """
     with context():
         module = ir.Module.parse(text)
         call = module.body.operations[0].regions[0].blocks[0].operations[0]
         assert isinstance(call, hexir.CallTirOp)
-        assert str(call.first.type) == "tensor<2x3xf64>"
-        assert [str(v.type) for v in call.rest] == ["tensor<3x4xf64>"]
+        assert [str(v.type) for v in call.operands] == [
+            "tensor<2x3xf64>", "tensor<3x4xf64>", "tensor<4xf64>"]
+
+
+def test_call_tir_needs_its_segment_sizes():
+    text = """
+    func.func @main(%x: tensor<2x3xf64>) -> tensor<2x3xf64> {
+      %y = "hexir.call_tir"(%x) {callee = @k, operandSegmentSizes = array<i32: 0, 1, 0, 0, 0, 0, 0, 0>} : (tensor<2x3xf64>) -> tensor<2x3xf64>
+      return %y : tensor<2x3xf64>
+    }
+    "hextir.prim_func"() ({
+    ^bb0(%a: memref<2x3xf64>, %c: memref<2x3xf64>):
+      "hextir.return"() : () -> ()
+    }) {sym_name = "k", function_type = (memref<2x3xf64>, memref<2x3xf64>) -> ()} : () -> ()
+    """
+    with context(), pytest.raises(ir.MLIRError) as err:
+        ir.Module.parse(text)
+    assert "operandSegmentSizes must be" in str(err.value.error_diagnostics[0].message)
 
 
 def test_verifier_errors_carry_the_location():

@@ -42,8 +42,8 @@ def test_compute_ops_become_call_tir_and_the_rest_stays() -> None:
         ("linear_0", "cuda", "matmul"),
         ("relu_1", "cpu", "relu"),  # no device: the default, cpu
     ]
-    assert '{callee = @linear_0, device = "cuda"}' in lowered.text
-    assert '{callee = @relu_1, device = "cpu"}' in lowered.text
+    assert '{callee = @linear_0, device = "cuda", operandSegmentSizes' in lowered.text
+    assert '{callee = @relu_1, device = "cpu", operandSegmentSizes' in lowered.text
 
 
 def test_kernel_names_skip_symbols_already_taken() -> None:

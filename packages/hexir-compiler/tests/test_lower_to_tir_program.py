@@ -150,7 +150,7 @@ def test_the_lowered_program_computes_the_program(on_cuda: list[str], element: s
     placement = {f"hexir.{name}": "cuda" for name in on_cuda}
     with context():
         module = ir.Module.parse(PROGRAM.replace("xT>", f"x{element}>"))
-        lower(module, Options(stage="mlir-tir", placement=placement), "mlir-tir")
+        lower(module, Options(stage="mlir-tir", placement=placement, fuse=False), "mlir-tir")
         text = str(module)
         assert text.count('"hexir.call_tir"') == 33 and '"hexir.transfer"' in text
         outputs = evaluate(module, inputs)

@@ -16,9 +16,10 @@ FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"
 
 
 def tir(text: str | None, placement: dict[str, str] | None = None) -> ir.Module:
-    """The program lowered to mlir-llvm, what the serializer takes."""
+    """The program lowered to mlir-llvm, what the serializer takes (unfused: these tests
+    look at each op's own kernel)."""
     module = builtin.build() if text is None else ir.Module.parse(text)
-    return lower(module, Options("hxb", placement or {}), "mlir-llvm")
+    return lower(module, Options("hxb", placement or {}, fuse=False), "mlir-llvm")
 
 
 def test_builtin_is_the_v5_fixture_with_a_host_image():

@@ -52,6 +52,7 @@ class Args:
     builtin: bool = False
     input_shapes: list[str] = field(default_factory=list)
     fixed_inputs: list[str] = field(default_factory=list)
+    fusion: str = "on"
 
 
 def usage() -> str:
@@ -75,6 +76,8 @@ def usage() -> str:
         "                         (comma-separated, repeatable): -input-shape=x=8x784",
         "  -fix-input=<in>=<values>  fix an ONNX input (a shape or axes operand) at compile",
         "                         time: 1,2,3 (int64), or @file.npy; repeatable",
+        "  -fusion=on|off         fuse element-wise chains and contraction epilogues into one",
+        "                         kernel each (hexir-fuse; default on)",
         "  -version               print the versions of hexir, its format and its MLIR and LLVM",
         "",
         "examples:",
@@ -110,6 +113,10 @@ def parse_args(argv: list[str]) -> Args:
             args.input_shapes.append(value)
         elif name in ("-fix-input", "--fix-input") and eq:
             args.fixed_inputs.append(value)
+        elif name in ("-fusion", "--fusion") and eq:
+            if value not in ("on", "off"):
+                raise UsageError(f"-fusion={value}: expected on or off")
+            args.fusion = value
         elif name == "-o":
             args.output = value if eq else next(it, None)
             if not args.output:
@@ -174,7 +181,7 @@ def options(args: Args) -> Options:
     except placement_.PlacementError as err:
         raise UsageError(str(err)) from None
     return Options(args.stage, placement, chip, cpu, parse_shapes(args.input_shapes),
-                   parse_fixed(args.fixed_inputs))
+                   parse_fixed(args.fixed_inputs), args.fusion == "on")
 
 
 def parse_shapes(entries: list[str]) -> dict[str, tuple[int, ...]]:

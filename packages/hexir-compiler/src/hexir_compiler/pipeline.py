@@ -4,7 +4,7 @@
 | ----------- | ------------------------------------------------ | --------------------------------- |
 | mlir        | (parse and verify)                               | the graph as written              |
 | mlir-hetero | hexir-partition, hexir-insert-transfers          | devices on ops, copies between    |
-| mlir-tir    | hexir-lower-to-tir                               | each compute op a hextir kernel   |
+| mlir-tir    | hexir-fuse, hexir-lower-to-tir                   | each op or fused group a kernel   |
 | mlir-linalg | hextir-to-loops                                  | kernels as loop nests on buffers  |
 | mlir-gpu    | hexir-kernels-to-gpu                             | cuda kernels as gpu.module/func   |
 | mlir-llvm   | hexir-kernels-to-llvm                            | every kernel in LLVM / NVVM       |
@@ -28,6 +28,7 @@ from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host
 from hexir_compiler.transforms import (
+    hexir_fuse,
     hexir_insert_transfers,
     hexir_kernels_to_gpu,
     hexir_kernels_to_llvm,
@@ -59,6 +60,7 @@ class Options:
     #: compile time (shape or axes operands), by input name.
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     fixed_inputs: Mapping[str, object] = field(default_factory=dict)
+    fuse: bool = True  # hexir-fuse before the kernels are made (`-fusion=off`: one per op)
 
 
 class ParseError(CompileError):
@@ -134,10 +136,16 @@ def _place(module: ir.Module, options: Options) -> None:
     hexir_insert_transfers.run(module)
 
 
+def _kernels(module: ir.Module, options: Options) -> None:
+    if options.fuse:
+        hexir_fuse.run(module)
+    hexir_lower_to_tir.run(module)
+
+
 #: The MLIR stages after `mlir` and the passes that produce each from the one before.
 PASSES: tuple[tuple[str, Callable[[ir.Module, Options], None]], ...] = (
     ("mlir-hetero", _place),
-    ("mlir-tir", lambda module, options: hexir_lower_to_tir.run(module)),
+    ("mlir-tir", lambda module, options: _kernels(module, options)),
     ("mlir-linalg", lambda module, options: hextir_to_loops.run(module)),
     ("mlir-gpu", lambda module, options: hexir_kernels_to_gpu.run(module)),
     ("mlir-llvm", lambda module, options: hexir_kernels_to_llvm.run(module)),
@@ -188,12 +196,13 @@ def _verify(module: ir.Module) -> None:
 
 def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | None = None,
             target: str | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-            fixed_inputs: Mapping[str, object] | None = None) -> str | bytes:
+            fixed_inputs: Mapping[str, object] | None = None, fuse: bool = True) -> str | bytes:
     """`source` (a `.mlir` or `.onnx` path, an `onnx.ModelProto`, or None: the built-in
     program) compiled to the stage `emit`: `.hxb` bytes, or the stage's text.
 
     `placement` is what `-placement` takes (`"cuda"`, `"cuda,hexir.softmax=cpu"`) or a dict
-    of op name to device; `target` what `-target` takes. Raises `CompileError` (one line).
+    of op name to device; `target` what `-target` takes; `fuse=False` makes one kernel per op.
+    Raises `CompileError` (one line).
     """
     from hexir_compiler import placement as placement_
 
@@ -208,5 +217,5 @@ def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | N
         except UsageError as err:
             raise CompileError(str(err)) from None
     options = Options(emit, dict(placement or {}), chip, cpu, dict(input_shapes or {}),
-                      dict(fixed_inputs or {}))
+                      dict(fixed_inputs or {}), fuse)
     return compile_file(source, options)

@@ -1,6 +1,7 @@
-// hexir-kernels-to-llvm on its own (all-cpu: no toolkit needed): cpu kernels and the routine
+// hexir-kernels-to-llvm on its own (all-cpu: no toolkit needed; unfused, one kernel per op):
+// cpu kernels and the routine
 // they call become llvm.funcs, the graph stays; run twice, nothing changes.
-// RUN: %hexir -emit=mlir-gpu %S/Inputs/linear-relu.mlir > %t.gpu
+// RUN: %hexir -emit=mlir-gpu -fusion=off %S/Inputs/linear-relu.mlir > %t.gpu
 // RUN: %hexir-opt --pass=hexir-kernels-to-llvm %t.gpu > %t.once
 // RUN: %hexir-opt --pass=hexir-kernels-to-llvm %t.once > %t.twice
 // RUN: diff %t.once %t.twice

@@ -1,8 +1,8 @@
 // The kernel stage of the `hexir` CLI: placement chooses the schedule. The linear placed on
 // cuda gets loops bound to blockIdx/threadIdx; the relu placed on cpu gets parallel loops;
 // the linear placed on cpu is a call of the runtime's matmul routine (the host BLAS).
-// RUN: %hexir -emit=mlir-tir -placement=hexir.linear=cuda,hexir.relu=cpu %s | FileCheck %s
-// RUN: %hexir -emit=mlir-tir -placement=hexir.linear=cpu,hexir.relu=cuda %s | FileCheck %s --check-prefix=SWAP
+// RUN: %hexir -emit=mlir-tir -fusion=off -placement=hexir.linear=cuda,hexir.relu=cpu %s | FileCheck %s
+// RUN: %hexir -emit=mlir-tir -fusion=off -placement=hexir.linear=cpu,hexir.relu=cuda %s | FileCheck %s --check-prefix=SWAP
 
 func.func @main(%x: tensor<8x3xf64>) -> tensor<8x5xf64> {
   %w = "hexir.constant"() {value = dense<1.0> : tensor<3x5xf64>} : () -> tensor<3x5xf64>
@@ -11,8 +11,8 @@ func.func @main(%x: tensor<8x3xf64>) -> tensor<8x5xf64> {
   return %1 : tensor<8x5xf64>
 }
 
-// CHECK: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cuda"}
-// CHECK: "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cpu"}
+// CHECK: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cuda", operandSegmentSizes = {{.*}}}
+// CHECK: "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cpu", operandSegmentSizes = {{.*}}}
 // CHECK: "hextir.if"
 // CHECK: }) {kind = "serial"}
 // CHECK: }) {bind = "threadIdx.x", kind = "thread_binding"}
@@ -25,8 +25,8 @@ func.func @main(%x: tensor<8x3xf64>) -> tensor<8x5xf64> {
 // CHECK: }) {kind = "parallel"}
 // CHECK: device = "cpu", {{.*}}hexir.kernel = "relu"{{.*}}sym_name = "relu_1"
 
-// SWAP: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cpu"}
-// SWAP: "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cuda"}
+// SWAP: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cpu", operandSegmentSizes = {{.*}}}
+// SWAP: "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cuda", operandSegmentSizes = {{.*}}}
 // SWAP-NOT: thread_binding
 // SWAP: "hextir.library_call"(%arg0, %arg1, %arg2) {routine = "matmul"}
 // SWAP: device = "cpu", {{.*}}hexir.kernel = "matmul"{{.*}}sym_name = "linear_0"

@@ -19,14 +19,14 @@ func.func @main(%x: tensor<2x40x3xf32>, %w: tensor<3x50xf32>, %b: tensor<50xf32>
 
 // One counter for the module; linear keeps its own name, the kernel kind says matmul.
 // CHECK-LABEL: func.func @main
-// CHECK: %[[L:.*]] = "hexir.call_tir"(%arg0, %arg1) {callee = @linear_0, device = "cuda"}
-// CHECK: %[[A:.*]] = "hexir.call_tir"(%[[L]], %arg2) {callee = @add_1, device = "cuda"}
-// CHECK: %[[R:.*]] = "hexir.call_tir"(%[[A]]) {callee = @relu_2, device = "cpu"}
-// CHECK: %[[S:.*]] = "hexir.call_tir"(%[[R]]) {callee = @softmax_3, device = "cuda"}
-// CHECK: %[[M:.*]] = "hexir.call_tir"(%[[S]]) {callee = @reduce_mean_4, device = "cpu"}
-// CHECK: %[[N:.*]] = "hexir.call_tir"(%[[S]], %arg3, %arg2) {callee = @layer_norm_5, device = "cuda"}
-// CHECK: %[[G:.*]] = "hexir.call_tir"(%[[N]]) {callee = @gelu_6, device = "cpu"}
-// CHECK: %[[T:.*]] = "hexir.call_tir"(%[[G]]) {callee = @transpose_7, device = "cuda"}
+// CHECK: %[[L:.*]] = "hexir.call_tir"(%arg0, %arg1) {callee = @linear_0, device = "cuda", operandSegmentSizes = {{.*}}}
+// CHECK: %[[A:.*]] = "hexir.call_tir"(%[[L]], %arg2) {callee = @add_1, device = "cuda", operandSegmentSizes = {{.*}}}
+// CHECK: %[[R:.*]] = "hexir.call_tir"(%[[A]]) {callee = @relu_2, device = "cpu", operandSegmentSizes = {{.*}}}
+// CHECK: %[[S:.*]] = "hexir.call_tir"(%[[R]]) {callee = @softmax_3, device = "cuda", operandSegmentSizes = {{.*}}}
+// CHECK: %[[M:.*]] = "hexir.call_tir"(%[[S]]) {callee = @reduce_mean_4, device = "cpu", operandSegmentSizes = {{.*}}}
+// CHECK: %[[N:.*]] = "hexir.call_tir"(%[[S]], %arg3, %arg2) {callee = @layer_norm_5, device = "cuda", operandSegmentSizes = {{.*}}}
+// CHECK: %[[G:.*]] = "hexir.call_tir"(%[[N]]) {callee = @gelu_6, device = "cpu", operandSegmentSizes = {{.*}}}
+// CHECK: %[[T:.*]] = "hexir.call_tir"(%[[G]]) {callee = @transpose_7, device = "cuda", operandSegmentSizes = {{.*}}}
 // CHECK: "hexir.print"(%[[M]])
 // CHECK: return %[[T]]
 

@@ -4,7 +4,7 @@
 
 func.func @main(%a: tensor<2x2xf64>, %b: tensor<2x2xf64>) {
   // CHECK: invalid-hextir.mlir:7:8: error: 'hexir.call_tir' op expected @matmul to take 3 buffers (2 inputs + 1 destination), but it takes 2
-  %r = "hexir.call_tir"(%a, %b) {callee = @matmul} : (tensor<2x2xf64>, tensor<2x2xf64>) -> tensor<2x2xf64>
+  %r = "hexir.call_tir"(%a, %b) {callee = @matmul, operandSegmentSizes = array<i32: 1, 1, 0, 0, 0, 0, 0, 0>} : (tensor<2x2xf64>, tensor<2x2xf64>) -> tensor<2x2xf64>
   return
 }
 "hextir.prim_func"() ({
@@ -16,7 +16,7 @@ func.func @main(%a: tensor<2x2xf64>, %b: tensor<2x2xf64>) {
 
 func.func @main(%a: tensor<2x2xf64>) {
   // CHECK: :19:8: error: 'hexir.call_tir' op 'main' does not reference a kernel (a hextir.prim_func or its lowering)
-  %r = "hexir.call_tir"(%a) {callee = @main} : (tensor<2x2xf64>) -> tensor<2x2xf64>
+  %r = "hexir.call_tir"(%a) {callee = @main, operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>} : (tensor<2x2xf64>) -> tensor<2x2xf64>
   return
 }
 
@@ -24,7 +24,7 @@ func.func @main(%a: tensor<2x2xf64>) {
 
 func.func @main(%a: tensor<2x2xf64>) {
   // CHECK: :27:8: error: 'hexir.call_tir' op tensor<2x2xf64> does not match buffer #0 of @k, memref<2x3xf64>
-  %r = "hexir.call_tir"(%a) {callee = @k} : (tensor<2x2xf64>) -> tensor<2x2xf64>
+  %r = "hexir.call_tir"(%a) {callee = @k, operandSegmentSizes = array<i32: 1, 0, 0, 0, 0, 0, 0, 0>} : (tensor<2x2xf64>) -> tensor<2x2xf64>
   return
 }
 "hextir.prim_func"() ({

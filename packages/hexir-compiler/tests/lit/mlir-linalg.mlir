@@ -4,8 +4,8 @@
 // loops are scf.parallel mapped to the GPU processors.
 // RUN: %hexir -emit=mlir-linalg -placement=hexir.linear=cuda %S/Inputs/linear-relu.mlir | FileCheck %s
 
-// CHECK:      "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cuda"}
-// CHECK:      "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cpu"}
+// CHECK:      "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cuda", operandSegmentSizes = {{.*}}}
+// CHECK:      "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cpu", operandSegmentSizes = {{.*}}}
 // CHECK:      func.func @linear_0(%arg0: memref<2x2xf64>, %arg1: memref<2x2xf64>, %arg2: memref<2x2xf64>) attributes {device = "cuda", hexir.kernel = "matmul"
 // CHECK:      scf.parallel
 // CHECK:      scf.for {{.*}} iter_args

@@ -6,7 +6,7 @@
 // RUN: FileCheck %s < %t
 // RUN: not grep -E 'scf\.|memref\.|hextir\.|gpu\.func' %t
 
-// CHECK: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cuda"}
+// CHECK: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cuda", operandSegmentSizes = {{.*}}}
 // CHECK: gpu.module @linear_0 [#nvvm.target<O = 3, {{.*}}link = ["{{.*}}libdevice.10.bc"]>] attributes {device = "cuda", hexir.block = array<i64: 16, 2, 1>, hexir.grid = array<i64: 1, 1, 1>
 // CHECK-NEXT: llvm.func @linear_0(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: !llvm.ptr) attributes {gpu.kernel,
 // CHECK: nvvm.read.ptx.sreg.ctaid.y

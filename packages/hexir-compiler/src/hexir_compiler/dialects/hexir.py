@@ -11,8 +11,7 @@ located message that says what was expected and what was found. Optional attribu
 """
 
 import types
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Optional
 
 from hexir_format import signatures
 
@@ -444,6 +443,16 @@ class PrintOp(HexirOp, name="print"):
             tensor(value, "input")
 
 
+MAX_KERNEL_INPUTS = 8
+
+
+def segment_sizes(inputs: int) -> ir.Attribute:
+    """`operandSegmentSizes` of a call_tir with `inputs` inputs."""
+    if not 1 <= inputs <= MAX_KERNEL_INPUTS:
+        raise ValueError(f"a kernel takes 1 to {MAX_KERNEL_INPUTS} inputs, not {inputs}")
+    return ir.DenseI32ArrayAttr.get([1] * inputs + [0] * (MAX_KERNEL_INPUTS - inputs))
+
+
 class CallTirOp(HexirOp, name="call_tir"):
     """Call the kernel `callee` with the inputs plus a destination.
 
@@ -451,18 +460,37 @@ class CallTirOp(HexirOp, name="call_tir"):
     (mlir-tir), a func.func of loops (mlir-linalg; a cpu one takes two more index arguments,
     its range), a gpu.module holding the gpu.func of that name (mlir-gpu), or an llvm.func /
     NVVM gpu.module (mlir-llvm). Where the kernel still has buffer types they must be the
-    call's tensor types. The inputs are declared as `first` plus the variadic `rest`: IRDL
-    binds a variadic operand's constraint once, so all of `rest` share one type (ops with
-    three inputs, where and layer_norm, give their last two one type).
+    call's tensor types.
+
+    IRDL binds a variadic group's constraint once -- all its values one type -- but a kernel's
+    inputs differ (a fused kernel takes a matrix, a weight and a bias), so each input is its
+    own optional group, `in0` to `in{MAX_KERNEL_INPUTS - 1}`, and the call carries
+    `operandSegmentSizes` (`segment_sizes` makes it): at most MAX_KERNEL_INPUTS inputs.
     """
 
     callee: ir.FlatSymbolRefAttr
-    first: ext.Operand[Any]
-    rest: Sequence[ext.Operand[Any]]
+    in0: Optional[ext.Operand[Any]]
+    in1: Optional[ext.Operand[Any]]
+    in2: Optional[ext.Operand[Any]]
+    in3: Optional[ext.Operand[Any]]
+    in4: Optional[ext.Operand[Any]]
+    in5: Optional[ext.Operand[Any]]
+    in6: Optional[ext.Operand[Any]]
+    in7: Optional[ext.Operand[Any]]
     result: ext.Result[Any]
 
     def check(self) -> None:
         _result(self)
+        count = len(self.operands)
+        if not 1 <= count <= MAX_KERNEL_INPUTS:
+            raise Invalid(f"calls a kernel with {count} inputs; a kernel takes 1 to "
+                          f"{MAX_KERNEL_INPUTS}")
+        sizes = self.operation.attributes["operandSegmentSizes"] \
+            if "operandSegmentSizes" in self.operation.attributes else None
+        if sizes is None or list(ir.DenseI32ArrayAttr(sizes)) != list(
+                ir.DenseI32ArrayAttr(segment_sizes(len(self.operands)))):
+            raise Invalid(f"operandSegmentSizes must be {segment_sizes(len(self.operands))}: "
+                          "each input its own group, first to last")
         name = ir.FlatSymbolRefAttr(self.operation.attributes["callee"]).value
         kernel = lookup_symbol(self.operation, name)
         if kernel is None or kernel.name not in KERNEL_OPS or (

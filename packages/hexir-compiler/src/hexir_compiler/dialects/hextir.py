@@ -236,10 +236,11 @@ class BufferStoreOp(HextirOp, name="buffer_store"):
 
 
 class LibraryCallOp(HextirOp, name="library_call"):
-    """The whole kernel as one call of `routine` on its buffers (two inputs, the destination):
-    the schedule's choice where a library beats compiled loops (a cpu matmul: the host BLAS).
-    The routine has the kernel kind's meaning on the buffers' types. Three single operands, not
-    one variadic group: IRDL would bind a group's constraint once, making all three one type."""
+    """A call of `routine` on three of the kernel's buffers (two inputs, the destination): the
+    schedule's choice where a library beats compiled loops (a cpu matmul: the host BLAS). A
+    fused kernel's epilogue loops follow it. The runtime gives the routine the kernel's first,
+    second and last buffers. Three single operands, not one variadic group: IRDL would bind
+    a group's constraint once, making all three one type."""
 
     lhs: ext.Operand[Any]
     rhs: ext.Operand[Any]

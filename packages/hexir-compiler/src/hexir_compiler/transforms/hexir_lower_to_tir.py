@@ -11,6 +11,11 @@ How each kernel runs is decided here and written into its loops (see `tir.schedu
 kernels get `parallel` loops over the output, cuda kernels get loops bound to
 blockIdx/threadIdx with a bounds guard; reduction axes are `serial` on both devices.
 
+Ops that `hexir-fuse` put in one group (`hexir.group`) become one kernel, made at the
+group's last op and named after the ops it covers (`linear_add_relu_0`, or
+`<first>_<n>ops_<last>_<counter>` when that is too long for a kernel name); its inputs are
+the group's operands from outside it, a contraction's two first (`tir.fusion`).
+
 `hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as
 they are. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
 """
@@ -19,14 +24,18 @@ from __future__ import annotations
 
 from hexir_format.signatures import ShapeError
 
+from hexir_compiler.dialects.hexir import MAX_KERNEL_INPUTS, segment_sizes
 from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
-from hexir_compiler.transforms.tir import PLANS, GraphOp
+from hexir_compiler.transforms.hexir_fuse import GROUP
+from hexir_compiler.transforms.tir import PLANS, GraphOp, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 
 PASS_NAME = "hexir-lower-to-tir"
+MAX_NAME = 31  # bytes of a kernel name in a .hxb
+CONTRACTION_OPS = ("hexir.matmul", "hexir.linear")
 
 
 def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
@@ -52,13 +61,31 @@ def run(module: ir.Module | ir.Operation) -> None:
         if "sym_name" in op.attributes
     }
     counter = 0
-    for op in _compute_ops(module):
-        mnemonic = op.name.removeprefix("hexir.")
-        while f"{mnemonic}_{counter}" in taken:
-            counter += 1
-        name = f"{mnemonic}_{counter}"
+    ops = _compute_ops(module)
+    groups: dict[tuple, list[ir.Operation]] = {}
+    for op in ops:
+        if GROUP in op.attributes:
+            key = (_function_of(op), ir.IntegerAttr(op.attributes[GROUP]).value)
+            groups.setdefault(key, []).append(op)
+    for op in ops:
+        members = [op]
+        if GROUP in op.attributes:
+            members = groups[(_function_of(op), ir.IntegerAttr(op.attributes[GROUP]).value)]
+            if op != members[-1]:
+                continue  # lowered with its group, at the group's last op
+        stem = "_".join(m.name.removeprefix("hexir.") for m in members)
+        while f"{stem}_{counter}" in taken or len(f"{stem}_{counter}") > MAX_NAME:
+            if len(f"{stem}_{counter}") > MAX_NAME:
+                first, last = (m.name.removeprefix("hexir.") for m in (members[0], members[-1]))
+                stem = f"{first}_{len(members)}ops_{last}"
+            else:
+                counter += 1
+        name = f"{stem}_{counter}"
         counter += 1
-        _lower(op, name, body)
+        if len(members) == 1:
+            _lower(op, name, body)
+        else:
+            _lower_group(members, name, body)
 
 
 def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
@@ -71,6 +98,57 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
 
     module.walk(visit)
     return found
+
+
+def _function_of(op: ir.Operation) -> ir.Operation:
+    return op.parent
+
+
+def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block) -> None:
+    """One kernel for a fusion group, called where its last op was; the others are erased."""
+    sink = members[-1]
+    produced = {m.results[0]: i for i, m in enumerate(members)}
+    head = next((m for m in members if m.name in CONTRACTION_OPS), None)
+    inputs: list[ir.Value] = list(head.operands) if head is not None else []
+    steps = []
+    for member in members:
+        graph_op, _ = _read(member)
+        sources = []
+        for value in member.operands:
+            if value in produced:
+                sources.append(("step", produced[value]))
+                continue
+            if value not in inputs:
+                inputs.append(value)
+            sources.append(("input", inputs.index(value)))
+        steps.append(fusion.Step(graph_op, tuple(sources)))
+    shapes = [tuple(ir.RankedTensorType(v.type).shape) for v in inputs]
+    output = tuple(ir.RankedTensorType(sink.results[0].type).shape)
+    device = _device(sink)
+    try:
+        kernel = fusion.plan_group(steps, shapes, output)
+    except ShapeError as error:
+        raise CompileError(f"{sink.name}: {error}", sink.location) from None
+    builder = KernelBuilder(
+        ip=ir.InsertionPoint(module_body), name=name, device=device, kind=kernel.kind,
+        params=kernel.params, shapes=[*shapes, output],
+        elements=[*(ir.RankedTensorType(v.type).element_type for v in inputs),
+                  ir.RankedTensorType(sink.results[0].type).element_type],
+        loc=sink.location)
+    try:
+        kernel.emit(builder)
+    except CompileError as error:
+        builder.func.erase()
+        raise CompileError(f"{sink.name}: {error}", sink.location) from None
+    call = ir.Operation.create(
+        "hexir.call_tir", results=[sink.results[0].type], operands=inputs,
+        attributes={"callee": ir.FlatSymbolRefAttr.get(name),
+                    "device": ir.StringAttr.get(device),
+                    "operandSegmentSizes": segment_sizes(len(inputs))},
+        loc=sink.location, ip=ir.InsertionPoint(sink))
+    sink.results[0].replace_all_uses_with(call.results[0])
+    for member in reversed(members):
+        member.erase()
 
 
 def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
@@ -104,6 +182,7 @@ def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
         attributes={
             "callee": ir.FlatSymbolRefAttr.get(name),
             "device": ir.StringAttr.get(device),
+            "operandSegmentSizes": segment_sizes(len(op.operands)),
         },
         loc=op.location,
         ip=ir.InsertionPoint(op),

@@ -103,7 +103,10 @@ def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int:
     grid). The clamp keeps the kernel inside its buffers whatever range it is handed."""
     ops = [view.operation for view in entry.operations]
     loops = [op for op in ops if op.name == "scf.for"]
-    if len(loops) == 1 and _string(loops[0], LOOP) == "parallel":
+    # Only a body that is the loop and nothing else (a fused kernel's library call before its
+    # epilogue loop must run once, not once per range).
+    alone = all(op.name in ("arith.constant", "scf.for", "func.return") for op in ops)
+    if alone and len(loops) == 1 and _string(loops[0], LOOP) == "parallel":
         loop = loops[0]
         extent = _constant(loop.operands[1]) - _constant(loop.operands[0])
         with ir.InsertionPoint(loop), loop.location:

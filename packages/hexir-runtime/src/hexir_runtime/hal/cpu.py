@@ -54,7 +54,8 @@ ROUTINE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void
 
 
 def matmul_routine(exe: Executable):
-    """`hexir_rt_matmul(a, b, out)` for this executable: np.matmul on typed views.
+    """`hexir_rt_matmul(a, b, out)` for this executable: np.matmul on typed views of its first,
+    second and last arguments (a fused kernel's epilogue inputs come between).
 
     The views are made once per address: a kernel is only ever handed the buffers of its
     validated types, so the view of an address it passes again is the view it needs."""
@@ -72,7 +73,7 @@ def matmul_routine(exe: Executable):
 
     def routine(a: int, b: int, out: int) -> None:
         with np.errstate(all="ignore"):  # inf and nan are results here, not errors
-            np.matmul(view(a, 0), view(b, 1), out=view(out, 2))
+            np.matmul(view(a, 0), view(b, 1), out=view(out, len(kinds) - 1))
 
     return ROUTINE(routine)
 
@@ -131,7 +132,8 @@ class CpuDevice(Device):
             need, have = CPU_LEVELS[exe.cpu_level], CPU_LEVELS[hostcode.host_level()]
             raise DeviceError(f"host image of kernel '{exe.name}' is code for {need}, which "
                               f"this CPU ({have}) cannot run; compile with -target=cpu:{have}")
-        routines = (matmul_routine(exe),) if exe.kind is KernelKind.MATMUL else ()
+        routines = (matmul_routine(exe),) if exe.kind is KernelKind.MATMUL or (
+            exe.kind is KernelKind.GENERIC and len(exe.args) >= 3) else ()
         provided = {"hexir_rt_matmul": ctypes.cast(r, ctypes.c_void_p).value for r in routines}
         code = hostcode.load(exe.image, exe.name, len(exe.args),
                              what=f"host image of kernel '{exe.name}'", provided=provided)

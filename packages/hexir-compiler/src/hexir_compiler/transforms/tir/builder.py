@@ -148,9 +148,10 @@ class KernelBuilder:
             value = arith.extui(storage(self.elements[buffer]), value)
         ir.Operation.create("hextir.buffer_store", operands=[value, buffer, *indices])
 
-    def library_call(self, routine: str) -> None:
-        """The kernel's body is one call of `routine` on all its buffers."""
-        ir.Operation.create("hextir.library_call", operands=list(self.args),
+    def library_call(self, routine: str, buffers: Sequence[ir.Value] | None = None) -> None:
+        """A call of the runtime's `routine` on `buffers` (default: all of the kernel's)."""
+        ir.Operation.create("hextir.library_call",
+                            operands=list(self.args if buffers is None else buffers),
                             attributes={"routine": ir.StringAttr.get(routine)})
 
     # -- control flow ----------------------------------------------------------------------

@@ -9,16 +9,25 @@ on the cpu the schedule calls the runtime's matmul routine instead (`schedule.us
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from hexir_format import signatures
 
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
-from hexir_compiler.transforms.tir.schedule import matrix, uses_library
+from hexir_compiler.transforms.tir.schedule import matrix, parallel, uses_library
 
 
-def plan_matmul(op: GraphOp) -> Kernel:
-    a, w = op.inputs
+#: An element-wise epilogue: (builder, the product at an output element, its coordinates)
+#: -> the value to store there (`tir.fusion` makes them).
+Epilogue = Callable[[KernelBuilder, ir.Value, list[ir.Value]], ir.Value]
+
+
+def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
+    """The matmul kernel of `op`, applying `epilogue` to each product before it is stored
+    (the kernel's arguments are then lhs, rhs, the epilogue's inputs, the destination)."""
+    a, w = op.inputs[:2]
     if op.mnemonic == "linear":
         op.expect_output(signatures.linear(a, w))
     else:
@@ -29,11 +38,14 @@ def plan_matmul(op: GraphOp) -> Kernel:
     rows, cols, depth = (a[-2] if has_rows else 1), w[-1], a[-1]
 
     def emit(b: KernelBuilder) -> None:
+        lhs, rhs, *_, out = b.args
         if uses_library(b):
             with b.building():
-                b.library_call("matmul")
+                b.library_call("matmul", [lhs, rhs, out])
+                if epilogue is not None:  # then over the product, in place
+                    with parallel(b, op.output) as coords:
+                        b.store(epilogue(b, b.load(out, coords), coords), out, coords)
             return
-        lhs, rhs, out = b.args
         with b.building(), matrix(b, batch, rows, cols) as (coords, i, j):
             row = [i] if has_rows else []
             lhs_at = [*broadcast_indices(b, coords, a_batch, batch), *row]
@@ -44,6 +56,7 @@ def plan_matmul(op: GraphOp) -> Kernel:
                 return [arith.addf(acc[0], term)]
 
             (total,) = b.fold([depth], [b.float(0.0)], step)
-            b.store(total, out, [*coords, *row, j])
+            at = [*coords, *row, j]
+            b.store(total if epilogue is None else epilogue(b, total, at), out, at)
 
-    return Kernel("matmul", emit)
+    return Kernel("matmul" if epilogue is None else "generic", emit)

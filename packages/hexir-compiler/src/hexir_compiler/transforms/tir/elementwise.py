@@ -63,16 +63,18 @@ def _sigmoid(b: KernelBuilder, x: ir.Value) -> ir.Value:
 
 def _gelu_erf(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # x * 0.5 * (1 + erf(x / sqrt(2)))
-    erf = math.erf(arith.divf(x, b.float(pymath.sqrt(2.0))))
-    return arith.mulf(arith.mulf(x, b.float(0.5)), arith.addf(b.float(1.0), erf))
+    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    erf = math.erf(arith.divf(x, c(pymath.sqrt(2.0))))
+    return arith.mulf(arith.mulf(x, c(0.5)), arith.addf(c(1.0), erf))
 
 
 def _gelu_tanh(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
+    c = lambda v: b.constant(v, x.type)  # noqa: E731
     cube = arith.mulf(arith.mulf(x, x), x)
-    inner = arith.addf(x, arith.mulf(b.float(0.044715), cube))
-    t = math.tanh(arith.mulf(b.float(pymath.sqrt(2.0 / pymath.pi)), inner))
-    return arith.mulf(arith.mulf(b.float(0.5), x), arith.addf(b.float(1.0), t))
+    inner = arith.addf(x, arith.mulf(c(0.044715), cube))
+    t = math.tanh(arith.mulf(c(pymath.sqrt(2.0 / pymath.pi)), inner))
+    return arith.mulf(arith.mulf(c(0.5), x), arith.addf(c(1.0), t))
 
 
 def _neg(b: KernelBuilder, x: ir.Value) -> ir.Value:
@@ -200,13 +202,34 @@ def _kind(mnemonic: str) -> str:
 
 def plan_gelu(op: GraphOp) -> Kernel:
     op.expect_output(op.inputs[0])
+    approximate = _approximation(op)
+    return Kernel("gelu", lambda b: _map(b, op, formula(op)), (GELU_APPROXIMATIONS[approximate],))
+
+
+def _approximation(op: GraphOp) -> str:
     approximate = op.string_attr("approximate", "none")
     if approximate not in GELU_APPROXIMATIONS:
         raise CompileError(
             f'hexir.gelu: approximate must be "none" or "tanh", found "{approximate}"'
         )
-    scalar = _gelu_tanh if approximate == "tanh" else _gelu_erf
-    return Kernel("gelu", lambda b: _map(b, op, scalar), (GELU_APPROXIMATIONS[approximate],))
+    return approximate
+
+
+def formula(op: GraphOp) -> Scalar:
+    """The scalar computation of the element-wise `op` (a fused kernel's one step)."""
+    name = op.mnemonic
+    if name in UNARY:
+        return UNARY[name].formula
+    if name in BINARY:
+        return BINARY[name].formula
+    if name == "where":
+        return lambda b, c, x, y: arith.select(c, x, y)
+    if name == "cast":
+        to = ir.Type.parse(op.elements[-1])
+        return lambda b, x: convert(b, x, to)
+    if name == "gelu":
+        return _gelu_tanh if _approximation(op) == "tanh" else _gelu_erf
+    raise CompileError(f"hexir.{name} is not element-wise")
 
 
 def plan_transpose(op: GraphOp) -> Kernel:

@@ -1,0 +1,119 @@
+"""hexir-fuse: decide which graph ops become one kernel, as a `hexir.group` on each of them.
+
+Runs after placement, right before hexir-lower-to-tir, which makes one kernel of each group.
+A group is a chain ending in one op (its sink, the only op whose result leaves the group):
+
+- element-wise ops (`transforms/tir/elementwise.py`'s tables, and where, cast, gelu) join
+  the group of the element-wise op that consumes them: `add -> relu` is one map;
+- a contraction (matmul, linear) heads the group of the element-wise epilogue that consumes
+  it (bias, activation, residual add, scale): `linear -> add -> relu` is one kernel.
+
+A producer joins its consumer's group only when both run on the same device (placement
+decides fusion boundaries), its result has that one use, and the result has the consumer's
+shape (every value of the group then lives at the output's coordinates, and a kernel never
+recomputes a value). A group holds at most one contraction (its kernel computes it first,
+then the rest in program order at each output element) and takes at most MAX_KERNEL_INPUTS
+inputs from outside.
+Groups are numbered per function in program order; an op in no group keeps no attribute.
+Running the pass again recomputes the same groups.
+"""
+
+from __future__ import annotations
+
+from hexir_compiler.dialects.hexir import MAX_KERNEL_INPUTS
+from hexir_compiler.mlir import ir
+from hexir_compiler.transforms.tir import elementwise
+
+PASS_NAME = "hexir-fuse"
+GROUP = "hexir.group"
+ELEMENTWISE = frozenset({*elementwise.UNARY, *elementwise.BINARY, "where", "cast", "gelu"})
+CONTRACTIONS = frozenset({"matmul", "linear"})
+
+
+def mnemonic(op: ir.Operation) -> str:
+    return op.name.removeprefix("hexir.") if op.name.startswith("hexir.") else ""
+
+
+def run(module: ir.Module | ir.Operation) -> None:
+    """Write `hexir.group` on the ops of every fusion group in `module`'s functions."""
+    module = module.operation
+    with module.context:
+        for view in module.regions[0].blocks[0].operations:
+            op = view.operation
+            if op.name == "func.func" and len(op.regions[0].blocks):
+                _function(op.regions[0].blocks[0])
+
+
+def _function(block: ir.Block) -> None:
+    ops = [view.operation for view in block.operations]
+    for op in ops:
+        if GROUP in op.attributes:
+            del op.attributes[GROUP]
+    group_of: dict[int, list[ir.Operation]] = {}  # id(op) -> its group (shared list)
+    producers = {}
+    for op in ops:
+        for result in op.results:
+            producers[result] = op
+    for op in ops:
+        if mnemonic(op) not in ELEMENTWISE:
+            continue
+        group = group_of.setdefault(id(op), [op])
+        for operand in op.operands:
+            producer = producers.get(operand)
+            if producer is None or not _joins(producer, op, group, group_of):
+                continue
+            joined = group_of.get(id(producer), [producer])
+            merged = [o for o in ops if o in joined or o in group]  # program order
+            for member in merged:
+                group_of[id(member)] = merged
+            group = merged
+    numbered: dict[int, int] = {}
+    for op in ops:
+        group = group_of.get(id(op))
+        if group is None or len(group) < 2:
+            continue
+        number = numbered.setdefault(id(group), len(numbered))
+        op.attributes[GROUP] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), number)
+
+
+def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
+           group_of: dict[int, list]) -> bool:
+    name = mnemonic(producer)
+    if name not in ELEMENTWISE and name not in CONTRACTIONS:
+        return False
+    if id(producer) in {id(o) for o in group}:
+        return False
+    if _device(producer) != _device(consumer) or len(producer.results) != 1:
+        return False
+    uses = list(producer.results[0].uses)
+    if len(uses) != 1 or _op(uses[0].owner) != consumer:
+        return False
+    if _shape(producer) != _shape(consumer):
+        return False
+    theirs = group_of.get(id(producer), [producer])
+    contractions = [o for o in (*theirs, *group) if mnemonic(o) in CONTRACTIONS]
+    return len(contractions) <= 1 and len(_inputs([*theirs, *group])) <= MAX_KERNEL_INPUTS
+
+
+def _inputs(members: list[ir.Operation]) -> list[ir.Value]:
+    """The values a group's kernel would take: its operands produced outside it."""
+    inside = {m.results[0] for m in members}
+    found: list[ir.Value] = []
+    for member in members:
+        for value in member.operands:
+            if value not in inside and value not in found:
+                found.append(value)
+    return found
+
+
+def _op(owner) -> ir.Operation:
+    return owner.operation if isinstance(owner, ir.OpView) else owner
+
+
+def _shape(op: ir.Operation) -> tuple[int, ...] | None:
+    t = op.results[0].type
+    return tuple(ir.RankedTensorType(t).shape) if isinstance(t, ir.RankedTensorType) else None
+
+
+def _device(op: ir.Operation) -> str:
+    return ir.StringAttr(op.attributes["device"]).value if "device" in op.attributes else "cpu"

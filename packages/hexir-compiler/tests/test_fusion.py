@@ -1,0 +1,64 @@
+"""Fusion (hexir-fuse): fewer kernels, the same results, on both devices.
+
+The example networks compiled fused and unfused give the same outputs on the cpu (the
+runtime), and their all-cuda fused kernels, run thread by thread (`tir_graph`), match the
+fixtures' numpy references. A fused kernel takes inputs of different types (a matrix, a
+weight, a bias): each is its own operand group of `hexir.call_tir`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import hexir_format as hf
+import numpy as np
+import pytest
+import tir_graph
+
+import hexir_compiler
+import hexir_runtime
+from hexir_compiler.pipeline import Options
+
+REPO = Path(__file__).resolve().parents[3]
+NETWORKS = [("mlp", "f32"), ("mlp", "f64"), ("transformer_block", "f32"),
+            ("transformer_block", "f64")]
+
+
+def _source(net: str, dtype: str) -> Path:
+    return REPO / "examples" / f"{net}{'' if dtype == 'f32' else '-f64'}.mlir"
+
+
+@pytest.mark.parametrize("net, dtype", NETWORKS)
+def test_fused_and_unfused_networks_agree_on_the_cpu(net, dtype):
+    data = np.load(REPO / "fixtures" / f"{net}-{dtype}.npz")
+    fused = hexir_compiler.compile(_source(net, dtype))
+    unfused = hexir_compiler.compile(_source(net, dtype), fuse=False)
+    assert len(hf.parse(fused).executables) < len(hf.parse(unfused).executables)
+    a = hexir_runtime.load(fused).main(data["input_0"])
+    b = hexir_runtime.load(unfused).main(data["input_0"])
+    tolerance = 1e-6 if dtype == "f32" else 1e-14
+    scale = np.abs(data["output_0"]).max()
+    assert np.abs(a - b).max() <= tolerance * scale
+    assert np.abs(a - data["output_0"]).max() <= 10 * tolerance * scale
+
+
+def test_the_mlp_is_one_kernel_per_layer():
+    text = hexir_compiler.compile(_source("mlp", "f32"), "mlir-tir")
+    assert re.findall(r"callee = @(\w+)", text) == [
+        "linear_add_relu_0", "linear_add_relu_1", "linear_add_2", "softmax_3"]
+
+
+@pytest.mark.parametrize("net", ["mlp", "transformer_block"])
+def test_fused_cuda_kernels_compute_the_network_thread_by_thread(net):
+    data = np.load(REPO / "fixtures" / f"{net}-f32.npz")
+    (got,) = tir_graph.run(str(_source(net, "f32")), [data["input_0"]],
+                           Options("mlir-tir", {"*": "cuda"}))
+    scale = np.abs(data["output_0"]).max()
+    assert np.abs(got - data["output_0"]).max() <= 1e-5 * scale
+
+
+def test_fusion_stops_at_a_device_boundary():
+    text = hexir_compiler.compile(_source("mlp", "f32"), "mlir-tir",
+                                  placement="hexir.linear=cuda")
+    assert "linear_add" not in text and "callee = @linear_0" in text
