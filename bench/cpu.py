@@ -8,7 +8,8 @@ warm-up, three ways, on the same module and the same input:
 
 | column | what runs |
 | --- | --- |
-| compiled | the runtime as shipped: each cpu kernel its x86-64 host image, the cpu grid split over the thread pool |
+| compiled | the runtime as shipped: each cpu kernel its x86-64 host image, the cpu grid split over the thread pool, the network fused (`hexir-fuse`, the default) |
+| unfused | the same, compiled with `-fusion=off`: one kernel per op |
 | numpy path | the same module and call path, every DISPATCH bound to the numpy body of its kind instead (the kernels of the runtime before version 5: `packages/hexir-runtime/tests/numpy_kernels.py`) |
 | plain numpy | the network written directly in numpy in the program's element type (no interpreter, no buffers) |
 
@@ -49,15 +50,15 @@ def median_seconds(fn, calls: int) -> float:
     return statistics.median(times)
 
 
-def compile_program(text_or_path, element_path: bool = True) -> bytes:
+def compile_program(text_or_path, element_path: bool = True, fuse: bool = True) -> bytes:
     from hexir_compiler.dialects import context
     from hexir_compiler.mlir import ir
     from hexir_compiler.pipeline import Options, compile_file, run
 
     if element_path:
-        return compile_file(text_or_path, Options("hxb"))
+        return compile_file(text_or_path, Options("hxb", fuse=fuse))
     with context():
-        return run(ir.Module.parse(text_or_path), Options("hxb"))
+        return run(ir.Module.parse(text_or_path), Options("hxb", fuse=fuse))
 
 
 def numpy_path(module):
@@ -86,23 +87,27 @@ def networks(calls: int) -> list[str]:
     import hexir_runtime as hr
     from hexir_runtime.hal import cpu
 
-    rows = ["| network | compiled | numpy path | plain numpy | numpy path / compiled | "
-            "plain numpy / compiled |", "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    rows = ["| network | compiled | unfused | numpy path | plain numpy | unfused / compiled | "
+            "numpy path / compiled | plain numpy / compiled |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for name in PROGRAMS:
         program = REPO / "examples" / name
         module = hr.load(compile_program(program))
+        unfused_module = hr.load(compile_program(program, fuse=False))
         x = reference.sample_input(program, np.random.default_rng(0))
         compiled = median_seconds(lambda: module.main(x), calls)
+        unfused = median_seconds(lambda: unfused_module.main(x), calls)
         original = numpy_path(module)
-        try:
-            old = hr.load(compile_program(program))
+        try:  # the numpy bodies are per kernel kind: the unfused module
+            old = hr.load(compile_program(program, fuse=False))
             interpreted = median_seconds(lambda: old.main(x), calls)
         finally:
             cpu.CpuDevice.bind = original
         direct = plain_numpy(program, x.dtype)
         plain = median_seconds(lambda: direct(x), calls)
-        rows.append(f"| {name} | {compiled * 1e3:.3f} ms | {interpreted * 1e3:.3f} ms | "
-                    f"{plain * 1e3:.3f} ms | {interpreted / compiled:.2f} | "
+        rows.append(f"| {name} | {compiled * 1e3:.3f} ms | {unfused * 1e3:.3f} ms | "
+                    f"{interpreted * 1e3:.3f} ms | {plain * 1e3:.3f} ms | "
+                    f"{unfused / compiled:.2f} | {interpreted / compiled:.2f} | "
                     f"{plain / compiled:.2f} |")
     return rows
 
