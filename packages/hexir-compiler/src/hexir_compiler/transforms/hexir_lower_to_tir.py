@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from hexir_format.signatures import ShapeError
 
-from hexir_compiler.dialects.hexir import MAX_KERNEL_INPUTS, segment_sizes
+from hexir_compiler.dialects.hexir import segment_sizes
 from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
@@ -65,12 +65,12 @@ def run(module: ir.Module | ir.Operation) -> None:
     groups: dict[tuple, list[ir.Operation]] = {}
     for op in ops:
         if GROUP in op.attributes:
-            key = (_function_of(op), ir.IntegerAttr(op.attributes[GROUP]).value)
+            key = (op.parent, ir.IntegerAttr(op.attributes[GROUP]).value)
             groups.setdefault(key, []).append(op)
     for op in ops:
         members = [op]
         if GROUP in op.attributes:
-            members = groups[(_function_of(op), ir.IntegerAttr(op.attributes[GROUP]).value)]
+            members = groups[(op.parent, ir.IntegerAttr(op.attributes[GROUP]).value)]
             if op != members[-1]:
                 continue  # lowered with its group, at the group's last op
         stem = "_".join(m.name.removeprefix("hexir.") for m in members)
@@ -100,10 +100,6 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def _function_of(op: ir.Operation) -> ir.Operation:
-    return op.parent
-
-
 def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block) -> None:
     """One kernel for a fusion group, called where its last op was; the others are erased."""
     sink = members[-1]
@@ -124,71 +120,62 @@ def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block) 
         steps.append(fusion.Step(graph_op, tuple(sources)))
     shapes = [tuple(ir.RankedTensorType(v.type).shape) for v in inputs]
     output = tuple(ir.RankedTensorType(sink.results[0].type).shape)
-    device = _device(sink)
     try:
         kernel = fusion.plan_group(steps, shapes, output)
     except ShapeError as error:
         raise CompileError(f"{sink.name}: {error}", sink.location) from None
-    builder = KernelBuilder(
-        ip=ir.InsertionPoint(module_body), name=name, device=device, kind=kernel.kind,
-        params=kernel.params, shapes=[*shapes, output],
-        elements=[*(ir.RankedTensorType(v.type).element_type for v in inputs),
-                  ir.RankedTensorType(sink.results[0].type).element_type],
-        loc=sink.location)
-    try:
-        kernel.emit(builder)
-    except CompileError as error:
-        builder.func.erase()
-        raise CompileError(f"{sink.name}: {error}", sink.location) from None
-    call = ir.Operation.create(
-        "hexir.call_tir", results=[sink.results[0].type], operands=inputs,
-        attributes={"callee": ir.FlatSymbolRefAttr.get(name),
-                    "device": ir.StringAttr.get(device),
-                    "operandSegmentSizes": segment_sizes(len(inputs))},
-        loc=sink.location, ip=ir.InsertionPoint(sink))
-    sink.results[0].replace_all_uses_with(call.results[0])
-    for member in reversed(members):
-        member.erase()
+    elements = [ir.RankedTensorType(v.type).element_type for v in (*inputs, sink.results[0])]
+    _replace(members, kernel, name, inputs, [*shapes, output], elements, module_body)
 
 
 def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
     graph_op, elements = _read(op)
-    device = _device(op)
     try:
         kernel = PLANS[graph_op.mnemonic](graph_op)
     except ShapeError as error:
         raise CompileError(f"{op.name}: {error}", op.location) from None
     except CompileError as error:
         raise CompileError(str(error), op.location) from None
+    _replace([op], kernel, name, list(op.operands), [*graph_op.inputs, graph_op.output],
+             elements, module_body)
+
+
+def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Value],
+             shapes: list, elements: list[ir.Type], module_body: ir.Block) -> None:
+    """Write `kernel`'s prim_func, call it where the last of `members` was, erase them all
+    (only the last one's result is used outside them)."""
+    sink = members[-1]
+    device = _device(sink)
     builder = KernelBuilder(
         ip=ir.InsertionPoint(module_body),
         name=name,
         device=device,
         kind=kernel.kind,
         params=kernel.params,
-        shapes=[*graph_op.inputs, graph_op.output],
+        shapes=shapes,
         elements=elements,
-        loc=op.location,
+        loc=sink.location,
     )
     try:
         kernel.emit(builder)
     except CompileError as error:
         builder.func.erase()
-        raise CompileError(f"{op.name}: {error}", op.location) from None
+        raise CompileError(f"{sink.name}: {error}", sink.location) from None
     call = ir.Operation.create(
         "hexir.call_tir",
-        results=[op.results[0].type],
-        operands=list(op.operands),
+        results=[sink.results[0].type],
+        operands=inputs,
         attributes={
             "callee": ir.FlatSymbolRefAttr.get(name),
             "device": ir.StringAttr.get(device),
-            "operandSegmentSizes": segment_sizes(len(op.operands)),
+            "operandSegmentSizes": segment_sizes(len(inputs)),
         },
-        loc=op.location,
-        ip=ir.InsertionPoint(op),
+        loc=sink.location,
+        ip=ir.InsertionPoint(sink),
     )
-    op.results[0].replace_all_uses_with(call.results[0])
-    op.erase()
+    sink.results[0].replace_all_uses_with(call.results[0])
+    for member in reversed(members):
+        member.erase()
 
 
 def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:
