@@ -6,6 +6,22 @@ CUDA_ERROR_ILLEGAL_ADDRESS. Launches of kernels the fake was told about are emul
 the numpy bodies of `numpy_kernels` (the tests' oracle) on that memory, so end-to-end results
 compare with the cpu backend. `calls` counts every call by name; `fail` makes the next calls
 of a name fail.
+
+Streams, events, graphs and pinned memory behave as the driver's do, as far as a host-only
+fake can. Stream-ordered work (launches, async copies, memsets) is checked when it is
+enqueued but runs only when the host synchronizes (cuStreamSynchronize, cuEventSynchronize,
+a call that synchronizes implicitly such as cuMemFree), so a runtime that reads a result, or
+rewrites a pinned buffer a copy has yet to read, before it waits gets stale bytes here, as it
+could on a GPU. A stream being captured records that work instead, and cuGraphLaunch enqueues
+the recording, on the addresses it was captured with. Pinned memory (cuMemHostAlloc,
+cuMemAllocHost) is a real host buffer numpy and ctypes can address, read or written when the
+copy runs; an async copy from or to pageable host memory behaves as the driver's (the source
+is staged at the call; a copy to pageable memory completes before the call returns) and is
+counted in `pageable_copies` (on a GPU it would not overlap). Streams, events, graphs and graph instances are handles: using one that
+is unknown or destroyed fails with CUDA_ERROR_INVALID_HANDLE, synchronizing a stream that is
+being captured with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as the real driver does. Only the
+synchronous calls the runtime must no longer make (cuMemcpyHtoD, cuCtxSynchronize, ...) are
+absent: a call of one fails the test with an AttributeError.
 """
 
 from __future__ import annotations
@@ -30,14 +46,25 @@ class CUresult(IntEnum):
     CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_ILLEGAL_ADDRESS = 700
     CUDA_ERROR_LAUNCH_FAILED = 719
+    CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
+    CUDA_ERROR_ILLEGAL_STATE = 401
+
+
+class CUstreamCaptureMode(IntEnum):
+    CU_STREAM_CAPTURE_MODE_GLOBAL = 0
+    CU_STREAM_CAPTURE_MODE_THREAD_LOCAL = 1
+    CU_STREAM_CAPTURE_MODE_RELAXED = 2
 
 
 OK = CUresult.CUDA_SUCCESS
 BASE = 0x7F0000000000
 ALIGN = 256
+SPECIAL_STREAMS = (0, 1, 2)  # the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
 
 
 class FakeDriver:
+    CUstreamCaptureMode = CUstreamCaptureMode
+
     def __init__(self, executables: tuple[Executable, ...] = (), memory_limit: int = 1 << 30):
         self.calls: Counter[str] = Counter()
         self.fail: dict[str, CUresult] = {}
@@ -49,7 +76,17 @@ class FakeDriver:
         self.launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
         self.context_refs = 0
         self.fault: CUresult | None = None  # surfaced at the next synchronize
+        self.pinned: dict[int, ctypes.Array] = {}  # page-locked host buffers by address
+        self.pageable_copies = 0
+        self.streams: set[int] = set()
+        self.capturing: dict[int, list] = {}  # stream -> the work recorded so far
+        self.queued: dict[int, list] = {}  # stream -> the work enqueued, not yet run
+        self.event_streams: dict[int, int] = {}  # event -> the stream it was last recorded on
+        self.events: set[int] = set()
+        self.graphs: dict[int, list] = {}
+        self.instances: dict[int, list] = {}
         self._next = BASE
+        self._handles = 0x5000
 
     def __getattribute__(self, name: str):
         attr = object.__getattribute__(self, name)
@@ -76,15 +113,136 @@ class FakeDriver:
         return (OK, 0xC0)
 
     def cuDevicePrimaryCtxRelease(self, device):
+        self._drain()
         self.context_refs -= 1
         return (OK,)
 
     def cuCtxSetCurrent(self, ctx):
         return (OK,)
 
-    def cuCtxSynchronize(self):
+    def _handle(self) -> int:
+        self._handles += 1
+        return self._handles
+
+    def _surface(self) -> tuple:
         fault, self.fault = self.fault, None
         return (fault or OK,)
+
+    # ---- streams and events ------------------------------------------------------------------
+
+    def _stream_ok(self, stream) -> bool:
+        return int(stream) in self.streams or int(stream) in SPECIAL_STREAMS
+
+    def _enqueue(self, stream, work) -> tuple:
+        """Queue stream-ordered `work` (a callable), or record it into a capture."""
+        if not self._stream_ok(stream):
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self.capturing.get(int(stream), self.queued.setdefault(int(stream), [])).append(work)
+        return (OK,)
+
+    def _drain(self, stream=None) -> None:
+        """Run the queued work of `stream` (of every stream when None), in order."""
+        for s in [int(stream)] if stream is not None else list(self.queued):
+            work, self.queued[s] = self.queued.get(s, []), []
+            for step in work:
+                step()
+
+    def cuStreamCreate(self, flags):
+        handle = self._handle()
+        self.streams.add(handle)
+        return (OK, handle)
+
+    def cuStreamDestroy(self, stream):
+        if int(stream) not in self.streams:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self._drain(stream)  # its work still completes
+        self.streams.discard(int(stream))
+        self.capturing.pop(int(stream), None)
+        return (OK,)
+
+    def cuStreamSynchronize(self, stream):
+        if not self._stream_ok(stream):
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        if int(stream) in self.capturing:
+            return (CUresult.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED,)
+        self._drain(stream)
+        return self._surface()
+
+    def cuEventCreate(self, flags):
+        handle = self._handle()
+        self.events.add(handle)
+        return (OK, handle)
+
+    def cuEventDestroy(self, event):
+        if int(event) not in self.events:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self.events.discard(int(event))
+        return (OK,)
+
+    def cuEventRecord(self, event, stream):
+        if int(event) not in self.events or not self._stream_ok(stream):
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self.event_streams[int(event)] = int(stream)
+        return (OK,)
+
+    def cuEventSynchronize(self, event):
+        if int(event) not in self.events:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self._drain(self.event_streams.get(int(event), 0))
+        return self._surface()
+
+    def cuStreamWaitEvent(self, stream, event, flags):
+        if int(event) not in self.events or not self._stream_ok(stream):
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        # the event's work runs before anything enqueued after this on `stream`: running
+        # it now is one order the device could choose
+        self._drain(self.event_streams.get(int(event), 0))
+        return (OK,)
+
+    # ---- graphs ------------------------------------------------------------------------------
+
+    def cuStreamBeginCapture(self, stream, mode):
+        if int(stream) not in self.streams:  # the legacy stream cannot be captured
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        if int(stream) in self.capturing:
+            return (CUresult.CUDA_ERROR_ILLEGAL_STATE,)
+        if not isinstance(mode, CUstreamCaptureMode):
+            raise TypeError("cuStreamBeginCapture: mode must be a CUstreamCaptureMode, as in "
+                            "cuda-python, not an int")
+        self.capturing[int(stream)] = []
+        return (OK,)
+
+    def cuStreamEndCapture(self, stream):
+        if int(stream) not in self.capturing:
+            return (CUresult.CUDA_ERROR_ILLEGAL_STATE,)
+        handle = self._handle()
+        self.graphs[handle] = self.capturing.pop(int(stream))
+        return (OK, handle)
+
+    def cuGraphInstantiate(self, graph, flags):
+        if int(graph) not in self.graphs:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        handle = self._handle()
+        self.instances[handle] = list(self.graphs[int(graph)])
+        return (OK, handle)
+
+    def cuGraphLaunch(self, instance, stream):
+        work = self.instances.get(int(instance))
+        if work is None:
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+
+        def replay() -> None:
+            for step in work:
+                step()
+        return self._enqueue(stream, replay)
+
+    def cuGraphExecDestroy(self, instance):
+        return (OK,) if self.instances.pop(int(instance), None) is not None else \
+            (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+
+    def cuGraphDestroy(self, graph):
+        return (OK,) if self.graphs.pop(int(graph), None) is not None else \
+            (CUresult.CUDA_ERROR_INVALID_HANDLE,)
 
     # ---- memory ------------------------------------------------------------------------------
 
@@ -105,40 +263,88 @@ class FakeDriver:
         return (OK, address)
 
     def cuMemFree(self, address):
+        self._drain()  # cuMemFree synchronizes: work in flight finishes first
         if self.memory.pop(int(address), None) is None:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         return (OK,)
 
-    def cuMemsetD8(self, address, value, count):
+    def cuMemGetAddressRange(self, address):
+        for base, mem in self.memory.items():
+            if base <= int(address) < base + max(len(mem), 1):
+                return (OK, base, len(mem))
+        return (CUresult.CUDA_ERROR_NOT_FOUND,)
+
+    def cuMemHostAlloc(self, size, flags):
+        if size == 0:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        buffer = (ctypes.c_uint8 * size)()
+        address = ctypes.addressof(buffer)
+        self.pinned[address] = buffer
+        return (OK, address)
+
+    def cuMemAllocHost(self, size):
+        return self.cuMemHostAlloc(size, 0)
+
+    def cuMemFreeHost(self, address):
+        self._drain()
+        if self.pinned.pop(int(address), None) is None:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        return (OK,)
+
+    def _pinned(self, address: int, count: int) -> bool:
+        """Whether host memory lies inside a pinned buffer; counts the copies that do not."""
+        for base, buffer in self.pinned.items():
+            if base <= address and address + count <= base + len(buffer):
+                return True
+        self.pageable_copies += 1
+        return False
+
+    def cuMemsetD8Async(self, address, value, count, stream):
         region = self._region(int(address), count)
         if region is None:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         mem, offset = region
-        mem[offset:offset + count] = bytes([value]) * count
-        return (OK,)
 
-    def cuMemcpyHtoD(self, dst, src, count):
+        def work() -> None:
+            mem[offset:offset + count] = bytes([value]) * count
+        return self._enqueue(stream, work)
+
+    def cuMemcpyHtoDAsync(self, dst, src, count, stream):
         region = self._region(int(dst), count)
         if region is None:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         mem, offset = region
-        mem[offset:offset + count] = ctypes.string_at(src, count)
-        return (OK,)
+        staged = None if self._pinned(int(src), count) else ctypes.string_at(src, count)
 
-    def cuMemcpyDtoH(self, dst, src, count):
+        def work() -> None:
+            mem[offset:offset + count] = staged if staged is not None else \
+                ctypes.string_at(src, count)
+        return self._enqueue(stream, work)
+
+    def cuMemcpyDtoHAsync(self, dst, src, count, stream):
         region = self._region(int(src), count)
         if region is None:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
         mem, offset = region
-        ctypes.memmove(dst, bytes(mem[offset:offset + count]), count)
+
+        def work() -> None:
+            ctypes.memmove(dst, bytes(mem[offset:offset + count]), count)
+        if self._pinned(int(dst), count) or int(stream) in self.capturing:
+            return self._enqueue(stream, work)
+        if not self._stream_ok(stream):
+            return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
+        self._drain(stream)  # to pageable memory: done, in stream order, when it returns
+        work()
         return (OK,)
 
-    def cuMemcpyDtoD(self, dst, src, count):
+    def cuMemcpyDtoDAsync(self, dst, src, count, stream):
         a, b = self._region(int(dst), count), self._region(int(src), count)
         if a is None or b is None:
             return (CUresult.CUDA_ERROR_INVALID_VALUE,)
-        a[0][a[1]:a[1] + count] = b[0][b[1]:b[1] + count]
-        return (OK,)
+
+        def work() -> None:
+            a[0][a[1]:a[1] + count] = b[0][b[1]:b[1] + count]
+        return self._enqueue(stream, work)
 
     # ---- modules and launches ----------------------------------------------------------------
 
@@ -151,6 +357,7 @@ class FakeDriver:
         return (OK, handle)
 
     def cuModuleUnload(self, module):
+        self._drain()
         return (OK,) if self.modules.pop(module, None) is not None else \
             (CUresult.CUDA_ERROR_INVALID_HANDLE,)
 
@@ -167,12 +374,15 @@ class FakeDriver:
             return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
         exe = self.kernels.get(name)
         argc = len(exe.args) if exe is not None else 0
+        # the driver reads the parameters when the launch is made (or captured), not when it runs
         pointers = (ctypes.c_uint64 * argc).from_address(params) if argc else []
         addresses = tuple(ctypes.c_uint64.from_address(p).value for p in pointers)
-        self.launches.append((name, (gx, gy, gz, bx, by, bz), addresses))
-        if exe is not None:
-            self._emulate(exe, addresses)
-        return (OK,)
+
+        def work() -> None:
+            self.launches.append((name, (gx, gy, gz, bx, by, bz), addresses))
+            if exe is not None:
+                self._emulate(exe, addresses)
+        return self._enqueue(stream, work)
 
     def _emulate(self, exe: Executable, addresses: tuple[int, ...]) -> None:
         views = []
@@ -191,4 +401,14 @@ class FakeDriver:
 
     @property
     def copies(self) -> dict[str, int]:
-        return {k: self.calls[k] for k in ("cuMemcpyHtoD", "cuMemcpyDtoH", "cuMemcpyDtoD")}
+        """The copy calls made (a graph's recorded copies are not calls)."""
+        return {k: self.calls[k] for k in ("cuMemcpyHtoDAsync", "cuMemcpyDtoHAsync",
+                                           "cuMemcpyDtoDAsync")}
+
+    @property
+    def held(self) -> dict[str, int]:
+        """What is still allocated or alive: all zero once every module is closed."""
+        return {"memory": len(self.memory), "pinned": len(self.pinned),
+                "streams": len(self.streams), "events": len(self.events),
+                "graphs": len(self.graphs), "instances": len(self.instances),
+                "modules": len(self.modules), "contexts": self.context_refs}

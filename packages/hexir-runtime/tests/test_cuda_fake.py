@@ -23,13 +23,17 @@ def test_builtin_on_cuda_loads_once_uploads_once_syncs_where_read(tmp_path):
         assert [d.name for d in m.devices_used()] == ["cuda (Fake GPU)"]
     c = fake.calls
     assert (c["cuModuleLoadData"], c["cuModuleGetFunction"], c["cuModuleUnload"]) == (1, 1, 1)
-    assert c["cuMemcpyHtoD"] == 2  # the two constants, once per load
-    assert c["cuMemcpyDtoH"] == 5  # one PRINT per run
-    assert c["cuLaunchKernel"] == 5 and c["cuCtxSynchronize"] == 5  # at the PRINT only
+    assert c["cuMemcpyHtoDAsync"] == 2  # the two constants, once per load
+    assert c["cuMemcpyDtoHAsync"] == 5  # one PRINT per run
+    # the kernel captured once into a graph, replayed per run; the host waits at the PRINT
+    # (and once at close), never for the whole context
+    assert c["cuLaunchKernel"] == 1 and c["cuGraphLaunch"] == 5
+    assert c["cuStreamSynchronize"] == 5 + 1 and c["cuCtxSynchronize"] == 0
     # Per call nothing is allocated, zeroed or freed: the constants and the product's buffer
-    # (the call's arena) are made once per load, and freed at close.
+    # (the call's arena) and the PRINT's pinned buffer are made once per load, freed at close.
     assert c["cuMemAlloc"] == c["cuMemFree"] == 2 + 1 and fake.memory == {}
-    assert c["cuMemsetD8"] == 1
+    assert c["cuMemHostAlloc"] == c["cuMemFreeHost"] == 1 and fake.pageable_copies == 2
+    assert c["cuMemsetD8Async"] == 1
     name, geometry, addresses = fake.launches[0]
     assert name == "linear_0" and geometry == (1, 1, 1, 128, 1, 1) and len(addresses) == 3
 
@@ -45,8 +49,8 @@ def test_mlp_on_cuda_matches_cpu(tmp_path):
             np.testing.assert_array_equal(m.main(x), cpu.main(x))
     c = fake.calls
     assert c["cuModuleLoadData"] == 3  # three kernels, each once
-    assert c["cuMemcpyHtoD"] == 2 + 4  # W and b once, x per call
-    assert c["cuMemcpyDtoH"] == 2 * 4  # the output and the PRINT per call
+    assert c["cuMemcpyHtoDAsync"] == 2 + 4  # W and b once, x per call
+    assert c["cuMemcpyDtoHAsync"] == 2 * 4  # the output and the PRINT per call
 
 
 def test_heterogeneous_copies_exactly_what_crosses_devices(tmp_path):
@@ -58,8 +62,10 @@ def test_heterogeneous_copies_exactly_what_crosses_devices(tmp_path):
     assert names == ["cpu", "cuda (Fake GPU)"]
     assert product.tolist() == (modules.A @ modules.W).tolist()
     # per call: x to cuda (COPY); product back (COPY) and output 1 read; W uploaded once.
-    assert fake.copies == {"cuMemcpyHtoD": 1 + 3, "cuMemcpyDtoH": 2 * 3, "cuMemcpyDtoD": 0}
-    assert fake.calls["cuCtxSynchronize"] == 3  # before the COPY off the GPU
+    assert fake.copies == {"cuMemcpyHtoDAsync": 1 + 3, "cuMemcpyDtoHAsync": 2 * 3,
+                           "cuMemcpyDtoDAsync": 0}
+    # per call the host waits where it reads: for the relu's input, and for output 1
+    assert fake.calls["cuStreamSynchronize"] == 2 * 3 + 1  # and once at close
 
 
 def test_heterogeneous_module_without_cuda_is_refused_naming_the_kernel(tmp_path):
@@ -76,6 +82,7 @@ def test_launch_failure_names_entry_command_and_cuda_error(tmp_path):
         with pytest.raises(hr.ExecutionError) as info:
             m.run()
         assert len(fake.memory) == 3  # the constants and the call's arena stay, for the next
+        assert not fake.capturing  # the failed capture was ended
     assert str(info.value) == ("main: command 3 (dispatch): launch of 'linear_0' "
                                "(cuLaunchKernel) failed: CUDA_ERROR_LAUNCH_FAILED")
     assert fake.memory == {}
@@ -86,7 +93,8 @@ def test_fault_surfaces_at_the_next_read(tmp_path):
     fake.kernels = {}  # no emulation: inject a fault instead
     fake.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
     with m, pytest.raises(hr.ExecutionError, match=r"main: command 4 \(print\): device "
-                                                   r"synchronize .* CUDA_ERROR_ILLEGAL_ADDRESS"):
+                                                   r"synchronize \(cuStreamSynchronize\) "
+                                                   "failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
         m.run()
 
 
@@ -133,8 +141,9 @@ def test_the_compilers_cuda_fixture_runs_on_the_fake_driver(builtin_hxb):
     with hr.load(path, device="cuda", driver=fake) as m:
         for _ in range(2):
             assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
-    assert fake.copies == {"cuMemcpyHtoD": 2, "cuMemcpyDtoH": 2, "cuMemcpyDtoD": 0}
-    assert fake.calls["cuModuleLoadData"] == 1 and fake.calls["cuCtxSynchronize"] == 2
+    assert fake.copies == {"cuMemcpyHtoDAsync": 2, "cuMemcpyDtoHAsync": 2,
+                           "cuMemcpyDtoDAsync": 0}
+    assert fake.calls["cuModuleLoadData"] == 1 and fake.calls["cuStreamSynchronize"] == 2 + 1
 
 
 def test_a_v3_entry_without_kernels_still_needs_the_modules_device(tmp_path):
@@ -160,9 +169,9 @@ def test_reading_results_back_fails_with_entry_and_command(tmp_path):
     m, fake = load(tmp_path, hf.Module(4, (main,), b"", (), (hf.Slot(hf.Device.CUDA, t),)))
     with m:
         assert m.main(modules.A).tolist() == modules.A.tolist()  # up and back down
-        fake.fail["cuMemcpyDtoH"] = CUresult.CUDA_ERROR_INVALID_VALUE
+        fake.fail["cuMemcpyDtoHAsync"] = CUresult.CUDA_ERROR_INVALID_VALUE
         with pytest.raises(hr.ExecutionError) as info:
             m.main(modules.A)
     assert str(info.value) == ("main: command 2 (end): device to host copy of 32 bytes "
-                               "(cuMemcpyDtoH) failed: CUDA_ERROR_INVALID_VALUE")
+                               "(cuMemcpyDtoHAsync) failed: CUDA_ERROR_INVALID_VALUE")
     assert fake.memory == {}

@@ -56,8 +56,8 @@ def test_all_cuda_module_on_the_fake_driver_matches_cpu(name):
             # compiled loops: the same values up to rounding.
             want = cpu.main(x)
             assert relative_error(gpu.main(x), want) <= TOLERANCE[want.dtype]
-    assert fake.copies == {"cuMemcpyHtoD": weights + CALLS, "cuMemcpyDtoH": CALLS,
-                           "cuMemcpyDtoD": 0}
+    assert fake.copies == {"cuMemcpyHtoDAsync": weights + CALLS, "cuMemcpyDtoHAsync": CALLS,
+                           "cuMemcpyDtoDAsync": 0}
     assert fake.calls["cuModuleLoadData"] == len(module.executables)
 
 

@@ -85,10 +85,11 @@ def test_cuda_errors_carry_the_error_name():
     assert device.name == "cuda (Fake GPU)"
     with pytest.raises(DeviceError, match=r"cuMemAlloc\(128\) failed: CUDA_ERROR_OUT_OF_MEMORY"):
         device.allocate(128)
-    fake.fail["cuMemcpyHtoD"] = CUresult.CUDA_ERROR_INVALID_VALUE
+    fake.fail["cuMemcpyHtoDAsync"] = CUresult.CUDA_ERROR_INVALID_VALUE
     buf = device.allocate(8)
-    with pytest.raises(DeviceError, match=r"host to device copy of 8 bytes \(cuMemcpyHtoD\) "
-                                          "failed: CUDA_ERROR_INVALID_VALUE"):
+    with pytest.raises(DeviceError, match=r"host to device copy of 8 bytes "
+                                          r"\(cuMemcpyHtoDAsync\) failed: "
+                                          "CUDA_ERROR_INVALID_VALUE"):
         device.write(buf, bytes(8))
     fake.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
     with pytest.raises(DeviceError, match="synchronize .* failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
@@ -107,9 +108,13 @@ def test_cuda_device_releases_its_context_and_frees_on_release():
     device = hal.create_device("cuda", driver=fake)
     buf = device.allocate(64)
     device.release(buf)
+    pinned = device.allocate(64, hal.MemoryKind.HOST_VISIBLE)
+    device.host_pointer(pinned)[:] = 7
+    device.release(pinned)
     device.close()
     device.close()
     assert fake.memory == {} and fake.context_refs == 0
+    assert fake.held == dict.fromkeys(fake.held, 0)  # pinned memory, the stream: all given back
 
 
 def test_missing_cuda_python_names_the_extra(monkeypatch):

@@ -32,7 +32,7 @@ def test_readme_example_linear_on_cuda_relu_on_cpu():
             np.testing.assert_array_equal(got, want)
     assert want.tolist() == [[8.0, 17.0], [12.0, 14.0]]
     # A and W go to the GPU once per load; the product comes back once per run, for the relu.
-    assert fake.copies == {"cuMemcpyHtoD": 2, "cuMemcpyDtoH": CALLS, "cuMemcpyDtoD": 0}
+    assert fake.copies == {"cuMemcpyHtoDAsync": 2, "cuMemcpyDtoHAsync": CALLS, "cuMemcpyDtoDAsync": 0}
     assert [name for name, *_ in fake.launches] == ["linear_0"] * CALLS
 
 
@@ -49,8 +49,8 @@ def test_mlp_with_its_layers_on_cuda_and_softmax_on_cpu():
     np.testing.assert_allclose(got, expected["output_0"], rtol=1e-5, atol=1e-7)
     # Six weights and biases uploaded once; per call the input goes up and the logits come
     # back for the softmax, and nothing else crosses.
-    assert fake.copies == {"cuMemcpyHtoD": 6 + CALLS + 1, "cuMemcpyDtoH": CALLS + 1,
-                           "cuMemcpyDtoD": 0}
+    assert fake.copies == {"cuMemcpyHtoDAsync": 6 + CALLS + 1, "cuMemcpyDtoHAsync": CALLS + 1,
+                           "cuMemcpyDtoDAsync": 0}
 
 
 @pytest.mark.parametrize(("name", "inputs"), [("linear-relu-split.hxb", []),

@@ -8,6 +8,7 @@ from hexir_format import HexirError
 
 from hexir_runtime.__about__ import __version__
 from hexir_runtime.api import EntryPoint, Module, load
+from hexir_runtime.device_arrays import DeviceArray
 from hexir_runtime.errors import (
     ClosedError,
     DeviceError,
@@ -23,7 +24,8 @@ from hexir_runtime.interpreter import Execution
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, Signature
 
 __all__ = [
-    "DEFAULT_MAX_ALLOC_BYTES", "ClosedError", "DeviceError", "EntryNotFound", "EntryPoint",
+    "DEFAULT_MAX_ALLOC_BYTES", "ClosedError", "DeviceArray", "DeviceError", "EntryNotFound",
+    "EntryPoint",
     "Execution", "ExecutionError", "HexirError", "InputError", "LoadError", "Module",
     "PlacementError", "RuntimeFailure", "Signature", "ValidationError", "__version__", "load",
 ]

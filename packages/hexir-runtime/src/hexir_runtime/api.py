@@ -5,10 +5,12 @@
         y = m.main(x)                  # or m["main"](x): the entry's results
         y = m.main(x=x)                # inputs by name, where the module names them
         d = m.main.results(x)          # the results by name: {"y": ...}
+        g = m.main(t, results_on_device=True)  # a torch/cupy array in, a DeviceArray out
 
 `load` maps and validates the file, then creates the devices: cpu always, cuda when asked
 for. Executables are loaded and constants uploaded once per load, on first use, and reused
-by every later call.
+by every later call. On cuda, an input may be a device array (`__cuda_array_interface__`),
+checked against the signature like a numpy one; `out=` may name device arrays too.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 from hexir_format import Device, TensorType
 
 from hexir_runtime import hal
+from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
 from hexir_runtime.interpreter import Execution, Printer, Resident, execute, prepare
 from hexir_runtime.loader import MappedModule, Source
@@ -27,12 +30,15 @@ from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_mod
 
 
 def load(path: Source, device: str = "cpu", *, copy: bool = False,
-         max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None) -> Module:
+         max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, cuda_graphs: bool = True,
+         driver: Any = None) -> Module:
     """Map, validate and prepare a `.hxb` (a path, or the module's bytes). `device="cuda"`
     makes the GPU available (cpu is always available); `copy=True` reads the file into memory
-    instead of mapping it (for a file that may change while it is loaded); `driver` replaces
-    cuda-python's driver module (tests)."""
-    return Module(path, device, copy=copy, max_alloc_bytes=max_alloc_bytes, driver=driver)
+    instead of mapping it (for a file that may change while it is loaded); `cuda_graphs=False`
+    launches each cuda kernel on every call instead of replaying captured graphs; `driver`
+    replaces cuda-python's driver module (tests)."""
+    return Module(path, device, copy=copy, max_alloc_bytes=max_alloc_bytes,
+                  cuda_graphs=cuda_graphs, driver=driver)
 
 
 def arrange(plan: EntryPlan, inputs: Sequence[Any] | Mapping[str, Any],
@@ -73,8 +79,9 @@ def typed(names: tuple[str, ...], types: tuple[TensorType, ...]) -> str:
         ", ".join(map(str, types))
 
 
-def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
-    """The inputs as contiguous arrays of the entry's signature, or a one-line InputError."""
+def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray | DevicePointer]:
+    """The inputs as contiguous arrays of the entry's signature (device arrays as their
+    `DevicePointer`s), or a one-line InputError."""
     want, names = plan.signature.inputs, plan.signature.input_names
     if not isinstance(inputs, Sequence) or isinstance(inputs, str | bytes):
         raise InputError(f"{plan.name}: inputs must be a list or tuple of arrays, not "
@@ -85,6 +92,7 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray]:
                          f"({types}), got {len(inputs)}")
     return [x if type(x) is np.ndarray and x.dtype.name == t.dtype.numpy and x.shape == t.shape
             and x.flags.c_contiguous else  # the common case
+            _check_device_input(_input_label(plan, i), x, t) if is_device_array(x) else
             _check_input(_input_label(plan, i), x, t)
             for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
 
@@ -96,14 +104,27 @@ def _input_label(plan: EntryPlan, index: int) -> str:
     return f"input {index}{label} of {plan.name}"
 
 
-def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> None:
-    """`out=` arrays the results can be written into, or a one-line InputError."""
+def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> list[np.ndarray | DevicePointer]:
+    """`out=` arrays the results can be written into (device arrays as their
+    `DevicePointer`s), or a one-line InputError."""
     want = plan.signature.outputs
     if not isinstance(out, Sequence) or len(out) != len(want):
         got = len(out) if isinstance(out, Sequence) else type(out).__name__
         raise InputError(f"{plan.name} returns {len(want)} result{'s' * (len(want) != 1)}; "
                          f"out= gives {got}")
+    checked: list[np.ndarray | DevicePointer] = []
     for i, (y, t) in enumerate(zip(out, want, strict=True)):
+        where = f"out[{i}] of {plan.name}: expected a writable C-contiguous {t} array"
+        if is_device_array(y) and not isinstance(y, np.ndarray):
+            p = pointer(f"out[{i}] of {plan.name}", y)
+            if p.read_only or not p.contiguous or p.dtype.name != t.dtype.numpy or \
+                    p.shape != t.shape:
+                flaws = [word for word, bad in (("read-only", p.read_only),
+                                                ("non-contiguous", not p.contiguous)) if bad]
+                what = " ".join([*flaws, f"{p.dtype} cuda array of shape {_shape(p.shape)}"])
+                raise InputError(f"{where}, got {_article(what)} {what}")
+            checked.append(p)
+            continue
         ok = isinstance(y, np.ndarray) and not isinstance(y, np.ma.MaskedArray) and \
             y.dtype.name == t.dtype.numpy and y.shape == t.shape and \
             y.flags.c_contiguous and y.flags.writeable
@@ -115,8 +136,27 @@ def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> None:
                 what = " ".join([*flaws, f"{y.dtype} array of shape {_shape(y.shape)}"])
             else:
                 what = type(y).__name__
-            raise InputError(f"out[{i}] of {plan.name}: expected a writable C-contiguous {t} "
-                             f"array, got {_article(what)} {what}")
+            raise InputError(f"{where}, got {_article(what)} {what}")
+        checked.append(y)
+    return checked
+
+
+def _check_device_input(where: str, x: Any, t: TensorType) -> DevicePointer:
+    """A device array input: the numpy path's checks, but nothing is converted or copied
+    on the host, so a non-contiguous array is refused rather than made contiguous."""
+    p = pointer(where, x)
+    where = f"{where}: expected {t}"
+    if p.dtype != np.dtype(t.dtype.numpy):
+        raise InputError(f"{where}, got {_article(p.dtype.name)} {p.dtype} cuda array of shape "
+                         f"{_shape(p.shape)}")
+    if p.shape != t.shape:
+        raise InputError(f"{where}, got a cuda array of shape {_shape(p.shape)}")
+    if not p.contiguous:
+        raise InputError(f"{where}, got a non-contiguous cuda array: pass a contiguous one "
+                         "(x.contiguous() in PyTorch, cupy.ascontiguousarray(x))")
+    if p.nbytes and not p.address:
+        raise InputError(f"{where}, got a cuda array whose pointer is null")
+    return p
 
 
 def _check_input(where: str, x: Any, t: TensorType) -> np.ndarray:
@@ -171,29 +211,31 @@ class EntryPoint:
         """The inputs as this entry will see them, or the InputError calling it would raise."""
         return check_inputs(self._plan, arrange(self._plan, _given(inputs), named))
 
-    def __call__(self, *inputs: Any, out: np.ndarray | Sequence[np.ndarray] | None = None,
-                 **named: Any) -> np.ndarray | tuple[np.ndarray, ...] | None:
+    def __call__(self, *inputs: Any, out: Any = None, results_on_device: bool = False,
+                 **named: Any) -> Any:
         """The results: None without outputs, the array for one, a tuple for several.
 
         `out` (an array, or one per output) receives the results instead of fresh arrays:
-        each a C-contiguous, writable array of its output's exact type, which is returned."""
-        outputs = self._run(inputs, named, out).outputs
+        each a C-contiguous, writable array of its output's exact type (numpy, or on cuda a
+        device array), which is returned. `results_on_device=True` leaves the results a
+        device holds there, as `DeviceArray`s (results computed on the cpu stay numpy)."""
+        outputs = self._run(inputs, named, out, results_on_device).outputs
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
 
-    def results(self, *inputs: Any, out: np.ndarray | Sequence[np.ndarray] | None = None,
-                **named: Any) -> dict[str, np.ndarray]:
+    def results(self, *inputs: Any, out: Any = None, results_on_device: bool = False,
+                **named: Any) -> dict[str, Any]:
         """The results by name, in output order (`Execution.results`): the module's output
         names, or `output_0`, `output_1`, ... where it names none."""
-        return self._run(inputs, named, out).results
+        return self._run(inputs, named, out, results_on_device).results
 
-    def _run(self, inputs: tuple[Any, ...], named: dict[str, Any],
-             out: np.ndarray | Sequence[np.ndarray] | None) -> Execution:
-        if isinstance(out, np.ndarray):
+    def _run(self, inputs: tuple[Any, ...], named: dict[str, Any], out: Any,
+             results_on_device: bool) -> Execution:
+        if isinstance(out, np.ndarray) or is_device_array(out):
             out = (out,)
         return self._module.execute(self.name, arrange(self._plan, _given(inputs), named),
-                                    out=out)
+                                    out=out, results_on_device=results_on_device)
 
     def __str__(self) -> str:
         s = self.signature
@@ -213,7 +255,8 @@ class Module:
     """A loaded `.hxb`: its entry points, ready to run on the devices it was loaded with."""
 
     def __init__(self, path: Source, device: str = "cpu", *, copy: bool = False,
-                 max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, driver: Any = None):
+                 max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES, cuda_graphs: bool = True,
+                 driver: Any = None):
         if not isinstance(device, str):
             raise DeviceError(f"device must be 'cpu' or 'cuda', not {device!r}")
         try:
@@ -229,7 +272,8 @@ class Module:
             # cpu alone, and a host without a driver is not asked for one.
             if requested is Device.CUDA and any(need.device is Device.CUDA
                                                 for p in plan.entries.values() for need in p.needs):
-                devices[Device.CUDA] = hal.create_device("cuda", driver=driver)
+                devices[Device.CUDA] = hal.create_device("cuda", driver=driver,
+                                                         graphs=cuda_graphs)
         except BaseException:
             self._mapped.close()
             raise
@@ -248,16 +292,23 @@ class Module:
         return self._entries[entry]
 
     def execute(self, entry: str = "main", inputs: Sequence[Any] | Mapping[str, Any] = (),
-                on_print: Printer | None = None,
-                out: Sequence[np.ndarray] | None = None) -> Execution:
+                on_print: Printer | None = None, out: Sequence[Any] | None = None,
+                results_on_device: bool = False) -> Execution:
         """Run `entry` on `inputs` (by position, or a mapping by input name); `on_print` sees
         each PRINTed array as it is printed; `out` (one array per output, of its exact type)
-        receives the results instead of fresh arrays."""
+        receives the results instead of fresh arrays; `results_on_device` leaves the results
+        a device holds there (`DeviceArray`s)."""
         plan = self._plan(entry)
         checked = check_inputs(plan, arrange(plan, inputs))
         if out is not None:
-            check_outputs(plan, out)
-        return execute(self._live(), plan, checked, on_print, out)
+            out = check_outputs(plan, out)
+        resident = self._live()
+        if any(isinstance(x, DevicePointer) for x in (*checked, *(out or ()))) and \
+                Device.CUDA not in {d.kind for d in self.devices_used(entry)}:
+            raise InputError(f"{plan.name} got a cuda array, but it runs on the cpu alone in "
+                             "this load: pass numpy arrays (or load a cuda module with "
+                             "device='cuda')")
+        return execute(resident, plan, checked, on_print, out, results_on_device)
 
     def _live(self) -> Resident:
         """What a call runs on, once the module is known to be open and its file unchanged."""

@@ -2,7 +2,7 @@
 
     hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
               [--input=[NAME=]TYPE=VALUES | --input=[NAME=]@FILE.npy | --input=@FILE.npz]...
-              [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N]
+              [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N] [--no-cuda-graphs]
     hexir-run --selftest [--device=cpu|cuda]
     hexir-run --version
 
@@ -31,12 +31,14 @@ PROG = "hexir-run"
 USAGE = """\
 usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
                  [--input=[NAME=]TYPE=VALUES | --input=[NAME=]@FILE.npy | --input=@FILE.npz]...
-                 [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N]
+                 [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N] [--no-cuda-graphs]
        hexir-run --selftest [--device=cpu|cuda]
        hexir-run --version
 
   --device=cpu|cuda     make cuda available (the cpu always is); each kernel runs where the
                         compiler placed it, and a module that never needs cuda runs on the cpu
+  --no-cuda-graphs      launch each cuda kernel on every call instead of replaying each run
+                        of kernels as one captured cuda graph
   --entry=NAME          the entry point to run (default: main)
   --input=TYPE=VALUES   the next input: 2x3xf32=1,2,3,4,5,6 (one value fills the tensor);
                         integers for i32 and i64 (2xi64=7,-1), 1/0 or true/false for i1
@@ -74,6 +76,7 @@ class Options:
     inputs: list[str] = field(default_factory=list)
     output: str | None = None
     benchmark: int = 0
+    cuda_graphs: bool = True
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -88,6 +91,8 @@ def parse_args(argv: list[str]) -> Options:
             opts.help = True
         elif arg == "--version":
             opts.version = True
+        elif arg == "--no-cuda-graphs":
+            opts.cuda_graphs = False
         elif name in ("--device", "--entry", "--input", "--output", "--benchmark") and not eq:
             raise UsageError(f"{name} needs a value: {name}=...")
         elif name == "--device":
@@ -200,7 +205,7 @@ def run_module(opts: Options, out: TextIO) -> int:
     if opts.output is not None:
         output_path(opts.output)
     try:
-        module = Module(opts.path, opts.device)
+        module = Module(opts.path, opts.device, cuda_graphs=opts.cuda_graphs)
     except ValidationError as e:
         raise HexirError(f"cannot load '{opts.path}': invalid module: {e}") from None
     with module:

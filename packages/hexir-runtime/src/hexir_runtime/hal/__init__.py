@@ -47,6 +47,7 @@ class Buffer:
     address: int = 0  # cpu: the host address a compiled kernel is handed (set once)
     released: bool = field(default=False, repr=False)
     parent: Buffer | None = field(default=None, repr=False)  # a view's: the buffer it is in
+    owned: bool = field(default=True, repr=False)  # False: a caller's memory, never freed here
 
     def __repr__(self) -> str:
         ro = ", read-only" if self.read_only else ""
@@ -58,6 +59,7 @@ class Device(ABC):
 
     kind: DeviceKind
     name: str
+    graphs: bool = False  # whether `capture` can record launches for replay (cuda graphs)
 
     def __repr__(self) -> str:
         return f"<hexir_runtime.hal.Device {self.name!r} kind={self.kind}>"
@@ -125,8 +127,13 @@ class Device(ABC):
         if buffer.device is not self:
             raise DeviceError(f"{self.name}: cannot release a buffer of {buffer.device.name}")
         buffer.released = True
-        if buffer.parent is None:
+        if buffer.parent is None and buffer.owned:
             self._release(buffer)
+
+    def zero(self, buffer: Buffer) -> None:
+        """Fill the buffer with zeros, in order with the work launched before."""
+        self._check(buffer, 0, buffer.size, "write")
+        self._zero(buffer)
 
     def _check(self, buffer: Buffer, offset: int, size: int, what: str) -> None:
         if buffer.device is not self:
@@ -166,6 +173,22 @@ class Device(ABC):
     def wait(self) -> None:
         """Block until all launched work has finished; device faults surface here."""
 
+    def make_current(self) -> None:
+        """Make the device usable from the calling thread (a cuda context is current on one
+        thread at a time); a no-op where nothing is per thread."""
+
+    def capture(self, steps: list[Callable[[], None]]) -> Any:
+        """The steps, each of which only enqueues work on this device, recorded once as one
+        graph (run by `replay`, freed by `release_graph`); only where `graphs` is true."""
+        raise DeviceError(f"{self.name}: cannot capture a graph")
+
+    def replay(self, graph: Any) -> None:
+        """Enqueue a captured graph: its recorded work, with the buffers it was captured on."""
+        raise DeviceError(f"{self.name}: cannot replay a graph")
+
+    def release_graph(self, graph: Any) -> None:
+        raise DeviceError(f"{self.name}: cannot release a graph")
+
     def close(self) -> None:
         """Give back everything the device holds (contexts, loaded images)."""
 
@@ -188,6 +211,9 @@ class Device(ABC):
 
     @abstractmethod
     def _release(self, buffer: Buffer) -> None: ...
+
+    def _zero(self, buffer: Buffer) -> None:
+        self._write(buffer, memoryview(bytes(buffer.size)), 0)
 
     @abstractmethod
     def _view(self, parent: Buffer, offset: int, size: int) -> Buffer: ...

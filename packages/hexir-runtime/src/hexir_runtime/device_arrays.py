@@ -1,0 +1,134 @@
+"""Arrays that live on the GPU: what a caller hands in (another library's tensor) and what a
+call hands back when its results stay on the device.
+
+In: any object with `__cuda_array_interface__` (versions 2 and 3: PyTorch, CuPy, Numba,
+JAX) is read as a `DevicePointer`: its address, dtype, shape, whether it is C-contiguous and
+read-only, and the stream its producer wrote it on. This module only reads the protocol; the
+entry's signature is checked by `api`, the pointer against the device by `interpreter`.
+
+Out: a `DeviceArray` owns a device allocation of its own (not the arena's, which the next
+call reuses), exposes `__cuda_array_interface__` v3 with the stream its data is written on (a
+consumer waits for that stream, as the protocol asks), and copies to the host on
+`np.asarray(a)` or `a.numpy()`. It frees its memory when it is dropped or `release`d; it
+keeps its device's context alive past the module's close. DLPack is not offered:
+`__cuda_array_interface__` is what every GPU array library reads without a new dependency.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hexir_runtime import hal
+from hexir_runtime.errors import DeviceError, InputError
+
+
+@dataclass(frozen=True)
+class DevicePointer:
+    """A caller's device array, as its `__cuda_array_interface__` describes it."""
+
+    address: int
+    dtype: np.dtype
+    shape: tuple[int, ...]
+    contiguous: bool
+    read_only: bool
+    stream: int | None  # the producer's stream; None: its data is ready now
+    owner: Any  # the caller's object, kept alive while the call uses its memory
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def is_device_array(x: Any) -> bool:
+    return hasattr(type(x), "__cuda_array_interface__")
+
+
+def pointer(where: str, x: Any) -> DevicePointer:
+    """`x.__cuda_array_interface__` read, or a one-line InputError where it is malformed."""
+    try:
+        cai = x.__cuda_array_interface__
+        shape = tuple(int(d) for d in cai["shape"])
+        dtype = np.dtype(cai["typestr"])
+        address, read_only = cai["data"]
+        strides = cai.get("strides")
+        stream = cai.get("stream")
+    except (AttributeError, KeyError, TypeError, ValueError) as e:
+        raise InputError(f"{where}: its __cuda_array_interface__ cannot be read "
+                          f"({type(e).__name__}: {e})") from None
+    if cai.get("mask") is not None:
+        raise InputError(f"{where}: a masked cuda array is not supported; its mask would be "
+                         "ignored")
+    if stream == 0:
+        raise InputError(f"{where}: its __cuda_array_interface__ names stream 0, which the "
+                         "protocol forbids (ambiguous between the legacy and per-thread "
+                         "default streams)")
+    return DevicePointer(int(address or 0), dtype, shape, _c_contiguous(shape, strides, dtype),
+                         bool(read_only), None if stream is None else int(stream), x)
+
+
+def _c_contiguous(shape: tuple[int, ...], strides: Any, dtype: np.dtype) -> bool:
+    """Row-major with no gaps; a dimension of extent 1 may have any stride."""
+    if strides is None:
+        return True
+    expected = dtype.itemsize
+    for extent, stride in reversed(list(zip(shape, strides, strict=True))):
+        if extent != 1 and int(stride) != expected:
+            return False
+        expected *= extent
+    return True
+
+
+class DeviceArray:
+    """A result in device memory of its own; `np.asarray(a)` copies it to the host."""
+
+    def __init__(self, device: hal.Device, buffer: hal.Buffer, dtype: np.dtype,
+                 shape: tuple[int, ...]):
+        self.device, self._buffer = device, buffer
+        self.dtype, self.shape = np.dtype(dtype), tuple(shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self._buffer.size
+
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        self._live()
+        return {"shape": self.shape, "typestr": self.dtype.str,
+                "data": (self._buffer.handle, False), "strides": None, "version": 3,
+                "stream": int(self.device.stream)}
+
+    def numpy(self) -> np.ndarray:
+        """A host copy (waits for the call that wrote it)."""
+        self._live()
+        out = np.empty(self.shape, self.dtype)
+        self.device.make_current()
+        self.device.read(self._buffer, out=out.reshape(-1).view(np.uint8))
+        return out
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        host = self.numpy()
+        return host if dtype is None else host.astype(dtype, copy=False)
+
+    def release(self) -> None:
+        """Free the device memory now (later uses raise DeviceError)."""
+        if not self._buffer.released:
+            self.device.release_export(self._buffer)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except DeviceError:
+            pass  # nothing to report to at collection; the context ends with the process
+
+    def _live(self) -> None:
+        if self._buffer.released:
+            raise DeviceError(f"{self.device.name}: this device array was released")
+
+    def __repr__(self) -> str:
+        dims = "x".join(map(str, self.shape)) or "scalar"
+        state = ", released" if self._buffer.released else ""
+        return f"<hexir_runtime.DeviceArray {dims} {self.dtype} on {self.device.name}{state}>"
