@@ -7,8 +7,10 @@ its result must equal what `tir_interp` computes from the hextir kernel it came 
 scalar semantics (arith, math) are tir_interp's own table, so the two can only differ where
 the lowering changed the program: loops, guards, indices, buffers, geometry.
 
-Every access is bounds-checked, and an element written by one thread and touched by another
-is a race.
+A block's threads run in lock step from `gpu.barrier` to `gpu.barrier`, and its workgroup
+attributions (the shared buffers) are one array per block; races, divergence at barriers and
+reads of unwritten shared memory are found by tir_interp's own rules (`_Launch`,
+`lock_step`). Every access is bounds-checked.
 """
 
 from __future__ import annotations
@@ -23,27 +25,27 @@ from tir_interp import (
     _SCALAR,
     InterpError,
     StepCompiler,
+    Suspends,
     _cmpf,
     _cmpi,
     _constant,
     _conversion,
+    _Launch,
+    _Thread,
+    lock_step,
+    resume_all,
+    suspends,
 )
 
 Step = Callable[["_Thread"], None]
 AXES = ("x", "y", "z")
-_ELEMENT = {"f32": np.float32, "f64": np.float64, "index": np.int64, "i1": np.bool_}
-
-
-class _Thread:
-    def __init__(self, size: int, coords: dict[str, int], owner: tuple, writers: dict) -> None:
-        self.env: list = [None] * size
-        self.coords = coords
-        self.owner = owner
-        self.writers = writers
+_ELEMENT = {"f32": np.float32, "f64": np.float64, "index": np.int64, "i1": np.bool_,
+            "i8": np.int8, "i32": np.int32, "i64": np.int64}
 
 
 class GpuKernel(StepCompiler):
-    """The kernel of one `gpu.module` (after hextir-to-gpu); call it with one array per buffer."""
+    """The kernel of one `gpu.module` (after hexir-kernels-to-gpu); call it with one array per
+    buffer."""
 
     def __init__(self, gpu_module: ir.Operation) -> None:
         module = gpu_module.operation
@@ -54,21 +56,37 @@ class GpuKernel(StepCompiler):
             raise InterpError(f"expected a gpu.func kernel first in the module, got {func.name}")
         self.name = ir.StringAttr(func.attributes["sym_name"]).value
         self._slots: dict[ir.Value, int] = {}
+        self._barriers = 0
         entry = func.regions[0].blocks[0]
-        self._args = [self._slot(a) for a in entry.arguments]
+        count = len(ir.FunctionType(ir.TypeAttr(func.attributes["function_type"]).value).inputs)
+        arguments = list(entry.arguments)
+        self._args = [self._slot(a) for a in arguments[:count]]
+        self._workgroup = {self._slot(a): (n, ir.MemRefType(a.type))
+                           for n, a in enumerate(arguments[count:])}
         self._body = self._compile_block(entry, "gpu.return")
 
     def __call__(self, *buffers: np.ndarray) -> None:
-        writers: dict = {}
+        launch = _Launch()
         for block in itertools.product(*(range(n) for n in self.grid)):
+            shared = {slot: np.full(tuple(t.shape), np.nan, _ELEMENT[str(t.element_type)])
+                      for slot, (_, t) in self._workgroup.items()}
+            threads = []
             for thread in itertools.product(*(range(n) for n in self.block)):
-                coords = {f"block_id {a}": i for a, i in zip(AXES, block, strict=True)}
-                coords |= {f"thread_id {a}": i for a, i in zip(AXES, thread, strict=True)}
-                t = _Thread(len(self._slots), coords, (block, thread), writers)
+                t = _Thread(len(self._slots), list(buffers), launch)
+                t.coords = {f"block_id {a}": i for a, i in zip(AXES, block, strict=True)}
+                t.coords |= {f"thread_id {a}": i for a, i in zip(AXES, thread, strict=True)}
+                t.owner, t.block, t.shared = ("thread", block, thread), block, shared
                 for slot, buffer in zip(self._args, buffers, strict=True):
                     t.env[slot] = buffer
-                with np.errstate(all="ignore"):
-                    _run_all(t, self._body)
+                for slot, array in shared.items():
+                    t.env[slot] = array
+                threads.append(t)
+            with np.errstate(all="ignore"):
+                if suspends(self._body):
+                    lock_step(threads, self._body, block)
+                else:
+                    for t in threads:
+                        _run_all(t, self._body)
 
     # -- compilation -----------------------------------------------------------------------
 
@@ -80,6 +98,14 @@ class GpuKernel(StepCompiler):
             dim = str(op.attributes["dimension"]).rstrip(">")[-1]
             key, out = f"{name[4:]} {dim}", outs[0]
             return lambda t: t.env.__setitem__(out, t.coords[key])
+        if name == "gpu.barrier":
+            number = self._barriers
+            self._barriers += 1
+
+            def barrier(t: _Thread):
+                yield number
+
+            return Suspends(barrier)
         if name == "scf.for":
             return self._compile_for(op, ins, outs)
         if name == "scf.if":
@@ -87,6 +113,8 @@ class GpuKernel(StepCompiler):
                 raise InterpError("scf.if with an else branch or results is not written here")
             body = self._compile_block(op.regions[0].blocks[0], "scf.yield")
             cond = ins[0]
+            if suspends(body):
+                return Suspends(lambda t: resume_all(t, body) if t.env[cond] else iter(()))
             return lambda t: _run_all(t, body) if t.env[cond] else None
         if name in ("memref.load", "memref.store"):
             return self._compile_access(ins, outs, write=name == "memref.store")
@@ -115,6 +143,19 @@ class GpuKernel(StepCompiler):
         ops = block.operations
         yielded = [self._slot(v) for v in ops[len(ops) - 1].operation.operands]
         body = self._compile_block(block, "scf.yield")
+        if suspends(body):
+            def resume_loop(t: _Thread):
+                lb, ub, step, *carried = (t.env[i] for i in ins)
+                for iv in range(lb, ub, step):
+                    t.env[params[0]] = iv
+                    for slot, value in zip(params[1:], carried, strict=True):
+                        t.env[slot] = value
+                    yield from resume_all(t, body)
+                    carried = [t.env[i] for i in yielded]
+                for slot, value in zip(outs, carried, strict=True):
+                    t.env[slot] = value
+
+            return Suspends(resume_loop)
 
         def loop(t: _Thread) -> None:
             lb, ub, step, *carried = (t.env[i] for i in ins)
@@ -134,7 +175,13 @@ class GpuKernel(StepCompiler):
             value, buffer, *indices = ins
         else:
             (buffer, *indices), (value,) = ins, outs
-        shared = buffer in self._args  # kernel arguments are global; allocas are per thread
+        if buffer in self._args:
+            number = self._args.index(buffer)
+        elif buffer in self._workgroup:
+            number = self._workgroup[buffer][0]
+        else:  # a per-thread alloca: private, nothing to record
+            number = None
+        shared = buffer in self._workgroup
 
         def access(t: _Thread) -> None:
             array = t.env[buffer]
@@ -144,12 +191,13 @@ class GpuKernel(StepCompiler):
             ):
                 raise InterpError(f"buffer of shape {array.shape} indexed at {index}")
             if shared:
-                key = (buffer, index)
-                previous = t.writers.get(key)
-                if previous is not None and previous != t.owner:
-                    raise InterpError(f"race: thread {t.owner} and {previous} on {index}")
-                if write:
-                    t.writers[key] = t.owner
+                key = ("shared", number, t.block)
+                if not write and (key, index) not in t.launch.writers:
+                    raise InterpError(f"{t.owner} reads shared buffer {number}{list(index)} "
+                                      "before any thread wrote it")
+                t.launch.touch(t, key, index, write)
+            elif number is not None:
+                t.launch.touch(t, number, index, write)
             if write:
                 array[index] = t.env[value]
             else:

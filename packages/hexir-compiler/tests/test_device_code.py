@@ -52,21 +52,21 @@ func.func @main(%x: {t}) -> {t} {{
 """
 
 
-def to_llvm(module: ir.Module) -> ir.Module:
+def to_llvm(module: ir.Module, target: str | None = None) -> ir.Module:
     """The program at mlir-llvm, where compile_kernels finds the NVVM kernels."""
-    return lower(module, Options("hxb"), "mlir-llvm")
+    return lower(module, Options("hxb", chip=target), "mlir-llvm")
 
 
 def kernels(program: str, target: str | None = None) -> dict[str, DeviceImage]:
     with context(), ir.Location.unknown():
-        module = to_llvm(ir.Module.parse(program))
+        module = to_llvm(ir.Module.parse(program), target)
         return compile_kernels(module, target)
 
 
 def assert_names_kernel(image: DeviceImage, name: str, archs: tuple[int, ...]) -> None:
     assert image.image[:4] == bytes([0x50, 0xED, 0x55, 0xBA])
     assert sorted((p.kind, p.arch) for p in parts(image.image)) == sorted(
-        [("ptx", 75), *(("elf", arch) for arch in archs)]
+        [*(("ptx", arch) for arch in archs), *(("elf", arch) for arch in archs)]
     )
     assert all(p.kernels == (name,) for p in parts(image.image))
 
@@ -86,10 +86,12 @@ def test_matmul_2x2_is_a_fatbin_with_ptx_for_sm75_naming_the_kernel():
 
 
 @needs_toolkit
-def test_elementwise_kernel_for_sm90_adds_an_sm90_cubin():
+def test_elementwise_kernel_for_sm90_adds_sm90_ptx_and_its_cubin():
     images = kernels(elementwise("relu", "f32"), target="sm_90")
     image = images["relu_0"]
     assert_names_kernel(image, "relu_0", (75, 90))
+    texts = {p.arch: p.payload for p in parts(image.image) if p.kind == "ptx"}
+    assert b".target sm_90" in texts[90] and b".target sm_75" in texts[75]
     # 900 elements over blocks of threads on x, nothing on y/z
     gx, gy, gz = image.grid
     bx, by, bz = image.block
@@ -215,7 +217,7 @@ func.func @main(%x: {x}, %w: {w}, %v: {v}, %b3: {b3}) -> {x} {{
 @pytest.mark.parametrize("elem", ["f32", "f64"])
 def test_every_kernel_kind_on_cuda_compiles_to_device_code(elem):
     with context(), ir.Location.unknown():
-        module = to_llvm(ir.Module.parse(every_kind(elem)))
+        module = to_llvm(ir.Module.parse(every_kind(elem)), "sm_90")
         kinds = {
             ir.StringAttr(op.attributes["sym_name"]).value: ir.StringAttr(
                 op.attributes["hexir.kernel"]

@@ -62,3 +62,48 @@ def test_fusion_stops_at_a_device_boundary():
     text = hexir_compiler.compile(_source("mlp", "f32"), "mlir-tir",
                                   placement="hexir.linear=cuda")
     assert "linear_add" not in text and "callee = @linear_0" in text
+
+
+PROLOGUES = """\
+func.func @main(%x: tensor<4x{n}x{t}>, %y: tensor<{n}x{t}>, %g: tensor<{n}x{t}>,
+                %b: tensor<{n}x{t}>) -> (tensor<4x{n}x{t}>, tensor<4x{t}>, tensor<4x{n}x{t}>) {{
+  %0 = "hexir.add"(%x, %y) : (tensor<4x{n}x{t}>, tensor<{n}x{t}>) -> tensor<4x{n}x{t}>
+  %1 = "hexir.layer_norm"(%0, %g, %b) {{epsilon = 1.0e-05 : f64}} : (tensor<4x{n}x{t}>, tensor<{n}x{t}>, tensor<{n}x{t}>) -> tensor<4x{n}x{t}>
+  %2 = "hexir.mul"(%x, %x) : (tensor<4x{n}x{t}>, tensor<4x{n}x{t}>) -> tensor<4x{n}x{t}>
+  %3 = "hexir.reduce_mean"(%2) {{axes = array<i64: 1>, keepdims = false}} : (tensor<4x{n}x{t}>) -> tensor<4x{t}>
+  %4 = "hexir.sub"(%x, %y) : (tensor<4x{n}x{t}>, tensor<{n}x{t}>) -> tensor<4x{n}x{t}>
+  %5 = "hexir.exp"(%4) : (tensor<4x{n}x{t}>) -> tensor<4x{n}x{t}>
+  %6 = "hexir.softmax"(%5) {{axis = 1 : i64}} : (tensor<4x{n}x{t}>) -> tensor<4x{n}x{t}>
+  return %1, %3, %6 : tensor<4x{n}x{t}>, tensor<4x{t}>, tensor<4x{n}x{t}>
+}}
+"""
+
+
+def _prologue_reference(x, y, g, b):
+    h = x + y
+    mean = h.mean(-1, keepdims=True)
+    norm = (h - mean) / np.sqrt(((h - mean) ** 2).mean(-1, keepdims=True) + 1e-5) * g + b
+    e = np.exp(np.exp(x - y) - np.exp(x - y).max(-1, keepdims=True))
+    return norm, (x * x).mean(-1), e / e.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("n", [7, 100])  # rows of one thread each, and a block per row
+@pytest.mark.parametrize("element", ["f32", "f64"])
+def test_an_element_wise_prologue_fuses_into_each_reduction(tmp_path, n, element):
+    source = tmp_path / "prologues.mlir"
+    source.write_text(PROLOGUES.format(n=n, t=element))
+    text = hexir_compiler.compile(source, "mlir-tir")
+    assert re.findall(r"callee = @(\w+)", text) == [
+        "add_layer_norm_0", "mul_reduce_mean_1", "sub_exp_softmax_2"]
+    rng = np.random.default_rng(n)
+    dtype = np.float32 if element == "f32" else np.float64
+    inputs = [rng.standard_normal(s).astype(dtype) for s in ((4, n), (n,), (n,), (n,))]
+    expected = _prologue_reference(*(a.astype(np.float64) for a in inputs))
+    tolerance = 1e-5 if element == "f32" else 1e-12
+    fused = hexir_runtime.load(hexir_compiler.compile(source)).main(*inputs)
+    unfused = hexir_runtime.load(hexir_compiler.compile(source, fuse=False)).main(*inputs)
+    on_cuda = tir_graph.run(str(source), inputs, Options("mlir-tir", {"*": "cuda"}))
+    for results in (fused, unfused, on_cuda):
+        for got, want in zip(results, expected, strict=True):
+            np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
+

@@ -119,8 +119,8 @@ def test_usable_as_a_python_pass_with_its_name() -> None:
 
 
 BIG_BATCH = """\
-func.func @main(%a: tensor<70000x1x1xf32>, %b: tensor<1x1xf32>) -> tensor<70000x1x1xf32> {
-  %0 = "hexir.matmul"(%a, %b) {device = "cuda"} : (tensor<70000x1x1xf32>, tensor<1x1xf32>) -> tensor<70000x1x1xf32>
+func.func @main(%a: tensor<70000x1x1xf32>, %b: tensor<70000x1x1xf32>) -> tensor<70000x1x1xf32> {
+  %0 = "hexir.matmul"(%a, %b) {device = "cuda"} : (tensor<70000x1x1xf32>, tensor<70000x1x1xf32>) -> tensor<70000x1x1xf32>
   return %0 : tensor<70000x1x1xf32>
 }
 """

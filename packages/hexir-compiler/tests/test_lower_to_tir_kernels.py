@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from tir_programs import Case, Lowered, assert_close, reference, sample
+from tir_programs import Case, Lowered, _ints, assert_close, reference, sample
 
 UNARY = ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg", "abs")
 BINARY = ("add", "sub", "mul", "div")
@@ -100,10 +100,21 @@ LARGE = [
     Case("transpose", [(13, 40)], (40, 13), {"permutation": "array<i64: 1, 0>"}),
     Case("reshape", [(17, 31)], (31, 17)),
 ]
+# Rows long enough for a block per row on cuda (schedule.ROW_MIN): lengths that the block's
+# threads do not divide, a row along a strided axis, reductions over several axes.
+ROWS = [
+    Case("softmax", [(5, 300)], (5, 300), {"axis": "1 : i64"}),
+    Case("softmax", [(70, 3, 2)], (70, 3, 2), {"axis": "0 : i64"}),
+    Case("layer_norm", [(3, 130), (130,), (130,)], (3, 130), {"epsilon": "1.0e-05 : f64"}),
+    Case("reduce_sum", [(4, 100)], (4,), {"axes": "array<i64: 1>", "keepdims": "false"}),
+    Case("reduce_max", [(3, 80, 2)], (3, 1, 2), {"axes": "array<i64: 1>", "keepdims": "true"}),
+    Case("reduce_mean", [(2, 5, 20)], (2,), {"axes": "array<i64: 1, 2>", "keepdims": "false"}),
+]
 
 PARAMS = [
     pytest.param(case, id=f"{seed}-{case.op}-{'x'.join(map(str, case.output)) or 'scalar'}")
-    for seed, cases in [*((seed, _cases(seed)) for seed in SEEDS), ("large", LARGE)]
+    for seed, cases in [*((seed, _cases(seed)) for seed in SEEDS), ("large", LARGE),
+                        ("rows", ROWS)]
     for case in cases
 ]
 
@@ -125,22 +136,43 @@ def test_kernel_matches_numpy(case: Case, device: str, element: str) -> None:
         assert case not in LARGE or kernel.grid[0] > 1, f"{kernel.name}: grid {kernel.grid}"
 
 
+@pytest.mark.parametrize("case", ROWS, ids=lambda c: f"{c.op}-{'x'.join(map(str, c.inputs[0]))}")
+def test_a_long_row_on_cuda_is_one_block_sharing_it(case: Case) -> None:
+    lowered = Lowered(case.program("f32", "cuda"))
+    (kernel,) = lowered.kernels
+    shape = case.inputs[0]
+    if case.op == "softmax":
+        length = shape[int(case.attrs["axis"].split(":")[0])]
+    elif case.op == "layer_norm":
+        length = shape[-1]
+    else:
+        length = math.prod(shape[a] for a in _ints(case.attrs["axes"]))
+    assert kernel.grid == [math.prod(shape) // length, 1, 1]
+    assert kernel.block == [min(256, 1 << (length - 1).bit_length()), 1, 1]
+    assert '"hextir.alloc_buffer"' in lowered.text and '"hextir.barrier"' in lowered.text
+
+
 @pytest.mark.parametrize(
-    ("rows", "cols", "grid", "block"),
+    ("lhs", "rhs", "grid", "block", "per_thread"),
     [
-        (16, 16, [1, 1, 1], [16, 16, 1]),
-        (33, 50, [4, 3, 1], [16, 16, 1]),
-        (3, 7, [1, 1, 1], [8, 4, 1]),
-        (1, 1, [1, 1, 1], [32, 1, 1]),
-        (1, 300, [2, 1, 1], [256, 1, 1]),
+        ((16, 5), (5, 16), [1, 1, 1], [16, 16, 1], 1),
+        ((2, 33, 5), (5, 50), [2, 2, 1], [16, 16, 1], 4 * 2),  # batch and rows: one tall GEMM
+        ((3, 5), (5, 7), [1, 1, 1], [64, 4, 1], 1),
+        ((1, 5), (5, 1), [1, 1, 1], [256, 1, 1], 1),
+        ((1, 5), (5, 600), [2, 1, 1], [256, 1, 1], 2),
+        ((2, 20, 5), (2, 5, 30), [2, 2, 2], [16, 16, 1], 1),  # a batched rhs: blockIdx.z
     ],
 )
-def test_matmul_cuda_geometry(rows: int, cols: int, grid: list, block: list) -> None:
-    case = Case("matmul", [(2, rows, 5), (5, cols)], (2, rows, cols))
+def test_matmul_cuda_tiles(lhs, rhs, grid: list, block: list, per_thread: int) -> None:
+    """The tile rule of `schedule.gemm_tiles`: its grid, its threads, and each thread's
+    register tile (one fma per output it owns in the k loop's body)."""
+    case = Case("matmul", [lhs, rhs], tuple(np.broadcast_shapes(lhs[:-2], rhs[:-2])) +
+                (lhs[-2], rhs[-1]))
     lowered = Lowered(case.program("f64", "cuda"))
     (kernel,) = lowered.kernels
-    assert kernel.block == block
-    assert kernel.grid == [grid[0], grid[1], 2]
+    assert (kernel.grid, kernel.block) == (grid, block)
+    assert lowered.text.count("math.fma") == per_thread
+    assert lowered.text.count('"hextir.barrier"') == 2
     inputs = sample(case, "f64", np.random.default_rng(0))
     out = np.full(case.output, np.nan)
     with lowered.context:

@@ -8,8 +8,16 @@ with no GPU and no runtime:
 - cuda kernels run as a launch does after `hexir-kernels-to-gpu`: the grid and block are the extents
   of the thread_binding loops (unbound axes 1), and every thread runs the whole body once,
   where a thread_binding loop runs its body once with the induction variable set to the
-  thread's block/thread index on that axis. Two threads writing (or one reading what another
-  wrote) the same element is a race. Guards (`hextir.if`) are honoured as written.
+  thread's block/thread index on that axis. Guards (`hextir.if`) are honoured as written.
+- A block's threads run in lock step from barrier to barrier (`hextir.barrier`): each runs
+  until it reaches one, and the block moves on when all have. A thread that ends while
+  others wait, or threads waiting at different barriers, is an error (divergence). Each
+  block has its own shared buffers (`hextir.alloc_buffer`); reading an element of one that
+  no thread has written is an error.
+- Races: two threads touching one element, one of them writing, conflict unless a barrier of
+  their block lies between the two accesses (the same block, different phases). Reads are
+  recorded too, so a write after another thread's read in the same phase is a race as
+  well as a read after another's write.
 - Every access is bounds-checked (numpy would silently wrap a negative index), every op
   must be one the device lowering accepts (hextir, arith, math), and floats are computed in
   the buffers' precision (numpy f32 or f64 scalars).
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -37,7 +45,8 @@ class InterpError(AssertionError):
 
 
 class _Thread:
-    """Per-run state: slot values, the current owner (thread or parallel iterations)."""
+    """Per-run state: slot values, the current owner (thread or parallel iterations), and for
+    a cuda thread its block's shared buffers and phase (the barriers it has passed)."""
 
     def __init__(self, size: int, buffers: list[np.ndarray], launch: _Launch) -> None:
         self.env: list = [None] * size
@@ -45,31 +54,55 @@ class _Thread:
         self.launch = launch
         self.coords: dict[str, int] = {}
         self.owner: tuple = ()
+        self.block: tuple = ()
+        self.phase = 0
+        self.shared: dict[int, np.ndarray] = {}
 
 
 class _Launch:
-    """Ownership of every element touched during one kernel run."""
+    """Who wrote, and who has read since, every element touched during one kernel run."""
 
     def __init__(self) -> None:
-        self.writers: dict[tuple[int, tuple[int, ...]], tuple] = {}
+        self.writers: dict[tuple, tuple] = {}
+        self.readers: dict[tuple, set] = {}
         self.instances = itertools.count()
 
-    def touch(self, owner: tuple, buffer: int, index: tuple[int, ...], write: bool) -> None:
+    def touch(self, t: _Thread, buffer, index: tuple[int, ...], write: bool) -> None:
         key = (buffer, index)
+        me = (t.owner, t.block, t.phase)
         previous = self.writers.get(key)
-        if previous is not None and _conflict(previous, owner):
+        if previous is not None and _conflict(previous, me):
             what = "writes" if write else "reads"
             raise InterpError(
-                f"race: {owner} {what} buffer #{buffer}{list(index)} written by {previous}"
+                f"race: {t.owner} {what} {_name(buffer)}{list(index)} written by {previous[0]}"
+                f"{_phases(previous, me)}"
             )
         if write:
-            self.writers[key] = owner
+            for reader in self.readers.pop(key, ()):
+                if _conflict(reader, me):
+                    raise InterpError(
+                        f"race: {t.owner} writes {_name(buffer)}{list(index)} read by "
+                        f"{reader[0]}{_phases(reader, me)}"
+                    )
+            self.writers[key] = me
+        else:
+            self.readers.setdefault(key, set()).add(me)
+
+
+def _name(buffer) -> str:
+    return f"buffer #{buffer}" if isinstance(buffer, int) else f"shared buffer {buffer[1]}"
+
+
+def _phases(a: tuple, b: tuple) -> str:
+    return " with no barrier between" if a[1] and a[1] == b[1] else ""
 
 
 def _conflict(a: tuple, b: tuple) -> bool:
-    if a and a[0] == "thread":
-        return a != b
-    for (loop_a, iv_a), (loop_b, iv_b) in zip(a, b, strict=False):
+    """Whether accesses `a` and `b` (owner, block, phase) may run in either order."""
+    (owner_a, block_a, phase_a), (owner_b, block_b, phase_b) = a, b
+    if owner_a and owner_a[0] == "thread":
+        return owner_a != owner_b and not (block_a == block_b and phase_a != phase_b)
+    for (loop_a, iv_a), (loop_b, iv_b) in zip(owner_a, owner_b, strict=False):
         if loop_a != loop_b:
             return False
         if iv_a != iv_b:
@@ -98,6 +131,52 @@ class StepCompiler:
         return [self._compile(op) for op in ops[:-1]]
 
 
+class Suspends:
+    """A step that may wait at a barrier: a generator function, yielding the barrier's number
+    each time the thread reaches one. Steps without barriers inside stay plain functions, so
+    a kernel without barriers runs as fast as before."""
+
+    def __init__(self, run: Callable[["_Thread"], Iterator[int]]) -> None:
+        self.run = run
+
+
+def suspends(body: list) -> bool:
+    return any(type(step) is Suspends for step in body)
+
+
+def resume_all(t, body: list):
+    """Run `body` in thread `t`, suspending at each barrier (a generator)."""
+    for step in body:
+        if type(step) is Suspends:
+            yield from step.run(t)
+        else:
+            step(t)
+
+
+def lock_step(threads: list, body: list, block: tuple) -> None:
+    """Run a block's `threads` through `body` from barrier to barrier, in lock step."""
+    runs = [(t, resume_all(t, body)) for t in threads]
+    while runs:
+        waiting, finished = [], []
+        for t, run in runs:
+            try:
+                waiting.append((t, run, next(run)))
+            except StopIteration:
+                finished.append(t)
+        if waiting and finished:
+            raise InterpError(
+                f"barrier divergence in block {block}: thread {finished[0].owner} ended while "
+                f"thread {waiting[0][0].owner} waits at barrier #{waiting[0][2]}"
+            )
+        barriers = sorted({at for _, _, at in waiting})
+        if len(barriers) > 1:
+            raise InterpError(f"barrier divergence in block {block}: threads wait at barriers "
+                              f"{', '.join(f'#{b}' for b in barriers)}")
+        for t, _, _ in waiting:
+            t.phase += 1
+        runs = [(t, run) for t, run, _ in waiting]
+
+
 class Kernel(StepCompiler):
     """A compiled prim_func; call it with one array per buffer (the last is written)."""
 
@@ -118,6 +197,8 @@ class Kernel(StepCompiler):
             slot: a.type for slot, a in zip(self._args, entry.arguments, strict=True)
         }
         self._stored = self._stored_buffers()
+        self._shared: dict[int, int] = {}  # alloc_buffer result slot -> its number
+        self._barriers = 0
         self._body = self._compile_block(entry, terminator="hextir.return")
 
     def _stored_buffers(self) -> set[int]:
@@ -160,19 +241,32 @@ class Kernel(StepCompiler):
 
     def _launch(self, buffers: list[np.ndarray], launch: _Launch) -> None:
         for block in itertools.product(*(range(n) for n in reversed(self.grid))):
+            shared: dict[int, np.ndarray] = {}
+            threads = []
             for thread in itertools.product(*(range(n) for n in reversed(self.block))):
                 coords = {f"blockIdx.{a}": i for a, i in zip(AXES, reversed(block), strict=True)}
                 coords |= {f"threadIdx.{a}": i for a, i in zip(AXES, reversed(thread), strict=True)}
-                self._run(buffers, launch, coords, ("thread", block, thread))
+                t = self._thread(buffers, launch, coords, ("thread", block, thread))
+                t.block, t.shared = block, shared
+                threads.append(t)
+            with np.errstate(all="ignore"):
+                if suspends(self._body):
+                    lock_step(threads, self._body, block)
+                else:
+                    for t in threads:
+                        _run_all(t, self._body)
 
     def _run(self, buffers, launch, coords, owner) -> None:
+        t = self._thread(buffers, launch, coords, owner)
+        with np.errstate(all="ignore"):
+            _run_all(t, self._body)
+
+    def _thread(self, buffers, launch, coords, owner) -> _Thread:
         t = _Thread(len(self._slots), buffers, launch)
         t.coords, t.owner = coords, owner
         for slot, buffer in zip(self._args, buffers, strict=True):
             t.env[slot] = buffer
-        with np.errstate(all="ignore"):
-            for step in self._body:
-                step(t)
+        return t
 
     # -- compilation -----------------------------------------------------------------------
 
@@ -184,7 +278,13 @@ class Kernel(StepCompiler):
             return self._compile_for(op, ins, outs)
         if name == "hextir.if":
             body = self._compile_block(op.regions[0].blocks[0], "hextir.yield")
+            if suspends(body):
+                return Suspends(lambda t: resume_all(t, body) if t.env[ins[0]] else iter(()))
             return lambda t: _run_if(t, ins[0], body)
+        if name == "hextir.barrier":
+            return self._compile_barrier()
+        if name == "hextir.alloc_buffer":
+            return self._compile_alloc(op, outs[0])
         if name in ("hextir.buffer_load", "hextir.buffer_store"):
             return self._compile_access(op, ins, outs)
         if name == "hextir.library_call":
@@ -218,6 +318,10 @@ class Kernel(StepCompiler):
         yielded = [self._slot(v) for v in _last(block).operands]
         body = self._compile_block(block, "hextir.yield")
         if kind != "thread_binding":
+            if suspends(body):
+                if kind == "parallel":
+                    raise InterpError(f"{self.name}: a barrier inside a parallel loop")
+                return Suspends(lambda t: _resume_for(t, ins, outs, params, body, yielded))
             return lambda t: _run_for(t, ins, outs, params, body, yielded, kind == "parallel")
         if self.device != "cuda":
             raise InterpError(f"{self.name}: a {self.device} kernel has a thread_binding loop")
@@ -230,11 +334,47 @@ class Kernel(StepCompiler):
         (self.grid if kind_ == "blockIdx" else self.block)[AXES.index(dim)] = ub
         iv = params[0]
 
+        if suspends(body):
+            def resume_bound(t: _Thread):
+                t.env[iv] = t.coords[axis]
+                yield from resume_all(t, body)
+
+            return Suspends(resume_bound)
+
         def bound(t: _Thread) -> None:
             t.env[iv] = t.coords[axis]
             _run_all(t, body)
 
         return bound
+
+    def _compile_barrier(self) -> Suspends:
+        if self.device != "cuda":
+            raise InterpError(f"{self.name}: a {self.device} kernel has a barrier")
+        number = self._barriers
+        self._barriers += 1
+
+        def barrier(t: _Thread):
+            yield number
+
+        return Suspends(barrier)
+
+    def _compile_alloc(self, op: ir.Operation, out: int) -> Step:
+        """The block's shared buffer: made by the first of its threads to get here, filled
+        with garbage (NaN, or a pattern) so that a read of what no thread wrote shows."""
+        if self.device != "cuda":
+            raise InterpError(f"{self.name}: a {self.device} kernel allocates shared memory")
+        memref = ir.MemRefType(op.results[0].type)
+        shape, dtype = tuple(memref.shape), {**_FLOAT, **_INT}[str(memref.element_type)]
+        self._buffer_types[out] = memref
+        self._shared[out] = len(self._shared)
+
+        def alloc(t: _Thread) -> None:
+            if out not in t.shared:
+                garbage = np.nan if np.issubdtype(dtype, np.floating) else 0x5A
+                t.shared[out] = np.full(shape, garbage, dtype)
+            t.env[out] = t.shared[out]
+
+        return alloc
 
     def _compile_library_call(self, op: ir.Operation, ins: list[int]) -> Step:
         """The runtime's routine, as the runtime runs it: numpy on the typed buffers. Every
@@ -249,7 +389,7 @@ class Kernel(StepCompiler):
             env = t.env
             np.matmul(*(env[i] for i in inputs), out=env[out])
             for index in np.ndindex(env[out].shape):
-                t.launch.touch(t.owner, number, index, True)
+                t.launch.touch(t, number, index, True)
 
         return call
 
@@ -259,21 +399,32 @@ class Kernel(StepCompiler):
             value, buffer, *indices = ins
         else:
             (buffer, *indices), (value,) = ins, outs
-        number = self._args.index(buffer) if buffer in self._args else -1
+        shared = self._shared.get(buffer)
+        if buffer not in self._args and shared is None:
+            raise InterpError(f"{self.name}: an access to a buffer that is neither an argument "
+                              "nor a shared buffer allocated before it")
+        number = self._args.index(buffer) if shared is None else shared
+        label = f"buffer #{number}" if shared is None else f"shared buffer {shared}"
         shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
         if len(indices) != len(shape):
-            raise InterpError(f"buffer #{number} of shape {shape} takes {len(shape)} indices")
+            raise InterpError(f"{label} of shape {shape} takes {len(shape)} indices")
         # Reading a buffer this kernel never writes cannot race: only those reads go unrecorded.
-        tracked = write or buffer in self._stored
+        tracked = write or buffer in self._stored or shared is not None
 
         def access(t: _Thread) -> None:
             env = t.env
             index = tuple([env[i] for i in indices])
             for i, n in zip(index, shape, strict=True):
                 if not 0 <= i < n:
-                    raise InterpError(f"buffer #{number} of shape {shape} indexed at {index}")
-            if tracked:
-                t.launch.touch(t.owner, number, index, write)
+                    raise InterpError(f"{label} of shape {shape} indexed at {index}")
+            if shared is not None:
+                key = ("shared", number, t.block)
+                if not write and (key, index) not in t.launch.writers:
+                    raise InterpError(f"{t.owner} reads {label}{list(index)} before any thread "
+                                      "wrote it (a missing barrier, or a skipped write)")
+                t.launch.touch(t, key, index, write)
+            elif tracked:
+                t.launch.touch(t, number, index, write)
             if write:
                 env[buffer][index] = env[value]
             else:
@@ -290,6 +441,19 @@ def _run_all(t: _Thread, body: list[Step]) -> None:
 def _run_if(t: _Thread, cond: int, body: list[Step]) -> None:
     if t.env[cond]:
         _run_all(t, body)
+
+
+def _resume_for(t, ins, outs, params, body, yielded):
+    """A serial loop with a barrier inside (a generator, like resume_all)."""
+    lb, ub, step, *carried = (t.env[i] for i in ins)
+    for iv in range(lb, ub, step):
+        t.env[params[0]] = iv
+        for slot, value in zip(params[1:], carried, strict=True):
+            t.env[slot] = value
+        yield from resume_all(t, body)
+        carried = [t.env[i] for i in yielded]
+    for slot, value in zip(outs, carried, strict=True):
+        t.env[slot] = value
 
 
 def _run_for(t, ins, outs, params, body, yielded, parallel: bool) -> None:
@@ -368,6 +532,12 @@ def _erf(x):
     return type(x)(math.erf(float(x)))
 
 
+def _unsigned(fn, a: int, b: int) -> int:
+    if a < 0 or b < 0:
+        raise InterpError(f"unsigned op on a negative index {a}, {b}")
+    return fn(a, b)
+
+
 def _divui(a: int, b: int) -> int:
     if b == 0 or a < 0:
         raise InterpError(f"arith.divui {a} / {b}")
@@ -425,10 +595,19 @@ def _conversion(op: ir.Operation):
     return lambda x: cast(x)
 
 
+def _fma(a, b, c):
+    """a * b + c rounded once (f32 through f64, where the product is exact)."""
+    if isinstance(a, np.float32):
+        return np.float32(np.float64(a) * np.float64(b) + np.float64(c))
+    return a * b + c
+
+
 _SCALAR: dict[str, Callable] = {
+    "math.fma": _fma,
     "arith.divsi": _divsi,
     "arith.maxsi": lambda a, b: max(a, b),
     "arith.minsi": lambda a, b: min(a, b),
+    "arith.minui": lambda a, b: _unsigned(min, a, b),
     "math.absi": _int_op(lambda a: type(a)(abs(a)) if not isinstance(a, int) else abs(a)),
     "math.log": np.log,
     "math.powf": np.power,

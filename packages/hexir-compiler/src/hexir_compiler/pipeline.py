@@ -148,7 +148,8 @@ PASSES: tuple[tuple[str, Callable[[ir.Module, Options], None]], ...] = (
     ("mlir-tir", lambda module, options: _kernels(module, options)),
     ("mlir-linalg", lambda module, options: hextir_to_loops.run(module)),
     ("mlir-gpu", lambda module, options: hexir_kernels_to_gpu.run(module)),
-    ("mlir-llvm", lambda module, options: hexir_kernels_to_llvm.run(module)),
+    ("mlir-llvm", lambda module, options: hexir_kernels_to_llvm.run(
+        module, cuda.architectures(options.chip))),
 )
 
 

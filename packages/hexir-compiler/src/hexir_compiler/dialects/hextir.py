@@ -3,8 +3,11 @@
 A `prim_func` is a kernel in destination-passing style (the last buffer is the output), reached
 only through `hexir.call_tir`. A `for` loop says how it runs (`kind`): serial, parallel (the
 cpu splits its outermost one across threads), or bound to a GPU axis (`thread_binding` +
-`bind`), so a scheduling decision is written in the IR rather than implied by which pass ran. Generic form only, like
-`hexir`; the verifiers check what the IRDL declaration cannot.
+`bind`), so a scheduling decision is written in the IR rather than implied by which pass ran.
+A cuda kernel may stage data in its block's shared memory (`alloc_buffer`, a memref in the
+GPU's workgroup address space, one per block) and order its threads' accesses to it with
+`barrier`. Generic form only, like `hexir`; the verifiers check what the IRDL declaration
+cannot.
 """
 
 from collections.abc import Sequence
@@ -27,6 +30,8 @@ ROUTINES = ("matmul",)
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 # The kernel kinds a `.hxb` can name, in the format's order: one list, owned by the format.
 KERNELS = tuple(str(kind) for kind in KernelKind)
+#: The memory space of a block's shared buffers (`alloc_buffer`).
+WORKGROUP = "#gpu.address_space<workgroup>"
 
 
 class Hextir(ext.Dialect, name="hextir"):
@@ -196,6 +201,41 @@ class YieldOp(HextirOp, name="yield", traits=[ir.IsTerminatorTrait]):
             raise Invalid("expects its parent to be hextir.for or hextir.if")
 
 
+class AllocBufferOp(HextirOp, name="alloc_buffer"):
+    """A buffer in the block's shared (workgroup) memory: one per thread block, its contents
+    undefined until a thread writes them, visible to the block's other threads after a
+    `barrier`. Only cuda kernels have it; the GPU lowering makes it a workgroup attribution."""
+
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        t = self.results[0].type
+        memref(t, "a shared buffer")
+        if str(ir.MemRefType(t).memory_space) != WORKGROUP:
+            raise Invalid(f"a shared buffer lives in {WORKGROUP}, got {t}")
+        if _kernel_device(self) != "cuda":
+            raise Invalid("only a cuda kernel has shared memory")
+
+
+class BarrierOp(HextirOp, name="barrier"):
+    """Wait until every thread of the block reaches this barrier; what each wrote before it
+    (to shared or global memory) is visible to all after it. Every thread of a block must
+    reach the same barriers: one inside a guard that some threads skip is undefined."""
+
+    def check(self) -> None:
+        if _kernel_device(self) != "cuda":
+            raise Invalid("only a cuda kernel has barriers")
+
+
+def _kernel_device(op) -> str | None:
+    node = op.operation.parent
+    while node is not None and node.name != "hextir.prim_func":
+        node = node.parent
+    if node is None or "device" not in node.attributes:
+        return None
+    return ir.StringAttr(node.attributes["device"]).value
+
+
 def _indices(op, buffer: ir.Value, indices: list[ir.Value]) -> None:
     shape, _ = memref(buffer, "buffer")
     if len(indices) != len(shape):
@@ -256,4 +296,4 @@ class LibraryCallOp(HextirOp, name="library_call"):
             memref(value, f"buffer #{i}")
 
 
-__all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS", "ROUTINES"]
+__all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS", "ROUTINES", "WORKGROUP"]

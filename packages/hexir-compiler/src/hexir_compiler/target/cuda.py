@@ -3,12 +3,14 @@
 `compile_kernels` gives every cuda kernel (a `gpu.module` that hexir-kernels-to-llvm has
 converted to NVVM) a `DeviceImage` for its executable entry: a fatbin holding PTX for `sm_75`
 (the driver compiles it for whatever GPU loads it, sm_75 or newer) and a CUBIN for sm_75;
-`target="sm_90"` adds a CUBIN for sm_90, so that GPU starts without a JIT step. The entry
-function has the kernel's name and takes one device pointer per buffer (bare pointers).
+`target="sm_90"` adds PTX generated for sm_90 (forward compatible: a newer GPU JIT-compiles
+it) and the CUBIN ptxas makes from it, so that GPU runs code made for it without a JIT
+step. The entry function has the kernel's name and takes one device pointer per buffer (bare
+pointers).
 
-MLIR makes the PTX (`gpu-module-to-binary{format=isa}`, libdevice linked in for the `__nv_*`
-math functions); `ptxas` and `fatbinary` from the CUDA toolkit make the rest. Running them
-here rather than through MLIR's `format=fatbin` lets one PTX feed several CUBINs, keeps the
+MLIR makes the PTX, one per NVVM target of the gpu.module (`gpu-module-to-binary{format=isa}`,
+libdevice linked in for the `__nv_*` math functions); `ptxas` and `fatbinary` from the CUDA
+toolkit make the rest. Running them here rather than through MLIR's `format=fatbin` keeps the
 parts uncompressed (so `hexir_format.images` can list their kernels, for the check below and
 for hxb-dump) and turns a tool's failure into a one-line CompileError.
 """
@@ -63,17 +65,25 @@ def compile_kernels(module: ir.Module, target: str | None = None) -> dict[str, D
         return {}
     toolkit = find_toolkit()
 
+    for name, (texts, _, _) in ptx.items():
+        missing = [arch for arch in archs if arch not in texts]
+        if missing:
+            raise CompileError(
+                f"cuda kernel '{name}' was lowered for {_chips(texts)}, not for "
+                f"{_chips(missing)}: give mlir-llvm input the -target it was made with")
+
     def assemble(name: str) -> DeviceImage:
-        text, grid, block = ptx[name]
-        return _fatbin(name, text, grid, block, archs, toolkit)
+        texts, grid, block = ptx[name]
+        return _fatbin(name, {arch: texts[arch] for arch in archs}, grid, block, toolkit)
 
     # ptxas dominates and runs one process per kernel: run them side by side.
     with ThreadPoolExecutor(max_workers=min(len(ptx), os.cpu_count() or 1)) as pool:
         return dict(zip(ptx, pool.map(assemble, ptx), strict=True))
 
 
-def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
-    """PTX for sm_75 and the launch geometry (grid, block) of each cuda kernel, by name."""
+def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[dict[int, bytes], tuple, tuple]]:
+    """The PTX for each NVVM target (by architecture) and the launch geometry (grid, block)
+    of each cuda kernel, by name."""
     kernels = ir.Module.create()
     kernels.operation.attributes["gpu.container_module"] = ir.UnitAttr.get()
     geometry = {}
@@ -92,9 +102,21 @@ def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[bytes, tuple, tuple]]:
     ptx = {}
     for view in kernels.body.operations:  # now gpu.binary ops, named like their gpu.module
         name = _symbol(view.operation)
-        objects = ir.ArrayAttr(view.operation.attributes["objects"])
-        ptx[name] = (gpu.ObjectAttr(objects[0]).object, *geometry[name])
+        objects = [gpu.ObjectAttr(o) for o in ir.ArrayAttr(view.operation.attributes["objects"])]
+        texts = {_arch(o.target): o.object for o in objects}
+        ptx[name] = (texts, *geometry[name])
     return ptx
+
+
+def _arch(target: ir.Attribute) -> int:
+    """The architecture of an `#nvvm.target`; MLIR prints no chip when it is the default,
+    sm_75, the one hexir-kernels-to-llvm always asks for."""
+    chip = re.search(r'chip = "sm_(\d+)"', str(target))
+    return int(chip[1]) if chip else BASE_ARCH
+
+
+def _chips(archs) -> str:
+    return ", ".join(f"sm_{arch}" for arch in sorted(archs))
 
 
 def llvm_ir(module: ir.Module) -> list[tuple[str, str]]:
@@ -114,17 +136,19 @@ def llvm_ir(module: ir.Module) -> list[tuple[str, str]]:
     return found
 
 
-def _fatbin(name: str, ptx: bytes, grid, block, archs, toolkit: CudaToolkit) -> DeviceImage:
-    """Assemble CUBINs for `archs` from `ptx` and wrap them with the PTX in one fatbin."""
+def _fatbin(name: str, ptx: dict[int, bytes], grid, block, toolkit: CudaToolkit) -> DeviceImage:
+    """Assemble a CUBIN from each architecture's PTX and wrap them all in one fatbin."""
+    archs = tuple(ptx)
     with tempfile.TemporaryDirectory(prefix="hexir-cuda-") as tmp:
-        source = Path(tmp, f"{name}.ptx")
-        source.write_bytes(ptx)
-        images = [f"--image3=kind=ptx,sm={BASE_ARCH},file={source}"]
-        for arch in archs:
-            cubin = Path(tmp, f"{name}.sm_{arch}.cubin")
-            args = [f"--gpu-name=sm_{arch}", "-O3", str(source), "-o", str(cubin)]
-            _tool(toolkit.ptxas, args, name)
-            images.append(f"--image3=kind=elf,sm={arch},file={cubin}")
+        images = []
+        for arch, text in ptx.items():
+            source = Path(tmp, f"{name}.sm_{arch}.ptx")
+            cubin = source.with_suffix(".cubin")
+            source.write_bytes(text)
+            _tool(toolkit.ptxas, [f"--gpu-name=sm_{arch}", "-O3", str(source), "-o", str(cubin)],
+                  name)
+            images += [f"--image3=kind=ptx,sm={arch},file={source}",
+                       f"--image3=kind=elf,sm={arch},file={cubin}"]
         fatbin = Path(tmp, f"{name}.fatbin")
         _tool(toolkit.fatbinary, ["-64", "--compress=false", f"--create={fatbin}", *images], name)
         image = fatbin.read_bytes()
@@ -149,7 +173,7 @@ def _check_names(name: str, image: bytes, archs: tuple[int, ...]) -> None:
         found = {(p.kind, p.arch): p.kernels for p in parts(image)}
     except FormatError as err:
         raise CompileError(f"device image of cuda kernel '{name}': {err}") from None
-    wanted = [("ptx", BASE_ARCH), *(("elf", arch) for arch in archs)]
+    wanted = [*(("ptx", arch) for arch in archs), *(("elf", arch) for arch in archs)]
     for part in wanted:
         if name not in found.get(part, ()):
             raise CompileError(

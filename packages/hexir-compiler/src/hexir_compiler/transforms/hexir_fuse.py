@@ -6,13 +6,17 @@ A group is a chain ending in one op (its sink, the only op whose result leaves t
 - element-wise ops (`transforms/tir/elementwise.py`'s tables, and where, cast, gelu) join
   the group of the element-wise op that consumes them: `add -> relu` is one map;
 - a contraction (matmul, linear) heads the group of the element-wise epilogue that consumes
-  it (bias, activation, residual add, scale): `linear -> add -> relu` is one kernel.
+  it (bias, activation, residual add, scale): `linear -> add -> relu` is one kernel;
+- a reduction (softmax, layer_norm, reduce_*) ends the group of the element-wise prologue
+  that computes its data operand: `add -> layer_norm` (a residual) and `mul -> softmax` (a
+  scale) are one kernel each. Nothing consumes a reduction inside a group.
 
 A producer joins its consumer's group only when both run on the same device (placement
-decides fusion boundaries), its result has that one use, and the result has the consumer's
-shape (every value of the group then lives at the output's coordinates, and a kernel never
-recomputes a value). A group holds at most one contraction (its kernel computes it first,
-then the rest in program order at each output element) and takes at most MAX_KERNEL_INPUTS
+decides fusion boundaries), its result has that one use, and the result has the shape of the
+consumer's result (an element-wise consumer) or data operand (a reduction): every
+element-wise value of the group then lives at the same coordinates. A group holds at most
+one contraction (its kernel computes it first, then the rest in program order at each output
+element), never a contraction and a reduction together, and takes at most MAX_KERNEL_INPUTS
 inputs from outside.
 Groups are numbered per function in program order; an op in no group keeps no attribute.
 Running the pass again recomputes the same groups.
@@ -28,6 +32,8 @@ PASS_NAME = "hexir-fuse"
 GROUP = "hexir.group"
 ELEMENTWISE = frozenset({*elementwise.UNARY, *elementwise.BINARY, "where", "cast", "gelu"})
 CONTRACTIONS = frozenset({"matmul", "linear"})
+REDUCTIONS = frozenset({"softmax", "layer_norm", "reduce_sum", "reduce_mean", "reduce_max",
+                        "reduce_min"})
 
 
 def mnemonic(op: ir.Operation) -> str:
@@ -55,10 +61,11 @@ def _function(block: ir.Block) -> None:
         for result in op.results:
             producers[result] = op
     for op in ops:
-        if mnemonic(op) not in ELEMENTWISE:
+        if mnemonic(op) not in ELEMENTWISE | REDUCTIONS:
             continue
         group = group_of.setdefault(id(op), [op])
-        for operand in op.operands:
+        data = list(op.operands)[:1] if mnemonic(op) in REDUCTIONS else op.operands
+        for operand in data:
             producer = producers.get(operand)
             if producer is None or not _joins(producer, op, group, group_of):
                 continue
@@ -88,10 +95,14 @@ def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
     uses = list(producer.results[0].uses)
     if len(uses) != 1 or _op(uses[0].owner) != consumer:
         return False
-    if _shape(producer) != _shape(consumer):
+    reduction = mnemonic(consumer) in REDUCTIONS
+    lives = _type_shape(consumer.operands[0].type) if reduction else _shape(consumer)
+    if _shape(producer) != lives:
         return False
     theirs = group_of.get(id(producer), [producer])
     contractions = [o for o in (*theirs, *group) if mnemonic(o) in CONTRACTIONS]
+    if reduction and contractions:
+        return False
     return len(contractions) <= 1 and len(_inputs([*theirs, *group])) <= MAX_KERNEL_INPUTS
 
 
@@ -111,7 +122,10 @@ def _op(owner) -> ir.Operation:
 
 
 def _shape(op: ir.Operation) -> tuple[int, ...] | None:
-    t = op.results[0].type
+    return _type_shape(op.results[0].type)
+
+
+def _type_shape(t: ir.Type) -> tuple[int, ...] | None:
     return tuple(ir.RankedTensorType(t).shape) if isinstance(t, ir.RankedTensorType) else None
 
 

@@ -9,8 +9,11 @@ geometry (`hexir.grid`, `hexir.block`: x, y, z).
 Each `scf.parallel` mapped to a GPU processor disappears: its induction variable becomes
 `lb + gpu.block_id x * step` (or `gpu.thread_id`, y, z) and its trip count is the launch size
 on that axis; axes no loop binds have size 1. The gpu.func records the sizes as
-`known_grid_size` / `known_block_size`, which lets NVVM know the index ranges. Everything else
-(scf.for, scf.if, memref, arith, math) stays: in one thread it runs as written.
+`known_grid_size` / `known_block_size`, which lets NVVM know the index ranges. A shared
+buffer (a `memref.alloc` in the workgroup address space) becomes one of the gpu.func's
+workgroup attributions: one per block, placed in shared memory by the NVVM lowering.
+Everything else (scf.for, scf.if, gpu.barrier, memref, arith, math) stays: in one thread it
+runs as written.
 
 cpu kernels are left alone: they stay loops, and run on the host (hexir-kernels-to-llvm).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hexir_compiler.dialects.hextir import WORKGROUP
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, gpu, ir
 from hexir_compiler.transforms.hextir_to_loops import KERNEL_ATTRIBUTES, is_kernel, move_body
@@ -67,6 +71,7 @@ def _outline(kernel: ir.Operation) -> None:
         device_func = gpu.GPUFuncOp(ftype, sym_name=name, kernel=True)
         entry = device_func.add_entry_block()
     moved = move_body(kernel, entry)
+    _attribute_shared_buffers(device_func, entry)
     geometry = Geometry()
     _lower_ops(moved, geometry)
     _check_launch_limits(container, geometry)
@@ -74,6 +79,26 @@ def _outline(kernel: ir.Operation) -> None:
     container.attributes["hexir.block"] = ir.DenseI64ArrayAttr.get(geometry.block)
     device_func.attributes["known_grid_size"] = ir.DenseI32ArrayAttr.get(geometry.grid)
     device_func.attributes["known_block_size"] = ir.DenseI32ArrayAttr.get(geometry.block)
+
+
+def _attribute_shared_buffers(device_func: gpu.GPUFuncOp, entry: ir.Block) -> None:
+    """Each workgroup `memref.alloc` of the body -> a workgroup attribution of the gpu.func."""
+    shared: list[ir.Operation] = []
+
+    def visit(op: ir.Operation) -> ir.WalkResult:
+        if op.name == "memref.alloc" and str(ir.MemRefType(op.results[0].type).memory_space) \
+                == WORKGROUP:
+            shared.append(op)
+        return ir.WalkResult.ADVANCE
+
+    device_func.operation.walk(visit)
+    for alloc in shared:
+        alloc.results[0].replace_all_uses_with(entry.add_argument(alloc.results[0].type,
+                                                                  alloc.location))
+        alloc.erase()
+    if shared:
+        device_func.operation.attributes["workgroup_attributions"] = ir.IntegerAttr.get(
+            ir.IntegerType.get_signless(64), len(shared))
 
 
 def _lower_ops(ops: list[ir.Operation], geometry: Geometry) -> None:

@@ -5,8 +5,10 @@
   `llvm.func` declaration: scf to cf, math to LLVM intrinsics (and libm calls, `tanhf`,
   `erf`, ..., where LLVM has no intrinsic), memref, arith, cf and func to LLVM with the
   bare-pointer calling convention.
-- A cuda kernel (a `gpu.module`) gets its NVVM target (`sm_75`, libdevice linked for the
-  `__nv_*` math functions) and its body is converted to NVVM, also with bare pointers.
+- A cuda kernel (a `gpu.module`) gets its NVVM targets (`sm_75`, and the chip the compile
+  targets when that is newer, e.g. `sm_90`: the PTX is generated for each, so an sm_90
+  image is sm_90 code, not sm_75 code assembled for sm_90; libdevice linked for the `__nv_*`
+  math functions) and its body is converted to NVVM, also with bare pointers.
 
 The conversions run on a scratch module holding only the kernels, so the graph (the entry
 functions, still hexir ops on tensors) is untouched, and a kernel already in the LLVM dialect
@@ -48,8 +50,9 @@ DEVICE = (
 )
 
 
-def run(module: ir.Module | ir.Operation) -> None:
-    """Lower every kernel of `module` not yet in the LLVM dialect, in place."""
+def run(module: ir.Module | ir.Operation, chips: tuple[int, ...] = (BASE_ARCH,)) -> None:
+    """Lower every kernel of `module` not yet in the LLVM dialect, in place; cuda kernels get
+    an NVVM target for each of `chips` (`target.cuda.architectures`)."""
     module = module.operation
     body = module.regions[0].blocks[0]
     ops = [view.operation for view in body.operations]
@@ -60,7 +63,7 @@ def run(module: ir.Module | ir.Operation) -> None:
     if host:
         _convert(module, host, HOST)
     if device:
-        target = _nvvm_target()
+        target = _nvvm_targets(chips)
         for op in device:
             op.attributes["targets"] = target
         _convert(module, device, DEVICE)
@@ -119,7 +122,9 @@ def _flatten_empty_buffers(kernel: ir.Operation) -> None:
     if not len(kernel.regions[0].blocks):  # a routine's declaration
         return
     block = kernel.regions[0].blocks[0]
-    for arg in list(block.arguments):
+    ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
+    buffers = list(block.arguments)[:len(ftype.inputs)]  # not a gpu.func's shared buffers
+    for arg in buffers:
         t = arg.type
         if not isinstance(t, ir.MemRefType):
             continue
@@ -134,9 +139,8 @@ def _flatten_empty_buffers(kernel: ir.Operation) -> None:
             arg.replace_all_uses_except(view.result, view.operation)
             arg.set_type(flat)
     with kernel.context:
-        ftype = ir.FunctionType(ir.TypeAttr(kernel.attributes["function_type"]).value)
         kernel.attributes["function_type"] = ir.TypeAttr.get(ir.FunctionType.get(
-            [a.type for a in block.arguments], ftype.results))
+            [a.type for a in buffers], ftype.results))
 
 
 def _restore_order(body: ir.Block, order: list[str]) -> None:
@@ -160,13 +164,13 @@ def _dedupe_kernel_marker(container: ir.Operation) -> None:
             attributes["gpu.kernel"] = ir.UnitAttr.get(container.context)
 
 
-def _nvvm_target() -> ir.Attribute:
+def _nvvm_targets(chips: tuple[int, ...]) -> ir.Attribute:
     from hexir_compiler.target.cuda_toolkit import find_toolkit
 
     libdevice = str(find_toolkit().libdevice).replace("\\", "\\\\").replace('"', '\\"')
-    return ir.Attribute.parse(
-        f'[#nvvm.target<O = 3, chip = "sm_{BASE_ARCH}", link = ["{libdevice}"]>]'
-    )
+    targets = ", ".join(f'#nvvm.target<O = 3, chip = "sm_{chip}", link = ["{libdevice}"]>'
+                        for chip in chips)
+    return ir.Attribute.parse(f"[{targets}]")
 
 
 def _symbol(op: ir.Operation) -> str:

@@ -15,6 +15,9 @@ The kernel keeps its name (so `hexir.call_tir @name` now calls the function), it
   whose body is not one parallel loop runs inside a loop of one iteration, grid (1, 1, 1);
 - `hextir.if` becomes `scf.if`, `buffer_load`/`buffer_store` become `memref.load`/
   `memref.store`, `hextir.return` a `func.return`; arith and math ops move over unchanged;
+- a cuda kernel's shared buffer (`hextir.alloc_buffer`) becomes a `memref.alloc` in the
+  workgroup address space (hexir-kernels-to-gpu makes it the gpu.func's workgroup
+  attribution), and `hextir.barrier` becomes `gpu.barrier`;
 - `hextir.library_call` becomes a call of `@hexir_rt_<routine>` with each buffer's address
   (`memref.extract_aligned_pointer_as_index`), declared once in the module as a private
   function marked `hexir.routine`: the runtime binds that name when it loads the kernel.
@@ -25,7 +28,7 @@ A module without prim funcs is left as it is, so the pass can run on its own out
 from __future__ import annotations
 
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import arith, func, ir, memref, scf
+from hexir_compiler.mlir import arith, func, gpu, ir, memref, scf
 
 PASS_NAME = "hextir-to-loops"
 GRID = "hexir.grid"
@@ -219,6 +222,18 @@ def _declare(op: ir.Operation, name: str, argc: int) -> None:
         declaration.attributes[ROUTINE] = ir.UnitAttr.get()
 
 
+def _lower_alloc_buffer(op: ir.Operation) -> None:
+    with ir.InsertionPoint(op), op.location:
+        shared = memref.alloc(op.results[0].type, [], [])
+    _replace_and_erase(op, [shared])
+
+
+def _lower_barrier(op: ir.Operation) -> None:
+    with ir.InsertionPoint(op), op.location:
+        gpu.barrier()
+    _replace_and_erase(op, [])
+
+
 def _lower_return(op: ir.Operation) -> None:
     with ir.InsertionPoint(op), op.location:
         func.ReturnOp([])
@@ -232,6 +247,8 @@ _LOWERINGS = {
     "hextir.buffer_store": _lower_store,
     "hextir.return": _lower_return,
     "hextir.library_call": _lower_library_call,
+    "hextir.alloc_buffer": _lower_alloc_buffer,
+    "hextir.barrier": _lower_barrier,
 }
 
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from hexir_compiler.dialects.hextir import WORKGROUP
 from hexir_compiler.mlir import arith, ir
 
 Fold = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
@@ -148,6 +149,19 @@ class KernelBuilder:
             value = arith.extui(storage(self.elements[buffer]), value)
         ir.Operation.create("hextir.buffer_store", operands=[value, buffer, *indices])
 
+    def shared(self, shape: Sequence[int], element: ir.Type | None = None) -> ir.Value:
+        """A buffer of `shape` in the block's shared memory (a cuda kernel's staging area)."""
+        element = element or self.element
+        t = ir.MemRefType.get(list(shape), storage(element),
+                              memory_space=ir.Attribute.parse(WORKGROUP))
+        buffer = ir.Operation.create("hextir.alloc_buffer", results=[t]).result
+        self.elements[buffer] = element
+        return buffer
+
+    def barrier(self) -> None:
+        """Every thread of the block waits here; shared writes before it are seen after it."""
+        ir.Operation.create("hextir.barrier")
+
     def library_call(self, routine: str, buffers: Sequence[ir.Value] | None = None) -> None:
         """A call of the runtime's `routine` on `buffers` (default: all of the kernel's)."""
         ir.Operation.create("hextir.library_call",
@@ -164,6 +178,22 @@ class KernelBuilder:
         with ir.InsertionPoint(body):
             yield body.arguments[0]
             _yield([])
+
+    def strided(self, start: ir.Value, end: int, step: int, inits: Sequence[ir.Value],
+                body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+        """Serial loop start, start + step, ... < end carrying `inits` (a thread's share of a
+        cooperative loop: start = its thread index, step = the block's threads)."""
+        op = ir.Operation.create(
+            "hextir.for",
+            results=[value.type for value in inits],
+            operands=[start, self.index(end), self.index(step), *inits],
+            attributes={"kind": ir.StringAttr.get("serial")},
+            regions=1,
+        )
+        block = op.regions[0].blocks.append(self.index_type, *[value.type for value in inits])
+        with ir.InsertionPoint(block):
+            _yield(body(block.arguments[0], list(block.arguments)[1:]))
+        return list(op.results)
 
     def fold(self, extents: Sequence[int], inits: Sequence[ir.Value], body: Fold) -> list[ir.Value]:
         """Serial loop nest over `extents` carrying `inits`; `body(ivs, carried)` -> next."""

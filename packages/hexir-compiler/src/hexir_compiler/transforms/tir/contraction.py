@@ -2,9 +2,15 @@
 
 np.matmul semantics: a [..., M, K] @ b [..., K, N] -> [..., M, N] with the batch dimensions
 broadcast. `linear` is input [..., K] @ weight [K, N]: its leading input dimensions are the
-batch and rows, and a vector input [K] has no row axis in the result. On cuda every output
-element is one iteration of `schedule.matrix`, with a serial k loop carrying the accumulator;
-on the cpu the schedule calls the runtime's matmul routine instead (`schedule.uses_library`).
+batch and rows, and a vector input [K] has no row axis in the result.
+
+On the cpu the schedule calls the runtime's matmul routine (`schedule.uses_library`; as loops,
+`schedule.matrix`, one output element per iteration, when that is forced). On cuda the kernel
+is a tiled GEMM (`schedule.gemm_tiles`): each block stages k-slices of both operands in
+shared memory and each thread accumulates its tm x tn outputs in registers with fused
+multiply-adds (`math.fma`: one rounding per step, in k order, as the serial sum is). When
+the rhs has no batch dimensions, the lhs's batch and rows are one tall matrix (a `linear` on
+[2, 16, 64] is one 32-row GEMM, not two of 16 rows).
 """
 
 from __future__ import annotations
@@ -13,10 +19,19 @@ from collections.abc import Callable
 
 from hexir_format import signatures
 
-from hexir_compiler.mlir import arith, ir
+import math as pymath
+from collections.abc import Sequence
+
+from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
-from hexir_compiler.transforms.tir.schedule import matrix, parallel, uses_library
+from hexir_compiler.transforms.tir.schedule import (
+    gemm_blocks,
+    gemm_tiles,
+    matrix,
+    parallel,
+    uses_library,
+)
 
 
 #: An element-wise epilogue: (builder, the product at an output element, its coordinates)
@@ -46,6 +61,10 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
                     with parallel(b, op.output) as coords:
                         b.store(epilogue(b, b.load(out, coords), coords), out, coords)
             return
+        if b.device == "cuda":
+            with b.building():
+                _tiled(b, op, epilogue)
+            return
         with b.building(), matrix(b, batch, rows, cols) as (coords, i, j):
             row = [i] if has_rows else []
             lhs_at = [*broadcast_indices(b, coords, a_batch, batch), *row]
@@ -60,3 +79,96 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
             b.store(total if epilogue is None else epilogue(b, total, at), out, at)
 
     return Kernel("matmul" if epilogue is None else "generic", emit)
+
+
+def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
+    """The cuda GEMM of `op` (see the module docstring), inside `b.building()`."""
+    a, w = op.inputs[:2]
+    lhs, rhs, *_, out = b.args
+    has_rows = len(a) >= 2
+    a_batch, w_batch = a[:-2], w[:-2]
+    batch = signatures.broadcast(a_batch, w_batch)
+    depth, cols = a[-1], w[-1]
+    tall = not w_batch  # one GEMM of every lhs row
+    rows = pymath.prod(a[:-1]) if tall else (a[-2] if has_rows else 1)
+    tiles = gemm_tiles(rows, cols)
+    threads = tiles.ty * tiles.tx
+    count = 1 if tall else pymath.prod(batch)
+    with gemm_blocks(b, count, rows, cols, tiles) as blk:
+        if rows == 0 or cols == 0:
+            return
+        with blk.shared_at:
+            a_tile = b.shared([tiles.bk, tiles.bm], b.elements[lhs])
+            w_tile = b.shared([tiles.bk, tiles.bn], b.elements[rhs])
+        coords = [] if tall else b.delinearize(blk.batch, batch)
+
+        def lhs_at(r: ir.Value, k: ir.Value) -> list[ir.Value]:
+            if tall:
+                return [*b.delinearize(r, a[:-1]), k]
+            return [*broadcast_indices(b, coords, a_batch, batch), *([r] * has_rows), k]
+
+        def rhs_at(k: ir.Value, c: ir.Value) -> list[ir.Value]:
+            return [*broadcast_indices(b, coords, w_batch, batch), k, c]
+
+        def out_at(r: ir.Value, c: ir.Value) -> list[ir.Value]:
+            if tall:
+                return [*b.delinearize(r, op.output[:-1]), c]
+            return [*coords, *([r] * has_rows), c]
+
+        def stage(k0: ir.Value) -> None:
+            """All threads copy the k-slice [k0, k0 + bk) of both operands into the tiles."""
+            _stage(b, blk.thread, threads, a_tile, (tiles.bm, tiles.bk), False,
+                   lambda r, k: b.load(lhs, lhs_at(r, k)), (blk.row, k0), (rows, depth))
+            _stage(b, blk.thread, threads, w_tile, (tiles.bk, tiles.bn), True,
+                   lambda k, c: b.load(rhs, rhs_at(k, c)), (k0, blk.col), (depth, cols))
+
+        mine_rows = [arith.addi(blk.ty, b.index(i * tiles.ty)) for i in range(tiles.tm)]
+        mine_cols = [arith.addi(blk.tx, b.index(j * tiles.tx)) for j in range(tiles.tn)]
+
+        def multiply(kk: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+            xs = [b.load(a_tile, [kk[0], r]) for r in mine_rows]
+            ys = [b.load(w_tile, [kk[0], c]) for c in mine_cols]
+            return [math.fma(x, y, acc[i * tiles.tn + j])
+                    for i, x in enumerate(xs) for j, y in enumerate(ys)]
+
+        def k_step(step: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            stage(b.mul(step, tiles.bk))
+            b.barrier()
+            acc = b.fold([tiles.bk], acc, multiply)
+            b.barrier()  # the tiles are rewritten next step: everyone must be done reading
+            return acc
+
+        zero = b.float(0.0)
+        steps = -(-depth // tiles.bk)
+        acc = b.strided(b.index(0), steps, 1, [zero] * (tiles.tm * tiles.tn), k_step)
+        for i, r in enumerate(mine_rows):
+            for j, c in enumerate(mine_cols):
+                row, col = arith.addi(blk.row, r), arith.addi(blk.col, c)
+                checks = [b.less_than(v, n) for v, n, tile in
+                          ((row, rows, tiles.bm), (col, cols, tiles.bn)) if n % tile]
+                with b.guard(arith.andi(*checks) if len(checks) == 2 else
+                             (checks or [None])[0]):
+                    at = out_at(row, col)
+                    value = acc[i * tiles.tn + j]
+                    b.store(value if epilogue is None else epilogue(b, value, at), out, at)
+
+
+def _stage(b: KernelBuilder, thread: ir.Value, threads: int, tile: ir.Value,
+           extent: tuple[int, int], transposed: bool, load, origin: Sequence[ir.Value],
+           bounds: tuple[int, int]) -> None:
+    """Copy the `extent` block at `origin` of a matrix (`load(i, j)`, `bounds` its size) into
+    `tile`, the threads taking consecutive elements along the matrix's rows (coalesced).
+    `tile` holds it k-major: [k, i] for the lhs (transposed), [k, j] for the rhs. What lies
+    outside the matrix is 0 (a clamped, always valid load, then a select)."""
+    height, width = extent
+
+    def copy(e: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
+        i, j = arith.divui(e, b.index(width)), arith.remui(e, b.index(width))
+        gi, gj = arith.addi(origin[0], i), arith.addi(origin[1], j)
+        inside = arith.andi(b.less_than(gi, bounds[0]), b.less_than(gj, bounds[1]))
+        clamped = [arith.minui(g, b.index(n - 1)) for g, n in zip((gi, gj), bounds, strict=True)]
+        value = arith.select(inside, load(*clamped), b.float(0.0))
+        b.store(value, tile, [i, j] if transposed else [j, i])
+        return []
+
+    b.strided(thread, height * width, threads, [], copy)

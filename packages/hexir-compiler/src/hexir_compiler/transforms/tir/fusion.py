@@ -1,11 +1,16 @@
-"""One kernel for a fusion group (`hexir-fuse`): element-wise chains, contraction epilogues.
+"""One kernel for a fusion group (`hexir-fuse`): element-wise chains, contraction epilogues,
+reduction prologues.
 
-A group's values all have its output's shape, so its kernel is one pass over the output: at
-each element it loads the group's inputs (numpy-broadcast, each once), evaluates the ops in
+A group's element-wise values all have one shape, so they are computed together at each
+element: the group's inputs loaded there (numpy-broadcast, each once), the ops evaluated in
 program order with their scalar formulas (`elementwise.formula`, the ones their own kernels
-use) and stores the last op's value. A group headed by a contraction is its matmul kernel
-with that evaluation as the epilogue of each product (on the cpu, where the matmul is the
-host BLAS, a pass over the product in place right after the call).
+use). A chain alone is one pass over the output that stores the last value. A group headed
+by a contraction is its matmul kernel with that evaluation as the epilogue of each product
+(on the cpu, where the matmul is the host BLAS, a pass over the product in place right after
+the call). A group ending in a reduction is that reduction's kernel reading its data operand
+through the chain (a `Prologue`): wherever it would load an element it evaluates the chain
+there instead, so the chain's result never goes through memory (softmax reads its row twice
+and layer_norm three times: the chain's ops are recomputed rather than stored).
 """
 
 from __future__ import annotations
@@ -13,14 +18,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import plan_matmul
 from hexir_compiler.transforms.tir.elementwise import formula
-from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
+from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, Prologue, broadcast_indices
+from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce, plan_softmax
 from hexir_compiler.transforms.tir.schedule import parallel
 
 CONTRACTIONS = ("matmul", "linear")
+#: The reductions that take a prologue, and their planners.
+REDUCTIONS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
+              **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "reduce_min"),
+                              plan_reduce)}
 
 
 @dataclass(frozen=True)
@@ -35,8 +46,12 @@ class Step:
 def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                output: tuple[int, ...]) -> Kernel:
     """The kernel of a group whose inputs have shapes `inputs` (a contraction's two first)."""
-    head = next((i for i, s in enumerate(steps) if s.op.mnemonic in CONTRACTIONS), None)
-    rest = [(i, s) for i, s in enumerate(steps) if i != head]
+    sink = steps[-1]
+    reduction = REDUCTIONS.get(sink.op.mnemonic)
+    chain = steps[:-1] if reduction else steps
+    shape = sink.op.inputs[0] if reduction else output  # where the chain's values live
+    head = next((i for i, s in enumerate(chain) if s.op.mnemonic in CONTRACTIONS), None)
+    rest = [(i, s) for i, s in enumerate(chain) if i != head]
     formulas = {i: formula(s.op) for i, s in rest}
 
     def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None):
@@ -49,14 +64,20 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             if kind == "step":
                 return values[index]
             if index not in loaded:
-                at = broadcast_indices(b, coords, inputs[index], output)
+                at = broadcast_indices(b, coords, inputs[index], shape)
                 loaded[index] = b.load(buffers[index], at)
             return loaded[index]
 
         for i, step in rest:
             values[i] = formulas[i](b, *(operand(s) for s in step.operands))
-        return values[len(steps) - 1]
+        return values[len(chain) - 1]
 
+    if reduction:
+        others = tuple(index for kind, index in sink.operands[1:] if kind == "input")
+        if sink.operands[0] != ("step", len(chain) - 1) or len(others) != len(sink.operands) - 1:
+            raise CompileError(f"hexir.{sink.op.mnemonic}: only its data operand can be a "
+                               "fused prologue")
+        return reduction(sink.op, Prologue(lambda b, at: evaluate(b, at, None), others))
     if head is not None:
         return plan_matmul(steps[head].op, lambda b, product, at: evaluate(b, at, product))
 

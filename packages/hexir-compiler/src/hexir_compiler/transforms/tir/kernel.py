@@ -77,6 +77,20 @@ class GraphOp:
         return attr
 
 
+#: Reads an operand's element at the given coordinates.
+Read = Callable[[list[ir.Value]], ir.Value]
+
+
+@dataclass(frozen=True)
+class Prologue:
+    """A fused element-wise chain computing a reduction's data operand (`tir.fusion`):
+    `value(b, at)` evaluates it at the operand's coordinates `at`; `operands` are the kernel
+    argument positions of the reduction's other operands (layer_norm's scale and shift)."""
+
+    value: Callable[[KernelBuilder, list[ir.Value]], ir.Value]
+    operands: tuple[int, ...] = ()
+
+
 @dataclass(frozen=True)
 class Kernel:
     """A planned kernel: format kind, params, and how to write its body."""

@@ -1,10 +1,18 @@
 """Kernels that reduce along axes: softmax, layer_norm, reduce_sum/mean/max/min.
 
-One iteration of the parallel space (`schedule.parallel`: cpu loops or one cuda thread) owns
-one output row or element and walks the reduced axes with serial loops that carry their
-accumulators as loop results, so no two iterations touch the same output and no atomics or
-shared memory are needed. Softmax subtracts the row maximum before exponentiating (as the
-numpy reference does); layer_norm uses the biased variance over the last dimension. A
+Two schedules (`schedule`):
+
+- short rows, and every cpu kernel: one iteration of the parallel space (cpu loops or one
+  cuda thread) owns one output row or element and walks the reduced axes with serial loops
+  that carry their accumulators as loop results, so no two iterations touch the same output;
+- long rows on cuda (`schedule.rows`): a block per row; each thread folds its strided share,
+  and the partial results meet in a shared-memory tree. Softmax is one pass over the row for
+  its statistics (the online form: a running maximum and a sum rescaled whenever the
+  maximum grows), then one to write; layer_norm two passes (the mean, then the centered
+  squares: the variance of the reference, not E[x^2] - mean^2), then one to write.
+
+Softmax subtracts the row maximum before exponentiating (as the numpy reference does);
+layer_norm uses the biased variance over the last dimension. A
 reduction over no elements gives its identity (0 for a sum, -inf / the least integer / false
 for a max, the opposite for a min), as ONNX defines it, and a mean of nothing is NaN (0 / 0).
 """
@@ -17,32 +25,36 @@ from hexir_format import signatures
 
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
-from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
-from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, Prologue, Read
+from hexir_compiler.transforms.tir.schedule import Row, by_rows, parallel, rows
 
 NEG_INF = float("-inf")
 
 
-def plan_softmax(op: GraphOp) -> Kernel:
+def plan_softmax(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
     (shape,) = op.inputs
     op.expect_output(shape)
     axis = signatures.normalize_axis(op.int_attr("axis"), len(shape))
-    rows = [e for d, e in enumerate(shape) if d != axis]
+    space = [e for d, e in enumerate(shape) if d != axis]
 
     def emit(b: KernelBuilder) -> None:
-        x, out = b.args
-        with b.building(), parallel(b, rows) as coords:
+        (x,), out = _operands(b, prologue), b.args[-1]
+        if by_rows(b, shape[axis]):
+            with b.building(), rows(b, space, shape[axis]) as row:
+                _softmax_row(b, row, lambda k: [*row.coords[:axis], k, *row.coords[axis:]], x, out)
+            return
+        with b.building(), parallel(b, space) as coords:
 
             def at(k: ir.Value) -> list[ir.Value]:
                 return [*coords[:axis], k, *coords[axis:]]
 
             def shifted_exp(k: ir.Value, peak: ir.Value) -> ir.Value:
-                return math.exp(arith.subf(b.load(x, at(k)), peak))
+                return math.exp(arith.subf(x(at(k)), peak))
 
             (peak,) = b.fold(
                 [shape[axis]],
                 [b.float(NEG_INF)],
-                lambda k, c: [arith.maximumf(c[0], b.load(x, at(k[0])))],
+                lambda k, c: [arith.maximumf(c[0], x(at(k[0])))],
             )
             (total,) = b.fold(
                 [shape[axis]],
@@ -52,27 +64,31 @@ def plan_softmax(op: GraphOp) -> Kernel:
             with b.loop(shape[axis], "serial") as k:
                 b.store(arith.divf(shifted_exp(k, peak), total), out, at(k))
 
-    return Kernel("softmax", emit, (axis,))
+    return _kernel("softmax", emit, (axis,), prologue)
 
 
-def plan_layer_norm(op: GraphOp) -> Kernel:
+def plan_layer_norm(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
     shape, gamma, beta = op.inputs
     epsilon = op.float_attr("epsilon")
     op.expect_output(signatures.layer_norm(shape, gamma, beta, epsilon))
     depth = shape[-1]
 
     def emit(b: KernelBuilder) -> None:
-        x, scale, shift, out = b.args
+        (x, scale, shift), out = _operands(b, prologue), b.args[-1]
         count = b.float(float(depth))
+        if by_rows(b, depth):
+            with b.building(), rows(b, shape[:-1], depth) as row:
+                _layer_norm_row(b, row, epsilon, x, scale, shift, out)
+            return
         with b.building(), parallel(b, shape[:-1]) as coords:
 
             def centered(k: ir.Value, mean: ir.Value) -> ir.Value:
-                return arith.subf(b.load(x, [*coords, k]), mean)
+                return arith.subf(x([*coords, k]), mean)
 
             (total,) = b.fold(
                 [depth],
                 [b.float(0.0)],
-                lambda k, c: [arith.addf(c[0], b.load(x, [*coords, k[0]]))],
+                lambda k, c: [arith.addf(c[0], x([*coords, k[0]]))],
             )
             mean = arith.divf(total, count)
             (squares,) = b.fold(
@@ -86,10 +102,10 @@ def plan_layer_norm(op: GraphOp) -> Kernel:
                 value = arith.mulf(normal, b.load(scale, [k]))
                 b.store(arith.addf(value, b.load(shift, [k])), out, [*coords, k])
 
-    return Kernel("layer_norm", emit, (epsilon,))
+    return _kernel("layer_norm", emit, (epsilon,), prologue)
 
 
-def plan_reduce(op: GraphOp) -> Kernel:
+def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
     (shape,) = op.inputs
     keepdims = op.bool_attr("keepdims", False)
     op.expect_output(signatures.reduce(shape, op.ints_attr("axes"), keepdims))
@@ -99,15 +115,32 @@ def plan_reduce(op: GraphOp) -> Kernel:
     element = op.elements[0]
 
     def emit(b: KernelBuilder) -> None:
-        x, out = b.args
+        (x,), out = _operands(b, prologue), b.args[-1]
         combine, start = _monoid(op.mnemonic, element)
+        if by_rows(b, pymath.prod(reduced)):
+            with b.building(), rows(b, [shape[d] for d in kept], pymath.prod(reduced)) as row:
+                outer = dict(zip(kept, row.coords, strict=True))
+
+                def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                    inner = dict(zip(axes, b.delinearize(k, reduced), strict=True))
+                    at = [outer[d] if d in outer else inner[d] for d in range(len(shape))]
+                    return [combine(acc[0], x(at))]
+
+                partial = row.fold([b.constant(start, b.element)], step)
+                (value,) = row.reduce(partial, lambda p, q: [combine(p[0], q[0])])
+                if op.mnemonic == "reduce_mean":
+                    value = arith.divf(value, b.float(float(pymath.prod(reduced))))
+                at = [outer[d] if d in outer else b.index(0) for d in range(len(shape))]
+                with row.first_thread():
+                    b.store(value, out, at if keepdims else row.coords)
+            return
         with b.building(), parallel(b, [shape[d] for d in kept]) as coords:
             outer = dict(zip(kept, coords, strict=True))
 
             def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                 inner = dict(zip(axes, ivs, strict=True))
                 at = [outer[d] if d in outer else inner[d] for d in range(len(shape))]
-                return [combine(acc[0], b.load(x, at))]
+                return [combine(acc[0], x(at))]
 
             (value,) = b.fold(reduced, [b.constant(start, b.element)], step)
             if op.mnemonic == "reduce_mean":
@@ -116,7 +149,67 @@ def plan_reduce(op: GraphOp) -> Kernel:
             b.store(value, out, at if keepdims else coords)
 
     kind = "generic" if op.mnemonic == "reduce_min" else op.mnemonic  # min has no kind
-    return Kernel(kind, emit, () if kind == "generic" else (float(keepdims), *axes))
+    return _kernel(kind, emit, (float(keepdims), *axes), prologue)
+
+
+def _softmax_row(b: KernelBuilder, row: Row, at, x: Read, out: ir.Value) -> None:
+    """Online softmax of one row: (running max m, sum s of exp(x - m)) per thread, merged in
+    the tree; exp(x - M) / S written. An all -inf partial row (m = -inf) is rescaled as 0,
+    never as exp(-inf - -inf) = NaN, so it cannot poison a row with finite elements."""
+
+    def merge(m1: ir.Value, s1: ir.Value, m2: ir.Value, s2: ir.Value) -> list[ir.Value]:
+        m = arith.maximumf(m1, m2)
+        finite = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, m, b.float(NEG_INF)),
+                              b.float(0.0), m)
+        scaled = arith.mulf(s1, math.exp(arith.subf(m1, finite)))
+        return [m, arith.addf(scaled, arith.mulf(s2, math.exp(arith.subf(m2, finite))))]
+
+    def step(k: ir.Value, c: list[ir.Value]) -> list[ir.Value]:
+        return merge(c[0], c[1], x(at(k)), b.float(1.0))
+
+    partial = row.fold([b.float(NEG_INF), b.float(0.0)], step)
+    peak, total = row.reduce(partial, lambda p, q: merge(p[0], p[1], q[0], q[1]))
+    row.each(lambda k: b.store(
+        arith.divf(math.exp(arith.subf(x(at(k)), peak)), total), out, at(k)))
+
+
+def _layer_norm_row(b: KernelBuilder, row: Row, epsilon: float, x, scale, shift, out) -> None:
+    """layer_norm of one row: the mean and the variance each a tree reduction."""
+    count = b.float(float(row.extent))
+
+    def add(p: list[ir.Value], q: list[ir.Value]) -> list[ir.Value]:
+        return [arith.addf(p[0], q[0])]
+
+    def centered(k: ir.Value, mean: ir.Value) -> ir.Value:
+        return arith.subf(x([*row.coords, k]), mean)
+
+    partial = row.fold([b.float(0.0)], lambda k, c: add(c, [x([*row.coords, k])]))
+    mean = arith.divf(row.reduce(partial, add)[0], count)
+    partial = row.fold([b.float(0.0)], lambda k, c: add(c, [_square(centered(k, mean))]))
+    variance = arith.divf(row.reduce(partial, add)[0], count)
+    spread = math.sqrt(arith.addf(variance, b.float(epsilon)))
+
+    def write(k: ir.Value) -> None:
+        value = arith.mulf(arith.divf(centered(k, mean), spread), b.load(scale, [k]))
+        b.store(arith.addf(value, b.load(shift, [k])), out, [*row.coords, k])
+
+    row.each(write)
+
+
+def _operands(b: KernelBuilder, prologue: Prologue | None) -> list:
+    """The data operand as a reader of its elements (a load, or the fused prologue evaluated
+    there), then the buffers of the op's other operands."""
+    if prologue is None:
+        data, *rest = b.args[:-1]
+        return [lambda at: b.load(data, at), *rest]
+    return [lambda at: prologue.value(b, at), *(b.args[i] for i in prologue.operands)]
+
+
+def _kernel(kind: str, emit, params: tuple[float, ...], prologue: Prologue | None) -> Kernel:
+    """With a prologue the kernel is generic: no format kind computes the fused chain."""
+    if prologue is not None or kind == "generic":
+        return Kernel("generic", emit)
+    return Kernel(kind, emit, params)
 
 
 def _monoid(mnemonic: str, element: str):

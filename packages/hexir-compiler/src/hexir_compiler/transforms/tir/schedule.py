@@ -8,12 +8,27 @@ of inferring it:
 - cuda, flat: `blockIdx.x` x `threadIdx.x` (256 threads, fewer -- rounded to a warp -- for
   small spaces), flat index = block * threads + thread, delinearized into the axes; a
   `hextir.if flat < size` guard unless the threads cover the space exactly.
-- cuda, matrix: output tiles of `ty` x `tx` threads on blockIdx.y/x and threadIdx.y/x, the
-  flattened batch on blockIdx.z, and a guard on the rows/columns that do not divide. Tiles
-  are 16 x 16; a short matrix gets fewer rows and up to 256 columns, a narrow one fewer
-  columns, never fewer than a warp (32 threads) per block.
+- cpu, matrix (a contraction compiled as loops rather than the library call): one parallel
+  loop per output axis.
+- cuda, GEMM tiles (`gemm_tiles`): a block of `ty` x `tx` = 256 threads computes a `bm` x `bn`
+  tile of the output, each thread `tm` x `tn` of its elements (rows ty apart, columns tx
+  apart, so a warp's stores are coalesced) in registers; the k axis is walked in steps of
+  `bk`, each step's slices of both operands staged through shared memory by all the block's
+  threads (k-contiguous loads of the lhs, n-contiguous loads of the rhs: coalesced), zeros
+  where the tile overhangs the matrix. The rule: 16 x 16 threads (a matrix with fewer than
+  16 rows gets as many thread rows as it has rows, and the remaining threads as columns),
+  and each thread takes 4, 2 or 1 rows (columns) as the matrix has at least 4, 2 or 1 times
+  the block's thread rows (columns); bk = 16.
 
-Reduction axes are never in the space: kernels run them as serial loops inside one iteration.
+Reduction axes are never in the space of `parallel`: kernels run them as serial loops inside
+one iteration. A long reduction on cuda is a row instead (`rows`):
+
+- cuda, rows: one block per row (blockIdx.x over the flattened rows) of `threads` threads --
+  the next power of two of the row's length, at most 256 -- which share the row: thread t
+  takes elements t, t + threads, ... (neighbouring threads, neighbouring elements: coalesced),
+  and their partial results meet in a tree in shared memory, halving the active threads at
+  each barrier. A row shorter than ROW_MIN stays one thread's serial loop (`parallel`):
+  a block would leave most of its threads idle.
 
 - cpu, contraction: a call of the runtime's routine (`hextir.library_call`, the host BLAS)
   instead of loops. Measured on the example networks' matmul shapes (`bench/cpu.py`), the
@@ -25,8 +40,9 @@ Reduction axes are never in the space: kernels run them as serial loops inside o
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
@@ -37,6 +53,10 @@ WARP = 32
 TILE = 16
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
+ROW_MIN = 64
+
+#: Combines two partial results (each a list of values) into one.
+Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 
 
 def uses_library(b: KernelBuilder) -> bool:
@@ -55,39 +75,143 @@ def parallel(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.Value
         yield coords
 
 
+@dataclass(frozen=True)
+class Tiles:
+    """A GEMM block's shape: threads ty x tx, each tm x tn outputs, k staged bk at a time."""
+
+    ty: int
+    tx: int
+    tm: int
+    tn: int
+    bk: int = 16
+
+    @property
+    def bm(self) -> int:
+        return self.ty * self.tm
+
+    @property
+    def bn(self) -> int:
+        return self.tx * self.tn
+
+
+def gemm_tiles(rows: int, cols: int) -> Tiles:
+    """The tile shape for a rows x cols output (the rule in the module docstring)."""
+    ty = min(TILE, _next_power_of_two(rows))
+    tx = THREADS // ty
+
+    def per_thread(extent: int, threads: int) -> int:
+        return next(n for n in (4, 2, 1) if extent >= n * threads or n == 1)
+
+    return Tiles(ty, tx, per_thread(rows, ty), per_thread(cols, tx))
+
+
 @contextmanager
 def matrix(
     b: KernelBuilder, batch: Sequence[int], rows: int, cols: int
 ) -> Iterator[tuple[list[ir.Value], ir.Value, ir.Value]]:
-    """Iterate batch x rows x cols; yields (batch coordinates, row, column)."""
-    if b.device != "cuda":
-        with _parallel_nest(b, [*batch, rows, cols]) as coords:
-            yield coords[:-2], coords[-2], coords[-1]
-        return
-    ty = min(TILE, _next_power_of_two(rows))
-    tx = max(WARP // ty, min(_next_power_of_two(cols), THREADS // ty))
-    grid_y, grid_x, grid_z = _blocks(rows, ty), _blocks(cols, tx), max(1, math.prod(batch))
-    _check_grid("y", grid_y, MAX_GRID_YZ)
-    _check_grid("z", grid_z, MAX_GRID_YZ)
+    """cpu: iterate batch x rows x cols; yields (batch coordinates, row, column)."""
+    with _parallel_nest(b, [*batch, rows, cols]) as coords:
+        yield coords[:-2], coords[-2], coords[-1]
+
+
+@dataclass
+class GemmBlock:
+    """One block of a GEMM grid, as one of its threads sees it."""
+
+    batch: ir.Value  # the flattened batch index
+    row: ir.Value  # the tile's first row and column
+    col: ir.Value
+    ty: ir.Value  # the thread's row and column in the block
+    tx: ir.Value
+    thread: ir.Value  # ty * tx-extent + tx: its number in the block
+    shared_at: ir.InsertionPoint  # before the thread loops: where shared buffers go
+
+
+@contextmanager
+def gemm_blocks(b: KernelBuilder, batch: int, rows: int, cols: int,
+                tiles: Tiles) -> Iterator[GemmBlock]:
+    """cuda: the grid of `tiles` over batch x rows x cols (batch on blockIdx.z)."""
+    grid_y, grid_x = _blocks(rows, tiles.bm), _blocks(cols, tiles.bn)
     _check_grid("x", grid_x, MAX_GRID_X)
+    _check_grid("y", grid_y, MAX_GRID_YZ)
+    _check_grid("z", batch, MAX_GRID_YZ)
     with ExitStack() as stack:
         bz = b.index(0)
-        if grid_z > 1:
-            bz = stack.enter_context(b.loop(grid_z, "thread_binding", "blockIdx.z"))
+        if batch > 1:
+            bz = stack.enter_context(b.loop(batch, "thread_binding", "blockIdx.z"))
         by = stack.enter_context(b.loop(grid_y, "thread_binding", "blockIdx.y"))
         bx = stack.enter_context(b.loop(grid_x, "thread_binding", "blockIdx.x"))
-        iy = stack.enter_context(b.loop(ty, "thread_binding", "threadIdx.y"))
-        ix = stack.enter_context(b.loop(tx, "thread_binding", "threadIdx.x"))
-        row = arith.addi(b.mul(by, ty), iy)
-        col = arith.addi(b.mul(bx, tx), ix)
-        checks = [
-            b.less_than(index, extent)
-            for index, extent, covered in ((row, rows, grid_y * ty), (col, cols, grid_x * tx))
-            if covered != extent
-        ]
-        condition = arith.andi(*checks) if len(checks) == 2 else (checks or [None])[0]
-        with b.guard(condition):
-            yield b.delinearize(bz, batch), row, col
+        ty = stack.enter_context(b.loop(tiles.ty, "thread_binding", "threadIdx.y"))
+        tx = stack.enter_context(b.loop(tiles.tx, "thread_binding", "threadIdx.x"))
+        thread = arith.addi(b.mul(ty, tiles.tx), tx)
+        yield GemmBlock(bz, b.mul(by, tiles.bm), b.mul(bx, tiles.bn), ty, tx, thread,
+                        ir.InsertionPoint(ty.owner.owner))
+
+
+def by_rows(b: KernelBuilder, extent: int) -> bool:
+    """Whether a reduction over `extent` elements runs as a row shared by a block's threads."""
+    return b.device == "cuda" and extent >= ROW_MIN
+
+
+@dataclass
+class Row:
+    """One row of a `rows` kernel, as one of its block's threads sees it."""
+
+    b: KernelBuilder
+    coords: list[ir.Value]  # the row's coordinates in the row space
+    thread: ir.Value
+    threads: int
+    extent: int
+    shared_at: ir.InsertionPoint  # before the thread loop: where shared buffers go
+
+    def fold(self, inits: Sequence[ir.Value],
+             step: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
+        """This thread's share of the row, carrying `inits` (a partial result)."""
+        return self.b.strided(self.thread, self.extent, self.threads, inits, step)
+
+    def each(self, body: Callable[[ir.Value], None]) -> None:
+        """Run `body(k)` for this thread's elements k of the row."""
+        self.fold([], lambda k, _: body(k) or [])
+
+    def reduce(self, partial: Sequence[ir.Value], combine: Combine) -> list[ir.Value]:
+        """The whole row's result from every thread's `partial`, through a shared-memory tree;
+        every thread gets it."""
+        b = self.b
+        with self.shared_at:
+            scratch = [b.shared([self.threads], v.type) for v in partial]
+        for buffer, value in zip(scratch, partial, strict=True):
+            b.store(value, buffer, [self.thread])
+        b.barrier()
+        half = self.threads // 2
+        while half:
+            with b.guard(b.less_than(self.thread, half)):
+                partner = arith.addi(self.thread, b.index(half))
+                mine = [b.load(buffer, [self.thread]) for buffer in scratch]
+                theirs = [b.load(buffer, [partner]) for buffer in scratch]
+                for buffer, value in zip(scratch, combine(mine, theirs), strict=True):
+                    b.store(value, buffer, [self.thread])
+            b.barrier()
+            half //= 2
+        return [b.load(buffer, [b.index(0)]) for buffer in scratch]
+
+    @contextmanager
+    def first_thread(self) -> Iterator[None]:
+        """Only thread 0 of the block runs the body (one store of a row's single result)."""
+        with self.b.guard(self.b.less_than(self.thread, 1)):
+            yield
+
+
+@contextmanager
+def rows(b: KernelBuilder, space: Sequence[int], extent: int) -> Iterator[Row]:
+    """Iterate the rows of `space`, each `extent` long, a block per row (cuda only)."""
+    threads = min(THREADS, _next_power_of_two(extent))
+    count = math.prod(space)
+    _check_grid("x", count, MAX_GRID_X)
+    with b.loop(max(1, count), "thread_binding", "blockIdx.x") as block:
+        coords = b.delinearize(block, space)
+        with b.loop(threads, "thread_binding", "threadIdx.x") as thread:
+            loop = thread.owner.owner
+            yield Row(b, coords, thread, threads, extent, ir.InsertionPoint(loop))
 
 
 @contextmanager
