@@ -80,7 +80,7 @@ def test_a_steady_call_copies_launches_and_waits_once(name, graphs):
     device; the input up and the result down once each, asynchronously through pinned
     memory; one graph launch (or one launch per kernel without graphs); one stream
     synchronize, where the host reads; never a context synchronize."""
-    cpu_name = dict((n, c) for n, c, _ in FIXTURE_PAIRS)[name]
+    cpu_name = {n: c for n, c, _ in FIXTURE_PAIRS}[name]
     m, fake = on_fake(name, cuda_graphs=graphs)
     with m, hr.load(FIXTURES / cpu_name) as cpu:
         delta = per_call(m, fake, inputs_of(cpu, 0))

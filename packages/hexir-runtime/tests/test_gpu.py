@@ -82,3 +82,36 @@ def test_a_fault_or_bad_image_is_a_one_line_error(tmp_path):
     with hr.load(path, device="cuda") as m, pytest.raises(hr.ExecutionError) as info:
         m.run()
     assert "cuModuleLoadData" in str(info.value) and "CUDA_ERROR_" in str(info.value)
+
+
+def test_graphs_on_and_off_agree_on_the_gpu():
+    """The compiler's all-cuda MLP, each run of kernels one captured graph or launched one by
+    one: the same bits, and the cpu module's values."""
+    from conftest import FIXTURES
+
+    rng = np.random.default_rng(2)
+    with hr.load(FIXTURES / "mlp-f32-cuda.hxb", device="cuda") as on, \
+            hr.load(FIXTURES / "mlp-f32-cuda.hxb", device="cuda", cuda_graphs=False) as off, \
+            hr.load(FIXTURES / "mlp-f32.hxb") as cpu:
+        for _ in range(3):
+            x = rng.standard_normal((8, 784)).astype(np.float32)
+            a, b = on.main(x), off.main(x)
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_allclose(a, cpu.main(x), rtol=1e-4, atol=1e-5)
+
+
+def test_a_result_kept_on_the_gpu_feeds_the_next_call_and_an_out_array(tmp_path):
+    """The runtime's own DeviceArray is a real `__cuda_array_interface__` producer: fed back
+    as an input (device to device) and as an `out=` target."""
+    t = hf.TensorType(hf.DType.F64, (2, 2))
+    main = Function("main", (Command.input(0, 0), Command.output(0, 0)))
+    path = modules.write(tmp_path, "id.hxb", hf.Module(4, (main,), b"", (),
+                                                       (Slot(modules.CUDA, t),)))
+    with hr.load(path, device="cuda") as m:
+        y = m.main(modules.A, results_on_device=True)
+        z = m.main(y, results_on_device=True)
+        np.testing.assert_array_equal(np.asarray(z), modules.A)
+        target = m.main(np.zeros((2, 2)), results_on_device=True)
+        assert m.main(y, out=target) is target
+        np.testing.assert_array_equal(target.numpy(), modules.A)
+    np.testing.assert_array_equal(y.numpy(), modules.A)  # after close: y keeps its memory

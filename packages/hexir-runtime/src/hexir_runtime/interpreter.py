@@ -426,7 +426,7 @@ class Program:
         pinned = staged.device.host_pointer(staged)
 
         def to_device() -> None:
-            _upload(target, call().inputs[index], staged, pinned)
+            self._upload(arena, target, call().inputs[index], staged, pinned)
         return _Step(label, to_device, target.device.kind)
 
     def _device_to_host(self, arena: _Arena, binding: int, x: DevicePointer,
@@ -453,11 +453,12 @@ class Program:
             pinned, index = staged.device.host_pointer(staged), self.forwarded.get(read)
             if index is None:
                 def up() -> None:
+                    self._settle(arena)
                     pinned[:] = host[:src.size]
                     dst.device.copy(dst, staged)
             else:  # the caller's input itself, never written to the cpu buffer
                 def up() -> None:
-                    _upload(dst, arena.call.inputs[index], staged, pinned)
+                    self._upload(arena, dst, arena.call.inputs[index], staged, pinned)
             return _Step(label, up, dst.device.kind)
         staged = self._staging(arena, write)
         if write in self.deferred:  # left queued: the host reads it with the results
@@ -473,6 +474,27 @@ class Program:
             arena.call.pending.discard(src.device.kind)
             target[:src.size] = pinned
         return _Step(label, down)
+
+    def _upload(self, arena: _Arena, target: hal.Buffer, x: Any, staged: hal.Buffer,
+                pinned: np.ndarray) -> None:
+        """An input onto its device: a host array through the pinned buffer, a device array
+        device to device (after its producer's stream)."""
+        device = target.device
+        if isinstance(x, np.ndarray):
+            self._settle(arena)
+            pinned[:] = x.reshape(-1).view(np.uint8)
+            device.copy(target, staged)
+            return
+        if x.stream is not None:
+            device.follow(x.stream)
+        device.copy(target, device.borrow(x.address, x.nbytes))
+
+    def _settle(self, arena: _Arena) -> None:
+        """Before the host rewrites a pinned buffer of this arena: wait for the copies the
+        last call here left queued (it kept its results on the device and did not wait)."""
+        for kind in arena.unwaited:
+            self.resident.devices[kind].wait()
+        arena.unwaited.clear()
 
     def _read_back(self, arena: _Arena) -> None:
         """Pinned buffers for the results a device holds at the end of a call."""
@@ -522,9 +544,6 @@ class Program:
     def _run(self, inputs: Sequence[Any], on_print: Printer | None,
              out: Sequence[Any] | None, on_device: bool) -> Execution:
         arena = self._take()
-        for kind in arena.unwaited:  # the last call here left copies from its pinned buffers
-            self.resident.devices[kind].wait()
-        arena.unwaited = set()
         targets = out if out is not None else [None] * len(self.outputs)
         kept = {b for (b, _), y in zip(self.outputs, targets, strict=True)
                 if on_device or isinstance(y, DevicePointer)}
@@ -577,7 +596,7 @@ class Program:
         if wait:
             for kind in sorted(call.pending):
                 self.resident.devices[kind].wait()
-        else:  # results kept on the device: the next call here waits before reusing it
+        else:  # results kept on the device: nothing for the host to wait for now
             arena.unwaited = set(call.pending)
         return tuple(read() for read in reads)
 
@@ -619,19 +638,6 @@ def _graph_step(arena: _Arena, device: hal.Device, run: list[_Step],
     first, last = run[0].label.split()[1], run[-1].label.split()[1]
     span = f"command {first}" if first == last else f"commands {first}-{last}"
     return _Step(f"{span} ({device.kind} graph)", replay, device.kind)
-
-
-def _upload(target: hal.Buffer, x: Any, staged: hal.Buffer, pinned: np.ndarray) -> None:
-    """An input onto its device: a host array through the pinned buffer, a device array
-    device to device (after its producer's stream)."""
-    device = target.device
-    if isinstance(x, np.ndarray):
-        pinned[:] = x.reshape(-1).view(np.uint8)
-        device.copy(target, staged)
-        return
-    if x.stream is not None:
-        device.follow(x.stream)
-    device.copy(target, device.borrow(x.address, x.nbytes))
 
 
 def _keep(source: hal.Buffer, target: DevicePointer | None, t: TensorType
