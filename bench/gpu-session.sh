@@ -4,11 +4,15 @@
 # cuda modules are compiled here and checked in; see fixtures/README.md).
 #
 #   here, once:   echo /.whl/ >> .git/info/exclude && bash bench/gpu-session.sh --fetch
-#   there:        device run, carry [".whl"], command "bash bench/gpu-session.sh", timeout 480
+#   here:         hatch run full:python bench/gpu.py --build     (the benchmarks' modules)
+#   there:        device run, carry [".whl", "build/gpu-bench"],
+#                 command "bash bench/gpu-session.sh", timeout 540
 #
-# The device image has numpy, cuda-bindings, pytest and hypothesis; only construct travels.
-# What it prints is what a closing note reports: the cuda selftest, the README program on
-# cuda and split across cuda and cpu, and every gpu-marked test with its measured errors.
+# The device image has numpy, cuda-bindings, PyTorch, pytest and hypothesis; only construct
+# travels. What it prints is what a closing note reports: the cuda selftest, the README
+# program on cuda and split across cuda and cpu, every gpu-marked test with its measured
+# errors, then bench/gpu.py: GEMM against cuBLAS, bandwidth against a copy, the networks
+# against PyTorch eager, and the dispatch cost with and without CUDA graphs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,4 +33,10 @@ run python3 -m hexir_runtime --selftest --device=cuda
 run python3 -m hexir_runtime --device=cuda fixtures/builtin-cuda.hxb
 run python3 -m hexir_runtime --device=cuda fixtures/linear-relu-split.hxb
 run python3 -m hexir_runtime --quiet fixtures/linear-relu.hxb
-python3 -m pytest -q -s -m gpu -p no:cacheprovider packages/hexir-runtime/tests
+run python3 -m pytest -q -s -m gpu -p no:cacheprovider packages/hexir-runtime/tests
+echo
+if [[ -d build/gpu-bench ]]; then
+  run python3 bench/gpu.py --run --dir build/gpu-bench
+else
+  echo "build/gpu-bench is missing: run 'python bench/gpu.py --build' here and carry it"
+fi

@@ -110,11 +110,22 @@ ROWS = [
     Case("reduce_max", [(3, 80, 2)], (3, 1, 2), {"axes": "array<i64: 1>", "keepdims": "true"}),
     Case("reduce_mean", [(2, 5, 20)], (2,), {"axes": "array<i64: 1, 2>", "keepdims": "false"}),
 ]
+# cuda kernels staged through shared memory: GEMMs with full 4 x 4 register tiles, edges the
+# 64-wide tiles do not divide, a batched rhs; transposes that move the innermost axis.
+TILES = [
+    Case("matmul", [(70, 17), (17, 130)], (70, 130)),
+    Case("matmul", [(64, 32), (32, 64)], (64, 64)),
+    Case("matmul", [(2, 1, 33, 20), (3, 20, 65)], (2, 3, 33, 65)),
+    Case("linear", [(3, 30, 40), (40, 70)], (3, 30, 70)),
+    Case("transpose", [(40, 70)], (70, 40), {"permutation": "array<i64: 1, 0>"}),
+    Case("transpose", [(40, 3, 35)], (35, 3, 40), {"permutation": "array<i64: 2, 1, 0>"}),
+    Case("transpose", [(2, 33, 64)], (2, 64, 33), {"permutation": "array<i64: 0, 2, 1>"}),
+]
 
 PARAMS = [
     pytest.param(case, id=f"{seed}-{case.op}-{'x'.join(map(str, case.output)) or 'scalar'}")
     for seed, cases in [*((seed, _cases(seed)) for seed in SEEDS), ("large", LARGE),
-                        ("rows", ROWS)]
+                        ("rows", ROWS), ("tiles", TILES)]
     for case in cases
 ]
 
@@ -150,6 +161,16 @@ def test_a_long_row_on_cuda_is_one_block_sharing_it(case: Case) -> None:
     assert kernel.grid == [math.prod(shape) // length, 1, 1]
     assert kernel.block == [min(256, 1 << (length - 1).bit_length()), 1, 1]
     assert '"hextir.alloc_buffer"' in lowered.text and '"hextir.barrier"' in lowered.text
+
+
+@pytest.mark.parametrize("case", [c for c in TILES if c.op == "transpose"],
+                         ids=lambda c: "x".join(map(str, c.inputs[0])))
+def test_a_transpose_that_moves_the_innermost_axis_goes_through_a_shared_tile(case) -> None:
+    lowered = Lowered(case.program("f32", "cuda"))
+    (kernel,) = lowered.kernels
+    assert kernel.block == [32, 8, 1]
+    assert "memref<32x33xf32, #gpu.address_space<workgroup>>" in lowered.text
+    assert lowered.text.count('"hextir.barrier"') == 1
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
-from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_compiler.transforms.tir.schedule import parallel, tiled_transpose, transposes_by_tiles
 
 Scalar = Callable[..., ir.Value]
 
@@ -239,6 +239,11 @@ def plan_transpose(op: GraphOp) -> Kernel:
 
     def emit(b: KernelBuilder) -> None:
         x, out = b.args
+        if transposes_by_tiles(b, shape, perm):
+            with b.building():
+                tiled_transpose(b, shape, perm, lambda at: b.load(x, at),
+                                lambda value, at: b.store(value, out, at))
+            return
         with b.building(), parallel(b, op.output) as coords:
             source = [coords[perm.index(axis)] for axis in range(len(shape))]
             b.store(b.load(x, source), out, coords)

@@ -23,6 +23,11 @@ of inferring it:
 Reduction axes are never in the space of `parallel`: kernels run them as serial loops inside
 one iteration. A long reduction on cuda is a row instead (`rows`):
 
+- cuda, transpose tiles (`tiled_transpose`): a permutation that moves the innermost axis
+  goes through a 32 x 32 tile of shared memory (33 columns wide, so a column read hits 32
+  banks): 32 x 8 threads read the tile along the input's innermost axis, 4 rows each, and
+  after a barrier write it along the output's innermost axis, so both sides are coalesced
+  instead of one being a gather with a stride. The other axes are blockIdx.z.
 - cuda, rows: one block per row (blockIdx.x over the flattened rows) of `threads` threads --
   the next power of two of the row's length, at most 256 -- which share the row: thread t
   takes elements t, t + threads, ... (neighbouring threads, neighbouring elements: coalesced),
@@ -212,6 +217,60 @@ def rows(b: KernelBuilder, space: Sequence[int], extent: int) -> Iterator[Row]:
         with b.loop(threads, "thread_binding", "threadIdx.x") as thread:
             loop = thread.owner.owner
             yield Row(b, coords, thread, threads, extent, ir.InsertionPoint(loop))
+
+
+TRANSPOSE_TILE = 32
+TRANSPOSE_ROWS = 8  # thread rows per tile: each thread moves TRANSPOSE_TILE / 8 elements
+
+
+def transposes_by_tiles(b: KernelBuilder, shape: Sequence[int], perm: Sequence[int]) -> bool:
+    """Whether `tiled_transpose` takes this permutation: cuda, the innermost axis moves,
+    both innermost extents are at least a warp, and the other axes fit on blockIdx.z."""
+    if b.device != "cuda" or not perm or perm[-1] == len(shape) - 1:
+        return False
+    rest = math.prod(e for d, e in enumerate(shape) if d not in (perm[-1], len(shape) - 1))
+    return min(shape[-1], shape[perm[-1]]) >= WARP and rest <= MAX_GRID_YZ
+
+
+def tiled_transpose(b: KernelBuilder, shape: Sequence[int], perm: Sequence[int],
+                    load: Callable[[list[ir.Value]], ir.Value],
+                    store: Callable[[ir.Value, list[ir.Value]], None]) -> None:
+    """out = transpose(x, perm) through shared tiles (see the module docstring); `load(at)`
+    reads x at input coordinates, `store(value, at)` writes out at output coordinates."""
+    inner, outer = len(shape) - 1, perm[-1]  # the input axes that are innermost in x, in out
+    others = [d for d in range(len(shape)) if d not in (inner, outer)]
+    tile, rows = TRANSPOSE_TILE, TRANSPOSE_ROWS
+    with ExitStack() as stack:
+        bz = b.index(0)
+        rest = math.prod(shape[d] for d in others)
+        if rest > 1:
+            bz = stack.enter_context(b.loop(rest, "thread_binding", "blockIdx.z"))
+        by = stack.enter_context(b.loop(_blocks(shape[outer], tile), "thread_binding",
+                                        "blockIdx.y"))
+        bx = stack.enter_context(b.loop(_blocks(shape[inner], tile), "thread_binding",
+                                        "blockIdx.x"))
+        staging = b.shared([tile, tile + 1])
+        ty = stack.enter_context(b.loop(rows, "thread_binding", "threadIdx.y"))
+        tx = stack.enter_context(b.loop(tile, "thread_binding", "threadIdx.x"))
+        fixed = dict(zip(others, b.delinearize(bz, [shape[d] for d in others]), strict=True))
+        first = {outer: b.mul(by, tile), inner: b.mul(bx, tile)}
+
+        def each(row_axis: int, col_axis: int, body) -> None:
+            """body(row in tile, column in tile, input coordinates) where both are inside."""
+            col = arith.addi(first[col_axis], tx)
+            for i in range(tile // rows):
+                in_tile = arith.addi(ty, b.index(i * rows))
+                row = arith.addi(first[row_axis], in_tile)
+                at = {**fixed, row_axis: row, col_axis: col}
+                inside = arith.andi(b.less_than(row, shape[row_axis]),
+                                    b.less_than(col, shape[col_axis]))
+                with b.guard(inside):
+                    body(in_tile, tx, [at[d] for d in range(len(shape))])
+
+        each(outer, inner, lambda r, c, at: b.store(load(at), staging, [r, c]))
+        b.barrier()
+        each(inner, outer, lambda r, c, at: store(b.load(staging, [c, r]),
+                                                   [at[p] for p in perm]))
 
 
 @contextmanager
