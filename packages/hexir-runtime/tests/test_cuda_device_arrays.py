@@ -258,3 +258,43 @@ def test_a_failing_device_copy_names_the_command():
             m.main(dx)
     assert str(info.value) == ("main: command 1 (copy): device to device copy of 25088 bytes "
                                "(cuMemcpyDtoDAsync) failed: CUDA_ERROR_INVALID_VALUE")
+
+
+def test_a_result_kept_on_the_device_holds_the_device_inputs_until_it_is_freed():
+    """No wait ends such a call, so the input's copy may still be queued: the caller's
+    array must stay alive (unreused) until then. Freeing the result waits for the device."""
+    import gc
+    import weakref
+
+    m, fake, cpu, x = mlp()
+    with m, cpu:
+        dx = FakeCudaArray(fake, x)
+        alive = weakref.ref(dx)
+        y = m.main(dx, results_on_device=True)
+        del dx
+        gc.collect()
+        assert alive() is not None
+        y.release()
+        gc.collect()
+        assert alive() is None
+
+
+class HostTensor:
+    """Like a PyTorch cpu tensor: its class has `__cuda_array_interface__`, which raises
+    AttributeError for it, and numpy reads it through `__array__`."""
+
+    def __init__(self, array: np.ndarray):
+        self.array = array
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        raise AttributeError("Can't get __cuda_array_interface__ on non-CUDA tensor")
+
+    def __array__(self, dtype=None, copy=None):
+        return self.array
+
+
+def test_an_object_whose_interface_raises_is_a_host_array():
+    m, fake, cpu, x = mlp()
+    with m, cpu:
+        np.testing.assert_array_equal(m.main(HostTensor(x)), m.main(x))

@@ -10,7 +10,8 @@ Out: a `DeviceArray` owns a device allocation of its own (not the arena's, which
 call reuses), exposes `__cuda_array_interface__` v3 with the stream its data is written on (a
 consumer waits for that stream, as the protocol asks), and copies to the host on
 `np.asarray(a)` or `a.numpy()`. It frees its memory when it is dropped or `release`d; it
-keeps its device's context alive past the module's close. DLPack is not offered:
+keeps its device's context alive past the module's close, and the call's device inputs alive
+until it is freed (freeing waits for the device, so their copies have run by then). DLPack is not offered:
 `__cuda_array_interface__` is what every GPU array library reads without a new dependency.
 """
 
@@ -44,7 +45,9 @@ class DevicePointer:
 
 
 def is_device_array(x: Any) -> bool:
-    return hasattr(type(x), "__cuda_array_interface__")
+    """Whether `x` offers `__cuda_array_interface__` (asked of the object, not its type: a
+    PyTorch cpu tensor's class has the property, which raises for it)."""
+    return hasattr(x, "__cuda_array_interface__")
 
 
 def pointer(where: str, x: Any) -> DevicePointer:
@@ -86,8 +89,8 @@ class DeviceArray:
     """A result in device memory of its own; `np.asarray(a)` copies it to the host."""
 
     def __init__(self, device: hal.Device, buffer: hal.Buffer, dtype: np.dtype,
-                 shape: tuple[int, ...]):
-        self.device, self._buffer = device, buffer
+                 shape: tuple[int, ...], holds: tuple[Any, ...] = ()):
+        self.device, self._buffer, self._holds = device, buffer, holds
         self.dtype, self.shape = np.dtype(dtype), tuple(shape)
 
     @property
@@ -117,6 +120,7 @@ class DeviceArray:
         """Free the device memory now (later uses raise DeviceError)."""
         if not self._buffer.released:
             self.device.release_export(self._buffer)
+            self._holds = ()
 
     def __del__(self) -> None:
         try:

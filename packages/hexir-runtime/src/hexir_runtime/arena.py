@@ -1,0 +1,108 @@
+"""What one call runs in: an arena of buffers kept between calls, the steps bound to it, and
+the call running in it now.
+
+An arena is made on a call's first use and kept for the next (`interpreter.Program` holds the
+pool); its steps are the entry's commands bound to its buffers once. A run of steps that only
+queue work on a device that records graphs becomes one `graph_step`: captured on the arena's
+first call, since the graph holds the arena's buffer addresses, and replayed on every call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hexir_format import Device
+
+from hexir_runtime import hal
+from hexir_runtime.errors import DeviceError, ExecutionError
+
+Printer = Callable[[np.ndarray], None]
+
+
+@dataclass
+class Call:
+    """What one call brings and gathers: its inputs (host arrays, or `DevicePointer`s), its
+    printer, the devices with work not yet waited for, what it printed, and the copies off a
+    device it leaves out (results that go to device memory, not through the host)."""
+
+    inputs: Sequence[Any]
+    on_print: Printer | None
+    pending: set[Device] = field(default_factory=set)
+    printed: list[np.ndarray] = field(default_factory=list)
+    kept_on_device: frozenset[int] = frozenset()  # COPY destinations not to bring to the host
+
+
+@dataclass
+class Step:
+    """A command bound to an arena: `run` does it; `device` is the device it leaves work
+    queued on (None: done when `run` returns); `capturable` when it does nothing but queue
+    work there, so a run of such steps can be one graph."""
+
+    label: str  # `command 3 (dispatch)`, as errors name it
+    run: Callable[[], None]
+    device: Device | None = None
+    capturable: bool = False
+
+
+@dataclass
+class Arena:
+    """One call's buffers (constants included), the commands bound to them, and the call
+    running in it now."""
+
+    buffers: list[hal.Buffer]
+    planned: list[hal.Buffer] = field(default_factory=list)  # the memory plan's arenas
+    staging: dict[int, hal.Buffer] = field(default_factory=dict)  # binding -> pinned buffer
+    steps: list[Step] = field(default_factory=list)
+    graphs: list[tuple[hal.Device, Any]] = field(default_factory=list)  # captured here
+    unwaited: set[Device] = field(default_factory=set)  # left running by the last call
+    call: Call | None = None
+
+
+Failure = Callable[[str, DeviceError], ExecutionError]  # a step's label and error, as raised
+
+
+def graph_step(arena: Arena, device: hal.Device, run: list[Step], failed: Failure) -> Step:
+    """The run as one step: captured on its first call in this arena (the arena's buffer
+    addresses are in the graph), one graph launch on every call. A step that fails while it
+    is captured is named as itself; a failing capture or launch, as the run."""
+    graph = None
+
+    def labeled(step: Step) -> Callable[[], None]:
+        def launch() -> None:
+            try:
+                step.run()
+            except DeviceError as e:
+                raise failed(step.label, e) from None
+        return launch
+
+    def replay() -> None:
+        nonlocal graph
+        if graph is None:
+            graph = device.capture([labeled(s) for s in run])
+            arena.graphs.append((device, graph))
+        device.replay(graph)
+    first, last = run[0].label.split()[1], run[-1].label.split()[1]
+    span = f"command {first}" if first == last else f"commands {first}-{last}"
+    return Step(f"{span} ({device.kind} graph)", replay, device.kind)
+
+
+def graphs(arena: Arena, devices: dict[Device, hal.Device], steps: list[Step],
+           failed: Failure) -> list[Step]:
+    """Each maximal run of capturable steps on one device that records graphs made one
+    `graph_step`; the other steps as they are."""
+    def graphable(step: Step) -> bool:
+        return step.capturable and devices[step.device].graphs
+
+    made: list[Step] = []
+    run: list[Step] = []
+    for step in steps:
+        if run and not (graphable(step) and step.device is run[0].device):
+            made.append(graph_step(arena, devices[run[0].device], run, failed))
+            run = []
+        (run if graphable(step) else made).append(step)
+    if run:
+        made.append(graph_step(arena, devices[run[0].device], run, failed))
+    return made
