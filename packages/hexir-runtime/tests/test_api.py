@@ -77,6 +77,15 @@ def test_lists_are_converted_to_the_signature_dtype(tmp_path):
         assert m.main([[1, 2, 3], [4, 5, 6]]).dtype == np.float32
 
 
+def test_an_input_of_the_other_byte_order_gives_the_same_values(tmp_path):
+    """A big-endian float32 array is a float32 array to numpy (`dtype.name`), but its bytes
+    are not this machine's: the runtime converts it rather than read its bytes as they are."""
+    path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    with hr.load(path) as m:
+        np.testing.assert_array_equal(m.main(x.astype(">f4")), m.main(x))
+
+
 def test_unknown_entry(builtin_hxb):
     with hr.load(builtin_hxb) as m:
         with pytest.raises(hr.EntryNotFound, match=r"no entry point 'nosuchfunc' in .* \(it has: "

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from hexir_format import Device, TensorType
+from hexir_format import Device, DType, TensorType
 
 from hexir_runtime import hal
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
@@ -47,7 +47,7 @@ def arrange(plan: EntryPlan, inputs: Sequence[Any] | Mapping[str, Any],
     arrays), then `named` by the entry's input names. A name the entry does not have, one
     given twice or one left out is a one-line InputError listing the entry's input names; a
     module that names no inputs takes them by position only."""
-    if isinstance(inputs, Mapping):
+    if type(inputs) is not tuple and isinstance(inputs, Mapping):  # (a tuple is the usual)
         if twice := sorted(inputs.keys() & (named or {}).keys()):
             raise InputError(f"input '{twice[0]}' of {plan.name} is given twice, in the mapping "
                              f"and as a keyword{_names_of(plan)}")
@@ -83,18 +83,22 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray | De
     """The inputs as contiguous arrays of the entry's signature (device arrays as their
     `DevicePointer`s), or a one-line InputError."""
     want, names = plan.signature.inputs, plan.signature.input_names
-    if not isinstance(inputs, Sequence) or isinstance(inputs, str | bytes):
+    if type(inputs) not in (tuple, list) and (not isinstance(inputs, Sequence) or
+                                              isinstance(inputs, str | bytes)):
         raise InputError(f"{plan.name}: inputs must be a list or tuple of arrays, not "
                          f"{_article(type(inputs).__name__)} {type(inputs).__name__}")
     if len(inputs) != len(want):
         types = typed(names, want) or "none"
         raise InputError(f"{plan.name} takes {len(want)} input{'s' * (len(want) != 1)} "
                          f"({types}), got {len(inputs)}")
-    return [x if type(x) is np.ndarray and x.dtype.name == t.dtype.numpy and x.shape == t.shape
-            and x.flags.c_contiguous else  # the common case
+    return [x if type(x) is np.ndarray and x.dtype is _DTYPES[t.dtype] and x.shape == t.shape
+            and x.flags.c_contiguous else  # the common case (a native dtype is a singleton)
             _check_device_input(_input_label(plan, i), x, t) if is_device_array(x) else
             _check_input(_input_label(plan, i), x, t)
             for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
+
+
+_DTYPES = {d: np.dtype(d.numpy) for d in DType}
 
 
 def _input_label(plan: EntryPlan, index: int) -> str:
@@ -177,9 +181,11 @@ def _check_input(where: str, x: Any, t: TensorType) -> np.ndarray:
             raise InputError(f"{where}, got {what} whose values are not all exactly "
                              f"{t.dtype.numpy} values")
         x = converted
-    elif x.dtype != np.dtype(t.dtype.numpy):
-        raise InputError(f"{where}, got {_article(x.dtype.name)} {x.dtype} array of shape "
-                         f"{_shape(x.shape)}")
+    elif x.dtype != _DTYPES[t.dtype]:
+        if x.dtype.newbyteorder("=") != _DTYPES[t.dtype]:
+            raise InputError(f"{where}, got {_article(x.dtype.name)} {x.dtype} array of shape "
+                             f"{_shape(x.shape)}")
+        x = x.astype(_DTYPES[t.dtype])  # the other byte order: the same values, converted
     if x.shape != t.shape:
         raise InputError(f"{where}, got shape {_shape(x.shape)}")
     return np.ascontiguousarray(x)
@@ -232,7 +238,7 @@ class EntryPoint:
 
     def _run(self, inputs: tuple[Any, ...], named: dict[str, Any], out: Any,
              results_on_device: bool) -> Execution:
-        if isinstance(out, np.ndarray) or is_device_array(out):
+        if out is not None and (isinstance(out, np.ndarray) or is_device_array(out)):
             out = (out,)
         return self._module.execute(self.name, arrange(self._plan, _given(inputs), named),
                                     out=out, results_on_device=results_on_device)
@@ -248,7 +254,8 @@ class EntryPoint:
 
 def _given(inputs: tuple[Any, ...]) -> Sequence[Any] | Mapping[str, Any]:
     """A call's positional arguments: one mapping is the inputs by name."""
-    return inputs[0] if len(inputs) == 1 and isinstance(inputs[0], Mapping) else inputs
+    return inputs[0] if len(inputs) == 1 and type(inputs[0]) is not np.ndarray and \
+        isinstance(inputs[0], Mapping) else inputs
 
 
 class Module:
@@ -303,8 +310,9 @@ class Module:
         if out is not None:
             out = check_outputs(plan, out)
         resident = self._live()
-        if any(isinstance(x, DevicePointer) for x in (*checked, *(out or ()))) and \
-                Device.CUDA not in {d.kind for d in self.devices_used(entry)}:
+        pointers = out is not None or DevicePointer in map(type, checked)
+        if pointers and any(isinstance(x, DevicePointer) for x in (*checked, *(out or ()))) \
+                and Device.CUDA not in {d.kind for d in self.devices_used(entry)}:
             raise InputError(f"{plan.name} got a cuda array, but it runs on the cpu alone in "
                              "this load: pass numpy arrays (or load a cuda module with "
                              "device='cuda')")

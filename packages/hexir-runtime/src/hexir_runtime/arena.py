@@ -57,6 +57,9 @@ class Arena:
     staging: dict[int, hal.Buffer] = field(default_factory=dict)  # binding -> pinned buffer
     steps: list[Step] = field(default_factory=list)
     graphs: list[tuple[hal.Device, Any]] = field(default_factory=list)  # captured here
+    result_views: list[np.ndarray] = field(default_factory=list)  # each result's host bytes
+    # per result: the copy that brings it off a device into its pinned buffer (None: none)
+    result_copies: list[tuple[Callable[[], None], Device] | None] = field(default_factory=list)
     unwaited: set[Device] = field(default_factory=set)  # left running by the last call
     call: Call | None = None
 

@@ -317,7 +317,8 @@ class Program:
                 return Step(label, launch)
             return Step(label, launch, kind, capturable=True)
         if c.op is Op.INPUT:
-            return self.transfers.bind_input(label, arena, c.index, write)
+            return self.transfers.bind_input(label, arena, c.index, write,
+                                             self.plan.signature.inputs[c.index])
         if c.op is Op.COPY:
             return self.transfers.bind_copy(label, arena, write, reads[0])
         if c.op is Op.PRINT:

@@ -71,7 +71,8 @@ class Transfers:
 
     # ---- steps -------------------------------------------------------------------------------
 
-    def bind_input(self, label: str, arena: Arena, index: int, write: int) -> Step | None:
+    def bind_input(self, label: str, arena: Arena, index: int, write: int,
+                   t: TensorType) -> Step | None:
         """An input into its buffer: on the cpu, written there (a device array read back
         through pinned memory); on a device, staged through pinned memory (a device array
         copied device to device). An input only copied to a device is left to the COPY."""
@@ -80,12 +81,14 @@ class Transfers:
         target = arena.buffers[write]
         host = target.device.host_pointer(target)
         if host is not None:
+            typed = _typed(host, t)
+
             def to_host() -> None:
                 x = arena.call.inputs[index]
-                if isinstance(x, np.ndarray):
-                    host[:target.size] = x.reshape(-1).view(np.uint8)
-                else:
+                if x.__class__ is DevicePointer:
                     self._device_to_host(arena, write, x, host)
+                else:  # a checked array: this exact type, contiguous
+                    typed[...] = x
             return Step(label, to_host)
         staged = self.staging(arena, write)
         pinned = staged.device.host_pointer(staged)
@@ -135,11 +138,20 @@ class Transfers:
         return Step(label, functools.partial(_print, arena, source, staged, flat, shape))
 
     def read_back(self, arena: Arena) -> None:
-        """Pinned buffers for the results a device holds at the end of a call."""
-        for b, _ in self.outputs:
-            buffer = arena.buffers[b]
-            if buffer.device.host_pointer(buffer) is None:
-                self.staging(arena, b)
+        """How this arena's results reach the host, made once: a typed view of the host
+        bytes each is copied out of (its cpu buffer, or the pinned buffer a device copies it
+        into) and, for a result a device holds, that copy (a deferred COPY queues its own)."""
+        for b, t in self.outputs:
+            buffer, copy = arena.buffers[b], None
+            host = buffer.device.host_pointer(buffer)
+            if b in self.deferred or host is None:
+                staged = self.staging(arena, b)
+                host = staged.device.host_pointer(staged)
+                if b not in self.deferred:
+                    copy = (functools.partial(buffer.device.copy, staged, buffer),
+                            buffer.device.kind)
+            arena.result_views.append(_typed(host, t))
+            arena.result_copies.append(copy)
 
     def _upload(self, arena: Arena, target: hal.Buffer, x: Any, staged: hal.Buffer,
                 pinned: np.ndarray) -> None:
@@ -204,6 +216,8 @@ class Transfers:
 
     def kept_on_device(self, out: Sequence[Any] | None, on_device: bool) -> frozenset[int]:
         """The output bindings every result of which stays in device memory this call."""
+        if out is None and not on_device:
+            return _NOTHING
         targets = out if out is not None else [None] * len(self.outputs)
         kept = [on_device or isinstance(y, DevicePointer) for y in targets]
         return frozenset({b for (b, _), k in zip(self.outputs, kept, strict=True) if k} -
@@ -215,33 +229,46 @@ class Transfers:
         the device, into device memory of their own or the caller's); the host waits once
         per device where it reads one, or where a caller's device array must be complete
         when the call returns, then copies the results out of pinned memory."""
-        call, buffers = arena.call, arena.buffers
+        call = arena.call
+        if out is None and not on_device:  # the common case: fresh host arrays
+            for copy in arena.result_copies:
+                if copy is not None:
+                    copy[0]()
+                    call.pending.add(copy[1])
+            for kind in sorted(call.pending):
+                self.devices[kind].wait()
+            return tuple(view.copy() for view in arena.result_views)
         reads: list[Callable[[], Any]] = []
         wait = not self.outputs  # a call without results ends when its work has
         for i, (b, t) in enumerate(self.outputs):
             target = out[i] if out is not None else None
-            source = buffers[self.deferred.get(b, b)]
+            source = arena.buffers[self.deferred.get(b, b)]
             if isinstance(target, DevicePointer) or (on_device and source.device.kind
                                                      is not Device.CPU):
                 reads.append(_keep(source, target, t, call.inputs))
                 call.pending.add(source.device.kind)
                 wait = wait or target is not None
                 continue
-            host = source.device.host_pointer(source)
-            if host is None:
-                staged = arena.staging[b]
-                if b not in self.deferred:
-                    source.device.copy(staged, source)
-                    call.pending.add(source.device.kind)
-                host = staged.device.host_pointer(staged)
-                wait = True
-            reads.append(functools.partial(_host_result, host, t, target))
+            if arena.result_copies[i] is not None:
+                copy, kind = arena.result_copies[i]
+                copy()
+                call.pending.add(kind)
+            wait = wait or b in self.deferred or source.device.kind is not Device.CPU
+            reads.append(functools.partial(_host_result, arena.result_views[i], target))
         if wait:
             for kind in sorted(call.pending):
                 self.devices[kind].wait()
         else:  # results kept on the device: nothing for the host to wait for now
             arena.unwaited = set(call.pending)
         return tuple(read() for read in reads)
+
+
+_NOTHING: frozenset[int] = frozenset()
+
+
+def _typed(host: np.ndarray, t: TensorType) -> np.ndarray:
+    """The first `t.nbytes` bytes of a host byte array, seen as a tensor of type `t`."""
+    return host[:t.nbytes].view(t.dtype.numpy).reshape(t.shape)
 
 
 def _keep(source: hal.Buffer, target: DevicePointer | None, t: TensorType,
@@ -265,12 +292,12 @@ def _keep(source: hal.Buffer, target: DevicePointer | None, t: TensorType,
     return lambda: array
 
 
-def _host_result(host: np.ndarray, t: TensorType, target: np.ndarray | None) -> np.ndarray:
+def _host_result(view: np.ndarray, target: np.ndarray | None) -> np.ndarray:
     """A result copied out of host memory (a cpu buffer or a pinned one), once the host has
     waited, into `target` or a fresh array."""
     if target is None:
-        return host[:t.nbytes].view(t.dtype.numpy).reshape(t.shape).copy()
-    target.reshape(-1).view(np.uint8)[:] = host[:t.nbytes]
+        return view.copy()
+    target[...] = view
     return target
 
 
