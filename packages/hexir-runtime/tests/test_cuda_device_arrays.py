@@ -4,6 +4,8 @@ device, and results that own their memory."""
 
 from __future__ import annotations
 
+from collections import Counter
+
 import hexir_format as hf
 import modules
 import numpy as np
@@ -295,6 +297,93 @@ class HostTensor:
 
 
 def test_an_object_whose_interface_raises_is_a_host_array():
-    m, fake, cpu, x = mlp()
+    m, _, cpu, x = mlp()
     with m, cpu:
         np.testing.assert_array_equal(m.main(HostTensor(x)), m.main(x))
+
+
+class DLPackOnly:
+    """Another library's tensor that speaks DLPack alone (no `__cuda_array_interface__`):
+    it hands over the capsule of an array it wraps, here the runtime's own DeviceArray, so
+    what this proves is that the capsule the runtime makes is one the runtime reads, with the
+    streams ordered both ways; not that another library's capsule reads (the layout is the
+    DLPack header's, `dlpack.py`)."""
+
+    def __init__(self, array: hr.DeviceArray):
+        self.array = array
+
+    def __dlpack__(self, **kw):
+        return self.array.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_a_dlpack_tensor_goes_device_to_device_with_its_streams_ordered(tmp_path):
+    import gc
+
+    from hexir_runtime import dlpack
+
+    m, fake = identity(tmp_path)
+    with m:
+        y = m.main(modules.A, results_on_device=True)
+        assert y.__dlpack_device__() == (2, 0)
+        before = Counter(fake.calls)
+        z = m.main(DLPackOnly(y))
+        delta = Counter(fake.calls)
+        delta.subtract(before)
+        np.testing.assert_array_equal(z, modules.A)
+        # the producer's (ours) recorded and the legacy stream waits for it; then ours
+        # follows the legacy stream: two events recorded, two waits
+        assert (delta["cuEventRecord"], delta["cuStreamWaitEvent"]) == (2, 2)
+        assert delta["cuMemcpyDtoDAsync"] == 1
+        gc.collect()
+        assert dlpack._exported == {}  # the capsule died unconsumed: its tensor was freed
+        capsule = y.__dlpack__(stream=-1)  # no ordering asked: no event
+        assert fake.calls["cuEventRecord"] == before["cuEventRecord"] + 2
+        assert len(dlpack._exported) == 1
+        del capsule
+        gc.collect()
+        assert dlpack._exported == {}
+
+
+def test_a_dlpack_tensor_of_the_wrong_type_is_refused(tmp_path):
+    mlp_module, fake = on_fake("mlp-f32-cuda.hxb")
+    m, _ = identity(tmp_path, fake)
+    with m, mlp_module:
+        y = m.main(modules.A, results_on_device=True)
+        with pytest.raises(hr.InputError) as info:
+            mlp_module.main(DLPackOnly(y))
+    assert str(info.value) == ("input 0 of main: expected 8x784xf32, got a float64 cuda array "
+                               "of shape 2x2")
+
+
+def test_a_dlpack_consumer_that_calls_the_deleter_frees_the_export(tmp_path):
+    """The consumed path: a consumer renames the capsule and calls the tensor's deleter."""
+    import ctypes
+    import gc
+
+    from hexir_runtime import dlpack
+
+    m, fake = identity(tmp_path)
+    with m:
+        y = m.main(modules.A, results_on_device=True)
+        capsule = y.__dlpack__()
+        kind, address, dtype, shape, strides = dlpack.read(capsule)
+        assert (kind, dtype, shape, strides) == (2, np.float64, (2, 2), None)
+        assert address == y.__cuda_array_interface__["data"][0]
+        set_name = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(
+            ("PyCapsule_SetName", ctypes.pythonapi))
+        get = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+            ("PyCapsule_GetPointer", ctypes.pythonapi))
+        managed = dlpack.DLManagedTensor.from_address(get(capsule, b"dltensor"))
+        set_name(capsule, b"used_dltensor")
+        held = len(fake.memory)  # the arena's buffer and y's
+        del y
+        gc.collect()
+        assert len(fake.memory) == held  # the consumer holds y: not freed
+        managed.deleter(ctypes.addressof(managed))
+        del capsule, managed
+        gc.collect()
+        assert dlpack._exported == {} and len(fake.memory) == held - 1
+    assert fake.held == dict.fromkeys(fake.held, 0)

@@ -220,3 +220,13 @@ def test_hexir_run_launches_every_kernel_with_no_cuda_graphs(monkeypatch, builti
         assert hexir_run(["--device=cuda", *flags, "--benchmark=1", str(path)], out, err) == 0
         assert err.getvalue() == ""
         assert (fake.calls["cuGraphLaunch"], fake.calls["cuLaunchKernel"]) == want
+
+
+def test_a_module_closed_on_another_thread_makes_the_context_current_there_first():
+    m, fake = on_fake("builtin-cuda.hxb")
+    m.run()
+    worker = threading.Thread(target=m.close)
+    worker.start()
+    worker.join()
+    assert fake.calls["cuCtxSetCurrent"] == 2  # at load, then once on the closing thread
+    assert fake.held == dict.fromkeys(fake.held, 0)

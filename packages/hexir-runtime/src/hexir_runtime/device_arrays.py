@@ -1,10 +1,11 @@
 """Arrays that live on the GPU: what a caller hands in (another library's tensor) and what a
 call hands back when its results stay on the device.
 
-In: any object with `__cuda_array_interface__` (versions 2 and 3: PyTorch, CuPy, Numba,
-JAX) is read as a `DevicePointer`: its address, dtype, shape, whether it is C-contiguous and
-read-only, and the stream its producer wrote it on. This module only reads the protocol; the
-entry's signature is checked by `api`, the pointer against the device by `interpreter`.
+In: any object with `__cuda_array_interface__` (versions 2 and 3: PyTorch, CuPy, Numba) or
+a DLPack tensor on a CUDA device (`__dlpack__`, `__dlpack_device__`: JAX, PyTorch, CuPy) is
+read as a `DevicePointer`: its address, dtype, shape, whether it is C-contiguous and
+read-only, and the stream its producer wrote it on. This module only reads the protocols;
+the entry's signature is checked by `api`, the pointer against the device by `transfers`.
 
 Out: a `DeviceArray` owns a device allocation of its own (not the arena's, which the next
 call reuses), exposes `__cuda_array_interface__` v3 with the stream its data is written on (a
@@ -23,8 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from hexir_runtime import hal
+from hexir_runtime import dlpack, hal
 from hexir_runtime.errors import DeviceError, InputError
+
+LEGACY_STREAM = 1  # CU_STREAM_LEGACY: what a DLPack producer orders against when given None
 
 
 @dataclass(frozen=True)
@@ -46,12 +49,23 @@ class DevicePointer:
 
 def is_device_array(x: Any) -> bool:
     """Whether `x` offers `__cuda_array_interface__` (asked of the object, not its type: a
-    PyTorch cpu tensor's class has the property, which raises for it)."""
-    return hasattr(x, "__cuda_array_interface__")
+    PyTorch cpu tensor's class has the property, which raises for it), or is a DLPack tensor
+    on a CUDA device."""
+    if hasattr(x, "__cuda_array_interface__"):
+        return True
+    device = getattr(x, "__dlpack_device__", None)
+    try:
+        return device is not None and hasattr(x, "__dlpack__") and \
+            int(device()[0]) == dlpack.KDL_CUDA
+    except (TypeError, ValueError, IndexError, BufferError):
+        return False
 
 
 def pointer(where: str, x: Any) -> DevicePointer:
-    """`x.__cuda_array_interface__` read, or a one-line InputError where it is malformed."""
+    """`x.__cuda_array_interface__` (or its DLPack capsule) read, or a one-line InputError
+    where it is malformed."""
+    if not hasattr(x, "__cuda_array_interface__"):
+        return _from_dlpack(where, x)
     try:
         cai = x.__cuda_array_interface__
         shape = tuple(int(d) for d in cai["shape"])
@@ -71,6 +85,22 @@ def pointer(where: str, x: Any) -> DevicePointer:
                          "default streams)")
     return DevicePointer(int(address or 0), dtype, shape, _c_contiguous(shape, strides, dtype),
                          bool(read_only), None if stream is None else int(stream), x)
+
+
+def _from_dlpack(where: str, x: Any) -> DevicePointer:
+    """A DLPack tensor, asked for with stream None: its producer orders it against the
+    legacy default stream, which the module's stream then follows."""
+    try:
+        capsule = x.__dlpack__(stream=None)
+        kind, address, dtype, shape, strides = dlpack.read(capsule)
+    except (AttributeError, TypeError, ValueError, BufferError) as e:
+        raise InputError(f"{where}: its DLPack tensor cannot be read "
+                         f"({type(e).__name__}: {e})") from None
+    if kind != dlpack.KDL_CUDA:
+        raise InputError(f"{where}: its DLPack tensor is on device type {kind}, not cuda "
+                         f"({dlpack.KDL_CUDA})")
+    return DevicePointer(address, dtype, shape, _c_contiguous(shape, strides, dtype), False,
+                         LEGACY_STREAM, (x, capsule))
 
 
 def _c_contiguous(shape: tuple[int, ...], strides: Any, dtype: np.dtype) -> bool:
@@ -112,6 +142,24 @@ class DeviceArray:
         self.device.read(self._buffer, out=out.reshape(-1).view(np.uint8))
         return out
 
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return dlpack.KDL_CUDA, self.device.ordinal
+
+    def __dlpack__(self, *, stream: int | None = None, max_version: Any = None,
+                   dl_device: Any = None, copy: bool | None = None) -> Any:
+        """A "dltensor" capsule of this array's memory (never a copy); the consumer's
+        `stream` (None: the legacy default stream; -1: none) is ordered after the call."""
+        self._live()
+        if copy:
+            raise BufferError("a DeviceArray is handed over in place, never copied")
+        if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
+            raise BufferError(f"a DeviceArray is on {self.__dlpack_device__()}, not {dl_device}")
+        if stream != -1:
+            self.device.make_current()
+            self.device.signal(LEGACY_STREAM if stream is None else stream)
+        return dlpack.capsule(self, self._buffer.handle, self.dtype, self.shape,
+                              self.device.ordinal)
+
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         host = self.numpy()
         return host if dtype is None else host.astype(dtype, copy=False)
@@ -125,8 +173,10 @@ class DeviceArray:
     def __del__(self) -> None:
         try:
             self.release()
-        except DeviceError:
-            pass  # nothing to report to at collection; the context ends with the process
+        except (DeviceError, AttributeError, TypeError):
+            # nothing to report to at collection (and at interpreter exit the modules this
+            # needs may be gone); the context ends with the process
+            pass
 
     def _live(self) -> None:
         if self._buffer.released:

@@ -89,6 +89,8 @@ class Resident:
             return self.programs[plan.name]
 
     def close(self) -> None:
+        for device in self.devices.values():
+            device.make_current()  # close may come from another thread than the calls
         for program in self.programs.values():
             program.close()
         self.programs.clear()

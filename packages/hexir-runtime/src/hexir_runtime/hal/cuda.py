@@ -107,7 +107,7 @@ class CudaDevice(Device):
         raw = _check(driver.cuDeviceGetName(128, self._device), "cuDeviceGetName")
         label = bytes(raw).split(b"\0", 1)[0].decode(errors="replace").strip()
         self.name = f"cuda ({label})" if label else "cuda"
-        self.graphs = graphs
+        self.ordinal, self.graphs = ordinal, graphs
         self._context = _check(driver.cuDevicePrimaryCtxRetain(self._device),
                                "cuDevicePrimaryCtxRetain")
         try:
@@ -117,7 +117,7 @@ class CudaDevice(Device):
         except DeviceError:
             driver.cuDevicePrimaryCtxRelease(self._device)
             raise
-        self._event = None  # made on the first use of another stream's work (`follow`)
+        self._event = None  # made on the first ordering with another stream (`follow`)
         self._thread = threading.local()
         self._thread.current = True
         self._kernels: list[CudaKernel] = []
@@ -140,17 +140,27 @@ class CudaDevice(Device):
     def follow(self, stream: Any) -> None:
         """Order this device's stream after the work enqueued so far on `stream` (another
         library's: a device input's producer), by an event, without blocking the host."""
+        _check(self._cu.cuEventRecord(self._ordering_event(), stream),
+               "cuEventRecord (the input's stream)")
+        _check(self._cu.cuStreamWaitEvent(self.stream, self._event, 0), "cuStreamWaitEvent")
+
+    def signal(self, stream: Any) -> None:
+        """Order `stream` (a consumer's) after the work enqueued so far on this device's."""
+        _check(self._cu.cuEventRecord(self._ordering_event(), self.stream), "cuEventRecord")
+        _check(self._cu.cuStreamWaitEvent(stream, self._event, 0),
+               "cuStreamWaitEvent (the consumer's stream)")
+
+    def _ordering_event(self) -> Any:
         if self._event is None:
             self._event = _check(self._cu.cuEventCreate(CU_EVENT_DISABLE_TIMING),
                                  "cuEventCreate")
-        _check(self._cu.cuEventRecord(self._event, stream), "cuEventRecord (the input's "
-               "stream)")
-        _check(self._cu.cuStreamWaitEvent(self.stream, self._event, 0), "cuStreamWaitEvent")
+        return self._event
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
+        self.make_current()  # close may come from another thread than the calls
         self.wait()  # nothing in flight may use what is freed next
         for k in self._kernels:
             _check(self._cu.cuModuleUnload(k.module), f"cuModuleUnload ('{k.exe.name}')")
