@@ -150,6 +150,19 @@ def test_the_input_waits_for_its_producers_stream():
     assert fake.calls["cuEventCreate"] == fake.calls["cuEventDestroy"] == 1
 
 
+def test_an_interface_without_a_stream_is_ordered_after_the_legacy_stream():
+    """Version 2 (PyTorch's) names no stream: the producer's work may be queued on the
+    legacy default stream, which a non-blocking stream does not wait for by itself."""
+    m, fake, cpu, x = mlp()
+    with m, cpu:
+        dx = FakeCudaArray(fake, x, version=2)
+        del dx.interface["stream"]
+        np.testing.assert_array_equal(m.main(dx), m.main(x))
+        delta = per_call(m, fake, [dx])
+    assert delta["cuEventRecord"] == delta["cuStreamWaitEvent"] == 1
+    assert delta["cuStreamSynchronize"] == 1
+
+
 def test_an_unknown_producer_stream_is_a_one_line_error():
     m, fake, cpu, x = mlp()
     with m, cpu, pytest.raises(hr.ExecutionError) as info:

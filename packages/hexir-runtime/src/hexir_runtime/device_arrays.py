@@ -39,7 +39,7 @@ class DevicePointer:
     shape: tuple[int, ...]
     contiguous: bool
     read_only: bool
-    stream: int | None  # the producer's stream; None: its data is ready now
+    stream: int | None  # the stream to wait for (the producer's); None: the data is ready
     owner: Any  # the caller's object, kept alive while the call uses its memory
 
     @property
@@ -72,7 +72,10 @@ def pointer(where: str, x: Any) -> DevicePointer:
         dtype = np.dtype(cai["typestr"])
         address, read_only = cai["data"]
         strides = cai.get("strides")
-        stream = cai.get("stream")
+        # no "stream" at all (version 2, as PyTorch writes it): the data may still be in
+        # flight on the legacy default stream, which the module's stream does not wait for
+        # by itself; an explicit None says it is ready
+        stream = cai.get("stream", LEGACY_STREAM)
     except (AttributeError, KeyError, TypeError, ValueError) as e:
         raise InputError(f"{where}: its __cuda_array_interface__ cannot be read "
                           f"({type(e).__name__}: {e})") from None
