@@ -16,7 +16,7 @@ buffers are pinned host memory (cuMemHostAlloc), which the host reads and writes
 and the copy engine reaches asynchronously: `copy` between a pinned and a device buffer is
 one cuMemcpyHtoDAsync or cuMemcpyDtoHAsync. The interpreter stages a call's inputs and
 results through pinned buffers made once per arena; `write` and `read` from pageable memory
-remain for what is done once per load (constants) and for tools.
+remain for what is done once per load (constants), for `DeviceArray.numpy` and for tools.
 
 Kernel parameters are packed once per bound launch (`bind`), not per call. With `graphs`
 (the default) `capture` records a run of bound launches by stream capture and instantiates
