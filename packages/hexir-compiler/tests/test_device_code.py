@@ -92,11 +92,12 @@ def test_elementwise_kernel_for_sm90_adds_sm90_ptx_and_its_cubin():
     assert_names_kernel(image, "relu_0", (75, 90))
     texts = {p.arch: p.payload for p in parts(image.image) if p.kind == "ptx"}
     assert b".target sm_90" in texts[90] and b".target sm_75" in texts[75]
-    # 900 elements over blocks of threads on x, nothing on y/z
+    # 900 elements, 4 per thread (300 divides by 4), over blocks of threads on x only
     gx, gy, gz = image.grid
     bx, by, bz = image.block
-    assert gx * bx >= 900 and (gx - 1) * bx < 900
+    assert gx * bx >= 225 and (gx - 1) * bx < 225
     assert (gy, gz, by, bz) == (1, 1, 1, 1)
+    assert b"ld.global.v4" in texts[90] and b"st.global.v4" in texts[90]  # 128-bit accesses
 
 
 @needs_toolkit

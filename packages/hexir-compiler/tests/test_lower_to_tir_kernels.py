@@ -202,15 +202,19 @@ def test_matmul_cuda_tiles(lhs, rhs, grid: list, block: list, per_thread: int) -
 
 
 @pytest.mark.parametrize(
-    ("size", "grid", "block"),
-    [(1, 1, 32), (40, 1, 64), (256, 1, 256), (1000, 4, 256), (1024, 4, 256)],
+    ("element", "size", "grid", "block", "lanes"),
+    [("f32", 1, 1, 32, 1), ("f32", 40, 1, 32, 4), ("f32", 256, 1, 64, 4),
+     ("f32", 1000, 1, 256, 4), ("f32", 1002, 4, 256, 1), ("f32", 8192, 8, 256, 4),
+     ("f64", 1000, 2, 256, 2), ("f64", 999, 4, 256, 1)],
 )
-def test_elementwise_cuda_geometry(size: int, grid: int, block: int) -> None:
+def test_elementwise_cuda_geometry(element, size, grid, block, lanes) -> None:
+    """A thread takes 16 bytes of neighbours (`lanes`) when the length divides by them."""
     case = Case("exp", [(size,)], (size,))
-    lowered = Lowered(case.program("f32", "cuda"))
+    lowered = Lowered(case.program(element, "cuda"))
     (kernel,) = lowered.kernels
     assert (kernel.grid, kernel.block) == ([grid, 1, 1], [block, 1, 1])
-    assert ('"hextir.if"' in lowered.text) == (size % block != 0)
+    assert lowered.text.count('"hextir.buffer_load"') == lanes
+    assert ('"hextir.if"' in lowered.text) == (size // lanes % block != 0)
 
 
 def test_reduce_max_and_relu_propagate_nan() -> None:

@@ -6,7 +6,8 @@ pasting them would), in a fresh directory that sees the repository's `fixtures/`
 `examples/` and `packages/` (so what they write lands there, not in the checkout). `console` blocks are
 transcripts and are not run; `sh` blocks that install packages are the CI install check's
 (`.ci/install-check`, a fresh virtual environment each), not this test's. A snippet that
-compiles for cuda is skipped where the CUDA toolkit is missing.
+compiles for cuda is skipped where the CUDA toolkit is missing, and one that runs on a GPU
+(`device="cuda"`) where there is none.
 """
 
 from __future__ import annotations
@@ -25,6 +26,20 @@ READMES = [REPO / "README.md", *sorted(REPO.glob("packages/*/README.md")),
            *sorted(REPO.glob("*/README.md")), *sorted(REPO.glob("*/*/README.md"))]
 BLOCK = re.compile(r"^```(python|sh)\n(.*?)^```", re.S | re.M)
 HAS_TOOLKIT = shutil.which("ptxas") is not None or Path("/usr/local/cuda/bin/ptxas").exists()
+
+
+def _has_gpu() -> bool:
+    from hexir_format import HexirError
+    from hexir_runtime import hal
+
+    try:
+        hal.create_device("cuda").close()
+    except HexirError:
+        return False
+    return True
+
+
+HAS_GPU = _has_gpu()
 
 
 def snippets(readme: Path) -> list[tuple[int, str, str]]:
@@ -51,6 +66,8 @@ def test_snippets_run_as_pasted(tmp_path, readme):
             continue  # an install line: .ci/install-check runs it in a fresh environment
         if "cuda" in code and not HAS_TOOLKIT:
             continue  # compiles for cuda, which needs the CUDA toolkit
+        if 'device="cuda"' in code and not HAS_GPU:
+            continue  # runs on a GPU
         argv = [sys.executable, "-c", code] if language == "python" else \
             ["bash", "-e", "-o", "pipefail", "-c", code]
         done = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -32,6 +32,10 @@ ELEMENTWISE_KINDS = frozenset({*BINARY_KINDS, KernelKind.RELU, KernelKind.SIGMOI
 
 #: Every planned offset is a multiple of this: a cache line, and any vector load's alignment.
 ARENA_ALIGNMENT = 64
+#: What a cuda kernel may assume of every buffer it is given (the compiler emits 128-bit
+#: accesses on that promise): arenas place buffers at ARENA_ALIGNMENT, allocations are
+#: aligned further still.
+DEVICE_ARGUMENT_ALIGNMENT = 16
 
 
 @dataclass(frozen=True)

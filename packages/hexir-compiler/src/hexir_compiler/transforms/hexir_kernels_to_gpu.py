@@ -9,7 +9,9 @@ geometry (`hexir.grid`, `hexir.block`: x, y, z).
 Each `scf.parallel` mapped to a GPU processor disappears: its induction variable becomes
 `lb + gpu.block_id x * step` (or `gpu.thread_id`, y, z) and its trip count is the launch size
 on that axis; axes no loop binds have size 1. The gpu.func records the sizes as
-`known_grid_size` / `known_block_size`, which lets NVVM know the index ranges. A shared
+`known_grid_size` / `known_block_size`, which lets NVVM know the index ranges, and each
+buffer argument `llvm.align` (the format's DEVICE_ARGUMENT_ALIGNMENT), which lets LLVM merge
+neighbouring accesses into 128-bit ones. A shared
 buffer (a `memref.alloc` in the workgroup address space) becomes one of the gpu.func's
 workgroup attributions: one per block, placed in shared memory by the NVVM lowering.
 Everything else (scf.for, scf.if, gpu.barrier, memref, arith, math) stays: in one thread it
@@ -21,6 +23,8 @@ cpu kernels are left alone: they stay loops, and run on the host (hexir-kernels-
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
 
 from hexir_compiler.dialects.hextir import WORKGROUP
 from hexir_compiler.errors import CompileError
@@ -79,6 +83,9 @@ def _outline(kernel: ir.Operation) -> None:
     container.attributes["hexir.block"] = ir.DenseI64ArrayAttr.get(geometry.block)
     device_func.attributes["known_grid_size"] = ir.DenseI32ArrayAttr.get(geometry.grid)
     device_func.attributes["known_block_size"] = ir.DenseI32ArrayAttr.get(geometry.block)
+    aligned = ir.DictAttr.get({"llvm.align": ir.IntegerAttr.get(
+        ir.IntegerType.get_signless(64), DEVICE_ARGUMENT_ALIGNMENT)})
+    device_func.attributes["arg_attrs"] = ir.ArrayAttr.get([aligned] * len(ftype.inputs))
 
 
 def _attribute_shared_buffers(device_func: gpu.GPUFuncOp, entry: ir.Block) -> None:

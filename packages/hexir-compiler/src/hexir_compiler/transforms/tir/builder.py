@@ -116,17 +116,23 @@ class KernelBuilder:
         return self.index(0) if flat is None else flat
 
     def delinearize(self, flat: ir.Value, shape: Sequence[int]) -> list[ir.Value]:
-        """Row-major coordinates of `flat` in `shape`; the caller guarantees flat < size."""
+        """Row-major coordinates of `flat` in `shape`; the caller guarantees flat < size.
+        Each coordinate is `rest - (rest / extent) * extent`, not `rest % extent`: one
+        division per axis, and LLVM folds `row * extent + col` back to `flat`, so it can
+        see that neighbouring lanes' addresses are adjacent and aligned."""
         total = math.prod(shape)
         coords: list[ir.Value] = []
-        stride = 1
+        rest, stride = flat, 1
         for extent in reversed(shape):
             if extent == 1:
                 coords.append(self.index(0))
                 continue
-            scaled = flat if stride == 1 else arith.divui(flat, self.index(stride))
-            outermost = stride * extent >= total  # flat < total: no remainder needed
-            coords.append(scaled if outermost else arith.remui(scaled, self.index(extent)))
+            if stride * extent >= total:  # the outermost axis that is not 1: flat < total
+                coords.append(rest)
+            else:
+                quotient = arith.divui(rest, self.index(extent))
+                coords.append(arith.subi(rest, arith.muli(quotient, self.index(extent))))
+                rest = quotient
             stride *= extent
         return coords[::-1]
 

@@ -22,7 +22,12 @@ from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
-from hexir_compiler.transforms.tir.schedule import parallel, tiled_transpose, transposes_by_tiles
+from hexir_compiler.transforms.tir.schedule import (
+    lanes,
+    parallel,
+    tiled_transpose,
+    transposes_by_tiles,
+)
 
 Scalar = Callable[..., ir.Value]
 
@@ -266,9 +271,9 @@ def plan_reshape(op: GraphOp) -> Kernel:
 
 def _map(b: KernelBuilder, op: GraphOp, scalar: Scalar) -> None:
     *inputs, out = b.args
-    with b.building(), parallel(b, op.output) as coords:
-        values = [
-            b.load(buffer, broadcast_indices(b, coords, shape, op.output))
-            for buffer, shape in zip(inputs, op.inputs, strict=True)
-        ]
-        b.store(scalar(b, *values), out, coords)
+    with b.building(), lanes(b, op.output) as owned:
+        results = [scalar(b, *(b.load(buffer, broadcast_indices(b, coords, shape, op.output))
+                               for buffer, shape in zip(inputs, op.inputs, strict=True)))
+                   for coords in owned]
+        for coords, value in zip(owned, results, strict=True):
+            b.store(value, out, coords)

@@ -25,7 +25,7 @@ from hexir_compiler.transforms.tir.contraction import plan_matmul
 from hexir_compiler.transforms.tir.elementwise import formula
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, Prologue, broadcast_indices
 from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce, plan_softmax
-from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_compiler.transforms.tir.schedule import lanes
 
 CONTRACTIONS = ("matmul", "linear")
 #: The reductions that take a prologue, and their planners.
@@ -83,7 +83,9 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
 
     def emit(b: KernelBuilder) -> None:
         out = b.args[-1]
-        with b.building(), parallel(b, output) as coords:
-            b.store(evaluate(b, coords, None), out, coords)
+        with b.building(), lanes(b, output) as owned:
+            results = [evaluate(b, coords, None) for coords in owned]
+            for coords, value in zip(owned, results, strict=True):
+                b.store(value, out, coords)
 
     return Kernel("map", emit)

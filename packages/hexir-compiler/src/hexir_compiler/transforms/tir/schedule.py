@@ -7,7 +7,13 @@ of inferring it:
 - cpu: one `parallel` loop per axis of the space (axes of extent 1 get the constant 0).
 - cuda, flat: `blockIdx.x` x `threadIdx.x` (256 threads, fewer -- rounded to a warp -- for
   small spaces), flat index = block * threads + thread, delinearized into the axes; a
-  `hextir.if flat < size` guard unless the threads cover the space exactly.
+  `hextir.if flat < size` guard unless the threads cover the space exactly. Element-wise
+  kernels take `lanes`: when the innermost extent divides by 16 bytes' worth of the
+  destination's elements (4 f32, 2 f64), each thread takes that many neighbours along the
+  innermost axis, loading them all before it stores any (a store could alias a later load,
+  which would keep LLVM from merging them), and LLVM, seeing adjacent accesses to buffers
+  aligned to 16 bytes (the runtime's promise, hexir-kernels-to-gpu's `llvm.align`), makes
+  them one 128-bit load or store.
 - cpu, matrix (a contraction compiled as loops rather than the library call): one parallel
   loop per output axis.
 - cuda, GEMM tiles (`gemm_tiles`): a block of `ty` x `tx` = 256 threads computes a `bm` x `bn`
@@ -69,11 +75,14 @@ def uses_library(b: KernelBuilder) -> bool:
     return b.device == "cpu"
 
 
+VECTOR_BYTES = 16
+
+
 @contextmanager
 def parallel(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.Value]]:
     """Iterate the space `extents` in parallel; yields one index per axis."""
     if b.device == "cuda":
-        with _flat_threads(b, extents) as coords:
+        with _flat_threads(b, extents) as (coords,):
             yield coords
         return
     with _parallel_nest(b, extents) as coords:
@@ -283,8 +292,33 @@ def _parallel_nest(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir
 
 
 @contextmanager
-def _flat_threads(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.Value]]:
-    size = math.prod(extents)
+def lanes(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[list[ir.Value]]]:
+    """Like `parallel`, for a body that reads and writes only at its coordinates (or
+    broadcasts of them): yields the coordinates of each lane an iteration owns (one on the
+    cpu), for the body to load every lane before it stores any."""
+    if b.device == "cuda":
+        with _flat_threads(b, extents, vector_lanes(b, extents)) as owned:
+            yield owned
+        return
+    with _parallel_nest(b, extents) as coords:
+        yield [coords]
+
+
+def vector_lanes(b: KernelBuilder, extents: Sequence[int]) -> int:
+    """Elements per cuda thread for a vectorizable space: 16 bytes of the destination's
+    element when the innermost extent divides by that many, else 1."""
+    width = ir.FloatType(b.element).width if isinstance(b.element, ir.FloatType) else (
+        ir.IntegerType(b.element).width if isinstance(b.element, ir.IntegerType) else 8)
+    lanes = VECTOR_BYTES * 8 // max(width, 8)
+    if width < 32 or not extents or extents[-1] % lanes:
+        return 1
+    return lanes
+
+
+@contextmanager
+def _flat_threads(b: KernelBuilder, extents: Sequence[int],
+                  lanes: int = 1) -> Iterator[list[list[ir.Value]]]:
+    size = math.prod(extents) // lanes
     threads = min(THREADS, max(WARP, _blocks(size, WARP) * WARP))
     blocks = _blocks(size, threads)
     _check_grid("x", blocks, MAX_GRID_X)
@@ -295,7 +329,13 @@ def _flat_threads(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.
         flat = arith.addi(b.mul(block, threads), thread)
         condition = None if blocks * threads == size else b.less_than(flat, size)
         with b.guard(condition):
-            yield b.delinearize(flat, extents)
+            coords = b.delinearize(b.mul(flat, lanes), extents)
+            # nuw: the lane stays in the row (the innermost extent divides by lanes), and
+            # saying so lets LLVM see the lanes' addresses as consecutive.
+            no_wrap = ir.Attribute.parse("#arith.overflow<nsw, nuw>")
+            yield [coords, *([*coords[:-1], arith.addi(coords[-1], b.index(lane),
+                                                       overflow_flags=no_wrap)]
+                             for lane in range(1, lanes))]
 
 
 def _check_grid(axis: str, extent: int, limit: int) -> None:
