@@ -19,6 +19,7 @@ import itertools
 from collections.abc import Callable
 
 import numpy as np
+
 from hexir_compiler.mlir import ir
 from tir_interp import (
     _CONVERSIONS,
@@ -31,6 +32,9 @@ from tir_interp import (
     _constant,
     _conversion,
     _Launch,
+    _resume_for,
+    _run_all,
+    _run_for,
     _Thread,
     lock_step,
     resume_all,
@@ -118,11 +122,6 @@ class GpuKernel(StepCompiler):
             return lambda t: _run_all(t, body) if t.env[cond] else None
         if name in ("memref.load", "memref.store"):
             return self._compile_access(ins, outs, write=name == "memref.store")
-        if name == "memref.alloca":
-            shaped = ir.MemRefType(op.results[0].type)
-            shape, dtype = tuple(shaped.shape), _ELEMENT[str(shaped.element_type)]
-            out = outs[0]
-            return lambda t: t.env.__setitem__(out, np.zeros(shape, dtype))
         if name == "arith.constant":
             value, out = _constant(op), outs[0]
             return lambda t: t.env.__setitem__(out, value)
@@ -144,44 +143,20 @@ class GpuKernel(StepCompiler):
         yielded = [self._slot(v) for v in ops[len(ops) - 1].operation.operands]
         body = self._compile_block(block, "scf.yield")
         if suspends(body):
-            def resume_loop(t: _Thread):
-                lb, ub, step, *carried = (t.env[i] for i in ins)
-                for iv in range(lb, ub, step):
-                    t.env[params[0]] = iv
-                    for slot, value in zip(params[1:], carried, strict=True):
-                        t.env[slot] = value
-                    yield from resume_all(t, body)
-                    carried = [t.env[i] for i in yielded]
-                for slot, value in zip(outs, carried, strict=True):
-                    t.env[slot] = value
+            return Suspends(lambda t: _resume_for(t, ins, outs, params, body, yielded))
 
-            return Suspends(resume_loop)
-
-        def loop(t: _Thread) -> None:
-            lb, ub, step, *carried = (t.env[i] for i in ins)
-            for iv in range(lb, ub, step):
-                t.env[params[0]] = iv
-                for slot, value in zip(params[1:], carried, strict=True):
-                    t.env[slot] = value
-                _run_all(t, body)
-                carried = [t.env[i] for i in yielded]
-            for slot, value in zip(outs, carried, strict=True):
-                t.env[slot] = value
-
-        return loop
+        return lambda t: _run_for(t, ins, outs, params, body, yielded, False)
 
     def _compile_access(self, ins: list[int], outs: list[int], write: bool) -> Step:
         if write:
             value, buffer, *indices = ins
         else:
             (buffer, *indices), (value,) = ins, outs
-        if buffer in self._args:
-            number = self._args.index(buffer)
-        elif buffer in self._workgroup:
-            number = self._workgroup[buffer][0]
-        else:  # a per-thread alloca: private, nothing to record
-            number = None
         shared = buffer in self._workgroup
+        if not shared and buffer not in self._args:
+            raise InterpError(f"{self.name}: an access to a buffer that is neither an argument "
+                              "nor a workgroup attribution")
+        number = self._workgroup[buffer][0] if shared else self._args.index(buffer)
 
         def access(t: _Thread) -> None:
             array = t.env[buffer]
@@ -196,7 +171,7 @@ class GpuKernel(StepCompiler):
                     raise InterpError(f"{t.owner} reads shared buffer {number}{list(index)} "
                                       "before any thread wrote it")
                 t.launch.touch(t, key, index, write)
-            elif number is not None:
+            else:
                 t.launch.touch(t, number, index, write)
             if write:
                 array[index] = t.env[value]
@@ -204,8 +179,3 @@ class GpuKernel(StepCompiler):
                 t.env[value] = array[index]
 
         return access
-
-
-def _run_all(t: _Thread, body: list[Step]) -> None:
-    for step in body:
-        step(t)

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from gpu_interp import GpuKernel
-from tir_programs import Case, Lowered, assert_close, reference, sample
 
+from gpu_interp import GpuKernel
 from hexir_compiler.transforms import hexir_kernels_to_gpu, hextir_to_loops
+from tir_programs import Case, Lowered, assert_close, reference, sample
 
 CASES = [
     Case("sigmoid", [(3, 70)], (3, 70)),

@@ -136,7 +136,7 @@ class Suspends:
     each time the thread reaches one. Steps without barriers inside stay plain functions, so
     a kernel without barriers runs as fast as before."""
 
-    def __init__(self, run: Callable[["_Thread"], Iterator[int]]) -> None:
+    def __init__(self, run: Callable[[_Thread], Iterator[int]]) -> None:
         self.run = run
 
 

@@ -1,7 +1,8 @@
 // hexir-fuse: which ops become one kernel, as `hexir.group` on each member. An element-wise
-// chain is one group; a matmul heads the group of its element-wise epilogue; placement draws
-// the boundaries (the relu on the cpu stays out of the cuda group), and so does a value with
-// two users (%3 feeds both the tanh and the sub: its producers fuse up to it, no further).
+// chain is one group; a matmul heads the group of its element-wise epilogue; a reduction
+// ends the group of its element-wise prologue (tanh, sub -> softmax); placement draws the
+// boundaries (the relu on the cpu stays out of the cuda group), and so does a value with two
+// users (%3 feeds both the tanh and the sub: its producers fuse up to it, no further).
 // RUN: %hexir-opt --pass=hexir-fuse %s | FileCheck %s
 // RUN: %hexir-opt --pass=hexir-fuse,hexir-fuse %s | FileCheck %s
 
@@ -21,4 +22,4 @@ func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -
 // CHECK-NEXT: "hexir.exp"(%2) {device = "cpu", hexir.group = 1 : i64}
 // CHECK-NEXT: "hexir.tanh"(%3) {device = "cpu", hexir.group = 2 : i64}
 // CHECK-NEXT: "hexir.sub"(%4, %3) {device = "cpu", hexir.group = 2 : i64}
-// CHECK-NEXT: "hexir.softmax"(%5) {axis = 1 : i64, device = "cpu"}
+// CHECK-NEXT: "hexir.softmax"(%5) {axis = 1 : i64, device = "cpu", hexir.group = 2 : i64}

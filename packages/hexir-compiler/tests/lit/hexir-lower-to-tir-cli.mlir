@@ -1,5 +1,6 @@
 // The kernel stage of the `hexir` CLI: placement chooses the schedule. The linear placed on
-// cuda gets loops bound to blockIdx/threadIdx; the relu placed on cpu gets parallel loops;
+// cuda gets loops bound to blockIdx/threadIdx, its operands staged in shared memory; the
+// relu placed on cpu gets parallel loops;
 // the linear placed on cpu is a call of the runtime's matmul routine (the host BLAS).
 // RUN: %hexir -emit=mlir-tir -fusion=off -placement=hexir.linear=cuda,hexir.relu=cpu %s | FileCheck %s
 // RUN: %hexir -emit=mlir-tir -fusion=off -placement=hexir.linear=cpu,hexir.relu=cuda %s | FileCheck %s --check-prefix=SWAP
@@ -13,8 +14,11 @@ func.func @main(%x: tensor<8x3xf64>) -> tensor<8x5xf64> {
 
 // CHECK: "hexir.call_tir"({{.*}}) {callee = @linear_0, device = "cuda", operandSegmentSizes = {{.*}}}
 // CHECK: "hexir.call_tir"({{.*}}) {callee = @relu_1, device = "cpu", operandSegmentSizes = {{.*}}}
-// CHECK: "hextir.if"
+// CHECK: "hextir.alloc_buffer"
+// CHECK: "hextir.barrier"
+// CHECK: math.fma
 // CHECK: }) {kind = "serial"}
+// CHECK: "hextir.if"
 // CHECK: }) {bind = "threadIdx.x", kind = "thread_binding"}
 // CHECK: }) {bind = "threadIdx.y", kind = "thread_binding"}
 // CHECK: }) {bind = "blockIdx.x", kind = "thread_binding"}

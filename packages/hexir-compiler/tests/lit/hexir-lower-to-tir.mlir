@@ -1,7 +1,8 @@
 // hexir-lower-to-tir: each compute op becomes a hextir kernel plus a call_tir that keeps the
 // op's device. The schedule is written in the loops: cuda kernels bind blockIdx/threadIdx
-// (with a guard where the extents do not divide), cpu kernels get parallel loops, and the
-// reduction axes are serial on both devices.
+// (with a guard where the extents do not divide) and stage data in shared memory where the
+// schedule says so, cpu kernels get parallel loops, and short reduction axes are serial on
+// both devices.
 // RUN: %hexir-opt --pass=hexir-lower-to-tir %s | FileCheck %s
 
 func.func @main(%x: tensor<2x40x3xf32>, %w: tensor<3x50xf32>, %b: tensor<50xf32>, %g: tensor<50xf32>) -> tensor<2x50x40xf32> {
@@ -30,31 +31,36 @@ func.func @main(%x: tensor<2x40x3xf32>, %w: tensor<3x50xf32>, %b: tensor<50xf32>
 // CHECK: "hexir.print"(%[[M]])
 // CHECK: return %[[T]]
 
-// linear on cuda: batch on blockIdx.z (2), 3 x 4 tiles of 16 x 16 threads over 40 x 50,
-// guarded on both axes, k serial with the accumulator carried.
+// linear on cuda: a tiled GEMM. The weight has no batch, so the 2 x 40 rows are one 80-row
+// matrix: blocks of 16 x 16 threads, each thread 4 rows x 2 columns of the output (8
+// accumulators carried), 2 x 2 tiles of 64 x 32 over 80 x 50. Each k step (one: k = 3)
+// stages both operands' slices in shared memory (zeros past the edges), then multiplies out
+// of it with fma; barriers before and after. Stores guarded where the tiles overhang.
 // CHECK: ^bb0(%arg0: memref<2x40x3xf32>, %arg1: memref<3x50xf32>, %arg2: memref<2x40x50xf32>):
 // CHECK: "hextir.for"(%c0, %c2, %c1) ({
-// CHECK: "hextir.for"(%c0, %c3, %c1) ({
-// CHECK: "hextir.for"(%c0, %c4, %c1) ({
+// CHECK: "hextir.for"(%c0, %c2, %c1) ({
+// CHECK: %[[A:.*]] = "hextir.alloc_buffer"() : () -> memref<16x64xf32, #gpu.address_space<workgroup>>
+// CHECK: %[[B:.*]] = "hextir.alloc_buffer"() : () -> memref<16x32xf32, #gpu.address_space<workgroup>>
 // CHECK: "hextir.for"(%c0, %c16, %c1) ({
 // CHECK: "hextir.for"(%c0, %c16, %c1) ({
-// CHECK: %[[ROW:.*]] = arith.cmpi ult, %{{.*}}, %c40 : index
-// CHECK: %[[COL:.*]] = arith.cmpi ult, %{{.*}}, %c50 : index
-// CHECK: %[[IN:.*]] = arith.andi %[[ROW]], %[[COL]] : i1
-// CHECK: "hextir.if"(%[[IN]]) ({
-// CHECK: %[[ACC:.*]] = "hextir.for"(%c0, %c3, %c1, %cst) ({
-// CHECK: ^bb0(%{{.*}}: index, %[[SUM:.*]]: f32):
-// CHECK: %[[P:.*]] = arith.mulf
-// CHECK: %[[NEXT:.*]] = arith.addf %[[SUM]], %[[P]] : f32
-// CHECK: "hextir.yield"(%[[NEXT]]) : (f32) -> ()
+// CHECK: "hextir.for"(%c0, %c1, %c1, %cst, %cst, %cst, %cst, %cst, %cst, %cst, %cst) ({
+// CHECK: arith.cmpi ult, %{{.*}}, %c80 : index
+// CHECK: arith.select
+// CHECK: "hextir.buffer_store"(%{{.*}}, %[[A]],
+// CHECK: "hextir.buffer_store"(%{{.*}}, %[[B]],
+// CHECK: "hextir.barrier"() : () -> ()
+// CHECK: "hextir.buffer_load"(%[[A]],
+// CHECK: math.fma
 // CHECK: }) {kind = "serial"}
-// CHECK: "hextir.buffer_store"(%[[ACC]], %arg2
-// CHECK: }) : (i1) -> ()
+// CHECK-NEXT: "hextir.barrier"() : () -> ()
+// CHECK: arith.cmpi ult, %{{.*}}, %c80 : index
+// CHECK: arith.cmpi ult, %{{.*}}, %c50 : index
+// CHECK: "hextir.if"
+// CHECK: "hextir.buffer_store"(%{{.*}}, %arg2
 // CHECK: }) {bind = "threadIdx.x", kind = "thread_binding"}
 // CHECK: }) {bind = "threadIdx.y", kind = "thread_binding"}
 // CHECK: }) {bind = "blockIdx.x", kind = "thread_binding"}
 // CHECK: }) {bind = "blockIdx.y", kind = "thread_binding"}
-// CHECK: }) {bind = "blockIdx.z", kind = "thread_binding"}
 // CHECK: {device = "cuda", {{.*}}hexir.kernel = "matmul", hexir.params = array<f64>, sym_name = "linear_0"}
 
 // add on cuda: 4000 elements as 16 blocks of 256 threads, guarded (4096 threads), the bias
@@ -105,4 +111,8 @@ func.func @main(%x: tensor<2x40x3xf32>, %w: tensor<3x50xf32>, %b: tensor<50xf32>
 // CHECK: hexir.kernel = "layer_norm", hexir.params = array<f64: 1.000000e-05>, sym_name = "layer_norm_5"
 // CHECK: math.tanh
 // CHECK: hexir.kernel = "gelu", hexir.params = array<f64: 1.000000e+00>, sym_name = "gelu_6"
+// transpose on cuda, moving the innermost axis: through a 32 x 33 shared tile, written after
+// one barrier.
+// CHECK: "hextir.alloc_buffer"() : () -> memref<32x33xf32, #gpu.address_space<workgroup>>
+// CHECK: "hextir.barrier"() : () -> ()
 // CHECK: hexir.kernel = "transpose", hexir.params = array<f64: 0.000000e+00, 2.000000e+00, 1.000000e+00>, sym_name = "transpose_7"

@@ -11,5 +11,5 @@
 // CHECK:      call double @llvm.maximum.f64
 // CHECK:      ; hexir: cuda kernel @linear_0, nvptx64-nvidia-cuda
 // CHECK:      target triple = "nvptx64-nvidia-cuda"
-// CHECK:      define ptx_kernel void @linear_0(ptr %0, ptr %1, ptr %2)
+// CHECK:      define ptx_kernel void @linear_0(ptr align 16 %0, ptr align 16 %1, ptr align 16 %2)
 // CHECK:      @llvm.nvvm.read.ptx.sreg.tid.x()

@@ -15,12 +15,10 @@ the rhs has no batch dimensions, the lhs's batch and rows are one tall matrix (a
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import math as pymath
+from collections.abc import Callable, Sequence
 
 from hexir_format import signatures
-
-import math as pymath
-from collections.abc import Sequence
 
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
@@ -32,7 +30,6 @@ from hexir_compiler.transforms.tir.schedule import (
     parallel,
     uses_library,
 )
-
 
 #: An element-wise epilogue: (builder, the product at an output element, its coordinates)
 #: -> the value to store there (`tir.fusion` makes them).

@@ -22,9 +22,10 @@ of inferring it:
   `bk`, each step's slices of both operands staged through shared memory by all the block's
   threads (k-contiguous loads of the lhs, n-contiguous loads of the rhs: coalesced), zeros
   where the tile overhangs the matrix. The rule: 16 x 16 threads (a matrix with fewer than
-  16 rows gets as many thread rows as it has rows, and the remaining threads as columns),
-  and each thread takes 4, 2 or 1 rows (columns) as the matrix has at least 4, 2 or 1 times
-  the block's thread rows (columns); bk = 16.
+  16 rows gets as many thread rows as it has rows -- a power of two -- and up to 256 threads
+  in all as columns, as many as it has columns, never fewer than a warp per block), and
+  each thread takes 4, 2 or 1 rows (columns) as the matrix has at least 4, 2 or 1 times the
+  block's thread rows (columns); bk = 16.
 
 Reduction axes are never in the space of `parallel`: kernels run them as serial loops inside
 one iteration. A long reduction on cuda is a row instead (`rows`):
@@ -111,7 +112,7 @@ class Tiles:
 def gemm_tiles(rows: int, cols: int) -> Tiles:
     """The tile shape for a rows x cols output (the rule in the module docstring)."""
     ty = min(TILE, _next_power_of_two(rows))
-    tx = THREADS // ty
+    tx = max(WARP // ty, min(_next_power_of_two(cols), THREADS // ty))
 
     def per_thread(extent: int, threads: int) -> int:
         return next(n for n in (4, 2, 1) if extent >= n * threads or n == 1)
