@@ -175,3 +175,29 @@ def test_reading_results_back_fails_with_entry_and_command(tmp_path):
     assert str(info.value) == ("main: command 2 (end): device to host copy of 32 bytes "
                                "(cuMemcpyDtoHAsync) failed: CUDA_ERROR_INVALID_VALUE")
     assert fake.memory == {}
+
+
+def test_a_kernel_argument_off_the_16_byte_promise_is_refused_before_any_launch():
+    """Kernels may load 16 bytes at a time (hexir_format.plan.DEVICE_ARGUMENT_ALIGNMENT):
+    binding a launch to an address that breaks it is a one-line DeviceError, and nothing
+    was launched. (The runtime never makes such a buffer; a view 4 bytes in stands for one.)"""
+    from hexir_runtime.hal import cuda
+
+    module = modules.builtin(modules.CUDA)
+    fake = FakeDriver(module.executables)
+    device = cuda.create(fake)
+    try:
+        kernel = device.load_executable(module.executables[0])
+        whole = device.allocate(64)
+        aligned = [device.view(whole, 0, 32), device.view(whole, 32, 32), whole]
+        device.bind(kernel, aligned)
+        skewed = [device.view(whole, 4, 16), *aligned[1:]]
+        with pytest.raises(hr.DeviceError) as info:
+            device.bind(kernel, skewed)
+        assert str(info.value) == ("cuda (Fake GPU): argument #0 of 'linear_0' is at "
+                                        f"{whole.handle + 4:#x}, not a multiple of 16 bytes "
+                                        "as a cuda kernel may assume")
+        assert fake.calls["cuLaunchKernel"] == 0
+        device.release(whole)
+    finally:
+        device.close()

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 from hexir_format import Device as DeviceKind
 from hexir_format import Executable
+from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
 
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind
@@ -327,9 +328,16 @@ class CudaDevice(Device):
     def bind(self, loaded: CudaKernel, buffers: list[Buffer]):
         """The launch with its parameters packed once: the bare-pointer convention, one
         device address per argument, kernelParams an array of pointers to those addresses
-        (both arrays live as long as the returned launch)."""
-        for b in buffers:
+        (both arrays live as long as the returned launch). Every address must keep the
+        format's promise to the kernel, DEVICE_ARGUMENT_ALIGNMENT: its code may load and
+        store 16 bytes at a time."""
+        for number, b in enumerate(buffers):
             self._check(b, 0, 0, "pass")
+            if b.handle % DEVICE_ARGUMENT_ALIGNMENT:
+                raise DeviceError(
+                    f"{self.name}: argument #{number} of '{loaded.exe.name}' is at {b.handle:#x}, "
+                    f"not a multiple of {DEVICE_ARGUMENT_ALIGNMENT} bytes as a cuda kernel may "
+                    "assume")
         exe = loaded.exe
         values = np.array([b.handle for b in buffers], dtype=np.uint64)
         params = values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
