@@ -101,6 +101,23 @@ def test_elementwise_kernel_for_sm90_adds_sm90_ptx_and_its_cubin():
 
 
 @needs_toolkit
+@pytest.mark.parametrize(("elem", "width", "fma"), [("f32", b"v4.b32", b"fma.rn.f32"),
+                                                    ("f64", b"v2.b64", b"fma.rn.f64")])
+def test_the_gemm_stages_through_shared_memory_with_128_bit_loads(elem, width, fma):
+    t = f"tensor<64x64x{elem}>"
+    program = f"""
+func.func @main(%a: {t}, %b: {t}) -> {t} {{
+  %c = "hexir.matmul"(%a, %b) {{device = "cuda"}} : ({t}, {t}) -> {t}
+  func.return %c : {t}
+}}
+"""
+    image = kernels(program, target="sm_90")["matmul_0"].image
+    ptx = next(p.payload for p in parts(image) if p.kind == "ptx" and p.arch == 90)
+    assert b"ld.global." + width in ptx and b"st.shared" in ptx and b"bar.sync" in ptx
+    assert fma in ptx and b"ld.shared" in ptx
+
+
+@needs_toolkit
 def test_every_image_part_uses_the_bare_pointer_convention():
     image = kernels(elementwise("exp", "f64", "4x8"))["exp_0"].image
     ptx = image[image.index(b".entry exp_0(") :]

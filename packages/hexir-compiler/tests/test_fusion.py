@@ -107,3 +107,35 @@ def test_an_element_wise_prologue_fuses_into_each_reduction(tmp_path, n, element
         for got, want in zip(results, expected, strict=True):
             np.testing.assert_allclose(got, want, rtol=tolerance, atol=tolerance)
 
+
+
+CNN = """\
+func.func @main(%x: tensor<2x3x9x9x{t}>, %w: tensor<4x3x3x3x{t}>, %b: tensor<4x1x1x{t}>)
+    -> tensor<2x4x4x4x{t}> {{
+  %0 = "hexir.conv"(%x, %w) {{strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64}} : (tensor<2x3x9x9x{t}>, tensor<4x3x3x3x{t}>) -> tensor<2x4x4x4x{t}>
+  %1 = "hexir.add"(%0, %b) : (tensor<2x4x4x4x{t}>, tensor<4x1x1x{t}>) -> tensor<2x4x4x4x{t}>
+  %2 = "hexir.relu"(%1) : (tensor<2x4x4x4x{t}>) -> tensor<2x4x4x4x{t}>
+  return %2 : tensor<2x4x4x4x{t}>
+}}
+"""
+
+
+@pytest.mark.parametrize("element", ["f32", "f64"])
+def test_a_conv_takes_its_bias_and_activation_as_its_epilogue(tmp_path, element):
+    source = tmp_path / "cnn.mlir"
+    source.write_text(CNN.format(t=element))
+    assert re.findall(r"callee = @(\w+)", hexir_compiler.compile(source, "mlir-tir")) == [
+        "conv_add_relu_0"]
+    rng = np.random.default_rng(3)
+    dtype = np.float32 if element == "f32" else np.float64
+    x, w, b = (rng.standard_normal(s).astype(dtype) for s in ((2, 3, 9, 9), (4, 3, 3, 3),
+                                                              (4, 1, 1)))
+    padded = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 0), (1, 0)))
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))[:, :, ::2, ::2]
+    expected = np.maximum(np.einsum("ncijkl,mckl->nmij", windows, w) + b, 0)
+    tolerance = 1e-5 if element == "f32" else 1e-12
+    fused = hexir_runtime.load(hexir_compiler.compile(source)).main(x, w, b)
+    unfused = hexir_runtime.load(hexir_compiler.compile(source, fuse=False)).main(x, w, b)
+    (on_cuda,) = tir_graph.run(str(source), [x, w, b], Options("mlir-tir", {"*": "cuda"}))
+    for got in (fused, unfused, on_cuda):
+        np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)

@@ -5,8 +5,9 @@ A group is a chain ending in one op (its sink, the only op whose result leaves t
 
 - element-wise ops (`transforms/tir/elementwise.py`'s tables, and where, cast, gelu) join
   the group of the element-wise op that consumes them: `add -> relu` is one map;
-- a contraction (matmul, linear) heads the group of the element-wise epilogue that consumes
-  it (bias, activation, residual add, scale): `linear -> add -> relu` is one kernel;
+- a contraction (matmul, linear, conv) heads the group of the element-wise epilogue that
+  consumes it (bias, activation, residual add, scale): `linear -> add -> relu` is one
+  kernel, and so is `conv -> add -> relu`;
 - a reduction (softmax, layer_norm, reduce_*) ends the group of the element-wise prologue
   that computes its data operand: `add -> layer_norm` (a residual) and `mul -> softmax` (a
   scale) are one kernel each. Nothing consumes a reduction inside a group.
@@ -27,11 +28,11 @@ from __future__ import annotations
 from hexir_compiler.dialects.hexir import MAX_KERNEL_INPUTS
 from hexir_compiler.mlir import ir
 from hexir_compiler.transforms.tir import elementwise
+from hexir_compiler.transforms.tir.fusion import CONTRACTIONS
 
 PASS_NAME = "hexir-fuse"
 GROUP = "hexir.group"
 ELEMENTWISE = frozenset({*elementwise.UNARY, *elementwise.BINARY, "where", "cast", "gelu"})
-CONTRACTIONS = frozenset({"matmul", "linear"})
 REDUCTIONS = frozenset({"softmax", "layer_norm", "reduce_sum", "reduce_mean", "reduce_max",
                         "reduce_min"})
 

@@ -35,7 +35,6 @@ from hexir_compiler.transforms.tir.builder import KernelBuilder
 
 PASS_NAME = "hexir-lower-to-tir"
 MAX_NAME = 31  # bytes of a kernel name in a .hxb
-CONTRACTION_OPS = ("hexir.matmul", "hexir.linear")
 
 
 def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
@@ -104,7 +103,8 @@ def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block) 
     """One kernel for a fusion group, called where its last op was; the others are erased."""
     sink = members[-1]
     produced = {m.results[0]: i for i, m in enumerate(members)}
-    head = next((m for m in members if m.name in CONTRACTION_OPS), None)
+    head = next((m for m in members if m.name.removeprefix("hexir.") in fusion.CONTRACTIONS),
+                None)
     inputs: list[ir.Value] = list(head.operands) if head is not None else []
     steps = []
     for member in members:

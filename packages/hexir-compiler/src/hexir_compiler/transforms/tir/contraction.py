@@ -16,24 +16,21 @@ the rhs has no batch dimensions, the lhs's batch and rows are one tall matrix (a
 from __future__ import annotations
 
 import math as pymath
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from hexir_format import signatures
 
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
-from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
+from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
     gemm_blocks,
     gemm_tiles,
     matrix,
     parallel,
     uses_library,
+    vector_lanes,
 )
-
-#: An element-wise epilogue: (builder, the product at an output element, its coordinates)
-#: -> the value to store there (`tir.fusion` makes them).
-Epilogue = Callable[[KernelBuilder, ir.Value, list[ir.Value]], ir.Value]
 
 
 def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
@@ -151,21 +148,34 @@ def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
 
 
 def _stage(b: KernelBuilder, thread: ir.Value, threads: int, tile: ir.Value,
-           extent: tuple[int, int], transposed: bool, load, origin: Sequence[ir.Value],
+           extent: tuple[int, int], rows_are_k: bool, load, origin: Sequence[ir.Value],
            bounds: tuple[int, int]) -> None:
     """Copy the `extent` block at `origin` of a matrix (`load(i, j)`, `bounds` its size) into
-    `tile`, the threads taking consecutive elements along the matrix's rows (coalesced).
-    `tile` holds it k-major: [k, i] for the lhs (transposed), [k, j] for the rhs. What lies
-    outside the matrix is 0 (a clamped, always valid load, then a select)."""
+    `tile`, k-major: [k, m] for the lhs (its columns are k), [k, n] for the rhs (its rows
+    are). The threads take consecutive elements along the matrix's rows (coalesced), a
+    16-byte piece each when the rows divide into pieces: every piece is then aligned (the
+    buffer is, and a row starts on a piece), its loads adjacent, one 128-bit load. What lies
+    outside the matrix is 0: a piece is wholly in or out, its loads clamped to a valid piece,
+    then a select."""
     height, width = extent
+    lanes = vector_lanes(b, [width]) if bounds[1] % vector_lanes(b, [width]) == 0 else 1
+    no_wrap = ir.Attribute.parse("#arith.overflow<nsw, nuw>")
 
     def copy(e: ir.Value, _: list[ir.Value]) -> list[ir.Value]:
-        i, j = arith.divui(e, b.index(width)), arith.remui(e, b.index(width))
+        start = b.mul(e, lanes)
+        i = arith.divui(start, b.index(width))
+        j = arith.subi(start, arith.muli(i, b.index(width)))
         gi, gj = arith.addi(origin[0], i), arith.addi(origin[1], j)
         inside = arith.andi(b.less_than(gi, bounds[0]), b.less_than(gj, bounds[1]))
-        clamped = [arith.minui(g, b.index(n - 1)) for g, n in zip((gi, gj), bounds, strict=True)]
-        value = arith.select(inside, load(*clamped), b.float(0.0))
-        b.store(value, tile, [i, j] if transposed else [j, i])
+        ci = arith.minui(gi, b.index(bounds[0] - 1))
+        cj = arith.minui(gj, b.index(bounds[1] - lanes))
+        values = [load(ci, cj if lane == 0 else
+                       arith.addi(cj, b.index(lane), overflow_flags=no_wrap))
+                  for lane in range(lanes)]
+        for lane, value in enumerate(values):
+            jj = j if lane == 0 else arith.addi(j, b.index(lane), overflow_flags=no_wrap)
+            b.store(arith.select(inside, value, b.float(0.0)), tile,
+                    [i, jj] if rows_are_k else [jj, i])
         return []
 
-    b.strided(thread, height * width, threads, [], copy)
+    b.strided(thread, height * width // lanes, threads, [], copy)

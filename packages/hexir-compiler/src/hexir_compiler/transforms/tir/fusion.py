@@ -5,9 +5,9 @@ A group's element-wise values all have one shape, so they are computed together 
 element: the group's inputs loaded there (numpy-broadcast, each once), the ops evaluated in
 program order with their scalar formulas (`elementwise.formula`, the ones their own kernels
 use). A chain alone is one pass over the output that stores the last value. A group headed
-by a contraction is its matmul kernel with that evaluation as the epilogue of each product
-(on the cpu, where the matmul is the host BLAS, a pass over the product in place right after
-the call). A group ending in a reduction is that reduction's kernel reading its data operand
+by a contraction (matmul, linear, conv) is its kernel with that evaluation as the epilogue of
+each output (on the cpu, where the matmul is the host BLAS, a pass over the product in place
+right after the call). A group ending in a reduction is that reduction's kernel reading its data operand
 through the chain (a `Prologue`): wherever it would load an element it evaluates the chain
 there instead, so the chain's result never goes through memory (softmax reads its row twice
 and layer_norm three times: the chain's ops are recomputed rather than stored).
@@ -26,8 +26,11 @@ from hexir_compiler.transforms.tir.elementwise import formula
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, Prologue, broadcast_indices
 from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce, plan_softmax
 from hexir_compiler.transforms.tir.schedule import lanes
+from hexir_compiler.transforms.tir.window import plan_conv
 
-CONTRACTIONS = ("matmul", "linear")
+#: The ops that can head a group, and their planners (each takes an epilogue).
+HEADS = {"matmul": plan_matmul, "linear": plan_matmul, "conv": plan_conv}
+CONTRACTIONS = frozenset(HEADS)
 #: The reductions that take a prologue, and their planners.
 REDUCTIONS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
               **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "reduce_min"),
@@ -79,7 +82,8 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                                "fused prologue")
         return reduction(sink.op, Prologue(lambda b, at: evaluate(b, at, None), others))
     if head is not None:
-        return plan_matmul(steps[head].op, lambda b, product, at: evaluate(b, at, product))
+        return HEADS[steps[head].op.mnemonic](steps[head].op,
+                                              lambda b, value, at: evaluate(b, at, value))
 
     def emit(b: KernelBuilder) -> None:
         out = b.args[-1]

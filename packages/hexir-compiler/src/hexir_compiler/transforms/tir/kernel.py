@@ -77,6 +77,10 @@ class GraphOp:
         return attr
 
 
+#: An element-wise epilogue: (builder, a contraction's value at an output element, its
+#: coordinates) -> the value to store there (`tir.fusion` makes them).
+Epilogue = Callable[[KernelBuilder, ir.Value, list[ir.Value]], ir.Value]
+
 #: Reads an operand's element at the given coordinates.
 Read = Callable[[list[ir.Value]], ir.Value]
 

@@ -20,8 +20,9 @@ of inferring it:
   tile of the output, each thread `tm` x `tn` of its elements (rows ty apart, columns tx
   apart, so a warp's stores are coalesced) in registers; the k axis is walked in steps of
   `bk`, each step's slices of both operands staged through shared memory by all the block's
-  threads (k-contiguous loads of the lhs, n-contiguous loads of the rhs: coalesced), zeros
-  where the tile overhangs the matrix. The rule: 16 x 16 threads (a matrix with fewer than
+  threads (k-contiguous loads of the lhs, n-contiguous loads of the rhs: coalesced, 16 bytes
+  a thread where the rows divide into such pieces), zeros where the tile overhangs the
+  matrix. The rule: 16 x 16 threads (a matrix with fewer than
   16 rows gets as many thread rows as it has rows -- a power of two -- and up to 256 threads
   in all as columns, as many as it has columns, never fewer than a warp per block), and
   each thread takes 4, 2 or 1 rows (columns) as the matrix has at least 4, 2 or 1 times the

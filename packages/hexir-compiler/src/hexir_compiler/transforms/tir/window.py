@@ -16,7 +16,7 @@ from hexir_format import signatures
 
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
-from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
+from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel
 from hexir_compiler.transforms.tir.schedule import parallel
 
 GENERIC = "generic"
@@ -58,8 +58,10 @@ def _all(conditions: list[ir.Value]) -> ir.Value | None:
     return result
 
 
-def plan_conv(op: GraphOp) -> Kernel:
-    x, w = op.inputs
+def plan_conv(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
+    """The conv kernel of `op`, applying `epilogue` to each output before it is stored (the
+    kernel's arguments are then data, weight, the epilogue's inputs, the destination)."""
+    x, w = op.inputs[:2]
     strides, pads, dilations = _geometry(op)
     group = op.int_attr("group")
     op.expect_output(signatures.conv(x, w, group, strides, pads, dilations))
@@ -68,7 +70,7 @@ def plan_conv(op: GraphOp) -> Kernel:
     padded = any(pads)
 
     def emit(b: KernelBuilder) -> None:
-        data, weight, out = b.args
+        data, weight, *_, out = b.args
         with b.building(), parallel(b, op.output) as coords:
             n, m, outs = coords[0], coords[1], coords[2:]
             first_channel = b.mul(arith.divui(m, b.index(per_group_out)), per_group_in) \
@@ -83,7 +85,7 @@ def plan_conv(op: GraphOp) -> Kernel:
                 return [total if inside is None else arith.select(inside, total, acc[0])]
 
             (value,) = b.fold([per_group_in, *kernel], [b.float(0.0)], step)
-            b.store(value, out, coords)
+            b.store(value if epilogue is None else epilogue(b, value, coords), out, coords)
 
     return Kernel(GENERIC, emit)
 
