@@ -290,3 +290,23 @@ def test_the_interpreted_launch_is_the_one_the_gpu_lowering_records(case: Case) 
         ]
         assert list(gpu_module.attributes["hexir.grid"]) == kernel.grid
         assert list(gpu_module.attributes["hexir.block"]) == kernel.block
+
+
+@pytest.mark.parametrize(("op", "shape", "lanes"), [("exp", (5000,), 4), ("neg", (3, 999), 1)])
+def test_a_space_larger_than_the_grid_cap_is_swept_by_a_grid_stride_loop(
+        monkeypatch, op, shape, lanes):
+    """GRID_STRIDE_BLOCKS shrunk to 3 blocks so that a small space exercises the stride."""
+    from hexir_compiler.transforms.tir import schedule
+
+    monkeypatch.setattr(schedule, "GRID_STRIDE_BLOCKS", 3)
+    case = Case(op, [shape], shape)
+    lowered = Lowered(case.program("f32", "cuda"))
+    (kernel,) = lowered.kernels
+    assert (kernel.grid, kernel.block) == ([3, 1, 1], [256, 1, 1])
+    assert lowered.text.count("%c768) ({") == 1  # the stride: 3 blocks x 256 threads
+    assert lowered.text.count('"hextir.buffer_load"') == lanes
+    inputs = sample(case, "f32", np.random.default_rng(0))
+    out = np.full(shape, np.nan, dtype=np.float32)
+    with lowered.context:
+        kernel(*inputs, out)
+    assert_close(out, reference(case, inputs), "f32")

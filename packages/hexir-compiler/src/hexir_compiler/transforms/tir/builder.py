@@ -185,6 +185,17 @@ class KernelBuilder:
             yield body.arguments[0]
             _yield([])
 
+    @contextmanager
+    def stride(self, start: ir.Value, end: int, step: int) -> Iterator[ir.Value]:
+        """A serial `hextir.for` start, start + step, ... < end without carried values."""
+        op = ir.Operation.create(
+            "hextir.for", operands=[start, self.index(end), self.index(step)],
+            attributes={"kind": ir.StringAttr.get("serial")}, regions=1)
+        block = op.regions[0].blocks.append(self.index_type)
+        with ir.InsertionPoint(block):
+            yield block.arguments[0]
+            _yield([])
+
     def strided(self, start: ir.Value, end: int, step: int, inits: Sequence[ir.Value],
                 body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
         """Serial loop start, start + step, ... < end carrying `inits` (a thread's share of a

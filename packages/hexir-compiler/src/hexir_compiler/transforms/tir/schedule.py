@@ -7,7 +7,9 @@ of inferring it:
 - cpu: one `parallel` loop per axis of the space (axes of extent 1 get the constant 0).
 - cuda, flat: `blockIdx.x` x `threadIdx.x` (256 threads, fewer -- rounded to a warp -- for
   small spaces), flat index = block * threads + thread, delinearized into the axes; a
-  `hextir.if flat < size` guard unless the threads cover the space exactly. Element-wise
+  `hextir.if flat < size` guard unless the threads cover the space exactly; a space of more
+  than GRID_STRIDE_BLOCKS blocks is swept by a grid of that many, each thread striding by
+  the grid's size (a grid-stride loop). Element-wise
   kernels take `lanes`: when the innermost extent divides by 16 bytes' worth of the
   destination's elements (4 f32, 2 f64), each thread takes that many neighbours along the
   innermost axis, loading them all before it stores any (a store could alias a later load,
@@ -67,6 +69,9 @@ TILE = 16
 MAX_GRID_X = 2**31 - 1
 MAX_GRID_YZ = 65535
 ROW_MIN = 64
+#: The most blocks a flat kernel launches: beyond 4096 x 256 threads (the space of 16 M f32
+#: at 4 lanes a thread), each thread strides over the space instead of the grid growing.
+GRID_STRIDE_BLOCKS = 4096
 
 #: Combines two partial results (each a list of values) into one.
 Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
@@ -322,14 +327,14 @@ def _flat_threads(b: KernelBuilder, extents: Sequence[int],
                   lanes: int = 1) -> Iterator[list[list[ir.Value]]]:
     size = math.prod(extents) // lanes
     threads = min(THREADS, max(WARP, _blocks(size, WARP) * WARP))
-    blocks = _blocks(size, threads)
-    _check_grid("x", blocks, MAX_GRID_X)
-    with (
-        b.loop(blocks, "thread_binding", "blockIdx.x") as block,
-        b.loop(threads, "thread_binding", "threadIdx.x") as thread,
-    ):
+    blocks = min(_blocks(size, threads), GRID_STRIDE_BLOCKS)
+    with ExitStack() as stack:
+        block = stack.enter_context(b.loop(blocks, "thread_binding", "blockIdx.x"))
+        thread = stack.enter_context(b.loop(threads, "thread_binding", "threadIdx.x"))
         flat = arith.addi(b.mul(block, threads), thread)
-        condition = None if blocks * threads == size else b.less_than(flat, size)
+        if blocks * threads < size:  # a grid-stride loop: the grid sweeps the space again
+            flat = stack.enter_context(b.stride(flat, size, blocks * threads))
+        condition = None if blocks * threads <= size else b.less_than(flat, size)
         with b.guard(condition):
             coords = b.delinearize(b.mul(flat, lanes), extents)
             # nuw: the lane stays in the row (the innermost extent divides by lanes), and
