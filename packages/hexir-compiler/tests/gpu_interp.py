@@ -36,8 +36,8 @@ from tir_interp import (
     _run_all,
     _run_for,
     _Thread,
-    lock_step,
     resume_all,
+    run_block,
     suspends,
 )
 
@@ -85,12 +85,7 @@ class GpuKernel(StepCompiler):
                 for slot, array in shared.items():
                     t.env[slot] = array
                 threads.append(t)
-            with np.errstate(all="ignore"):
-                if suspends(self._body):
-                    lock_step(threads, self._body, block)
-                else:
-                    for t in threads:
-                        _run_all(t, self._body)
+            run_block(threads, self._body, block)
 
     # -- compilation -----------------------------------------------------------------------
 

@@ -15,8 +15,7 @@ import numpy as np
 import pytest
 
 from gpu_interp import GpuKernel
-from hexir_compiler.transforms import hexir_kernels_to_gpu, hextir_to_loops
-from tir_programs import Case, Lowered, assert_close, reference, sample
+from tir_programs import Case, Lowered, assert_close, reference, sample, to_gpu
 
 CASES = [
     Case("sigmoid", [(3, 70)], (3, 70)),
@@ -47,14 +46,7 @@ def test_gpu_kernel_computes_what_the_hextir_kernel_computes(case: Case, element
     expected = np.full(case.output, np.nan, dtype=inputs[0].dtype)
     with lowered.context:
         kernel(*inputs, expected)
-        hextir_to_loops.run(lowered.module)
-        hexir_kernels_to_gpu.run(lowered.module)
-        (gpu_module,) = [
-            op.operation
-            for op in lowered.module.body.operations
-            if op.operation.name == "gpu.module"
-        ]
-        gpu_kernel = GpuKernel(gpu_module)
+        gpu_kernel = GpuKernel(to_gpu(lowered))
         actual = np.full(case.output, np.nan, dtype=inputs[0].dtype)
         gpu_kernel(*inputs, actual)
     assert gpu_kernel.name == kernel.name
@@ -68,8 +60,7 @@ def test_shared_buffers_become_workgroup_attributions() -> None:
     lowered = Lowered(Case("softmax", [(3, 100)], (3, 100), {"axis": "-1 : i64"})
                       .program("f32", "cuda"))
     with lowered.context:
-        hextir_to_loops.run(lowered.module)
-        hexir_kernels_to_gpu.run(lowered.module)
+        to_gpu(lowered)
         text = str(lowered.module)
     assert "workgroup(%" in text and "gpu.barrier" in text
     assert "memref.alloc" not in text

@@ -13,7 +13,7 @@ import math
 import numpy as np
 import pytest
 
-from tir_programs import Case, Lowered, _ints, assert_close, reference, sample
+from tir_programs import Case, Lowered, _ints, assert_close, reference, sample, to_gpu
 
 UNARY = ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg", "abs")
 BINARY = ("add", "sub", "mul", "div")
@@ -276,18 +276,10 @@ def test_compiled_cpu_kernel_matches_numpy(case: Case, element: str) -> None:
 @pytest.mark.parametrize("case", PARAMS)
 def test_the_interpreted_launch_is_the_one_the_gpu_lowering_records(case: Case) -> None:
     """The grid and block tir_interp ran are what the GPU lowering will launch with."""
-    from hexir_compiler.transforms import hexir_kernels_to_gpu, hextir_to_loops
-
     lowered = Lowered(case.program("f32", "cuda"))
     (kernel,) = lowered.kernels
     with lowered.context:
-        hextir_to_loops.run(lowered.module)
-        hexir_kernels_to_gpu.run(lowered.module)
-        (gpu_module,) = [
-            op.operation
-            for op in lowered.module.body.operations
-            if op.operation.name == "gpu.module"
-        ]
+        gpu_module = to_gpu(lowered)
         assert list(gpu_module.attributes["hexir.grid"]) == kernel.grid
         assert list(gpu_module.attributes["hexir.block"]) == kernel.block
 

@@ -153,6 +153,17 @@ def resume_all(t, body: list):
             step(t)
 
 
+def run_block(threads: list, body: list, block: tuple) -> None:
+    """Run one block's `threads` through `body`: one after another when it has no barrier,
+    in lock step (`lock_step`) when it has."""
+    with np.errstate(all="ignore"):
+        if suspends(body):
+            lock_step(threads, body, block)
+        else:
+            for t in threads:
+                _run_all(t, body)
+
+
 def lock_step(threads: list, body: list, block: tuple) -> None:
     """Run a block's `threads` through `body` from barrier to barrier, in lock step."""
     runs = [(t, resume_all(t, body)) for t in threads]
@@ -249,12 +260,7 @@ class Kernel(StepCompiler):
                 t = self._thread(buffers, launch, coords, ("thread", block, thread))
                 t.block, t.shared = block, shared
                 threads.append(t)
-            with np.errstate(all="ignore"):
-                if suspends(self._body):
-                    lock_step(threads, self._body, block)
-                else:
-                    for t in threads:
-                        _run_all(t, self._body)
+            run_block(threads, self._body, block)
 
     def _run(self, buffers, launch, coords, owner) -> None:
         t = self._thread(buffers, launch, coords, owner)

@@ -13,6 +13,7 @@ import numpy as np
 
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir, passmanager
+from hexir_compiler.transforms import hexir_kernels_to_gpu, hextir_to_loops
 from hexir_compiler.transforms.hexir_lower_to_tir import PASS_NAME, hexir_lower_to_tir
 from tir_interp import Kernel
 
@@ -62,6 +63,16 @@ class Lowered:
                 for op in self.module.body.operations
                 if op.operation.name == "hextir.prim_func"
             ]
+
+
+def to_gpu(lowered: Lowered) -> ir.Operation:
+    """The one gpu.module of `lowered` after hextir-to-loops and hexir-kernels-to-gpu (in its
+    context); the hextir kernels are gone from the module after this."""
+    hextir_to_loops.run(lowered.module)
+    hexir_kernels_to_gpu.run(lowered.module)
+    (gpu_module,) = [op.operation for op in lowered.module.body.operations
+                     if op.operation.name == "gpu.module"]
+    return gpu_module
 
 
 def sample(case: Case, element: str, rng: np.random.Generator) -> list[np.ndarray]:
