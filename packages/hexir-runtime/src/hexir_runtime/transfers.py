@@ -22,7 +22,7 @@ import numpy as np
 from hexir_format import Command, Device, Op, TensorType
 
 from hexir_runtime import hal
-from hexir_runtime.arena import Arena, Step
+from hexir_runtime.arena import Arena, Call, Step
 from hexir_runtime.device_arrays import DeviceArray, DevicePointer
 from hexir_runtime.errors import DeviceError, InputError
 
@@ -124,9 +124,7 @@ class Transfers:
         target = dst.device.host_pointer(dst)
 
         def down() -> None:  # device to host, for a cpu kernel: the host waits here
-            src.device.copy(staged, src)
-            src.device.wait()
-            arena.call.pending.discard(src.device.kind)
+            _fetch(arena.call, staged, src)
             target[:src.size] = pinned
         return Step(label, down)
 
@@ -174,9 +172,7 @@ class Transfers:
         device = staged.device
         if x.stream is not None:
             device.follow(x.stream)
-        device.copy(staged, device.borrow(x.address, x.nbytes))
-        device.wait()
-        arena.call.pending.discard(device.kind)
+        _fetch(arena.call, staged, device.borrow(x.address, x.nbytes))
         host[:x.nbytes] = device.host_pointer(staged)
 
     def _settle(self, arena: Arena) -> None:
@@ -301,15 +297,22 @@ def _host_result(view: np.ndarray, target: np.ndarray | None) -> np.ndarray:
     return target
 
 
+def _fetch(call: Call, staged: hal.Buffer, source: hal.Buffer) -> None:
+    """Copy `source` off its device into its pinned buffer and wait for it (the host reads
+    the pinned bytes next): that device has nothing of this call's left pending."""
+    device = source.device
+    device.copy(staged, source)
+    device.wait()
+    call.pending.discard(device.kind)
+
+
 def _print(arena: Arena, buffer: hal.Buffer, staged: hal.Buffer | None, flat: TensorType,
            shape: tuple[int, int]) -> None:
     call = arena.call
     if staged is None:
         host = buffer.device.host_pointer(buffer)
     else:  # off a device through its pinned buffer: the host waits here
-        buffer.device.copy(staged, buffer)
-        buffer.device.wait()
-        call.pending.discard(buffer.device.kind)
+        _fetch(call, staged, buffer)
         host = staged.device.host_pointer(staged)
     array = host[:flat.nbytes].view(flat.dtype.numpy).reshape(shape).copy()
     call.printed.append(array)
