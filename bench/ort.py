@@ -17,6 +17,8 @@ Every figure is the median of `--calls` steady calls (after 30 warm-up calls) in
 process, one process per (program, engine), the engines interleaved; the table gives the
 median over `--rounds` such processes and the ratio hexir / ONNX Runtime (below 1: Hexir is
 faster). Both runtimes use every core (ORT's default intra-op threads; Hexir's thread pool).
+Hexir's module is compiled for this machine's x86-64 level (`-target=cpu:x86-64-v4` on an
+AVX-512 host), as ORT picks its kernels for the CPU it runs on.
 """
 
 from __future__ import annotations
@@ -38,6 +40,18 @@ sys.path.insert(0, str(REPO / "examples"))
 import reference  # noqa: E402  (the examples' numpy oracle: their weights and networks)
 
 ENGINES = ("hexir", "onnxruntime", "numpy")
+
+
+def _this_cpu() -> str:
+    """The x86-64 level of this machine: Hexir's kernels are compiled for it, as ORT's MLAS
+    picks its kernels for it at run time (`-target=cpu:<level>`)."""
+    from hexir_format import CPU_LEVELS
+    from hexir_runtime.hal import hostcode
+
+    return CPU_LEVELS[max(2, hostcode.host_level())]
+
+
+CPU = _this_cpu()
 PROGRAMS = ("2x2", "mlp", "transformer")
 
 
@@ -68,7 +82,7 @@ def hexir_module(program: str, w: dict[str, np.ndarray]) -> bytes:
     from hexir_compiler.pipeline import Options, compile_file
 
     if program == "transformer":
-        return compile_file(REPO / "examples" / "transformer_block.mlir", Options("hxb"))
+        return compile_file(REPO / "examples" / "transformer_block.mlir", Options("hxb", cpu=CPU))
     t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"  # noqa: E731
     if program == "2x2":
         body = [_dense("w", w["w"]),
@@ -87,7 +101,7 @@ def hexir_module(program: str, w: dict[str, np.ndarray]) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / f"{program}.mlir"
         source.write_text("\n".join([head, *body, "}"]) + "\n")
-        return compile_file(source, Options("hxb"))
+        return compile_file(source, Options("hxb", cpu=CPU))
 
 
 def onnx_model(program: str, w: dict[str, np.ndarray], x: np.ndarray) -> bytes:

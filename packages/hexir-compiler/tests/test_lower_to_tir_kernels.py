@@ -147,6 +147,44 @@ def test_kernel_matches_numpy(case: Case, device: str, element: str) -> None:
         assert case not in LARGE or kernel.grid[0] > 1, f"{kernel.name}: grid {kernel.grid}"
 
 
+# cpu matmuls compiled as loops (a level with FMA): rows and columns the 4 x 64 register
+# tiles do not divide, a batched and broadcast rhs, a tall lhs, a vector lhs, an empty depth.
+CPU_MATMULS = [
+    *(c for seed in SEEDS for c in _cases(seed) if c.op in ("matmul", "linear")),
+    Case("matmul", [(70, 17), (17, 130)], (70, 130)),
+    Case("matmul", [(2, 1, 33, 20), (3, 20, 65)], (2, 3, 33, 65)),
+    Case("linear", [(3, 30, 40), (40, 70)], (3, 30, 70)),
+    Case("linear", [(5,), (5, 3)], (3,)),
+    Case("linear", [(6, 0), (0, 3)], (6, 3)),
+]
+
+
+@pytest.mark.parametrize("element", ["f32", "f64"])
+@pytest.mark.parametrize("case", CPU_MATMULS,
+                         ids=lambda c: f"{c.op}-{'x'.join(map(str, c.output)) or 'scalar'}")
+def test_cpu_matmul_as_loops_matches_numpy(case: Case, element: str) -> None:
+    lowered = Lowered(case.program(element, "cpu"), cpu="x86-64-v3")
+    assert '"hextir.library_call"' not in lowered.text
+    (kernel,) = lowered.kernels
+    inputs = sample(case, element, np.random.default_rng(7))
+    out = np.full(case.output, np.nan, dtype=inputs[0].dtype)
+    with lowered.context:
+        kernel(*inputs, out)
+    assert_close(out, reference(case, inputs), element)
+
+
+@pytest.mark.parametrize(("cpu", "shape", "library"), [
+    ("x86-64-v2", (32, 64, 64), True),  # no FMA, 16 registers: the loops lose there
+    ("x86-64-v3", (32, 64, 64), False),
+    ("x86-64-v4", (8, 784, 256), False),
+    ("x86-64-v4", (512, 128, 128), True),  # more than LOOPS_MAX_MACS
+])
+def test_a_cpu_matmul_is_loops_only_where_they_beat_the_library(cpu, shape, library) -> None:
+    m, k, n = shape
+    lowered = Lowered(Case("matmul", [(m, k), (k, n)], (m, n)).program("f32", "cpu"), cpu=cpu)
+    assert ('"hextir.library_call"' in lowered.text) is library
+
+
 @pytest.mark.parametrize("case", ROWS, ids=lambda c: f"{c.op}-{'x'.join(map(str, c.inputs[0]))}")
 def test_a_long_row_on_cuda_is_one_block_sharing_it(case: Case) -> None:
     lowered = Lowered(case.program("f32", "cuda"))

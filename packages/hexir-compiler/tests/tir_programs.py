@@ -14,6 +14,7 @@ import numpy as np
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir, passmanager
 from hexir_compiler.transforms import hexir_kernels_to_gpu, hextir_to_loops
+from hexir_compiler.transforms import hexir_lower_to_tir as lower_to_tir
 from hexir_compiler.transforms.hexir_lower_to_tir import PASS_NAME, hexir_lower_to_tir
 from tir_interp import Kernel
 
@@ -49,13 +50,18 @@ class Case:
 class Lowered:
     """A program after hexir-lower-to-tir, with its kernels ready to interpret."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, cpu: str | None = None) -> None:
+        """`cpu`: the host CPU level cpu kernels are scheduled for (None: the pass's own
+        default, run as a pass)."""
         self.context = context()
         with self.context:
             self.module = ir.Module.parse(text)
-            pm = passmanager.PassManager()
-            pm.add(hexir_lower_to_tir, name=PASS_NAME)
-            pm.run(self.module.operation)
+            if cpu is None:
+                pm = passmanager.PassManager()
+                pm.add(hexir_lower_to_tir, name=PASS_NAME)
+                pm.run(self.module.operation)
+            else:
+                lower_to_tir.run(self.module, cpu)
             self.module.operation.verify()
             self.text = str(self.module)
             self.kernels = [

@@ -139,7 +139,7 @@ def _place(module: ir.Module, options: Options) -> None:
 def _kernels(module: ir.Module, options: Options) -> None:
     if options.fuse:
         hexir_fuse.run(module)
-    hexir_lower_to_tir.run(module)
+    hexir_lower_to_tir.run(module, options.cpu)
 
 
 #: The MLIR stages after `mlir` and the passes that produce each from the one before.

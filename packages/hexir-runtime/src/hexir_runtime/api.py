@@ -212,6 +212,7 @@ class EntryPoint:
         self._plan = plan
         self.name = plan.name
         self.signature = plan.signature
+        self._exact = [(_DTYPES[t.dtype], t.shape) for t in plan.signature.inputs]
 
     def check_inputs(self, *inputs: Any, **named: Any) -> list[np.ndarray]:
         """The inputs as this entry will see them, or the InputError calling it would raise."""
@@ -225,10 +226,24 @@ class EntryPoint:
         each a C-contiguous, writable array of its output's exact type (numpy, or on cuda a
         device array), which is returned. `results_on_device=True` leaves the results a
         device holds there, as `DeviceArray`s (results computed on the cpu stay numpy)."""
-        outputs = self._run(inputs, named, out, results_on_device).outputs
+        if out is None and not results_on_device and not named and self._plain(inputs):
+            outputs = self._module._run_plain(self._plan, inputs)
+        else:
+            outputs = self._run(inputs, named, out, results_on_device).outputs
         if not outputs:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
+
+    def _plain(self, inputs: tuple[Any, ...]) -> bool:
+        """Whether `inputs` are what the call checks them into anyway -- numpy arrays of
+        the exact types, contiguous -- so that it can skip the checks (the common call)."""
+        if len(inputs) != len(self._exact):
+            return False
+        for x, (dtype, shape) in zip(inputs, self._exact):  # noqa: B905 (lengths checked)
+            if x.__class__ is not np.ndarray or x.dtype is not dtype or x.shape != shape \
+                    or not x.flags.c_contiguous:
+                return False
+        return True
 
     def results(self, *inputs: Any, out: Any = None, results_on_device: bool = False,
                 **named: Any) -> dict[str, Any]:
@@ -317,6 +332,10 @@ class Module:
                              "this load: pass numpy arrays (or load a cuda module with "
                              "device='cuda')")
         return execute(resident, plan, checked, on_print, out, results_on_device)
+
+    def _run_plain(self, plan: EntryPlan, inputs: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
+        """The results of `plan` on inputs of its exact types (`EntryPoint._plain`)."""
+        return self._live().program(plan).run_plain(inputs)
 
     def _live(self) -> Resident:
         """What a call runs on, once the module is known to be open and its file unchanged."""

@@ -348,6 +348,25 @@ class Program:
             self.transfers.check(inputs, out)
             return self._run(inputs, on_print, out, on_device)
 
+    def run_plain(self, inputs: Sequence[np.ndarray]) -> tuple[Any, ...]:
+        """The results of the common call -- host arrays of the exact input types in, fresh
+        host arrays out, nothing printed to anyone -- by the same steps as `run`, without
+        the bookkeeping only the other calls need (on cuda: `run` itself)."""
+        if self._serial is not None:
+            return self.run(inputs, None).outputs
+        arena = self._take()
+        arena.call = Call(inputs, None)
+        try:
+            for step in arena.steps:
+                try:
+                    step.run()
+                except DeviceError as e:
+                    raise self._failed(step.label, e) from None
+            return tuple(view.copy() for view in arena.result_views)
+        finally:
+            arena.call = None
+            self._give(arena)
+
     def _run(self, inputs: Sequence[Any], on_print: Printer | None,
              out: Sequence[Any] | None, on_device: bool) -> Execution:
         arena = self._take()

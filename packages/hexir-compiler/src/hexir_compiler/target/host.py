@@ -10,9 +10,10 @@ tanh, ...), which the runtime's loader resolves. That object is the kernel's hos
 The code is for a named baseline CPU, `x86-64-v2` (SSE4.2, every x86-64 server since 2009)
 unless `-target=cpu:<cpu>` names another: never the build machine's own CPU, since the
 deploy host may be older; the level goes into the `.hxb`, and the runtime refuses an image its
-CPU cannot run. No fast-math flags are set, so LLVM neither contracts a multiply
-and an add into an FMA nor reorders a reduction: results are the IEEE results of the loops
-as written, the same on every host.
+CPU cannot run. The only fast-math flag is `contract`, on the multiply-adds of a matmul's
+sums and of `host_math`'s polynomials: LLVM fuses those into FMAs where the level has them
+(v3 and up), so their last bits depend on the level; nothing is reordered (no reduction is
+reassociated), and everything else is the IEEE result of the loops as written.
 """
 
 from __future__ import annotations
@@ -53,6 +54,14 @@ def llvm_ir(module: ir.Module, names: Iterable[str] | None = None) -> str:
                 continue
             scratch.body.append(op.clone())
         return llvm.translate_module_to_llvmir(scratch.operation)
+
+
+def level(cpu: str | None) -> int:
+    """The x86-64 level of the host CPU name `cpu` (None: DEFAULT_CPU)."""
+    cpu = cpu or DEFAULT_CPU
+    if cpu not in CPUS:
+        raise CompileError(f"'{cpu}' is not a host CPU level; expected one of {', '.join(CPUS)}")
+    return LEVELS[cpu]
 
 
 def compile_kernels(module: ir.Module, cpu: str | None = None) -> dict[str, HostImage]:
@@ -101,7 +110,10 @@ def _target_machine(cpu: str):
     if cpu not in _MACHINES:
         binding = _llvmlite()
         target = binding.Target.from_triple(TRIPLE)
-        machine = target.create_target_machine(cpu=cpu, opt=3, reloc="pic", codemodel="small")
+        # AVX-512 registers in full: LLVM's default for the level is half of each (256 bits)
+        features = "-prefer-256-bit" if LEVELS[cpu] >= LEVELS["x86-64-v4"] else ""
+        machine = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                               codemodel="small")
         _MACHINES[cpu] = machine
     return _MACHINES[cpu]
 

@@ -2,8 +2,9 @@
 
 - A cpu kernel (a `func.func` of loops) becomes an `llvm.func` of the same name taking one
   bare pointer per buffer and its range (`i64 lo, i64 hi`), and a routine it calls an
-  `llvm.func` declaration: scf to cf, math to LLVM intrinsics (and libm calls, `tanhf`,
-  `erf`, ..., where LLVM has no intrinsic), memref, arith, cf and func to LLVM with the
+  `llvm.func` declaration: f32 exp, erf and tanh to arithmetic LLVM can vectorize
+  (`target.host_math`), scf to cf, math to LLVM intrinsics (and libm calls, `erf`, ...,
+  where LLVM has no intrinsic), memref, arith, cf and func to LLVM with the
   bare-pointer calling convention.
 - A cuda kernel (a `gpu.module`) gets its NVVM targets (`sm_75`, and the chip the compile
   targets when that is newer, e.g. `sm_90`: the PTX is generated for each, so an sm_90
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, memref, passmanager
+from hexir_compiler.target import host_math
 from hexir_compiler.transforms.hextir_to_loops import (
     GRID,
     KERNEL_ATTRIBUTES,
@@ -60,6 +62,8 @@ def run(module: ir.Module | ir.Operation, chips: tuple[int, ...] = (BASE_ARCH,))
     device = [op for op in ops if op.name == "gpu.module" and "targets" not in op.attributes]
     for kernel in host + [_gpu_func(op) for op in device]:
         _flatten_empty_buffers(kernel)
+    for kernel in host:
+        host_math.rewrite(kernel)
     if host:
         _convert(module, host, HOST)
     if device:

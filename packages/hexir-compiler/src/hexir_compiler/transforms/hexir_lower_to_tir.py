@@ -29,6 +29,7 @@ from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
+from hexir_compiler.target import host
 from hexir_compiler.transforms.hexir_fuse import GROUP
 from hexir_compiler.transforms.tir import PLANS, GraphOp, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
@@ -46,14 +47,16 @@ def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
         pass_.signal_pass_failure()
 
 
-def run(module: ir.Module | ir.Operation) -> None:
-    """Lower every compute op of `module` in place.
+def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
+    """Lower every compute op of `module` in place; cpu kernels are scheduled for the host
+    CPU level `cpu` (`-target=cpu:...`; None: `target.host.DEFAULT_CPU`).
 
     Raises CompileError (`hexir.<op>: ...`, with the op's location) when one cannot be
     lowered.
     """
     module = module.operation
     body = module.regions[0].blocks[0]
+    level = host.level(cpu)
     taken = {
         ir.StringAttr(op.attributes["sym_name"]).value
         for op in (view.operation for view in body.operations)
@@ -82,9 +85,9 @@ def run(module: ir.Module | ir.Operation) -> None:
         name = f"{stem}_{counter}"
         counter += 1
         if len(members) == 1:
-            _lower(op, name, body)
+            _lower(op, name, body, level)
         else:
-            _lower_group(members, name, body)
+            _lower_group(members, name, body, level)
 
 
 def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
@@ -99,7 +102,8 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block) -> None:
+def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block,
+                 level: int) -> None:
     """One kernel for a fusion group, called where its last op was; the others are erased."""
     sink = members[-1]
     produced = {m.results[0]: i for i, m in enumerate(members)}
@@ -125,10 +129,10 @@ def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block) 
     except ShapeError as error:
         raise CompileError(f"{sink.name}: {error}", sink.location) from None
     elements = [ir.RankedTensorType(v.type).element_type for v in (*inputs, sink.results[0])]
-    _replace(members, kernel, name, inputs, [*shapes, output], elements, module_body)
+    _replace(members, kernel, name, inputs, [*shapes, output], elements, module_body, level)
 
 
-def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
+def _lower(op: ir.Operation, name: str, module_body: ir.Block, level: int) -> None:
     graph_op, elements = _read(op)
     try:
         kernel = PLANS[graph_op.mnemonic](graph_op)
@@ -137,11 +141,12 @@ def _lower(op: ir.Operation, name: str, module_body: ir.Block) -> None:
     except CompileError as error:
         raise CompileError(str(error), op.location) from None
     _replace([op], kernel, name, list(op.operands), [*graph_op.inputs, graph_op.output],
-             elements, module_body)
+             elements, module_body, level)
 
 
 def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Value],
-             shapes: list, elements: list[ir.Type], module_body: ir.Block) -> None:
+             shapes: list, elements: list[ir.Type], module_body: ir.Block,
+             level: int) -> None:
     """Write `kernel`'s prim_func, call it where the last of `members` was, erase them all
     (only the last one's result is used outside them)."""
     sink = members[-1]
@@ -155,6 +160,7 @@ def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Val
         shapes=shapes,
         elements=elements,
         loc=sink.location,
+        host_level=level,
     )
     try:
         kernel.emit(builder)

@@ -37,8 +37,10 @@ class KernelBuilder:
         shapes: Sequence[Sequence[int]],
         elements: Sequence[ir.Type],
         loc: ir.Location,
+        host_level: int = 2,
     ) -> None:
         self.device = device
+        self.host_level = host_level  # the x86-64 level cpu code is for (hexir_format.CPU_LEVELS)
         self.element = elements[-1]  # the destination's: what most kernels compute in
         self.loc = loc
         self._constants: dict[tuple[str, str, float], ir.Value] = {}

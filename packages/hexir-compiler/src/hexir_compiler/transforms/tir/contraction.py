@@ -4,8 +4,9 @@ np.matmul semantics: a [..., M, K] @ b [..., K, N] -> [..., M, N] with the batch
 broadcast. `linear` is input [..., K] @ weight [K, N]: its leading input dimensions are the
 batch and rows, and a vector input [K] has no row axis in the result.
 
-On the cpu the schedule calls the runtime's matmul routine (`schedule.uses_library`; as loops,
-`schedule.matrix`, one output element per iteration, when that is forced). On cuda the kernel
+On the cpu a small matmul is loops (`schedule.matrix_rows`: a block of rows summed in
+registers, a column tile at a time) and a big one calls the runtime's matmul routine
+(`schedule.uses_library` decides). On cuda the kernel
 is a tiled GEMM (`schedule.gemm_tiles`): each block stages k-slices of both operands in
 shared memory and each thread accumulates its tm x tn outputs in registers with fused
 multiply-adds (`math.fma`: one rounding per step, in k order, as the serial sum is). When
@@ -24,10 +25,12 @@ from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
+    ROW_BLOCK,
+    ROW_BLOCK_BYTES,
     gemm_blocks,
     gemm_tiles,
-    matrix,
-    parallel,
+    matrix_rows,
+    lanes,
     uses_library,
     vector_lanes,
 )
@@ -48,31 +51,73 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
 
     def emit(b: KernelBuilder) -> None:
         lhs, rhs, *_, out = b.args
-        if uses_library(b):
-            with b.building():
-                b.library_call("matmul", [lhs, rhs, out])
-                if epilogue is not None:  # then over the product, in place
-                    with parallel(b, op.output) as coords:
-                        b.store(epilogue(b, b.load(out, coords), coords), out, coords)
-            return
-        if b.device == "cuda":
-            with b.building():
+        with b.building():
+            if b.device == "cuda":
                 _tiled(b, op, epilogue)
-            return
-        with b.building(), matrix(b, batch, rows, cols) as (coords, i, j):
-            row = [i] if has_rows else []
-            lhs_at = [*broadcast_indices(b, coords, a_batch, batch), *row]
-            rhs_at = broadcast_indices(b, coords, w_batch, batch)
-
-            def step(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-                term = arith.mulf(b.load(lhs, [*lhs_at, *k]), b.load(rhs, [*rhs_at, *k, j]))
-                return [arith.addf(acc[0], term)]
-
-            (total,) = b.fold([depth], [b.float(0.0)], step)
-            at = [*coords, *row, j]
-            b.store(total if epilogue is None else epilogue(b, total, at), out, at)
+                return
+            if uses_library(b, pymath.prod(batch) * rows * cols * depth):
+                b.library_call("matmul", [lhs, rhs, out])
+            else:
+                _rows(b, op)
+            if epilogue is not None:  # then over the product, in place, a vector at a time
+                with lanes(b, op.output) as owned:
+                    values = [epilogue(b, b.load(out, at), at) for at in owned]
+                    for value, at in zip(values, owned, strict=True):
+                        b.store(value, out, at)
 
     return Kernel("matmul" if epilogue is None else "generic", emit)
+
+
+def _rows(b: KernelBuilder, op: GraphOp) -> None:
+    """The cpu loops of `op` (see the module docstring), inside `b.building()`."""
+    a, w = op.inputs[:2]
+    lhs, rhs, *_, out = b.args
+    has_rows = len(a) >= 2
+    a_batch, w_batch = a[:-2], w[:-2]
+    batch = signatures.broadcast(a_batch, w_batch)
+    cols, depth = w[-1], a[-1]
+    tall = not w_batch  # one matrix of every lhs row, as on cuda
+    rows = pymath.prod(a[:-1]) if tall else (a[-2] if has_rows else 1)
+    height = min(ROW_BLOCK, rows)
+    width = max(1, ROW_BLOCK_BYTES // (ir.FloatType(b.element).width // 8))
+    contract = ir.Attribute.parse("#arith.fastmath<contract>")  # an FMA where the CPU has one
+    with matrix_rows(b, [] if tall else batch, -(-rows // height)) as (coords, block_row):
+        first = b.mul(block_row, height)
+        # a block that overhangs the matrix computes (and stores) its last row again
+        mine = [first, *(arith.minui(arith.addi(first, b.index(r)), b.index(rows - 1))
+                         for r in range(1, height))]
+
+        if tall:
+            lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
+            out_at = [b.delinearize(r, op.output[:-1]) if a[:-1] else [] for r in mine]
+            rhs_at = []
+        else:
+            lhs_batch = broadcast_indices(b, coords, a_batch, batch)
+            lhs_at = [[*lhs_batch, *([r] * has_rows)] for r in mine]
+            out_at = [[*coords, *([r] * has_rows)] for r in mine]
+            rhs_at = broadcast_indices(b, coords, w_batch, batch)
+
+        def block(j0: ir.Value, n: int) -> None:
+            """Columns [j0, j0 + n) of the block's rows, summed in registers over k."""
+            js = [j0, *(arith.addi(j0, b.index(t)) for t in range(1, n))]
+
+            def step(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                ys = [b.load(rhs, [*rhs_at, *k, j]) for j in js]
+                xs = [b.load(lhs, [*row, *k]) for row in lhs_at]
+                return [arith.addf(acc[r * n + t], arith.mulf(x, y, fastmath=contract),
+                                   fastmath=contract)
+                        for r, x in enumerate(xs) for t, y in enumerate(ys)]
+
+            sums = b.fold([depth], [b.float(0.0)] * (n * height), step)
+            for r, row in enumerate(out_at):
+                for t, j in enumerate(js):
+                    b.store(sums[r * n + t], out, [*row, j])
+
+        if cols // width:
+            with b.loop(cols // width, "serial") as jb:
+                block(b.mul(jb, width), width)
+        if cols % width:
+            block(b.index(cols - cols % width), cols % width)
 
 
 def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:

@@ -56,13 +56,18 @@ def plan_softmax(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
                 [b.float(NEG_INF)],
                 lambda k, c: [arith.maximumf(c[0], x(at(k[0])))],
             )
+            # exp(x - max) stored first, summed from there, then scaled in place: the sum is
+            # in k order as one fold would make it, and the exps, out of its carried chain,
+            # are a loop LLVM vectorizes
+            with b.loop(shape[axis], "serial") as k:
+                b.store(shifted_exp(k, peak), out, at(k))
             (total,) = b.fold(
                 [shape[axis]],
                 [b.float(0.0)],
-                lambda k, c: [arith.addf(c[0], shifted_exp(k[0], peak))],
+                lambda k, c: [arith.addf(c[0], b.load(out, at(k[0])))],
             )
             with b.loop(shape[axis], "serial") as k:
-                b.store(arith.divf(shifted_exp(k, peak), total), out, at(k))
+                b.store(arith.divf(b.load(out, at(k)), total), out, at(k))
 
     return _kernel("softmax", emit, (axis,), prologue)
 

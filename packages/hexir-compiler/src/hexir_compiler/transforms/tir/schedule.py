@@ -16,8 +16,12 @@ of inferring it:
   which would keep LLVM from merging them), and LLVM, seeing adjacent accesses to buffers
   aligned to 16 bytes (the runtime's promise, hexir-kernels-to-gpu's `llvm.align`), makes
   them one 128-bit load or store.
-- cpu, matrix (a contraction compiled as loops rather than the library call): one parallel
-  loop per output axis.
+- cpu, matrix rows (a contraction compiled as loops rather than the library call): one
+  parallel loop over blocks of ROW_BLOCK output rows (the batch axes outside it; when the rhs
+  has none, every lhs row is one tall matrix); each block walks its columns ROW_BLOCK_BYTES
+  at a time, and sums that ROW_BLOCK x width tile over k in registers (carried values of one
+  serial k loop: LLVM's SLP vectorizer makes them vector registers, each rhs load serving
+  every row), each step a multiply-add it may fuse (`contract`), in k order.
 - cuda, GEMM tiles (`gemm_tiles`): a block of `ty` x `tx` = 256 threads computes a `bm` x `bn`
   tile of the output, each thread `tm` x `tn` of its elements (rows ty apart, columns tx
   apart, so a warp's stores are coalesced) in registers; the k axis is walked in steps of
@@ -45,11 +49,14 @@ one iteration. A long reduction on cuda is a row instead (`rows`):
   each barrier. A row shorter than ROW_MIN stays one thread's serial loop (`parallel`):
   a block would leave most of its threads idle.
 
-- cpu, contraction: a call of the runtime's routine (`hextir.library_call`, the host BLAS)
-  instead of loops. Measured on the example networks' matmul shapes (`bench/cpu.py`), the
-  compiled loops (one output element per iteration, a serial k loop that may not be
-  reassociated) run 1.3-29x slower than numpy's BLAS, more as the matrices grow, so every
-  cpu matmul takes the call; cuda matmuls stay loops.
+- cpu, contraction: compiled loops (matrix rows) on a CPU level with FMA and 256-bit
+  registers (x86-64-v3 and up) for at most LOOPS_MAX_MACS multiply-adds; otherwise a call of
+  the runtime's routine (`hextir.library_call`, the host BLAS). Measured on x86-64-v4
+  (`bench/cpu.py`, one-op modules, the call included): the loops win from 2 x 2 x 2 up to
+  8 x 784 x 256 (1.6 M multiply-adds: 101 against 175 us), and lose from 512 x 128 x 128
+  (8.4 M: 165 against 146 us) on, as the rhs streams through the cache once per row
+  block; on x86-64-v2 (16 SSE registers, no FMA) they lose from 32 x 64 x 64 on, so there
+  every cpu matmul is the call.
 """
 
 from __future__ import annotations
@@ -72,17 +79,29 @@ ROW_MIN = 64
 #: The most blocks a flat kernel launches: beyond 4096 x 256 threads (the space of 16 M f32
 #: at 4 lanes a thread), each thread strides over the space instead of the grid growing.
 GRID_STRIDE_BLOCKS = 4096
+#: A cpu matmul sums ROW_BLOCK rows x ROW_BLOCK_BYTES of columns (4 x 64 f32) at a time, in
+#: registers: 16 AVX-512 accumulators, each rhs load used by 4 rows.
+ROW_BLOCK = 4
+ROW_BLOCK_BYTES = 256
 
 #: Combines two partial results (each a list of values) into one.
 Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 
 
-def uses_library(b: KernelBuilder) -> bool:
-    """Whether a contraction on `b`'s device is a library call rather than loops."""
-    return b.device == "cpu"
+#: The most multiply-adds a cpu matmul compiled as loops does (see the module docstring).
+LOOPS_MAX_MACS = 1 << 22
+#: The first x86-64 level with FMA and 256-bit registers (AVX2), which the loops need.
+LOOPS_MIN_LEVEL = 3
+
+
+def uses_library(b: KernelBuilder, macs: int) -> bool:
+    """Whether a contraction of `macs` multiply-adds on `b`'s device is a library call
+    rather than loops."""
+    return b.device == "cpu" and (b.host_level < LOOPS_MIN_LEVEL or macs > LOOPS_MAX_MACS)
 
 
 VECTOR_BYTES = 16
+HOST_VECTOR_BYTES = 64
 
 
 @contextmanager
@@ -127,12 +146,13 @@ def gemm_tiles(rows: int, cols: int) -> Tiles:
 
 
 @contextmanager
-def matrix(
-    b: KernelBuilder, batch: Sequence[int], rows: int, cols: int
-) -> Iterator[tuple[list[ir.Value], ir.Value, ir.Value]]:
-    """cpu: iterate batch x rows x cols; yields (batch coordinates, row, column)."""
-    with _parallel_nest(b, [*batch, rows, cols]) as coords:
-        yield coords[:-2], coords[-2], coords[-1]
+def matrix_rows(
+    b: KernelBuilder, batch: Sequence[int], rows: int
+) -> Iterator[tuple[list[ir.Value], ir.Value]]:
+    """cpu: iterate batch x rows (each iteration a whole output row); yields (batch
+    coordinates, row)."""
+    with _parallel_nest(b, [*batch, rows]) as coords:
+        yield coords[:-1], coords[-1]
 
 
 @dataclass
@@ -301,22 +321,37 @@ def _parallel_nest(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir
 @contextmanager
 def lanes(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[list[ir.Value]]]:
     """Like `parallel`, for a body that reads and writes only at its coordinates (or
-    broadcasts of them): yields the coordinates of each lane an iteration owns (one on the
-    cpu), for the body to load every lane before it stores any."""
+    broadcasts of them): yields the coordinates of each lane an iteration owns
+    (`vector_lanes`), for the body to load every lane before it stores any. On the cpu that
+    order is what lets LLVM's SLP vectorizer make the lanes one vector without asking
+    whether the destination overlaps an input: it may, exactly, when the kernel runs in
+    place (a loop vectorizer's overlap check would send that case to scalar code)."""
     if b.device == "cuda":
         with _flat_threads(b, extents, vector_lanes(b, extents)) as owned:
             yield owned
         return
-    with _parallel_nest(b, extents) as coords:
-        yield [coords]
+    n = vector_lanes(b, extents)
+    with _parallel_nest(b, [*extents[:-1], extents[-1] // n] if n > 1 else extents) as coords:
+        yield _lanes_from(b, coords if n == 1 else [*coords[:-1], b.mul(coords[-1], n)], n)
+
+
+def _lanes_from(b: KernelBuilder, coords: list[ir.Value], lanes: int) -> list[list[ir.Value]]:
+    """The coordinates of `lanes` neighbours along the innermost axis, from `coords`."""
+    # nuw: the lane stays in the row (the innermost extent divides by lanes), and saying so
+    # lets LLVM see the lanes' addresses as consecutive.
+    no_wrap = ir.Attribute.parse("#arith.overflow<nsw, nuw>")
+    return [coords, *([*coords[:-1], arith.addi(coords[-1], b.index(lane),
+                                                overflow_flags=no_wrap)]
+                      for lane in range(1, lanes))]
 
 
 def vector_lanes(b: KernelBuilder, extents: Sequence[int]) -> int:
-    """Elements per cuda thread for a vectorizable space: 16 bytes of the destination's
-    element when the innermost extent divides by that many, else 1."""
+    """Elements per iteration (a cuda thread, a cpu loop step) for a vectorizable space:
+    16 bytes (cuda: one 128-bit access) or 64 bytes (cpu: an AVX-512 register, two AVX or four SSE ones) of the
+    destination's element when the innermost extent divides by that many, else 1."""
     width = ir.FloatType(b.element).width if isinstance(b.element, ir.FloatType) else (
         ir.IntegerType(b.element).width if isinstance(b.element, ir.IntegerType) else 8)
-    lanes = VECTOR_BYTES * 8 // max(width, 8)
+    lanes = (VECTOR_BYTES if b.device == "cuda" else HOST_VECTOR_BYTES) * 8 // max(width, 8)
     if width < 32 or not extents or extents[-1] % lanes:
         return 1
     return lanes
@@ -336,13 +371,7 @@ def _flat_threads(b: KernelBuilder, extents: Sequence[int],
             flat = stack.enter_context(b.stride(flat, size, blocks * threads))
         condition = None if blocks * threads <= size else b.less_than(flat, size)
         with b.guard(condition):
-            coords = b.delinearize(b.mul(flat, lanes), extents)
-            # nuw: the lane stays in the row (the innermost extent divides by lanes), and
-            # saying so lets LLVM see the lanes' addresses as consecutive.
-            no_wrap = ir.Attribute.parse("#arith.overflow<nsw, nuw>")
-            yield [coords, *([*coords[:-1], arith.addi(coords[-1], b.index(lane),
-                                                       overflow_flags=no_wrap)]
-                             for lane in range(1, lanes))]
+            yield _lanes_from(b, b.delinearize(b.mul(flat, lanes), extents), lanes)
 
 
 def _check_grid(axis: str, extent: int, limit: int) -> None:

@@ -1,0 +1,122 @@
+"""f32 exp, erf and tanh in cpu kernels as arithmetic, so that LLVM can vectorize their loops.
+
+libm's `expf`, `erff` and `tanhf` are calls: a loop that makes one per element stays scalar,
+and a softmax or a GELU spends most of its time in them (the example transformer block's GELU
+kernel was 76 of its 155 us). hexir-kernels-to-llvm therefore rewrites each f32 `math.exp`,
+`math.erf` and `math.tanh` of a cpu kernel into the formulas below before the math dialect
+meets LLVM; f64 keeps libm (its results must match numpy's to 1e-12), and cuda keeps
+libdevice, whose functions are inlined code already.
+
+- exp: x clamped to [-104, 89] (beyond, f32's exp is 0 or inf, and the clamped value gives
+  it); n = x log2(e) rounded to even, r = x - n ln2 in two parts (Cody and Waite: n ln2_hi is
+  exact), e^r by its Taylor polynomial of degree 7 (|r| <= ln2 / 2: truncation 6e-9), scaled
+  by 2^n as two powers of two built from their exponent bits (2^n alone can leave the normal
+  range where the result does not, as for subnormal results).
+- erf: |x| < 1: x P(x^2); else 1 - exp(-x^2) R(1 / |x|) with |x| clamped to 4 (erfc(4) is
+  below half an ulp of 1), the sign copied from x.
+- tanh: |x| < 0.55: x + x^3 T(x^2); else 1 - 2 / (exp(2 |x|) + 1) with |x| clamped to 9,
+  the sign copied from x.
+
+Each polynomial step is a multiply and an add marked `contract`: one FMA on a CPU level that
+has it (x86-64-v3 and up), so an image's last bits depend on the level it was compiled for.
+NaN propagates through each (an exp of NaN is selected back to it). P, R and T are least-squares
+fits on Chebyshev nodes against mpmath, rounded to f32; evaluated in f32 their largest errors
+over their ranges are 1.8e-7 relative (P), 5.9e-8 absolute (R) and 6.2e-8 relative (T),
+and `tests/test_host_math.py` measures the rewritten kernels against numpy in f64.
+"""
+
+from __future__ import annotations
+
+import math as pymath
+from collections.abc import Callable, Iterator, Sequence
+
+from hexir_compiler.mlir import arith, ir, math
+
+_TAYLOR = tuple(1 / pymath.factorial(k) for k in range(8))
+_LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln2_hi has 9 bits: n * ln2_hi is exact
+_ERF_SMALL = (1.128379225730896, -0.37612637877464294, 0.11283782869577408,
+              -0.026865437626838684, 0.005221053492277861, -0.0008484396385028958,
+              0.00011268253729213029, -9.673591193859465e-06)
+_ERFC_LARGE = (4.013130092062056e-05, 0.5634333491325378, 0.0055396403186023235,
+               -0.2980309724807739, -0.027526872232556343, 0.8088958859443665,
+               -1.3909518718719482, 1.2931220531463623, -0.7280707359313965,
+               0.23448678851127625, -0.03335385024547577)
+_TANH_SMALL = (-0.3333333432674408, 0.1333332508802414, -0.053964752703905106,
+               0.02181890793144703, -0.008528041653335094, 0.0025286313612014055)
+
+
+def _c(value: float) -> ir.Value:
+    return arith.constant(ir.F32Type.get(), value)
+
+
+def _horner(coefficients: Sequence[float], x: ir.Value) -> ir.Value:
+    """The polynomial at x, each step a multiply-add LLVM may fuse (`contract`)."""
+    contract = ir.Attribute.parse("#arith.fastmath<contract>")
+    total = _c(coefficients[-1])
+    for c in reversed(coefficients[:-1]):
+        total = arith.addf(arith.mulf(total, x, fastmath=contract), _c(c), fastmath=contract)
+    return total
+
+
+def _less(x: ir.Value, bound: float) -> ir.Value:
+    return arith.cmpf(arith.CmpFPredicate.OLT, x, _c(bound))
+
+
+def exp(x: ir.Value) -> ir.Value:
+    clamped = arith.minimumf(arith.maximumf(x, _c(-104.0)), _c(89.0))
+    n = math.roundeven(arith.mulf(clamped, _c(1 / pymath.log(2))))
+    r = arith.subf(arith.subf(clamped, arith.mulf(n, _c(_LN2_HI))), arith.mulf(n, _c(_LN2_LO)))
+    i32 = ir.IntegerType.get_signless(32)
+    whole = arith.fptosi(i32, n)
+    half = arith.shrsi(whole, arith.constant(i32, 1))
+
+    def power_of_two(k: ir.Value) -> ir.Value:  # 2^k for k in [-126, 127]
+        bits = arith.shli(arith.addi(k, arith.constant(i32, 127)), arith.constant(i32, 23))
+        return arith.bitcast(ir.F32Type.get(), bits)
+
+    scaled = arith.mulf(arith.mulf(_horner(_TAYLOR, r), power_of_two(half)),
+                        power_of_two(arith.subi(whole, half)))
+    is_nan = arith.cmpf(arith.CmpFPredicate.UNO, x, x)
+    return arith.select(is_nan, x, scaled)
+
+
+def erf(x: ir.Value) -> ir.Value:
+    size = math.absf(x)
+    small = arith.mulf(size, _horner(_ERF_SMALL, arith.mulf(x, x)))
+    clamped = arith.minimumf(size, _c(4.0))
+    tail = arith.mulf(exp(arith.negf(arith.mulf(clamped, clamped))),
+                      _horner(_ERFC_LARGE, arith.divf(_c(1.0), clamped)))
+    large = arith.subf(_c(1.0), tail)
+    return math.copysign(arith.select(_less(size, 1.0), small, large), x)
+
+
+def tanh(x: ir.Value) -> ir.Value:
+    size = math.absf(x)
+    square = arith.mulf(x, x)
+    small = arith.addf(x, arith.mulf(arith.mulf(x, square), _horner(_TANH_SMALL, square)))
+    grown = exp(arith.mulf(_c(2.0), arith.minimumf(size, _c(9.0))))
+    large = arith.subf(_c(1.0), arith.divf(_c(2.0), arith.addf(grown, _c(1.0))))
+    return arith.select(_less(size, 0.55), small, math.copysign(large, x))
+
+
+FORMULAS: dict[str, Callable[[ir.Value], ir.Value]] = {
+    "math.exp": exp, "math.erf": erf, "math.tanh": tanh}
+
+
+def _ops(op: ir.Operation) -> Iterator[ir.Operation]:
+    for region in op.regions:
+        for block in region.blocks:
+            for child in block.operations:
+                yield child.operation
+                yield from _ops(child.operation)
+
+
+def rewrite(kernel: ir.Operation) -> None:
+    """Replace every f32 exp, erf and tanh in `kernel` (a cpu kernel's func) by its formula."""
+    found = [op for op in _ops(kernel) if op.name in FORMULAS
+             and isinstance(op.results[0].type, ir.F32Type)]
+    for op in found:
+        with ir.InsertionPoint(op), op.location:
+            value = FORMULAS[op.name](op.operands[0])
+        op.results[0].replace_all_uses_with(value)
+        op.erase()
