@@ -1,6 +1,6 @@
 """The compiled cpu path against the previous numpy path and plain numpy, in one run.
 
-    python bench/cpu.py [--calls=200] [--threads=N]
+    python bench/cpu.py [--calls=200] [--threads=N] [--cpu=x86-64-v4]
 
 Needs the `full` environment (it compiles the examples). For each example network
 (`examples/*.mlir`, f32 and f64) it times one call of `main`, median of `--calls` after a
@@ -14,10 +14,12 @@ warm-up, three ways, on the same module and the same input:
 | plain numpy | the network written directly in numpy in the program's element type (no interpreter, no buffers) |
 
 Then the choice a contraction faces (`schedule.uses_library`): each matmul shape of the
-networks as a one-op module, compiled as loops (the schedule forced to loops for this
-measurement) and as the library call the compiler emits (the runtime's `hexir_rt_matmul`,
-numpy's BLAS), against `np.matmul` called directly on the same operands. Ratios are from this
-run on this machine; absolute times are printed for context only.
+networks, and a few larger ones, as a one-op module compiled both ways (the schedule forced
+each way for this measurement): as loops (register tiles of 4 rows x 64 columns) and as the
+library call (the runtime's `hexir_rt_matmul`, numpy's BLAS), against `np.matmul` called
+directly on the same operands; the last column is what the schedule picks. Modules are
+compiled for `--cpu` (default: this machine's x86-64 level, as a deployment would be).
+Ratios are from this run on this machine; absolute times are printed for context only.
 """
 
 from __future__ import annotations
@@ -50,15 +52,19 @@ def median_seconds(fn, calls: int) -> float:
     return statistics.median(times)
 
 
+CPU: list[str] = []  # the level modules are compiled for (main sets it)
+
+
 def compile_program(text_or_path, element_path: bool = True, fuse: bool = True) -> bytes:
     from hexir_compiler.dialects import context
     from hexir_compiler.mlir import ir
     from hexir_compiler.pipeline import Options, compile_file, run
 
+    options = Options("hxb", fuse=fuse, cpu=CPU[0])
     if element_path:
-        return compile_file(text_or_path, Options("hxb", fuse=fuse))
+        return compile_file(text_or_path, options)
     with context():
-        return run(ir.Module.parse(text_or_path), Options("hxb", fuse=fuse))
+        return run(ir.Module.parse(text_or_path), options)
 
 
 def numpy_path(module):
@@ -112,18 +118,21 @@ def networks(calls: int) -> list[str]:
     return rows
 
 
-MATMULS = ((8, 784, 256), (8, 256, 128), (8, 128, 10), (32, 64, 64), (32, 64, 256),
-           (32, 256, 64), (256, 256, 256))
+MATMULS = ((2, 2, 2), (8, 784, 256), (8, 256, 128), (8, 128, 10), (32, 64, 64),
+           (32, 64, 256), (32, 256, 64), (256, 256, 256), (512, 128, 128), (64, 512, 2048))
 
 
 def matmuls(calls: int) -> list[str]:
     import hexir_runtime as hr
-    from hexir_compiler.transforms.tir import contraction
+    from hexir_compiler.target import host
+    from hexir_compiler.transforms.tir import contraction, schedule
 
-    rows = ["| m x k x n (f32) | compiled loops | library call | np.matmul | loops / library |",
-            "| --- | ---: | ---: | ---: | ---: |"]
+    rows = ["| m x k x n (f32) | compiled loops | library call | np.matmul | loops / library "
+            "| the schedule's choice |",
+            "| --- | ---: | ---: | ---: | ---: | --- |"]
     rng = np.random.default_rng(1)
-    library = contraction.uses_library
+    chosen = contraction.uses_library
+    level = host.level(CPU[0])
     for m, k, n in MATMULS:
         text = (f"func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> "
                 f"tensor<{m}x{n}xf32> {{\n  %c = \"hexir.linear\"(%a, %b) : "
@@ -132,18 +141,20 @@ def matmuls(calls: int) -> list[str]:
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
         timed = []
-        for schedule in (lambda builder: False, library):
-            contraction.uses_library = schedule
+        for library in (False, True):
+            contraction.uses_library = lambda builder, macs, library=library: library
             try:
                 module = hr.load(compile_program(text, element_path=False))
             finally:
-                contraction.uses_library = library
+                contraction.uses_library = chosen
             assert reference.relative_error(module.main(a, b), a.astype(np.float64) @ b) < 1e-5
             timed.append(median_seconds(lambda: module.main(a, b), calls))
         blas = median_seconds(lambda: np.matmul(a, b), calls)
         loops, call = timed
+        pick = "library" if (level < schedule.LOOPS_MIN_LEVEL
+                             or m * k * n > schedule.LOOPS_MAX_MACS) else "loops"
         rows.append(f"| {m} x {k} x {n} | {loops * 1e6:.1f} us | {call * 1e6:.1f} us | "
-                    f"{blas * 1e6:.1f} us | {loops / call:.1f} |")
+                    f"{blas * 1e6:.1f} us | {loops / call:.2f} | {pick} |")
     return rows
 
 
@@ -152,13 +163,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=200)
     parser.add_argument("--threads", type=int, default=None,
                         help="cpu threads for compiled kernels (HEXIR_CPU_THREADS)")
+    parser.add_argument("--cpu", default=None,
+                        help="the x86-64 level to compile for (default: this machine's)")
     args = parser.parse_args(argv)
     if args.threads is not None:
         os.environ["HEXIR_CPU_THREADS"] = str(args.threads)
+    from hexir_format import CPU_LEVELS
     from hexir_runtime.hal import hostcode
 
-    print(f"cpu threads: {hostcode.cpu_threads()} of {os.cpu_count()} cores; "
-          f"numpy {np.__version__}; median of {args.calls} calls\n")
+    CPU.append(args.cpu or CPU_LEVELS[max(2, hostcode.host_level())])
+    print(f"compiled for {CPU[0]}; cpu threads: {hostcode.cpu_threads()} of {os.cpu_count()} "
+          f"cores; numpy {np.__version__}; median of {args.calls} calls\n")
     print("\n".join(networks(args.calls)))
     print()
     print("\n".join(matmuls(max(1, args.calls // 4))))

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES
 from hexir_format import Command, Device, Executable, Function, KernelKind, Slot
+from hexir_runtime import api
 from hexir_runtime.cli import main as hexir_run
 from hexir_runtime.hal import cpu
 
@@ -35,6 +36,23 @@ def test_a_steady_call_allocates_nothing(monkeypatch):
         for _ in range(5):
             np.testing.assert_array_equal(m.main(x), first)
     assert made > 0 and len(allocations) == made  # the arena, made by the first call only
+
+
+def test_the_common_call_skips_the_general_checks_with_the_same_answers(monkeypatch):
+    """Exact numpy inputs go straight to the steps (`EntryPoint._plain`); anything else, here
+    a Fortran-ordered copy, still takes the general path, and both agree bit for bit."""
+    checked = []
+    original = api.check_inputs
+    monkeypatch.setattr(api, "check_inputs", lambda *a: checked.append(a) or original(*a))
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+        plain = m.main(x)
+        assert not checked
+        fortran = np.asfortranarray(x)
+        assert not fortran.flags.c_contiguous
+        np.testing.assert_array_equal(m.main(fortran), plain)
+        assert len(checked) == 1
+        np.testing.assert_array_equal(m.execute("main", [x]).outputs[0], plain)
 
 
 def test_eight_threads_give_the_answers_of_single_calls():

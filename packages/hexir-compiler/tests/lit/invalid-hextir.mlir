@@ -177,3 +177,18 @@ func.func @main(%a: tensor<2x2xf64>) {
 ^bb0(%x: memref<4xf32>):
   "hextir.return"() : () -> ()
 }) {sym_name = "k"} : () -> ()
+
+// -----
+
+"hextir.prim_func"() ({
+^bb0(%x: memref<4xf32>):
+  %c0 = arith.constant 0 : index
+  %c4 = arith.constant 4 : index
+  %c1 = arith.constant 1 : index
+  // CHECK: :189:3: error: 'hextir.for' op 'lanes' is an integer >= 2 on a parallel loop; found 4 : i64 on a serial loop
+  "hextir.for"(%c0, %c4, %c1) ({
+  ^bb0(%i: index):
+    "hextir.yield"() : () -> ()
+  }) {kind = "serial", lanes = 4 : i64} : (index, index, index) -> ()
+  "hextir.return"() : () -> ()
+}) {sym_name = "k", function_type = (memref<4xf32>) -> ()} : () -> ()

@@ -357,15 +357,22 @@ class Program:
         arena = self._take()
         arena.call = Call(inputs, None)
         try:
-            for step in arena.steps:
-                try:
-                    step.run()
-                except DeviceError as e:
-                    raise self._failed(step.label, e) from None
+            self._steps(arena)
             return tuple(view.copy() for view in arena.result_views)
         finally:
             arena.call = None
             self._give(arena)
+
+    def _steps(self, arena: Arena) -> None:
+        """Run the arena's steps for its call, noting the devices each leaves work on."""
+        pending = arena.call.pending
+        for step in arena.steps:
+            try:
+                step.run()
+            except DeviceError as e:
+                raise self._failed(step.label, e) from None
+            if step.device is not None:
+                pending.add(step.device)
 
     def _run(self, inputs: Sequence[Any], on_print: Printer | None,
              out: Sequence[Any] | None, on_device: bool) -> Execution:
@@ -373,13 +380,7 @@ class Program:
         call = arena.call = Call(inputs, on_print,
                                  kept_on_device=self.transfers.kept_on_device(out, on_device))
         try:
-            for step in arena.steps:
-                try:
-                    step.run()
-                except DeviceError as e:
-                    raise self._failed(step.label, e) from None
-                if step.device is not None:
-                    call.pending.add(step.device)
+            self._steps(arena)
             try:
                 outputs = self.transfers.results(arena, out, on_device)
             except DeviceError as e:

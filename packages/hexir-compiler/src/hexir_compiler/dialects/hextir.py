@@ -118,7 +118,9 @@ class ForOp(HextirOp, name="for"):
 
     The body's block arguments are (%iv: index, %carried...), and its hextir.yield gives the
     next carried values. IRDL binds a variadic operand's constraint once, so all carried
-    values share one type (one accumulator, or several of one element type).
+    values share one type (one accumulator, or several of one element type). A parallel loop
+    may say `lanes = N`: each iteration owns N neighbouring elements (`schedule.lanes`), to
+    be one vector within the iteration, never a vector across iterations.
     """
 
     lower_bound: ext.Operand[Any]
@@ -151,6 +153,10 @@ class ForOp(HextirOp, name="for"):
                 raise Invalid(f"bind '{axis}' is not a GPU axis; expected one of {', '.join(AXES)}")
         elif "bind" in attrs:
             raise Invalid(f"only a thread_binding loop takes 'bind'; this one is {kind}")
+        if "lanes" in attrs and (kind != "parallel" or not isinstance(attrs["lanes"], ir.IntegerAttr)
+                                 or ir.IntegerAttr(attrs["lanes"]).value < 2):
+            raise Invalid(f"'lanes' is an integer >= 2 on a parallel loop; found "
+                          f"{attrs['lanes']} on a {kind} loop")
         carried = _types(self.init_args)
         if _types(self.results) != carried:
             raise Invalid(

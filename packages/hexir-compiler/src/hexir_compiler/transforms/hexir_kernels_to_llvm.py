@@ -25,6 +25,7 @@ from hexir_compiler.target import host_math
 from hexir_compiler.transforms.hextir_to_loops import (
     GRID,
     KERNEL_ATTRIBUTES,
+    LOOP_ANNOTATION,
     is_kernel,
     is_routine,
 )
@@ -66,6 +67,7 @@ def run(module: ir.Module | ir.Operation, chips: tuple[int, ...] = (BASE_ARCH,))
         host_math.rewrite(kernel)
     if host:
         _convert(module, host, HOST)
+        module.walk(_loop_annotations)
     if device:
         target = _nvvm_targets(chips)
         for op in device:
@@ -111,6 +113,15 @@ def _convert(module: ir.Operation, kernels: list[ir.Operation], passes: tuple[st
         taken.add(name)
         body.append(op)
     _restore_order(body, order)
+
+
+def _loop_annotations(op: ir.Operation) -> ir.WalkResult:
+    """A back edge's loop annotation (scf-to-cf leaves it a discardable attribute) as the
+    branch's own `loop_annotation`, which becomes `!llvm.loop` metadata."""
+    if op.name == "llvm.br" and LOOP_ANNOTATION in op.attributes:
+        op.attributes["loop_annotation"] = op.attributes[LOOP_ANNOTATION]
+        del op.attributes[LOOP_ANNOTATION]
+    return ir.WalkResult.ADVANCE
 
 
 def _gpu_func(container: ir.Operation) -> ir.Operation:

@@ -8,6 +8,8 @@ The kernel keeps its name (so `hexir.call_tir @name` now calls the function), it
 - a `thread_binding` loop (cuda) becomes a one-dimensional `scf.parallel` whose `mapping`
   names the GPU processor it is bound to (`#gpu.loop_dim_map<processor = block_x ...>`),
   the form `hexir-kernels-to-gpu` reads;
+- a loop with `lanes` (cpu) is marked so that LLVM's loop vectorizer leaves it alone (its
+  iterations are vectorized one at a time, by the SLP vectorizer);
 - `parallel` loops (cpu) become `scf.for` marked `hexir.loop = "parallel"`, and the kernel's
   outermost one is its *cpu grid*: a cpu kernel takes two more arguments, `%lo` and `%hi`
   (index), and runs only iterations [lo, hi) of that loop, so the runtime can hand disjoint
@@ -34,6 +36,9 @@ PASS_NAME = "hextir-to-loops"
 GRID = "hexir.grid"
 ROUTINE = "hexir.routine"
 LOOP = "hexir.loop"
+#: What scf-to-cf carries from a loop to its back edge (hexir-kernels-to-llvm makes it the
+#: branch's `loop_annotation`, LLVM's `!llvm.loop` metadata).
+LOOP_ANNOTATION = "llvm.loop_annotation"
 #: The attributes a kernel keeps at every level below mlir-tir.
 KERNEL_ATTRIBUTES = ("device", "hexir.kernel", "hexir.params")
 PROCESSORS = {
@@ -161,6 +166,9 @@ def _lower_for(op: ir.Operation) -> None:
             block = loop.body
             if kind == "parallel":
                 loop.attributes[LOOP] = ir.StringAttr.get(kind)
+            if "lanes" in op.attributes:  # LLVM's loop vectorizer would gather across them
+                loop.attributes[LOOP_ANNOTATION] = ir.Attribute.parse(
+                    "#llvm.loop_annotation<vectorize = #llvm.loop_vectorize<disable = true>>")
     body = _take_body(op, block, list(block.arguments))
     end = _terminator(op)  # read after the move: its operands now name the new arguments
     with ir.InsertionPoint(block), end.location:

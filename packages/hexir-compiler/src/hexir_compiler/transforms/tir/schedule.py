@@ -332,6 +332,9 @@ def lanes(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[list[ir.Val
         return
     n = vector_lanes(b, extents)
     with _parallel_nest(b, [*extents[:-1], extents[-1] // n] if n > 1 else extents) as coords:
+        loops = [c.owner.owner for c in coords if isinstance(c, ir.BlockArgument)]
+        if n > 1 and loops:  # the innermost loop: vectors within its iterations only
+            loops[-1].attributes["lanes"] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), n)
         yield _lanes_from(b, coords if n == 1 else [*coords[:-1], b.mul(coords[-1], n)], n)
 
 
