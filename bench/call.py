@@ -2,8 +2,8 @@
 
     python bench/call.py [--calls=2000] [--lengths=1,8,32,128]
 
-For each length n, compiles (in the `full` environment) a chain of n element-wise kernels on a
-one-element f32 tensor, `relu(relu(...(x)))`: kernels that do nothing measurable, so a call's
+For each length n, compiles (in the `full` environment, `-fusion=off`) a chain of n element-wise
+kernels on a one-element f32 tensor, `relu(relu(...(x)))`: kernels that do nothing measurable, so a call's
 time is the runtime's overhead. Reports the median per call (inputs bound, kernels run,
 result read back) and the slope between the shortest and the longest chain: the overhead of
 one DISPATCH. The baseline, measured in the same run, is one ctypes call of a C function that
@@ -68,7 +68,8 @@ def main(argv: list[str]) -> int:
         for n in lengths:
             source = Path(tmp) / f"chain{n}.mlir"
             source.write_text(chain(n))
-            with hr.load(compile_file(source, Options("hxb"))) as m:
+            # unfused: each relu its own DISPATCH (fused, the chain would be one kernel)
+            with hr.load(compile_file(source, Options("hxb", fuse=False))) as m:
                 per_call[n] = median_call(m, x, args.calls)
     ffi = foreign_call(args.calls * 10)
     print(f"{'kernels':>8} {'per call':>12} {'per kernel':>12}")

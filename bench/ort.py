@@ -222,8 +222,8 @@ def main(argv: list[str]) -> int:
                                        f"--calls={args.calls}"], capture_output=True, text=True,
                                       check=True)
                 seconds[program, engine].append(json.loads(done.stdout))
-    print(f"onnxruntime {onnxruntime.__version__}, numpy {np.__version__}; median of "
-          f"{args.rounds} fresh processes x {args.calls} calls\n")
+    print(f"onnxruntime {onnxruntime.__version__}, numpy {np.__version__}; hexir compiled for "
+          f"{CPU}; median of {args.rounds} fresh processes x {args.calls} calls\n")
     print("| program | hexir | ONNX Runtime | numpy | hexir / ORT | hexir / numpy | max rel. diff |")
     print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
     for program in PROGRAMS:
