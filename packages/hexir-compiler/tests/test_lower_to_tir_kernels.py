@@ -148,7 +148,7 @@ def test_kernel_matches_numpy(case: Case, device: str, element: str) -> None:
 
 
 # cpu matmuls compiled as loops (a level with FMA): rows and columns the 4 x 64 register
-# tiles do not divide, a batched and broadcast rhs, a tall lhs, a vector lhs, an empty depth.
+# tiles do not divide, a batched and broadcast rhs, a tall lhs, a vector lhs, no depth, no rows.
 CPU_MATMULS = [
     *(c for seed in SEEDS for c in _cases(seed) if c.op in ("matmul", "linear")),
     Case("matmul", [(70, 17), (17, 130)], (70, 130)),
@@ -156,6 +156,8 @@ CPU_MATMULS = [
     Case("linear", [(3, 30, 40), (40, 70)], (3, 30, 70)),
     Case("linear", [(5,), (5, 3)], (3,)),
     Case("linear", [(6, 0), (0, 3)], (6, 3)),
+    Case("linear", [(0, 5), (5, 3)], (0, 3)),
+    Case("matmul", [(2, 0, 5), (2, 5, 3)], (2, 0, 3)),
 ]
 
 

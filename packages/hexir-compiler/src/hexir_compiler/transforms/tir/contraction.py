@@ -29,8 +29,8 @@ from hexir_compiler.transforms.tir.schedule import (
     ROW_BLOCK_BYTES,
     gemm_blocks,
     gemm_tiles,
-    matrix_rows,
     lanes,
+    matrix_rows,
     uses_library,
     vector_lanes,
 )
@@ -78,7 +78,7 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
     cols, depth = w[-1], a[-1]
     tall = not w_batch  # one matrix of every lhs row, as on cuda
     rows = pymath.prod(a[:-1]) if tall else (a[-2] if has_rows else 1)
-    height = min(ROW_BLOCK, rows)
+    height = max(1, min(ROW_BLOCK, rows))  # no rows: no blocks
     width = max(1, ROW_BLOCK_BYTES // (ir.FloatType(b.element).width // 8))
     contract = ir.Attribute.parse("#arith.fastmath<contract>")  # an FMA where the CPU has one
     with matrix_rows(b, [] if tall else batch, -(-rows // height)) as (coords, block_row):
