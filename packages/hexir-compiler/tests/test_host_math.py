@@ -1,7 +1,8 @@
 """f32 exp, erf and tanh in cpu kernels (`target.host_math`) against numpy in f64.
 
-Each op is compiled for the baseline level and for the best level this machine runs (the
-polynomials' multiply-adds are FMAs there), run by the runtime on a dense sweep of [-12, 12],
+Each op is compiled for every level this machine runs, from plain x86-64 (SSE2: no rounding
+instruction, so nothing may become a libm call) to the best (the polynomials' multiply-adds
+are FMAs there), run by the runtime on a dense sweep of [-12, 12],
 the values where the formulas switch branches or saturate, and the specials (signed zeros,
 subnormals, the largest finite values, infinities, NaN), and compared element by element:
 within 4e-7 relative (about 3 ulp) plus one subnormal step. The LLVM IR must hold no call of
@@ -28,7 +29,7 @@ REFERENCE = {
     "tanh": np.tanh,
     "sigmoid": lambda x: 1 / (1 + np.exp(-x)),
 }
-LEVELS = ["x86-64-v2", *(["x86-64-v3"] if hostcode.host_level() >= 3 else []),
+LEVELS = ["x86-64", "x86-64-v2", *(["x86-64-v3"] if hostcode.host_level() >= 3 else []),
           *(["x86-64-v4"] if hostcode.host_level() >= 4 else [])]
 
 

@@ -8,7 +8,7 @@ meets LLVM; f64 keeps libm (its results must match numpy's to 1e-12), and cuda k
 libdevice, whose functions are inlined code already.
 
 - exp: x clamped to [-104, 89] (beyond, f32's exp is 0 or inf, and the clamped value gives
-  it); n = x log2(e) rounded to even, r = x - n ln2 in two parts (Cody and Waite: n ln2_hi is
+  it); n = x log2(e) rounded to even (by adding and subtracting 1.5 * 2^23), r = x - n ln2 in two parts (Cody and Waite: n ln2_hi is
   exact), e^r by its Taylor polynomial of degree 7 (|r| <= ln2 / 2: truncation 6e-9), scaled
   by 2^n as two powers of two built from their exponent bits (2^n alone can leave the normal
   range where the result does not, as for subnormal results).
@@ -64,7 +64,10 @@ def _less(x: ir.Value, bound: float) -> ir.Value:
 
 def exp(x: ir.Value) -> ir.Value:
     clamped = arith.minimumf(arith.maximumf(x, _c(-104.0)), _c(89.0))
-    n = math.roundeven(arith.mulf(clamped, _c(1 / pymath.log(2))))
+    # rounded to even by adding and taking away 1.5 * 2^23 (|x log2 e| < 2^22): plain
+    # arithmetic on every level, where roundeven is a libm call below x86-64-v2
+    shift = _c(1.5 * 2**23)
+    n = arith.subf(arith.addf(arith.mulf(clamped, _c(1 / pymath.log(2))), shift), shift)
     r = arith.subf(arith.subf(clamped, arith.mulf(n, _c(_LN2_HI))), arith.mulf(n, _c(_LN2_LO)))
     i32 = ir.IntegerType.get_signless(32)
     whole = arith.fptosi(i32, n)
