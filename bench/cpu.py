@@ -151,8 +151,7 @@ def matmuls(calls: int) -> list[str]:
             timed.append(median_seconds(lambda: module.main(a, b), calls))
         blas = median_seconds(lambda: np.matmul(a, b), calls)
         loops, call = timed
-        pick = "library" if (level < schedule.LOOPS_MIN_LEVEL
-                             or m * k * n > schedule.LOOPS_MAX_MACS) else "loops"
+        pick = "library" if m * k * n > schedule.LOOPS_MAX_MACS[level] else "loops"
         rows.append(f"| {m} x {k} x {n} | {loops * 1e6:.1f} us | {call * 1e6:.1f} us | "
                     f"{blas * 1e6:.1f} us | {loops / call:.2f} | {pick} |")
     return rows

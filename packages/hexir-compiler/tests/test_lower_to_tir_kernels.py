@@ -177,6 +177,7 @@ def test_cpu_matmul_as_loops_matches_numpy(case: Case, element: str) -> None:
 
 @pytest.mark.parametrize(("cpu", "shape", "library"), [
     ("x86-64-v2", (32, 64, 64), True),  # no FMA, 16 registers: the loops lose there
+    ("x86-64-v2", (16, 16, 16), False),  # ... but not to a call's fixed cost
     ("x86-64-v3", (32, 64, 64), False),
     ("x86-64-v4", (8, 784, 256), False),
     ("x86-64-v4", (512, 128, 128), True),  # more than LOOPS_MAX_MACS

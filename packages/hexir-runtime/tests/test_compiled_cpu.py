@@ -98,16 +98,20 @@ _POOL = _CountingPool()
 
 
 def test_the_matmul_routine_is_offered_to_matmul_kernels_only():
-    """A cpu matmul's image calls `hexir_rt_matmul`, which the runtime binds for that kernel
-    (np.matmul on its validated argument types); offered nothing, the same image is refused."""
-    module = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes())
-    (exe,) = module.executables
+    """A big cpu matmul's image (the MLP's first layer, fused with its bias and relu) calls
+    `hexir_rt_matmul`, which the runtime binds for that kernel (np.matmul on its validated
+    argument types); offered nothing, the same image is refused. A small one is loops and
+    needs nothing (the built-in program)."""
+    module = hf.parse((FIXTURES / "mlp-f32.hxb").read_bytes())
+    exe = module.executables[0]
     with pytest.raises(DeviceError, match="undefined symbol 'hexir_rt_matmul'"):
-        hostcode.load(exe.image, exe.name, len(exe.args), what="host image of 'linear_0'")
+        hostcode.load(exe.image, exe.name, len(exe.args), what=f"host image of '{exe.name}'")
     as_add = hf.Executable(exe.name, hf.KernelKind.ADD, exe.device, exe.args, (), exe.image,
                            exe.grid, exe.block)
     with pytest.raises(DeviceError, match="hexir_rt_matmul"):
         cpu.CpuDevice().load_executable(as_add)
+    (small,) = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes()).executables
+    hostcode.load(small.image, small.name, len(small.args), what="the built-in linear").close()
     with hr.load(FIXTURES / "builtin-cpu.hxb") as m:
         (printed,) = m.run("main")
     assert printed.tolist() == [[8.0, 17.0], [12.0, 14.0]]

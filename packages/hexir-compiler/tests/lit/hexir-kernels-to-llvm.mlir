@@ -7,9 +7,14 @@
 // RUN: diff %t.once %t.twice
 // RUN: FileCheck %s < %t.once
 
-// CHECK: llvm.func @hexir_rt_matmul(i64, i64, i64) attributes {hexir.routine
 // CHECK: func.func @main()
 // CHECK: "hexir.call_tir"
 // CHECK: llvm.func @linear_0(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: !llvm.ptr, %arg3: i64, %arg4: i64)
-// CHECK: llvm.call @hexir_rt_matmul
 // CHECK: llvm.func @relu_1(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64, %arg3: i64)
+
+// A matmul too big for loops: its routine becomes an llvm.func declaration it calls.
+// RUN: %hexir -emit=mlir-gpu -fusion=off %S/Inputs/big-linear.mlir > %t.big.gpu
+// RUN: %hexir-opt --pass=hexir-kernels-to-llvm %t.big.gpu | FileCheck %s --check-prefix=BIG
+// BIG: llvm.func @hexir_rt_matmul(i64, i64, i64) attributes {hexir.routine
+// BIG: llvm.func @linear_0(
+// BIG: llvm.call @hexir_rt_matmul

@@ -25,8 +25,7 @@ from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
-    ROW_BLOCK,
-    ROW_BLOCK_BYTES,
+    ROW_TILES,
     gemm_blocks,
     gemm_tiles,
     lanes,
@@ -78,8 +77,9 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
     cols, depth = w[-1], a[-1]
     tall = not w_batch  # one matrix of every lhs row, as on cuda
     rows = pymath.prod(a[:-1]) if tall else (a[-2] if has_rows else 1)
-    height = max(1, min(ROW_BLOCK, rows))  # no rows: no blocks
-    width = max(1, ROW_BLOCK_BYTES // (ir.FloatType(b.element).width // 8))
+    tile_rows, tile_bytes = ROW_TILES[b.host_level]
+    height = max(1, min(tile_rows, rows))  # no rows: no blocks
+    width = max(1, tile_bytes // (ir.FloatType(b.element).width // 8))
     contract = ir.Attribute.parse("#arith.fastmath<contract>")  # an FMA where the CPU has one
     with matrix_rows(b, [] if tall else batch, -(-rows // height)) as (coords, block_row):
         first = b.mul(block_row, height)

@@ -17,11 +17,12 @@ of inferring it:
   aligned to 16 bytes (the runtime's promise, hexir-kernels-to-gpu's `llvm.align`), makes
   them one 128-bit load or store.
 - cpu, matrix rows (a contraction compiled as loops rather than the library call): one
-  parallel loop over blocks of ROW_BLOCK output rows (the batch axes outside it; when the rhs
-  has none, every lhs row is one tall matrix); each block walks its columns ROW_BLOCK_BYTES
-  at a time, and sums that ROW_BLOCK x width tile over k in registers (carried values of one
-  serial k loop: LLVM's SLP vectorizer makes them vector registers, each rhs load serving
-  every row), each step a multiply-add it may fuse (`contract`), in k order.
+  parallel loop over blocks of output rows (the batch axes outside it; when the rhs has none,
+  every lhs row is one tall matrix) as tall as the level's register tile (ROW_TILES); each
+  block walks its columns a tile's width at a time and sums the tile over k in registers
+  (carried values of one serial k loop: LLVM's SLP vectorizer makes them vector registers,
+  each rhs load serving every row), each step a multiply-add it may fuse (`contract`), in
+  k order.
 - cuda, GEMM tiles (`gemm_tiles`): a block of `ty` x `tx` = 256 threads computes a `bm` x `bn`
   tile of the output, each thread `tm` x `tn` of its elements (rows ty apart, columns tx
   apart, so a warp's stores are coalesced) in registers; the k axis is walked in steps of
@@ -49,14 +50,14 @@ one iteration. A long reduction on cuda is a row instead (`rows`):
   each barrier. A row shorter than ROW_MIN stays one thread's serial loop (`parallel`):
   a block would leave most of its threads idle.
 
-- cpu, contraction: compiled loops (matrix rows) on a CPU level with FMA and 256-bit
-  registers (x86-64-v3 and up) for at most LOOPS_MAX_MACS multiply-adds; otherwise a call of
-  the runtime's routine (`hextir.library_call`, the host BLAS). Measured on x86-64-v4
-  (`bench/cpu.py`, one-op modules, the call included): the loops win from 2 x 2 x 2 up to
-  8 x 784 x 256 (1.6 M multiply-adds: 101 against 175 us), and lose from 512 x 128 x 128
-  (8.4 M: 165 against 146 us) on, as the rhs streams through the cache once per row
-  block; on x86-64-v2 (16 SSE registers, no FMA) they lose from 32 x 64 x 64 on, so there
-  every cpu matmul is the call.
+- cpu, contraction: compiled loops (matrix rows) up to LOOPS_MAX_MACS multiply-adds, a call
+  of the runtime's routine (`hextir.library_call`, the host BLAS) beyond. Measured with
+  `bench/cpu.py` (one-op modules, the call included): on x86-64-v4 the loops win from
+  2 x 2 x 2 up to 8 x 784 x 256 (1.6 M multiply-adds: 101 against 175 us) and lose from
+  512 x 128 x 128 (8.4 M: 165 against 146 us) on, as the rhs streams through the cache once
+  per row block; on x86-64-v2 (SSE, no FMA) they win only while the call's fixed cost
+  dominates: 2 x 2 x 2 (6.5 against 10.4 us) and 16 x 16 x 16 (6.9 against 10.4 us), not
+  32 x 64 x 64 (31 against 18 us).
 """
 
 from __future__ import annotations
@@ -79,25 +80,25 @@ ROW_MIN = 64
 #: The most blocks a flat kernel launches: beyond 4096 x 256 threads (the space of 16 M f32
 #: at 4 lanes a thread), each thread strides over the space instead of the grid growing.
 GRID_STRIDE_BLOCKS = 4096
-#: A cpu matmul sums ROW_BLOCK rows x ROW_BLOCK_BYTES of columns (4 x 64 f32) at a time, in
-#: registers: 16 AVX-512 accumulators, each rhs load used by 4 rows.
-ROW_BLOCK = 4
-ROW_BLOCK_BYTES = 256
+#: The register tile a cpu matmul sums over k, by x86-64 level: (rows, bytes of columns).
+#: As many accumulators as the level's vector registers hold with room left for the rhs
+#: loads and the broadcast: 16 of 32 AVX-512 registers (4 x 64 f32), 8 of 16 AVX ones
+#: (4 x 16 f32), 8 of 16 SSE ones (2 x 16 f32); each rhs load serves every row of the tile.
+ROW_TILES = {4: (4, 256), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
 
 #: Combines two partial results (each a list of values) into one.
 Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 
 
-#: The most multiply-adds a cpu matmul compiled as loops does (see the module docstring).
-LOOPS_MAX_MACS = 1 << 22
-#: The first x86-64 level with FMA and 256-bit registers (AVX2), which the loops need.
-LOOPS_MIN_LEVEL = 3
+#: The most multiply-adds a cpu matmul compiled as loops does, by x86-64 level (see the
+#: module docstring): with FMA and wide registers (v3, v4) the loops win far longer.
+LOOPS_MAX_MACS = {4: 1 << 22, 3: 1 << 22, 2: 1 << 15, 1: 1 << 15}
 
 
 def uses_library(b: KernelBuilder, macs: int) -> bool:
     """Whether a contraction of `macs` multiply-adds on `b`'s device is a library call
     rather than loops."""
-    return b.device == "cpu" and (b.host_level < LOOPS_MIN_LEVEL or macs > LOOPS_MAX_MACS)
+    return b.device == "cpu" and macs > LOOPS_MAX_MACS[b.host_level]
 
 
 VECTOR_BYTES = 16
