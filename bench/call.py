@@ -2,12 +2,13 @@
 
     python bench/call.py [--calls=2000] [--lengths=1,8,32,128]
 
-For each length n, compiles (in the `full` environment, `-fusion=off`) a chain of n element-wise
-kernels on a one-element f32 tensor, `relu(relu(...(x)))`: kernels that do nothing measurable, so a call's
-time is the runtime's overhead. Reports the median per call (inputs bound, kernels run,
-result read back) and the slope between the shortest and the longest chain: the overhead of
-one DISPATCH. The baseline, measured in the same run, is one ctypes call of a C function that
-does nothing (libc's `labs`): what any dispatch from Python costs at the least.
+For each length n, compiles (in the `full` environment, `-fusion=off`) a chain of n
+element-wise kernels on a one-element f32 tensor, `relu(relu(...(x)))`: kernels that do
+nothing measurable, so a call's time is the runtime's overhead. Reports the median per call
+(inputs bound, kernels run, result read back) and the slope between the shortest and the
+longest chain: the overhead of one DISPATCH. The baseline, measured in the same run, is one
+ctypes call of a C function that does nothing (libc's `labs`): what any dispatch from Python
+costs at the least.
 """
 
 from __future__ import annotations

@@ -182,7 +182,9 @@ def test_cpu_matmul_as_loops_matches_numpy(case: Case, element: str) -> None:
     ("x86-64-v4", (8, 784, 256), False),
     ("x86-64-v4", (512, 128, 128), True),  # more than LOOPS_MAX_MACS
 ])
-def test_a_cpu_matmul_is_loops_only_where_they_beat_the_library(cpu, shape, library) -> None:
+def test_the_cpu_matmul_schedule_picks_loops_or_the_library_by_level_and_size(cpu, shape,
+                                                                            library) -> None:
+    """The choice `bench/cpu.py` measured (schedule.LOOPS_MAX_MACS), as mlir-tir shows it."""
     m, k, n = shape
     lowered = Lowered(Case("matmul", [(m, k), (k, n)], (m, n)).program("f32", "cpu"), cpu=cpu)
     assert ('"hextir.library_call"' in lowered.text) is library

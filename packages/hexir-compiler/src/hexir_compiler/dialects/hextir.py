@@ -153,10 +153,11 @@ class ForOp(HextirOp, name="for"):
                 raise Invalid(f"bind '{axis}' is not a GPU axis; expected one of {', '.join(AXES)}")
         elif "bind" in attrs:
             raise Invalid(f"only a thread_binding loop takes 'bind'; this one is {kind}")
-        if "lanes" in attrs and (kind != "parallel" or not isinstance(attrs["lanes"], ir.IntegerAttr)
-                                 or ir.IntegerAttr(attrs["lanes"]).value < 2):
-            raise Invalid(f"'lanes' is an integer >= 2 on a parallel loop; found "
-                          f"{attrs['lanes']} on a {kind} loop")
+        lanes = attrs["lanes"] if "lanes" in attrs else None
+        if lanes is not None and (kind != "parallel" or not isinstance(lanes, ir.IntegerAttr)
+                                  or ir.IntegerAttr(lanes).value < 2):
+            raise Invalid(f"'lanes' is an integer >= 2 on a parallel loop; found {lanes} on a "
+                          f"{kind} loop")
         carried = _types(self.init_args)
         if _types(self.results) != carried:
             raise Invalid(

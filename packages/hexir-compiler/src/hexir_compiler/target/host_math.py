@@ -8,10 +8,11 @@ meets LLVM; f64 keeps libm (its results must match numpy's to 1e-12), and cuda k
 libdevice, whose functions are inlined code already.
 
 - exp: x clamped to [-104, 89] (beyond, f32's exp is 0 or inf, and the clamped value gives
-  it); n = x log2(e) rounded to even (by adding and subtracting 1.5 * 2^23), r = x - n ln2 in two parts (Cody and Waite: n ln2_hi is
-  exact), e^r by its Taylor polynomial of degree 7 (|r| <= ln2 / 2: truncation 6e-9), scaled
-  by 2^n as two powers of two built from their exponent bits (2^n alone can leave the normal
-  range where the result does not, as for subnormal results).
+  it); n = x log2(e) rounded to even (by adding and subtracting 1.5 * 2^23), r = x - n ln2
+  in two parts (Cody and Waite: n ln2_hi is exact), e^r by its Taylor polynomial of degree 7
+  (|r| <= ln2 / 2: truncation 6e-9), scaled by 2^n as two powers of two built from their
+  exponent bits (2^n alone can leave the normal range where the result does not, as for
+  subnormal results).
 - erf: |x| < 1: x P(x^2); else 1 - exp(-x^2) R(1 / |x|) with |x| clamped to 4 (erfc(4) is
   below half an ulp of 1), the sign copied from x.
 - tanh: |x| < 0.55: x + x^3 T(x^2); else 1 - 2 / (exp(2 |x|) + 1) with |x| clamped to 9,

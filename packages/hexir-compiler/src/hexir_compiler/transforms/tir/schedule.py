@@ -351,8 +351,9 @@ def _lanes_from(b: KernelBuilder, coords: list[ir.Value], lanes: int) -> list[li
 
 def vector_lanes(b: KernelBuilder, extents: Sequence[int]) -> int:
     """Elements per iteration (a cuda thread, a cpu loop step) for a vectorizable space:
-    16 bytes (cuda: one 128-bit access) or 64 bytes (cpu: an AVX-512 register, two AVX or four SSE ones) of the
-    destination's element when the innermost extent divides by that many, else 1."""
+    16 bytes (cuda: one 128-bit access) or 64 bytes (cpu: an AVX-512 register, two AVX or
+    four SSE ones) of the destination's element when the innermost extent divides by that
+    many, else 1."""
     width = ir.FloatType(b.element).width if isinstance(b.element, ir.FloatType) else (
         ir.IntegerType(b.element).width if isinstance(b.element, ir.IntegerType) else 8)
     lanes = (VECTOR_BYTES if b.device == "cuda" else HOST_VECTOR_BYTES) * 8 // max(width, 8)
