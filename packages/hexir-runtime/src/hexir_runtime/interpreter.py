@@ -243,9 +243,10 @@ class Program:
     # ---- arenas ------------------------------------------------------------------------------
 
     def _take(self) -> Arena:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
+        try:  # list.pop and list.append are atomic: no two calls ever get one arena
+            return self._free.pop()
+        except IndexError:
+            pass
         buffers: list[hal.Buffer] = []
         arenas: dict[Device, hal.Buffer] = {}
         arena = Arena(buffers)
@@ -276,8 +277,7 @@ class Program:
         return arena
 
     def _give(self, arena: Arena) -> None:
-        with self._lock:
-            self._free.append(arena)
+        self._free.append(arena)
 
     def _release(self, arena: Arena) -> None:
         for device, graph in arena.graphs:
@@ -358,7 +358,7 @@ class Program:
         arena.call = Call(inputs, None)
         try:
             self._steps(arena)
-            return tuple(view.copy() for view in arena.result_views)
+            return tuple([view.copy() for view in arena.result_views])
         finally:
             arena.call = None
             self._give(arena)
