@@ -67,16 +67,23 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
     return Kernel("matmul" if epilogue is None else "generic", emit)
 
 
-def _rows(b: KernelBuilder, op: GraphOp) -> None:
-    """The cpu loops of `op` (see the module docstring), inside `b.building()`."""
+def _matrices(op: GraphOp) -> tuple:
+    """What both schedules read of `op`'s shapes: lhs and rhs shapes, whether the lhs has a
+    row axis, the lhs, rhs and broadcast batch shapes, whether the product is one tall matrix
+    (the rhs has no batch: every lhs row is a row of it), its rows, columns and depth."""
     a, w = op.inputs[:2]
-    lhs, rhs, *_, out = b.args
     has_rows = len(a) >= 2
     a_batch, w_batch = a[:-2], w[:-2]
-    batch = signatures.broadcast(a_batch, w_batch)
-    cols, depth = w[-1], a[-1]
-    tall = not w_batch  # one matrix of every lhs row, as on cuda
+    tall = not w_batch
     rows = pymath.prod(a[:-1]) if tall else (a[-2] if has_rows else 1)
+    return (a, w, has_rows, a_batch, w_batch, signatures.broadcast(a_batch, w_batch), tall,
+            rows, w[-1], a[-1])
+
+
+def _rows(b: KernelBuilder, op: GraphOp) -> None:
+    """The cpu loops of `op` (see the module docstring), inside `b.building()`."""
+    a, w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
+    lhs, rhs, *_, out = b.args
     tile_rows, tile_bytes = ROW_TILES[b.host_level]
     height = max(1, min(tile_rows, rows))  # no rows: no blocks
     width = max(1, tile_bytes // (ir.FloatType(b.element).width // 8))
@@ -122,14 +129,8 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
 
 def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     """The cuda GEMM of `op` (see the module docstring), inside `b.building()`."""
-    a, w = op.inputs[:2]
+    a, w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
     lhs, rhs, *_, out = b.args
-    has_rows = len(a) >= 2
-    a_batch, w_batch = a[:-2], w[:-2]
-    batch = signatures.broadcast(a_batch, w_batch)
-    depth, cols = a[-1], w[-1]
-    tall = not w_batch  # one GEMM of every lhs row
-    rows = pymath.prod(a[:-1]) if tall else (a[-2] if has_rows else 1)
     tiles = gemm_tiles(rows, cols)
     threads = tiles.ty * tiles.tx
     count = 1 if tall else pymath.prod(batch)
