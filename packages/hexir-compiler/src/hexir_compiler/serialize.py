@@ -266,7 +266,8 @@ class _Writer:
         # The buffer protocol gives the elements (a splat's too, repeated) without a Python loop.
         data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.shape)
         offset = len(self.rodata)
-        self.rodata += memoryview(np.ascontiguousarray(data)).cast("B")  # no bytes copy
+        if data.size:  # (a view with a 0 in its shape cannot be cast)
+            self.rodata += memoryview(np.ascontiguousarray(data)).cast("B")  # no bytes copy
         self.rodata += bytes(-len(self.rodata) % 8)
         slot = self._result(op, slot_of)
         return [hf.Command.const(slot, offset, data.nbytes)]

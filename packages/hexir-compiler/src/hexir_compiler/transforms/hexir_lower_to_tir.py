@@ -17,11 +17,18 @@ group's last op and named after the ops it covers (`linear_add_relu_0`, or
 the group's operands from outside it, a contraction's two first (`tir.fusion`).
 
 `hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as
-they are. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
+they are, but for one rewrite: a cpu matmul or linear whose rhs is a constant matrix, where
+the schedule packs it (`schedule.panel_width`), reads a new constant, that matrix in column
+panels (`contraction.PANEL`), made once per constant and width; the old one goes when nothing
+else reads it. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import math
+
+import numpy as np
 from hexir_format.signatures import ShapeError
 
 from hexir_compiler.dialects.hexir import segment_sizes
@@ -33,6 +40,8 @@ from hexir_compiler.target import host
 from hexir_compiler.transforms.hexir_fuse import GROUP
 from hexir_compiler.transforms.tir import PLANS, GraphOp, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_compiler.transforms.tir.contraction import PANEL
+from hexir_compiler.transforms.tir.schedule import panel_width
 
 PASS_NAME = "hexir-lower-to-tir"
 MAX_NAME = 31  # bytes of a kernel name in a .hxb
@@ -63,6 +72,7 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
         if "sym_name" in op.attributes
     }
     counter = 0
+    packed: dict = {}  # (constant, width) -> its packed copy
     ops = _compute_ops(module)
     groups: dict[tuple, list[ir.Operation]] = {}
     for op in ops:
@@ -85,9 +95,12 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
         name = f"{stem}_{counter}"
         counter += 1
         if len(members) == 1:
-            _lower(op, name, body, level)
+            _lower(op, name, body, level, packed)
         else:
-            _lower_group(members, name, body, level)
+            _lower_group(members, name, body, level, packed)
+    for constant in {key[0] for key in packed}:
+        if not list(constant.uses):
+            constant.owner.erase()
 
 
 def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
@@ -103,7 +116,7 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
 
 
 def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block,
-                 level: int) -> None:
+                 level: int, packed: dict) -> None:
     """One kernel for a fusion group, called where its last op was; the others are erased."""
     sink = members[-1]
     produced = {m.results[0]: i for i, m in enumerate(members)}
@@ -113,6 +126,10 @@ def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block,
     steps = []
     for member in members:
         graph_op, _ = _read(member)
+        if member is head:  # its operands are the first inputs (the rhs perhaps packed)
+            graph_op = _pack_rhs(member, graph_op, inputs, level, packed)
+            steps.append(fusion.Step(graph_op, tuple(("input", i) for i in range(2))))
+            continue
         sources = []
         for value in member.operands:
             if value in produced:
@@ -132,16 +149,20 @@ def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block,
     _replace(members, kernel, name, inputs, [*shapes, output], elements, module_body, level)
 
 
-def _lower(op: ir.Operation, name: str, module_body: ir.Block, level: int) -> None:
+def _lower(op: ir.Operation, name: str, module_body: ir.Block, level: int,
+           packed: dict) -> None:
     graph_op, elements = _read(op)
+    inputs = list(op.operands)
+    graph_op = _pack_rhs(op, graph_op, inputs, level, packed)
     try:
         kernel = PLANS[graph_op.mnemonic](graph_op)
     except ShapeError as error:
         raise CompileError(f"{op.name}: {error}", op.location) from None
     except CompileError as error:
         raise CompileError(str(error), op.location) from None
-    _replace([op], kernel, name, list(op.operands), [*graph_op.inputs, graph_op.output],
-             elements, module_body, level)
+    shapes = [tuple(ir.RankedTensorType(v.type).shape) for v in inputs]
+    _replace([op], kernel, name, inputs, [*shapes, graph_op.output], elements, module_body,
+             level)
 
 
 def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Value],
@@ -182,6 +203,42 @@ def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Val
     sink.results[0].replace_all_uses_with(call.results[0])
     for member in reversed(members):
         member.erase()
+
+
+def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level: int,
+              packed: dict) -> GraphOp:
+    """`graph_op` marked PANEL, its rhs (`inputs[1]`) replaced by the packed constant, where
+    the schedule packs it (see the module docstring); else `graph_op` unchanged."""
+    if graph_op.mnemonic not in ("matmul", "linear") or len(graph_op.inputs[1]) != 2:
+        return graph_op
+    rhs = op.operands[1]
+    if not isinstance(rhs, ir.OpResult) or rhs.owner.name != "hexir.constant":
+        return graph_op
+    (depth, cols), element = graph_op.inputs[1], ir.RankedTensorType(rhs.type).element_type
+    macs = math.prod(graph_op.inputs[0][:-1]) * depth * cols
+    width = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
+    if width is None:
+        return graph_op
+    if (rhs, width) not in packed:
+        value = ir.DenseElementsAttr(rhs.owner.attributes["value"])
+        dtype = np.dtype(str(element).replace("f", "float"))
+        matrix = np.full((depth, cols), ir.FloatAttr(value.get_splat_value()).value, dtype) \
+            if value.is_splat else np.array(value)
+        panels = -(-cols // width)
+        padded = np.zeros((depth, panels * width), dtype)
+        padded[:, :cols] = matrix
+        array = np.ascontiguousarray(padded.reshape(depth, panels, width).transpose(1, 0, 2))
+        with rhs.owner.location:
+            type_ = ir.RankedTensorType.get(list(array.shape), element)
+            packed[rhs, width] = ir.Operation.create(
+                "hexir.constant", results=[type_],
+                attributes={**{n: rhs.owner.attributes[n] for n in rhs.owner.attributes},
+                            "value": ir.DenseElementsAttr.get(array, type=type_)},
+                ip=ir.InsertionPoint(rhs.owner)).result
+    inputs[1] = packed[rhs, width]
+    attributes = {**graph_op.attributes, PANEL: ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
+                                                                   width)}
+    return dataclasses.replace(graph_op, attributes=attributes)
 
 
 def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:

@@ -6,7 +6,10 @@ batch and rows, and a vector input [K] has no row axis in the result.
 
 On the cpu a small matmul is loops (`schedule.matrix_rows`: a block of rows summed in
 registers, a column tile at a time) and a big one calls the runtime's matmul routine
-(`schedule.uses_library` decides). On cuda the kernel
+(`schedule.uses_library` decides), unless its rhs is a constant matrix: hexir-lower-to-tir
+then packs it into column panels (`schedule.panel_width`; the op's PANEL attribute says how
+wide) and the kernel is loops over the panels, the cpu grid, each summing every row block of
+the lhs against its panel in registers and storing it through the epilogue. On cuda the kernel
 is a tiled GEMM (`schedule.gemm_tiles`): each block stages k-slices of both operands in
 shared memory and each thread accumulates its tm x tn outputs in registers with fused
 multiply-adds (`math.fma`: one rounding per step, in k order, as the serial sum is). When
@@ -25,6 +28,7 @@ from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
+    PANEL_TILES,
     ROW_TILES,
     gemm_blocks,
     gemm_tiles,
@@ -33,6 +37,10 @@ from hexir_compiler.transforms.tir.schedule import (
     uses_library,
     vector_lanes,
 )
+
+#: The attribute hexir-lower-to-tir gives a matmul or linear whose rhs it packed into panels
+#: of this many columns (the kernel's rhs argument is then [panels, K, width]).
+PANEL = "hexir.panel"
 
 
 def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
@@ -54,6 +62,9 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
             if b.device == "cuda":
                 _tiled(b, op, epilogue)
                 return
+            if PANEL in op.attributes:
+                _panels(b, op, epilogue)
+                return
             if uses_library(b, pymath.prod(batch) * rows * cols * depth):
                 b.library_call("matmul", [lhs, rhs, out])
             else:
@@ -64,7 +75,9 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
                     for value, at in zip(values, owned, strict=True):
                         b.store(value, out, at)
 
-    return Kernel("matmul" if epilogue is None else "generic", emit)
+    # a packed rhs is not the format's matmul signature (rhs [..., K, N]): a generic kernel
+    plain = epilogue is None and PANEL not in op.attributes
+    return Kernel("matmul" if plain else "generic", emit)
 
 
 def _matrices(op: GraphOp) -> tuple:
@@ -125,6 +138,56 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
                 block(b.mul(jb, width), width)
         if cols % width:
             block(b.index(cols - cols % width), cols % width)
+
+
+def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
+    """The cpu loops of `op` on a packed rhs (see the module docstring), in `b.building()`:
+    in parallel over the panels, serially over the blocks of `PANEL_TILES` rows (a block that
+    overhangs the matrix computes and stores its last row again), the block's products
+    summed over k in registers (one multiply-add each, in k order) and stored through the
+    epilogue. When N is not a multiple of the width, the last panel has its own copy of the
+    block with only the columns it has."""
+    a, _, _, _, _, _, _, rows, cols, depth = _matrices(op)
+    lhs, rhs, *_, out = b.args
+    width = ir.MemRefType(rhs.type).shape[2]
+    height = max(1, min(PANEL_TILES[b.host_level][0], rows))
+    panels = -(-cols // width)
+    contract = ir.Attribute.parse("#arith.fastmath<contract>")
+
+    def block(panel: ir.Value, n: int) -> None:
+        """The first `n` columns of `panel` for every row block."""
+        j0 = b.mul(panel, width)
+        js = [j0, *(arith.addi(j0, b.index(t)) for t in range(1, n))]
+        with b.loop(-(-rows // height), "serial") as row_block:
+            first = b.mul(row_block, height)
+            mine = [first, *(arith.minui(arith.addi(first, b.index(r)), b.index(rows - 1))
+                             for r in range(1, height))]
+            lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
+            at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
+                  for r in mine for j in js]
+
+            def step(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                ys = [b.load(rhs, [panel, *k, b.index(t)]) for t in range(n)]
+                xs = [b.load(lhs, [*row, *k]) for row in lhs_at]
+                return [arith.addf(acc[r * n + t], arith.mulf(x, y, fastmath=contract),
+                                   fastmath=contract)
+                        for r, x in enumerate(xs) for t, y in enumerate(ys)]
+
+            sums = b.fold([depth], [b.float(0.0)] * (n * height), step)
+            if epilogue is not None:
+                sums = [epilogue(b, value, where) for value, where in zip(sums, at, strict=True)]
+            for value, where in zip(sums, at, strict=True):
+                b.store(value, out, where)
+
+    with b.loop(panels, "parallel") as panel:
+        if cols % width == 0:
+            block(panel, width)
+            return
+        last = arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(panels - 1))
+        with b.guard(b.less_than(panel, panels - 1)):
+            block(panel, width)
+        with b.guard(last):
+            block(panel, cols % width)
 
 
 def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:

@@ -57,7 +57,10 @@ one iteration. A long reduction on cuda is a row instead (`rows`):
   512 x 128 x 128 (8.4 M: 165 against 146 us) on, as the rhs streams through the cache once
   per row block; on x86-64-v2 (SSE, no FMA) they win only while the call's fixed cost
   dominates: 2 x 2 x 2 (6.5 against 10.4 us) and 16 x 16 x 16 (6.9 against 10.4 us), not
-  32 x 64 x 64 (31 against 18 us).
+  32 x 64 x 64 (31 against 18 us). Beyond LOOPS_MAX_MACS, a matmul whose rhs is a constant
+  matrix is loops again where the level has a panel tile (`panel_width`): the compiler packs
+  the rhs into column panels once, so the loops read it contiguously, as a BLAS does after
+  packing it on every call.
 """
 
 from __future__ import annotations
@@ -93,6 +96,33 @@ Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 #: The most multiply-adds a cpu matmul compiled as loops does, by x86-64 level (see the
 #: module docstring): with FMA and wide registers (v3, v4) the loops win far longer.
 LOOPS_MAX_MACS = {4: 1 << 22, 3: 1 << 22, 2: 1 << 15, 1: 1 << 15}
+
+
+#: The cpu register tile of a matmul whose constant rhs the compiler packs into column
+#: panels (rows, panel bytes), by x86-64 level: 5 rows x 2 ymm at v3, ten accumulators, each
+#: k step 2 panel loads, a broadcast a row and an FMA a vector. Six rows (MLAS's tile) would
+#: load less per FMA, but LLVM then keeps all six broadcasts live and spills three
+#: accumulators to the stack: 17.6 against 40.2 G multiply-adds/s on one Zen 3 core. v4 is
+#: not listed: measured on an AVX-512 host (an earlier session), packed panels were no
+#: faster than the host BLAS there, so it keeps the library call.
+PANEL_TILES = {3: (5, 64)}
+
+
+def panel_width(device: str, level: int, macs: int, element_bytes: int) -> int | None:
+    """Columns per panel of a cpu matmul's constant [K, N] rhs, packed at compile time as
+    [ceil(N / width), K, width] (zeros past N), or None to keep it as it is.
+
+    Packed where the matmul would otherwise call the host BLAS (above LOOPS_MAX_MACS) and the
+    level has a tile: each panel is one contiguous K x width block, read once per row block
+    of the lhs while the block's sums stay in registers. Unpacked, the rhs's rows are N
+    elements apart, so a panel's cache lines collide in the caches' sets. Measured on a Zen 3
+    core (64 x 512 x 2048 f32, one thread): a C model of these loops does 41.7 G
+    multiply-adds/s packed and 27.4 unpacked, OpenBLAS's sgemm (numpy's) 29.5; the compiled
+    kernel, called through the runtime, 29-35 (ONNX Runtime's MLAS, its weights prepacked
+    at load too, 31-34)."""
+    if device != "cpu" or level not in PANEL_TILES or macs <= LOOPS_MAX_MACS[level]:
+        return None
+    return PANEL_TILES[level][1] // element_bytes
 
 
 def uses_library(b: KernelBuilder, macs: int) -> bool:
