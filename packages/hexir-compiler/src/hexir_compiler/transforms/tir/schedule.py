@@ -118,7 +118,7 @@ def panel_width(device: str, level: int, macs: int, element_bytes: int) -> int |
     elements apart, so a panel's cache lines collide in the caches' sets. Measured on a Zen 3
     core (64 x 512 x 2048 f32, one thread): a C model of these loops does 41.7 G
     multiply-adds/s packed and 27.4 unpacked, OpenBLAS's sgemm (numpy's) 29.5; the compiled
-    kernel, called through the runtime, 29-35 (ONNX Runtime's MLAS, its weights prepacked
+    kernel, called through the runtime, 33-37 (ONNX Runtime's MLAS, its weights prepacked
     at load too, 31-34)."""
     if device != "cpu" or level not in PANEL_TILES or macs <= LOOPS_MAX_MACS[level]:
         return None
