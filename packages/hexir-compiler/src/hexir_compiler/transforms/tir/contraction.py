@@ -103,12 +103,10 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
     tile_rows, tile_bytes = ROW_TILES[b.host_level]
     height = max(1, min(tile_rows, rows))  # no rows: no blocks
     width = max(1, tile_bytes // (ir.FloatType(b.element).width // 8))
-    contract = ir.Attribute.parse("#arith.fastmath<contract>")  # an FMA where the CPU has one
     with matrix_rows(b, [] if tall else batch, -(-rows // height)) as (coords, block_row):
         first = b.mul(block_row, height)
         # a block that overhangs the matrix computes (and stores) its last row again
-        mine = [first, *(arith.minui(arith.addi(first, b.index(r)), b.index(rows - 1))
-                         for r in range(1, height))]
+        mine = _block_rows(b, first, height, rows)
 
         if tall:
             lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
@@ -127,9 +125,7 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
             def step(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                 ys = [b.load(rhs, [*rhs_at, *k, j]) for j in js]
                 xs = [b.load(lhs, [*row, *k]) for row in lhs_at]
-                return [arith.addf(acc[r * n + t], arith.mulf(x, y, fastmath=contract),
-                                   fastmath=contract)
-                        for r, x in enumerate(xs) for t, y in enumerate(ys)]
+                return _multiply_add(acc, xs, ys)
 
             sums = b.fold([depth], [b.float(0.0)] * (n * height), step)
             for r, row in enumerate(out_at):
@@ -141,6 +137,22 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
                 block(b.mul(jb, width), width)
         if cols % width:
             block(b.index(cols - cols % width), cols % width)
+
+
+def _block_rows(b: KernelBuilder, first: ir.Value, height: int, rows: int) -> list[ir.Value]:
+    """The rows of the block starting at `first`; one that overhangs the matrix repeats its
+    last row (computed and stored again)."""
+    return [first, *(arith.minui(arith.addi(first, b.index(r)), b.index(rows - 1))
+                     for r in range(1, height))]
+
+
+def _multiply_add(acc: list[ir.Value], xs: list[ir.Value], ys: list[ir.Value]) -> list[ir.Value]:
+    """acc[r * len(ys) + t] + xs[r] * ys[t] for each row r and column t, each a multiply-add
+    LLVM may fuse (`contract`: an FMA where the CPU has one)."""
+    contract = ir.Attribute.parse("#arith.fastmath<contract>")
+    return [arith.addf(acc[r * len(ys) + t], arith.mulf(x, y, fastmath=contract),
+                       fastmath=contract)
+            for r, x in enumerate(xs) for t, y in enumerate(ys)]
 
 
 def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
@@ -158,7 +170,6 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     width = ir.MemRefType(rhs.type).shape[2]
     height = max(1, min(PANEL_TILES[b.host_level][0], rows))
     panels = -(-cols // width)
-    contract = ir.Attribute.parse("#arith.fastmath<contract>")
 
     def block(panel: ir.Value, n: int) -> None:
         """The first `n` columns of `panel` for every row block."""
@@ -166,8 +177,7 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         js = [j0, *(arith.addi(j0, b.index(t)) for t in range(1, n))]
         with b.loop(-(-rows // height), "serial") as row_block:
             first = b.mul(row_block, height)
-            mine = [first, *(arith.minui(arith.addi(first, b.index(r)), b.index(rows - 1))
-                             for r in range(1, height))]
+            mine = _block_rows(b, first, height, rows)
             lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
             at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
                   for r in mine for j in js]
@@ -175,9 +185,7 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
             def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
                 ys = [b.load(rhs, [panel, k, b.index(t)]) for t in range(n)]
                 xs = [b.load(lhs, [*row, k]) for row in lhs_at]
-                return [arith.addf(acc[r * n + t], arith.mulf(x, y, fastmath=contract),
-                                   fastmath=contract)
-                        for r, x in enumerate(xs) for t, y in enumerate(ys)]
+                return _multiply_add(acc, xs, ys)
 
             def unrolled(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                 k0 = b.mul(k[0], UNROLL)
