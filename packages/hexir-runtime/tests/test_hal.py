@@ -5,6 +5,7 @@ import sys
 import numpy as np
 import pytest
 from fake_driver import CUresult, FakeDriver
+from hexir_format.plan import ARENA_ALIGNMENT
 
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError
@@ -65,6 +66,19 @@ def test_copy_and_buffers_of_another_device(device):
     foreign = hal.create_device("cpu").allocate(8)  # another device, even of the same kind
     with pytest.raises(DeviceError, match="cannot write a buffer of cpu"):
         device.write(foreign, bytes(8))
+
+
+@pytest.mark.parametrize("size", [1, 100, 4096, 1 << 20])
+def test_cpu_buffers_start_on_a_cache_line(size):
+    """Every planned offset is a whole ARENA_ALIGNMENT into its arena, so the arena must
+    start on one too: numpy aligns to 16 bytes only (a 1 MiB array lands at page + 16)."""
+    device = hal.create_device("cpu")
+    for _ in range(8):
+        buf = device.allocate(size)
+        host = device.host_pointer(buf)
+        assert buf.address % ARENA_ALIGNMENT == 0
+        assert host.__array_interface__["data"][0] == buf.address
+        assert buf.size == len(host) == size and not host.any()
 
 
 def test_cpu_constant_is_a_view_not_a_copy():

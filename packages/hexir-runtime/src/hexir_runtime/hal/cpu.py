@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 from hexir_format import CPU_LEVELS, Executable, KernelKind, TensorType
 from hexir_format import Device as DeviceKind
+from hexir_format.plan import ARENA_ALIGNMENT
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
@@ -97,10 +98,15 @@ class CpuDevice(Device):
         """Kernels run synchronously on the calling thread: nothing to wait for."""
 
     def _allocate(self, size: int, memory: MemoryKind, zeroed: bool) -> Buffer:
+        """Host bytes that start on an ARENA_ALIGNMENT (64-byte) boundary; numpy aligns to 16
+        only. So every planned offset is a whole cache line into its arena, as the plan
+        promises: a kernel's vector loads and stores do not straddle lines."""
         try:
-            host = (np.zeros if zeroed else np.empty)(size, dtype=np.uint8)
+            raw = (np.zeros if zeroed else np.empty)(size + ARENA_ALIGNMENT - 1, dtype=np.uint8)
         except MemoryError:
             raise DeviceError(f"cpu: out of memory allocating {size} bytes") from None
+        skip = -_address(raw) % ARENA_ALIGNMENT
+        host = raw[skip:skip + size]
         return Buffer(self, size, MemoryKind.HOST_VISIBLE, host, address=_address(host))
 
     def _write(self, buffer: Buffer, data: memoryview, offset: int) -> None:
