@@ -19,7 +19,7 @@ from fake_driver import FakeDriver
 
 import hexir_runtime as hr
 from hexir_runtime.errors import DeviceError
-from hexir_runtime.hal import cpu, hostcode
+from hexir_runtime.hal import cpu, hostcode, threads
 
 EXAMPLES = FIXTURES.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
@@ -64,37 +64,25 @@ def test_mixed_mlp_matches_numpy_on_fresh_inputs():
 
 
 def test_splitting_the_cpu_grid_over_threads_changes_no_bit(monkeypatch):
-    """Every kernel split across the pool (the grain forced to 0) gives bit for bit what the
-    calling thread alone gives: the chunks are disjoint rows of the same loops."""
+    """Every kernel split across a three-thread pool (the grain forced to 0) gives bit for
+    bit what the calling thread alone gives: the chunks are disjoint rows of the same loops."""
     path, program = FIXTURES / "transformer_block-f32.hxb", EXAMPLES / "transformer_block.mlir"
     x = reference.sample_input(program, np.random.default_rng(5))
     monkeypatch.setattr(cpu, "PARALLEL_GRAIN", 1 << 62)
     with hr.load(path) as module:
         alone = module.main(x)
     monkeypatch.setattr(cpu, "PARALLEL_GRAIN", 0)
-    monkeypatch.setattr(hostcode, "cpu_pool", lambda: _POOL)
-    with hr.load(path) as module:
-        split = module.main(x)
-    np.testing.assert_array_equal(split, alone)
-    assert _POOL.submitted > 0
-
-
-class _CountingPool:
-    """A real two-thread pool that counts what it is given."""
-
-    def __init__(self) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self._pool = ThreadPoolExecutor(2)
-        self._max_workers = 2
-        self.submitted = 0
-
-    def submit(self, *args, **kwargs):
-        self.submitted += 1
-        return self._pool.submit(*args, **kwargs)
-
-
-_POOL = _CountingPool()
+    pool = threads.Pool(3)
+    monkeypatch.setattr(threads, "shared", lambda: pool)
+    try:
+        with hr.load(path) as module:
+            np.testing.assert_array_equal(module.main(x), alone)
+            per_call = pool.jobs
+            for _ in range(19):
+                np.testing.assert_array_equal(module.main(x), alone)
+    finally:
+        pool.close()
+    assert per_call > 0 and pool.jobs == 20 * per_call  # every split kernel, every call
 
 
 def test_the_matmul_routine_is_offered_to_matmul_kernels_only():

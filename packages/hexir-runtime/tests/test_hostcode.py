@@ -18,7 +18,7 @@ import pytest
 from hexir_format import elf
 
 from hexir_runtime.errors import DeviceError
-from hexir_runtime.hal import hostcode
+from hexir_runtime.hal import hostcode, threads
 
 HOST = Path(__file__).parent / "fixtures" / "host"
 X86_64 = platform.machine().lower() in ("x86_64", "amd64")
@@ -77,7 +77,7 @@ def symbol_at(data: bytes, name: str) -> int:
 def test_f32_kernel_calls_expf_through_a_stub():
     x = np.linspace(-10, 10, 1001, dtype=np.float32)
     out = np.zeros_like(x)
-    with load(fixture("exp_f32"), "exp_f32", 2) as k, ThreadPoolExecutor(2) as pool:
+    with load(fixture("exp_f32"), "exp_f32", 2) as k, threads.Pool(2) as pool:
         k.run(ptrs(x, out), len(x), pool)
     np.testing.assert_allclose(out, np.exp(x), rtol=1e-6)
 
@@ -129,35 +129,64 @@ def test_absolute_pc64_got_and_bss_values():
         assert list(out) == [expf, target, target + 16, target, expf, 0]
 
 
-class Recording(ThreadPoolExecutor):
-    def __init__(self, workers: int):
-        super().__init__(workers)
-        self.ranges = []
-
-    def submit(self, fn, *args):
-        self.ranges.append(args[-2:])
-        return super().submit(fn, *args)
-
-
 @runs_v3
-@pytest.mark.parametrize("workers, extent", [(2, 1000), (7, 10), (8, 3), (4, 1)])
-def test_a_pool_splits_the_range_into_contiguous_chunks(workers, extent):
-    out = np.full(extent, -1, np.int64)
-    with load(fixture("iota"), "iota", 1) as k, Recording(workers) as pool:
-        k.run(ptrs(out), extent, pool)
-    np.testing.assert_array_equal(out, np.arange(extent))
-    chunks = min(workers, extent)
-    bounds = [extent * c // chunks for c in range(chunks + 1)]
-    # The caller runs the first chunk; the pool gets the others, each exactly once.
-    assert pool.ranges == list(zip(bounds[1:-1], bounds[2:]))
+@pytest.mark.parametrize("spin", [1 << 20, 0])
+@pytest.mark.parametrize("workers, extent", [(2, 1000), (3, 10), (8, 3), (4, 2), (2, 97)])
+def test_a_pool_runs_each_chunk_once_contiguous_and_balanced(workers, extent, spin):
+    """spin=0: the workers sleep on the futex between jobs, so every job wakes them."""
+    with load(fixture("chunk"), "chunk", 2) as k, threads.Pool(workers, spin) as pool:
+        for _ in range(50):
+            first, runs = np.full(extent, -1, np.int64), np.zeros(extent, np.int64)
+            k.run(ptrs(first, runs), extent, pool)
+            assert (runs == 1).all()
+            starts = sorted(set(first.tolist()))
+            assert starts[0] == 0
+            sizes = np.diff([*starts, extent])
+            assert len(starts) == min(extent, workers * threads.CHUNKS_PER_THREAD)
+            assert sizes.max() - sizes.min() <= 1
+            np.testing.assert_array_equal(first, np.repeat(starts, sizes))
+        assert pool.jobs == 50
 
 
 @runs_v3
 def test_extent_zero_makes_no_call():
     out = np.full(6, 7, np.uint64)
-    with load(fixture("probe"), "probe", 1) as k, Recording(2) as pool:
+    with load(fixture("probe"), "probe", 1) as k, threads.Pool(2) as pool:
         k.run(ptrs(out), 0, pool)  # probe writes out[0..5] whatever its range
-    assert (out == 7).all() and pool.ranges == []
+        assert (out == 7).all() and pool.jobs == 0
+
+
+@runs_v3
+def test_calls_from_several_threads_share_the_pool_or_run_alone():
+    """One job at a time: a thread that finds the pool busy runs its kernel by itself."""
+    extent = 1 << 16
+    with load(fixture("chunk"), "chunk", 2) as k, threads.Pool(2, 0) as pool:
+        def calls() -> bool:
+            first, runs = np.full(extent, -1, np.int64), np.zeros(extent, np.int64)
+            go = k.bind(ptrs(first, runs), extent, pool)
+            for _ in range(100):
+                runs[:] = 0
+                go()
+                if not (runs == 1).all():
+                    return False
+            return True
+        with ThreadPoolExecutor(4) as callers:
+            assert all(callers.map(lambda _: calls(), range(4)))
+        assert 0 < pool.jobs <= 400
+
+
+def test_a_closed_pool_joins_its_workers_and_refuses():
+    pool = threads.Pool(3)
+    workers = list(pool._workers)
+    assert all(w.is_alive() and w.daemon for w in workers)
+    with load(fixture("chunk"), "chunk", 2) as k:
+        first, runs = np.zeros(10, np.int64), np.zeros(10, np.int64)
+        go = k.bind(ptrs(first, runs), 10, pool)
+        pool.close()
+        assert not any(w.is_alive() for w in workers)
+        with pytest.raises(DeviceError, match="the cpu thread pool was closed"):
+            go()
+    pool.close()  # closing twice is harmless
 
 
 def test_the_mapping_is_never_writable_and_executable():
@@ -266,21 +295,42 @@ def test_random_damage_is_refused_or_loads_but_never_escapes():
             assert "\n" not in str(e)
 
 
-def test_cpu_threads_and_the_shared_pool(monkeypatch):
+def test_cpu_threads_spin_and_the_shared_pool(monkeypatch):
     monkeypatch.setenv("HEXIR_CPU_THREADS", "3")
-    assert hostcode.cpu_threads() == 3
+    assert threads.cpu_threads() == 3
     for bad in ("0", "-2", "many"):
         monkeypatch.setenv("HEXIR_CPU_THREADS", bad)
         with pytest.raises(DeviceError, match="HEXIR_CPU_THREADS"):
-            hostcode.cpu_threads()
-    monkeypatch.setattr(hostcode, "_pool_made", False)
-    monkeypatch.setattr(hostcode, "_pool", None)
+            threads.cpu_threads()
+    monkeypatch.setenv("HEXIR_CPU_SPIN", "0")
+    assert threads.spin_cycles() == 0
+    for bad in ("-1", "long"):
+        monkeypatch.setenv("HEXIR_CPU_SPIN", bad)
+        with pytest.raises(DeviceError, match="HEXIR_CPU_SPIN"):
+            threads.spin_cycles()
+    monkeypatch.delenv("HEXIR_CPU_SPIN")
+    monkeypatch.setattr(threads, "_made", False)
+    monkeypatch.setattr(threads, "_shared", None)
     monkeypatch.setenv("HEXIR_CPU_THREADS", "1")
-    assert hostcode.cpu_pool() is None
-    monkeypatch.setattr(hostcode, "_pool_made", False)
+    assert threads.shared() is None
+    monkeypatch.setattr(threads, "_made", False)
     monkeypatch.setenv("HEXIR_CPU_THREADS", "2")
-    pool = hostcode.cpu_pool()
+    pool = threads.shared()
     try:
-        assert pool._max_workers == 2 and hostcode.cpu_pool() is pool
+        assert pool.threads == 2 and len(pool._workers) == 1 and threads.shared() is pool
     finally:
-        pool.shutdown()
+        pool.close()
+
+
+def test_the_pool_object_is_what_its_ir_builds():
+    """hal/threads.o is checked in (the runtime has no llvmlite); where llvmlite is, it must
+    be what tools/threads_ir.py builds now."""
+    pytest.importorskip("llvmlite")
+    import importlib.util
+
+    tool = Path(__file__).resolve().parents[1] / "tools" / "threads_ir.py"
+    spec = importlib.util.spec_from_file_location("threads_ir", tool)
+    threads_ir = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(threads_ir)
+    assert threads_ir.build() == threads_ir.OUT.read_bytes(), (
+        "hal/threads.o is stale: run python packages/hexir-runtime/tools/threads_ir.py")

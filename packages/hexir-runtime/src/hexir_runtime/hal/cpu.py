@@ -26,7 +26,7 @@ from hexir_format.plan import ARENA_ALIGNMENT
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
-from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode
+from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode, threads
 
 # A kernel whose destination has fewer elements than this runs on the calling thread: below
 # it, handing chunks to the pool and waiting for them costs more (about 10 us) than the work.
@@ -155,7 +155,7 @@ class CpuDevice(Device):
             self._check(b, 0, 0, "pass")
         exe = loaded.exe
         if loaded.code is not None:
-            pool = hostcode.cpu_pool() if exe.destination.size >= PARALLEL_GRAIN else None
+            pool = threads.shared() if exe.destination.size >= PARALLEL_GRAIN else None
             # to_end: compiled kernels clamp their range, so a damaged grid cannot cut it short
             return loaded.code.bind([b.address for b in buffers], exe.grid[0], pool,
                                     to_end=True)

@@ -25,14 +25,16 @@ import mmap
 import os
 import platform
 import struct
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from hexir_format import FormatError, elf
 
 from hexir_runtime.errors import DeviceError
+
+if TYPE_CHECKING:
+    from hexir_runtime.hal.threads import Pool
 
 # What an image may call: libm in its f64 and f32 forms, and the libc memory functions that
 # LLVM emits for memset/memcpy/memmove intrinsics. All are thread-safe (no lgamma: signgam).
@@ -71,22 +73,18 @@ class HostKernel:
     """A loaded host image: its mapping, kept alive while this object is, and the entry."""
 
     def __init__(self, name: str, argc: int, mapping: mmap.mmap, base: int, entry: int):
-        self.name, self.argc = name, argc
+        self.name, self.argc, self.entry = name, argc, entry
         self.base, self.size = base, len(mapping)
         self._mapping = mapping  # unmapped when closed or collected
-        signature = ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * argc, ctypes.c_int64,
-                                     ctypes.c_int64)
-        self._fn = signature(entry)  # ctypes releases the GIL for the call
+        self._fn = call_kernel(entry, argc)  # ctypes releases the GIL for the call
 
-    def run(self, pointers: Sequence[int], extent: int, pool: Executor | None = None, *,
+    def run(self, pointers: Sequence[int], extent: int, pool: Pool | None = None, *,
             to_end: bool = False) -> None:
-        """Run [0, extent); with a pool, as contiguous chunks on its threads at once.
+        """Run [0, extent); with a pool (`threads.Pool`), as chunks on its threads at once.
 
         `to_end` is for a kernel that clamps its range to the extent it was compiled for
         (every kernel the compiler writes): its last chunk then ends at END, so a grid that
-        says too little (damage) costs parallelism, never part of the answer. The calling
-        thread runs the first chunk itself and waits for the rest, so do not call this from
-        a thread of `pool` (it would wait on a queue that it is blocking).
+        says too little (damage) costs parallelism, never part of the answer.
         """
         if self._fn is None:
             raise DeviceError(f"kernel '{self.name}': its host image was closed")
@@ -95,38 +93,22 @@ class HostKernel:
                               f"expected {self.argc}")
         if extent < 0:
             raise DeviceError(f"kernel '{self.name}': extent {extent}, expected >= 0")
-        end = END if to_end else extent
-        if end == 0:
-            return
-        if pool is None or extent <= 1:  # the common case: no queue, no waiting
-            self._fn(*pointers, 0, end)
-            return
-        args = [int(p) for p in pointers]
-        workers = getattr(pool, "_max_workers", None) or os.cpu_count() or 1
-        chunks = min(workers, extent)
-        bounds = [extent * c // chunks for c in range(chunks)] + [end]
-        futures = [pool.submit(self._fn, *args, lo, hi)
-                   for lo, hi in zip(bounds[1:-1], bounds[2:])]
-        try:
-            self._fn(*args, bounds[0], bounds[1])
-        finally:
-            wait(futures)
-        for f in futures:
-            f.result()
+        self.bind(pointers, extent, pool, to_end=to_end)()
 
-    def bind(self, pointers: Sequence[int], extent: int, pool: Executor | None = None, *,
+    def bind(self, pointers: Sequence[int], extent: int, pool: Pool | None = None, *,
              to_end: bool = False):
         """`run(pointers, extent, pool, to_end=...)` as a callable without arguments, made
-        once: on one thread it is the foreign call itself, its arguments converted now. The
-        caller must not call it after `close()` (the code is unmapped then)."""
+        once: on one thread the foreign call itself, on a pool its job, the arguments
+        converted now (a launch that `run` refuses refuses when called). The caller must not
+        call it after `close()` (the code is unmapped then)."""
         if self._fn is None or len(pointers) != self.argc or extent < 0:
-            return functools.partial(self.run, pointers, extent, pool, to_end=to_end)  # refuses
+            return functools.partial(self.run, pointers, extent, pool, to_end=to_end)
         end = END if to_end else extent
-        if pool is None or extent <= 1:
-            if end == 0:
-                return lambda: None
-            return functools.partial(self._fn, *map(ctypes.c_void_p, pointers), 0, end)
-        return functools.partial(self.run, pointers, extent, pool, to_end=to_end)
+        if end == 0:
+            return _nothing
+        if pool is not None and extent > 1:
+            return pool.launch(self.entry, [int(p) for p in pointers], extent, end)
+        return functools.partial(self._fn, *map(ctypes.c_void_p, pointers), 0, end)
 
     def close(self) -> None:
         self._fn = None
@@ -346,6 +328,21 @@ def _write(image: mmap.mmap, obj: elf.ElfObject, plan: _Plan, base: int, what: s
             struct.pack_into(fmt, image, place, value)
 
 
+def _nothing() -> None:
+    """The launch of an empty range."""
+
+
+@functools.cache
+def _signature(argc: int):
+    return ctypes.CFUNCTYPE(None, *[ctypes.c_void_p] * argc, ctypes.c_int64, ctypes.c_int64)
+
+
+def call_kernel(entry: int, argc: int):
+    """The kernel at address `entry`, taking `argc` pointers and its range, as a ctypes
+    function (which releases the GIL while it runs)."""
+    return _signature(argc)(entry)
+
+
 def _align(n: int, align: int) -> int:
     return -(-n // align) * align
 
@@ -399,33 +396,3 @@ def host_level() -> int:
         level = candidate
     return level
 
-
-_pool_lock = threading.Lock()
-_pool: Executor | None = None
-_pool_made = False
-
-
-def cpu_threads() -> int:
-    """How many threads cpu kernels use: $HEXIR_CPU_THREADS, else os.cpu_count()."""
-    text = os.environ.get("HEXIR_CPU_THREADS")
-    if text is None:
-        return os.cpu_count() or 1
-    try:
-        threads = int(text)
-    except ValueError:
-        threads = 0
-    if threads < 1:
-        raise DeviceError(f"HEXIR_CPU_THREADS={text!r}, expected a positive integer")
-    return threads
-
-
-def cpu_pool() -> Executor | None:
-    """The process's shared pool for cpu kernels, made on first use; None for one thread."""
-    global _pool, _pool_made
-    with _pool_lock:
-        if not _pool_made:
-            threads = cpu_threads()
-            if threads > 1:
-                _pool = ThreadPoolExecutor(threads, thread_name_prefix="hexir-cpu")
-            _pool_made = True
-        return _pool

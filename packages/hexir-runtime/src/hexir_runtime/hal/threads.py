@@ -1,0 +1,164 @@
+"""The cpu kernels' thread pool: native worker threads that wait for work without the GIL.
+
+A kernel big enough to split runs as chunks of its cpu grid on every core. Python threads
+cannot hand work to each other quickly enough for that: each hand-over goes through the GIL
+and a sleeping thread's wake-up (30-70 us on the machines we measure on), and a kernel pays
+it at its start and its end -- about 110 us per kernel of the MLP benchmark, 8% of its call
+(bench/README.md). So the workers are native: Python threads that each make one foreign
+call into the pool's loop and stay there until the pool closes, spinning for a while
+(`HEXIR_CPU_SPIN` cycles of the time-stamp counter, default 2**20: a few hundred
+microseconds) after each kernel before they sleep on a futex, as MLAS's and OpenMP's do.
+
+The loop is x86-64 machine code the runtime carries, `threads.o` (built from
+`tools/threads_ir.py` with llvmlite, which checks it is current), linked by `hostcode` like a
+kernel's host image, with libc's `syscall` (for the futex) offered to it alone. The calling
+thread publishes a job (the kernel's entry, its pointers, the extent and the chunk count,
+made once per launch), claims chunks itself like the workers, and returns when every chunk
+has run. Each chunk is claimed once, by a compare-and-swap on a ticket that carries the
+job's generation, so a worker that wakes late can neither take a chunk of a finished job nor
+run one twice. One job at a time: a thread that finds the pool busy (a module called from
+several threads) runs its kernel alone, at once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import functools
+import os
+import threading
+from collections.abc import Sequence
+from importlib import resources
+
+import numpy as np
+
+from hexir_runtime.errors import DeviceError
+from hexir_runtime.hal import hostcode
+
+# The shared state's layout (bytes), which tools/threads_ir.py compiles into the loop. The
+# fields that threads write are a cache line apart.
+GEN, TICKET, DONE, SLEEPERS, STOP, SPIN, SLOTS = 0, 64, 128, 192, 196, 200, 256
+SLOT_BYTES, STATE_BYTES = 64, 384
+# A job, copied into the slot of its generation's parity: six 64-bit fields.
+JOB_FIELDS = ("entry", "argc", "args", "chunks", "extent", "end")
+WORK, RUN, CLOSE = 0, 1, 2  # the entry's operations: hexir_threads(state, op, arg)
+MAX_ARGS = 64  # the most buffer pointers a kernel run by the pool may take
+CHUNKS_PER_THREAD = 8  # so that a thread that starts late or runs slower takes fewer
+ENTRY = "hexir_threads"
+
+
+class Pool:
+    """`threads` threads: the caller's and `threads - 1` native workers."""
+
+    def __init__(self, threads: int, spin_cycles: int = 1 << 20):
+        libc = ctypes.CDLL(None)
+        image = resources.files("hexir_runtime.hal").joinpath("threads.o").read_bytes()
+        self._code = hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
+                                   provided={"syscall": _address(libc.syscall)})
+        self._call = hostcode.call_kernel(self._code.entry, 1)
+        raw = np.zeros(STATE_BYTES + SLOT_BYTES, np.uint8)
+        skip = -raw.ctypes.data % SLOT_BYTES
+        self._state = raw[skip:skip + STATE_BYTES]
+        self._state[SPIN:SPIN + 8].view(np.int64)[0] = spin_cycles
+        self._address = self._state.ctypes.data
+        self.threads = threads
+        self.jobs = 0  # jobs run on the pool (the tests count them)
+        self._lock = threading.Lock()
+        self._workers = [threading.Thread(target=self._call, args=(self._address, WORK, 0),
+                                          name=f"hexir-cpu-{i}", daemon=True)
+                         for i in range(threads - 1)]
+        for worker in self._workers:
+            worker.start()
+
+    def launch(self, entry: int, pointers: Sequence[int], extent: int, end: int):
+        """A callable that runs kernel `entry` over [0, extent) in chunks on the pool (the
+        last chunk to `end`), its job made now; with too many pointers for the pool, the
+        kernel alone on the calling thread."""
+        serial = functools.partial(hostcode.call_kernel(entry, len(pointers)), *pointers, 0, end)
+        if len(pointers) > MAX_ARGS or extent <= 1:
+            return serial
+        args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
+        chunks = min(extent, self.threads * CHUNKS_PER_THREAD)
+        job = (ctypes.c_int64 * len(JOB_FIELDS))(entry, len(pointers), ctypes.addressof(args),
+                                                 chunks, extent, end)
+        return functools.partial(self._run, job, args, serial)
+
+    def _run(self, job, args, serial) -> None:
+        if not self._lock.acquire(blocking=False):  # another thread's kernel has the pool
+            serial()
+            return
+        try:
+            if self._code is None:
+                raise DeviceError("the cpu thread pool was closed")
+            self._call(self._address, RUN, ctypes.addressof(job))
+            self.jobs += 1
+        finally:
+            self._lock.release()
+
+    def __enter__(self) -> Pool:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Stop and join the workers, then unmap the loop; launches made earlier refuse."""
+        with self._lock:
+            if self._code is None:
+                return
+            self._call(self._address, CLOSE, 0)
+            for worker in self._workers:
+                worker.join()
+            self._code.close()
+            self._code = None
+
+
+def _address(fn) -> int:
+    return ctypes.cast(fn, ctypes.c_void_p).value
+
+
+def cpu_threads() -> int:
+    """How many threads cpu kernels use: $HEXIR_CPU_THREADS, else os.cpu_count()."""
+    text = os.environ.get("HEXIR_CPU_THREADS")
+    if text is None:
+        return os.cpu_count() or 1
+    try:
+        threads = int(text)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise DeviceError(f"HEXIR_CPU_THREADS={text!r}, expected a positive integer")
+    return threads
+
+
+def spin_cycles() -> int:
+    """How long a worker spins after a kernel: $HEXIR_CPU_SPIN cycles, else 2**20."""
+    text = os.environ.get("HEXIR_CPU_SPIN")
+    if text is None:
+        return 1 << 20
+    try:
+        cycles = int(text)
+    except ValueError:
+        cycles = -1
+    if cycles < 0:
+        raise DeviceError(f"HEXIR_CPU_SPIN={text!r}, expected a number of cycles >= 0")
+    return cycles
+
+
+_lock = threading.Lock()
+_shared: Pool | None = None
+_made = False
+
+
+def shared() -> Pool | None:
+    """The process's pool, made on first use ($HEXIR_CPU_THREADS threads, else one per core;
+    None for one thread) and closed at exit."""
+    global _shared, _made
+    with _lock:
+        if not _made:
+            threads = cpu_threads()
+            if threads > 1:
+                _shared = Pool(threads, spin_cycles())
+                atexit.register(_shared.close)
+            _made = True
+        return _shared

@@ -1,0 +1,293 @@
+"""Build the cpu thread pool's loop, `hexir_runtime/hal/threads.o`, from the LLVM IR below.
+
+    hatch run full:python packages/hexir-runtime/tools/threads_ir.py
+
+The runtime carries the object because it runs without llvmlite (or any compiler); the
+compiler's tests check that the checked-in object is what this script builds. The protocol
+is described in `hexir_runtime.hal.threads`, whose layout constants are compiled in here.
+The code is for the x86-64 baseline (any x86-64 CPU), position-independent, and calls one
+external function, libc's `syscall`, for the futex (SYS_futex = 202 on x86-64).
+
+One entry, `hexir_threads(state, op, arg)`:
+- WORK: a worker's loop, until CLOSE. It spins on the generation for `state.spin` cycles of
+  the time-stamp counter after each job, then sleeps on it (FUTEX_WAIT_PRIVATE) with
+  `state.sleepers` raised, so that a publisher knows to wake it.
+- RUN: publish the job at `arg` (copied into the slot of the new generation's parity, field
+  by field with atomic stores), reset the done count, open the ticket (generation << 32 |
+  next chunk), bump the generation, wake sleepers, claim chunks like a worker, then spin
+  until every chunk is done.
+- CLOSE: raise `state.stop`, bump the generation and wake everyone: each worker returns.
+
+A chunk is claimed by a compare-and-swap of the ticket that carries the generation, and its
+fields are read after the claim: the job cannot be replaced while one of its chunks runs,
+so a worker that wakes late takes nothing of a finished job. Chunk c of n over extent e is
+[q c + min(c, r), q (c + 1) + min(c + 1, r)) with q, r = divmod(e, n); the last ends at the
+job's `end` (END for a kernel that clamps its own range).
+"""
+
+import sys
+from pathlib import Path
+
+from hexir_runtime.hal import threads
+
+OUT = Path(threads.__file__).with_name("threads.o")
+TRIPLE, CPU = "x86_64-unknown-linux-gnu", "x86-64"
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX = 128, 129, 202
+
+FIELD = {name: 8 * i for i, name in enumerate(threads.JOB_FIELDS)}
+
+IR = """
+declare i64 @syscall(i64, ...) nounwind
+declare void @llvm.x86.sse2.pause() nounwind
+declare i64 @llvm.readcyclecounter() nounwind
+declare i64 @llvm.umin.i64(i64, i64)
+
+define void @{ENTRY}(ptr %s, i64 %op, i64 %arg) nounwind {{
+entry:
+  switch i64 %op, label %out [ i64 {WORK}, label %work  i64 {RUN}, label %run
+                               i64 {CLOSE}, label %close ]
+work:
+  call void @worker(ptr %s)
+  br label %out
+run:
+  %job = inttoptr i64 %arg to ptr
+  call void @publish(ptr %s, ptr %job)
+  br label %out
+close:
+  call void @close(ptr %s)
+  br label %out
+out:
+  ret void
+}}
+
+; the job slot of generation %g
+define internal ptr @slot(ptr %s, i32 %g) nounwind {{
+  %parity = and i32 %g, 1
+  %wide = zext i32 %parity to i64
+  %skip = mul i64 %wide, {SLOT_BYTES}
+  %at = add i64 %skip, {SLOTS}
+  %slot = getelementptr inbounds i8, ptr %s, i64 %at
+  ret ptr %slot
+}}
+
+define internal i64 @field(ptr %slot, i64 %at) nounwind {{
+  %p = getelementptr inbounds i8, ptr %slot, i64 %at
+  %v = load atomic i64, ptr %p monotonic, align 8
+  ret i64 %v
+}}
+
+define internal void @wake(ptr %s) nounwind {{
+  %r = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr %s, i64 {FUTEX_WAKE_PRIVATE},
+                                     i64 2147483647)
+  ret void
+}}
+
+define internal void @publish(ptr %s, ptr %job) nounwind {{
+entry:
+  %g0 = load atomic i32, ptr %s monotonic, align 4
+  %g = add i32 %g0, 1
+  %slot = call ptr @slot(ptr %s, i32 %g)
+{COPY}
+  %pdone = getelementptr inbounds i8, ptr %s, i64 {DONE}
+  store atomic i64 0, ptr %pdone monotonic, align 8
+  %gz = zext i32 %g to i64
+  %t = shl i64 %gz, 32
+  %pticket = getelementptr inbounds i8, ptr %s, i64 {TICKET}
+  store atomic i64 %t, ptr %pticket release, align 8
+  store atomic i32 %g, ptr %s seq_cst, align 4
+  %psleepers = getelementptr inbounds i8, ptr %s, i64 {SLEEPERS}
+  %sleepers = load atomic i32, ptr %psleepers seq_cst, align 4
+  %asleep = icmp ne i32 %sleepers, 0
+  br i1 %asleep, label %wake, label %claim
+wake:
+  call void @wake(ptr %s)
+  br label %claim
+claim:
+  call void @claim(ptr %s, i32 %g)
+  %chunks = call i64 @field(ptr %slot, i64 {CHUNKS})
+  br label %wait
+wait:
+  %done = load atomic i64, ptr %pdone acquire, align 8
+  %running = icmp ult i64 %done, %chunks
+  br i1 %running, label %pause, label %exit
+pause:
+  call void @llvm.x86.sse2.pause()
+  br label %wait
+exit:
+  ret void
+}}
+
+define internal void @claim(ptr %s, i32 %g) nounwind {{
+entry:
+  %gz = zext i32 %g to i64
+  %slot = call ptr @slot(ptr %s, i32 %g)
+  %pticket = getelementptr inbounds i8, ptr %s, i64 {TICKET}
+  %pdone = getelementptr inbounds i8, ptr %s, i64 {DONE}
+  br label %next
+next:
+  %t = load atomic i64, ptr %pticket acquire, align 8
+  %tg = lshr i64 %t, 32
+  %current = icmp eq i64 %tg, %gz
+  br i1 %current, label %left, label %exit
+left:
+  %c = and i64 %t, 4294967295
+  %n = call i64 @field(ptr %slot, i64 {CHUNKS})
+  %some = icmp ult i64 %c, %n
+  br i1 %some, label %take, label %exit
+take:
+  %t1 = add i64 %t, 1
+  %pair = cmpxchg ptr %pticket, i64 %t, i64 %t1 acq_rel monotonic
+  %taken = extractvalue {{ i64, i1 }} %pair, 1
+  br i1 %taken, label %chunk, label %next
+chunk:
+  %entryv = call i64 @field(ptr %slot, i64 {ENTRY_FIELD})
+  %fn = inttoptr i64 %entryv to ptr
+  %argc = call i64 @field(ptr %slot, i64 {ARGC})
+  %argsv = call i64 @field(ptr %slot, i64 {ARGS})
+  %args = inttoptr i64 %argsv to ptr
+  %e = call i64 @field(ptr %slot, i64 {EXTENT})
+  %end = call i64 @field(ptr %slot, i64 {END})
+  %q = udiv i64 %e, %n
+  %r = urem i64 %e, %n
+  %qc = mul i64 %q, %c
+  %rc = call i64 @llvm.umin.i64(i64 %c, i64 %r)
+  %lo = add i64 %qc, %rc
+  %c1 = add i64 %c, 1
+  %qc1 = mul i64 %q, %c1
+  %rc1 = call i64 @llvm.umin.i64(i64 %c1, i64 %r)
+  %hi0 = add i64 %qc1, %rc1
+  %last = icmp eq i64 %c1, %n
+  %hi = select i1 %last, i64 %end, i64 %hi0
+  call void @invoke(ptr %fn, i64 %argc, ptr %args, i64 %lo, i64 %hi)
+  %old = atomicrmw add ptr %pdone, i64 1 release
+  br label %next
+exit:
+  ret void
+}}
+
+define internal void @worker(ptr %s) nounwind {{
+entry:
+  %psleepers = getelementptr inbounds i8, ptr %s, i64 {SLEEPERS}
+  %pstop = getelementptr inbounds i8, ptr %s, i64 {STOP}
+  %pspin = getelementptr inbounds i8, ptr %s, i64 {SPIN}
+  %first = load atomic i32, ptr %s acquire, align 4
+  br label %idle
+idle:
+  %seen = phi i32 [ %first, %entry ], [ %seen, %woke ], [ %g, %claim ]
+  %start = call i64 @llvm.readcyclecounter()
+  br label %spin
+spin:
+  %g = load atomic i32, ptr %s acquire, align 4
+  %new = icmp ne i32 %g, %seen
+  br i1 %new, label %job, label %stopped
+stopped:
+  %stop = load atomic i32, ptr %pstop monotonic, align 4
+  %stopping = icmp ne i32 %stop, 0
+  br i1 %stopping, label %exit, label %timer
+timer:
+  %now = call i64 @llvm.readcyclecounter()
+  %spent = sub i64 %now, %start
+  %limit = load atomic i64, ptr %pspin monotonic, align 8
+  %long = icmp ugt i64 %spent, %limit
+  br i1 %long, label %sleep, label %pause
+pause:
+  call void @llvm.x86.sse2.pause()
+  br label %spin
+sleep:
+  %up = atomicrmw add ptr %psleepers, i32 1 seq_cst
+  %g2 = load atomic i32, ptr %s seq_cst, align 4
+  %same = icmp eq i32 %g2, %seen
+  br i1 %same, label %wait, label %woke
+wait:
+  %seenz = zext i32 %seen to i64
+  %w = call i64 (i64, ...) @syscall(i64 {SYS_FUTEX}, ptr %s, i64 {FUTEX_WAIT_PRIVATE},
+                                     i64 %seenz, ptr null)
+  br label %woke
+woke:
+  %down = atomicrmw sub ptr %psleepers, i32 1 seq_cst
+  br label %idle
+job:
+  %stop2 = load atomic i32, ptr %pstop seq_cst, align 4
+  %stopping2 = icmp ne i32 %stop2, 0
+  br i1 %stopping2, label %exit, label %claim
+claim:
+  call void @claim(ptr %s, i32 %g)
+  br label %idle
+exit:
+  ret void
+}}
+
+define internal void @close(ptr %s) nounwind {{
+  %pstop = getelementptr inbounds i8, ptr %s, i64 {STOP}
+  store atomic i32 1, ptr %pstop seq_cst, align 4
+  %g0 = load atomic i32, ptr %s monotonic, align 4
+  %g = add i32 %g0, 1
+  store atomic i32 %g, ptr %s seq_cst, align 4
+  call void @wake(ptr %s)
+  ret void
+}}
+"""
+
+
+def copy_fields() -> str:
+    """publish's copy of the job into its slot, one atomic store per field."""
+    lines = []
+    for name, at in FIELD.items():
+        lines += [f"  %src_{name} = getelementptr inbounds i8, ptr %job, i64 {at}",
+                  f"  %val_{name} = load i64, ptr %src_{name}, align 8",
+                  f"  %dst_{name} = getelementptr inbounds i8, ptr %slot, i64 {at}",
+                  f"  store atomic i64 %val_{name}, ptr %dst_{name} monotonic, align 8"]
+    return "\n".join(lines)
+
+
+def invoke() -> str:
+    """`fn(args[0], ..., args[argc - 1], lo, hi)` for every argc up to MAX_ARGS."""
+    arities = range(threads.MAX_ARGS + 1)
+    cases = "\n".join(f"    i64 {n}, label %a{n}" for n in arities)
+    out = [("define internal void @invoke(ptr %fn, i64 %argc, ptr %args, i64 %lo, i64 %hi) "
+            "nounwind {"), "entry:", f"  switch i64 %argc, label %done [\n{cases} ]"]
+    for n in arities:
+        out.append(f"a{n}:")
+        for i in range(n):
+            out += [f"  %p{n}_{i} = getelementptr inbounds ptr, ptr %args, i64 {i}",
+                    f"  %v{n}_{i} = load ptr, ptr %p{n}_{i}, align 8"]
+        params = ", ".join([*(f"ptr %v{n}_{i}" for i in range(n)), "i64 %lo", "i64 %hi"])
+        out += [f"  call void %fn({params})", "  br label %done"]
+    out += ["done:", "  ret void", "}"]
+    return "\n".join(out)
+
+
+def source() -> str:
+    assert threads.GEN == 0, "the loop addresses the generation as the state itself"
+    return IR.format(
+        ENTRY=threads.ENTRY, WORK=threads.WORK, RUN=threads.RUN, CLOSE=threads.CLOSE,
+        SLOT_BYTES=threads.SLOT_BYTES, SLOTS=threads.SLOTS, TICKET=threads.TICKET,
+        DONE=threads.DONE, SLEEPERS=threads.SLEEPERS, STOP=threads.STOP, SPIN=threads.SPIN,
+        CHUNKS=FIELD["chunks"], ENTRY_FIELD=FIELD["entry"], ARGC=FIELD["argc"],
+        ARGS=FIELD["args"], EXTENT=FIELD["extent"], END=FIELD["end"], COPY=copy_fields(),
+        SYS_FUTEX=SYS_FUTEX, FUTEX_WAIT_PRIVATE=FUTEX_WAIT_PRIVATE,
+        FUTEX_WAKE_PRIVATE=FUTEX_WAKE_PRIVATE) + invoke()
+
+
+def build() -> bytes:
+    import llvmlite.binding as llvm
+
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    module = llvm.parse_assembly(source())
+    module.verify()
+    machine = llvm.Target.from_triple(TRIPLE).create_target_machine(
+        cpu=CPU, opt=2, reloc="pic", codemodel="small")
+    module.triple, module.data_layout = TRIPLE, str(machine.target_data)
+    return bytes(machine.emit_object(module))
+
+
+def main(argv: list[str]) -> int:
+    out = Path(argv[0]) if argv else OUT
+    out.write_bytes(build())
+    print(f"wrote {out} ({out.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
