@@ -168,10 +168,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads is not None:
         os.environ["HEXIR_CPU_THREADS"] = str(args.threads)
     from hexir_format import CPU_LEVELS
-    from hexir_runtime.hal import hostcode
+    from hexir_runtime.hal import hostcode, threads
 
     CPU.append(args.cpu or CPU_LEVELS[max(2, hostcode.host_level())])
-    print(f"compiled for {CPU[0]}; cpu threads: {hostcode.cpu_threads()} of {os.cpu_count()} "
+    print(f"compiled for {CPU[0]}; cpu threads: {threads.cpu_threads()} of {os.cpu_count()} "
           f"cores; numpy {np.__version__}; median of {args.calls} calls\n")
     print("\n".join(networks(args.calls)))
     print()
