@@ -9,9 +9,10 @@ call into the pool's loop and stay there until the pool closes, spinning for a w
 (`HEXIR_CPU_SPIN` cycles of the time-stamp counter, default 2**20: a few hundred
 microseconds) after each kernel before they sleep on a futex, as MLAS's and OpenMP's do.
 
-The loop is x86-64 machine code the runtime carries, `threads.o` (built from
-`tools/threads_ir.py` with llvmlite, which checks it is current), linked by `hostcode` like a
-kernel's host image, with libc's `syscall` (for the futex) offered to it alone. The calling
+The loop is x86-64 machine code the runtime carries, `threads.o`, built from the LLVM IR in
+`tools/threads_ir.py` with llvmlite when the runtime is developed (a test checks that it is
+current) and linked by `hostcode` like a kernel's host image, with libc's `syscall` (for the
+futex) offered to it alone. The calling
 thread publishes a job (the kernel's entry, its pointers, the extent and the chunk count,
 made once per launch), claims chunks itself like the workers, and returns when every chunk
 has run. Each chunk is claimed once, by a compare-and-swap on a ticket that carries the
