@@ -106,9 +106,10 @@ class HostKernel:
         end = END if to_end else extent
         if end == 0:
             return _nothing
+        alone = functools.partial(self._fn, *map(ctypes.c_void_p, pointers), 0, end)
         if pool is not None and extent > 1:
-            return pool.launch(self.entry, [int(p) for p in pointers], extent, end)
-        return functools.partial(self._fn, *map(ctypes.c_void_p, pointers), 0, end)
+            return pool.launch(self.entry, [int(p) for p in pointers], extent, end, alone)
+        return alone
 
     def close(self) -> None:
         self._fn = None

@@ -71,12 +71,12 @@ class Pool:
         for worker in self._workers:
             worker.start()
 
-    def launch(self, entry: int, pointers: Sequence[int], extent: int, end: int):
+    def launch(self, entry: int, pointers: Sequence[int], extent: int, end: int, serial):
         """A callable that runs kernel `entry` over [0, extent) in chunks on the pool (the
-        last chunk to `end`), its job made now; with too many pointers for the pool, the
-        kernel alone on the calling thread."""
-        serial = functools.partial(hostcode.call_kernel(entry, len(pointers)), *pointers, 0, end)
-        if len(pointers) > MAX_ARGS or extent <= 1:
+        last chunk to `end`), its job made now. `serial` is the same launch on the calling
+        thread alone: what runs when the pool is busy, and in its place for a kernel with too
+        many pointers for the pool."""
+        if len(pointers) > MAX_ARGS:
             return serial
         args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
         chunks = min(extent, self.threads * CHUNKS_PER_THREAD)
