@@ -12,14 +12,9 @@ from hexir_compiler.transforms.tir.contraction import plan_matmul
 from hexir_compiler.transforms.tir.elementwise import (
     BINARY,
     UNARY,
-    plan_binary,
-    plan_cast,
-    plan_expand,
-    plan_gelu,
+    plan_map,
     plan_reshape,
     plan_transpose,
-    plan_unary,
-    plan_where,
 )
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import plan_concat, plan_gather, plan_slice
@@ -33,17 +28,12 @@ from hexir_compiler.transforms.tir.window import plan_conv, plan_pool
 PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
     "linear": plan_matmul,
     "matmul": plan_matmul,
-    **dict.fromkeys(BINARY, plan_binary),
-    **dict.fromkeys(UNARY, plan_unary),
-    "gelu": plan_gelu,
+    **dict.fromkeys((*UNARY, *BINARY, "gelu", "where", "cast", "expand"), plan_map),
     "softmax": plan_softmax,
     "layer_norm": plan_layer_norm,
     "transpose": plan_transpose,
     "reshape": plan_reshape,
     **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "reduce_min"), plan_reduce),
-    "where": plan_where,
-    "cast": plan_cast,
-    "expand": plan_expand,
     "concat": plan_concat,
     "slice": plan_slice,
     "gather": plan_gather,

@@ -11,6 +11,7 @@ with numpy's meaning of each formula (ONNX's where numpy has none: integer divis
 
 from __future__ import annotations
 
+import functools
 import math as pymath
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -140,44 +141,32 @@ BINARY: dict[str, Elementwise] = {
 GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}
 
 
-def plan_unary(op: GraphOp) -> Kernel:
-    op.expect_output(op.inputs[0])
-    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, UNARY[op.mnemonic].formula))
+def plan_map(op: GraphOp) -> Kernel:
+    """Any element-wise op: its `formula` over the output's space, each operand broadcast to
+    it. The kind is the op's own where the format names it, else `map`; gelu's param is its
+    form."""
+    _expect_map_output(op)
+    params = (GELU_APPROXIMATIONS[_approximation(op)],) if op.mnemonic == "gelu" else ()
+    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, formula(op)), params)
 
 
-def plan_binary(op: GraphOp) -> Kernel:
-    op.expect_output(signatures.broadcast(*op.inputs))
-    return Kernel(_kind(op.mnemonic), lambda b: _map(b, op, BINARY[op.mnemonic].formula))
-
-
-def plan_where(op: GraphOp) -> Kernel:
-    """where(condition, x, y): x where the condition holds, else y, all three broadcast."""
-    cond, x, y = op.inputs
-    op.expect_output(signatures.broadcast(signatures.broadcast(cond, x), y))
-    if x != y or x != op.output:
+def _expect_map_output(op: GraphOp) -> None:
+    """Fail unless the result has the operands' broadcast shape; expand's, any shape its
+    input broadcasts to; where's, that of x and y (an importer expands them to it)."""
+    if op.mnemonic == "expand":
+        (shape,) = op.inputs
+        if signatures.broadcast(shape, op.output) != op.output:
+            raise CompileError(f"hexir.expand: {signatures.fmt(shape)} does not broadcast to "
+                               f"{signatures.fmt(op.output)}")
+        return
+    op.expect_output(functools.reduce(signatures.broadcast, op.inputs))
+    if op.mnemonic == "where" and not op.inputs[1] == op.inputs[2] == op.output:
         raise CompileError("hexir.where: x and y must have the result's shape (expand them)")
-    return Kernel(str(KernelKind.MAP), lambda b: _map(b, op, lambda b, c, u, v: arith.select(c, u, v)))
-
-
-def plan_expand(op: GraphOp) -> Kernel:
-    """The input broadcast to the result's shape (numpy's broadcast_to)."""
-    (shape,) = op.inputs
-    if signatures.broadcast(shape, op.output) != op.output:
-        raise CompileError(f"hexir.expand: {signatures.fmt(shape)} does not broadcast to "
-                           f"{signatures.fmt(op.output)}")
-    return Kernel(str(KernelKind.MAP), lambda b: _map(b, op, lambda b, x: x))
-
-
-def plan_cast(op: GraphOp) -> Kernel:
-    """Each element converted to the result's element type, as numpy's astype: floats to
-    integers truncate toward zero, anything to bool is `!= 0` (NaN is true), bool to a number
-    is 0 or 1."""
-    op.expect_output(op.inputs[0])
-    return Kernel(str(KernelKind.MAP), lambda b: _map(b, op, lambda b, x: convert(b, x, b.element)))
 
 
 def convert(b: KernelBuilder, x: ir.Value, to: ir.Type) -> ir.Value:
-    """`x` as a scalar of type `to` (numpy's astype)."""
+    """`x` as a scalar of type `to`, as numpy's astype: floats to integers truncate toward
+    zero, anything to bool is `!= 0` (NaN is true), bool to a number is 0 or 1."""
     source = x.type
     if source == to:
         return x
@@ -205,12 +194,6 @@ def _kind(mnemonic: str) -> str:
     return mnemonic if mnemonic.upper() in KernelKind.__members__ else str(KernelKind.MAP)
 
 
-def plan_gelu(op: GraphOp) -> Kernel:
-    op.expect_output(op.inputs[0])
-    approximate = _approximation(op)
-    return Kernel("gelu", lambda b: _map(b, op, formula(op)), (GELU_APPROXIMATIONS[approximate],))
-
-
 def _approximation(op: GraphOp) -> str:
     approximate = op.string_attr("approximate", "none")
     if approximate not in GELU_APPROXIMATIONS:
@@ -229,6 +212,8 @@ def formula(op: GraphOp) -> Scalar:
         return BINARY[name].formula
     if name == "where":
         return lambda b, c, x, y: arith.select(c, x, y)
+    if name == "expand":
+        return lambda b, x: x
     if name == "cast":
         to = ir.Type.parse(op.elements[-1])
         return lambda b, x: convert(b, x, to)
