@@ -190,20 +190,6 @@ def _lower_if(op: ir.Operation) -> None:
     _lower_ops(body)
 
 
-def _lower_load(op: ir.Operation) -> None:
-    buffer, *indices = op.operands
-    with ir.InsertionPoint(op), op.location:
-        value = memref.load(buffer, indices)
-    _replace_and_erase(op, [value])
-
-
-def _lower_store(op: ir.Operation) -> None:
-    value, buffer, *indices = op.operands
-    with ir.InsertionPoint(op), op.location:
-        memref.store(value, buffer, indices)
-    _replace_and_erase(op, [])
-
-
 def _lower_library_call(op: ir.Operation) -> None:
     routine = f"hexir_rt_{ir.StringAttr(op.attributes['routine']).value}"
     _declare(op, routine, len(op.operands))
@@ -230,48 +216,41 @@ def _declare(op: ir.Operation, name: str, argc: int) -> None:
         declaration.attributes[ROUTINE] = ir.UnitAttr.get()
 
 
-def _lower_alloc_buffer(op: ir.Operation) -> None:
-    with ir.InsertionPoint(op), op.location:
-        shared = memref.alloc(op.results[0].type, [], [])
-    _replace_and_erase(op, [shared])
+def _in_place(make):
+    """A lowering that builds `make(op)` where the op was and erases the op; an op with a
+    result is replaced by the value `make` returns."""
 
+    def lower(op: ir.Operation) -> None:
+        with ir.InsertionPoint(op), op.location:
+            made = make(op)
+        _replace_and_erase(op, [made] if len(op.results) else [])
 
-def _lower_barrier(op: ir.Operation) -> None:
-    with ir.InsertionPoint(op), op.location:
-        gpu.barrier()
-    _replace_and_erase(op, [])
-
-
-def _lower_return(op: ir.Operation) -> None:
-    with ir.InsertionPoint(op), op.location:
-        func.ReturnOp([])
-    _replace_and_erase(op, [])
+    return lower
 
 
 _LOWERINGS = {
     "hextir.for": _lower_for,
     "hextir.if": _lower_if,
-    "hextir.buffer_load": _lower_load,
-    "hextir.buffer_store": _lower_store,
-    "hextir.return": _lower_return,
+    "hextir.buffer_load": _in_place(
+        lambda op: memref.load(op.operands[0], list(op.operands)[1:])),
+    "hextir.buffer_store": _in_place(
+        lambda op: memref.store(op.operands[0], op.operands[1], list(op.operands)[2:])),
+    "hextir.return": _in_place(lambda op: func.ReturnOp([])),
     "hextir.library_call": _lower_library_call,
-    "hextir.alloc_buffer": _lower_alloc_buffer,
-    "hextir.barrier": _lower_barrier,
+    "hextir.alloc_buffer": _in_place(lambda op: memref.alloc(op.results[0].type, [], [])),
+    "hextir.barrier": _in_place(lambda op: gpu.barrier()),
 }
 
 
-def _take_body(op: ir.Operation, dest: ir.Block | None, args) -> list[ir.Operation]:
-    """Move the body of `op` (all but its terminator) to the end of `dest`, or in front of
-    `op` when `dest` is None; the body's block arguments become `args`. Returns the ops moved."""
+def _take_body(op: ir.Operation, dest: ir.Block, args) -> list[ir.Operation]:
+    """Move the body of `op` (all but its terminator) to the end of `dest`; the body's block
+    arguments become `args`. Returns the ops moved."""
     source = op.regions[0].blocks[0]
     for old, new in zip(source.arguments, args, strict=True):
         old.replace_all_uses_with(new)
     moved = [view.operation for view in source.operations][:-1]
     for moving in moved:
-        if dest is None:
-            moving.move_before(op)
-        else:
-            dest.append(moving)
+        dest.append(moving)
     return moved
 
 
