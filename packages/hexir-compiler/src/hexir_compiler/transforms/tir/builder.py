@@ -179,37 +179,22 @@ class KernelBuilder:
     # -- control flow ----------------------------------------------------------------------
 
     @contextmanager
-    def loop(self, extent: int, kind: str, bind: str | None = None) -> Iterator[ir.Value]:
-        """A `hextir.for` over [0, extent) without carried values; yields the induction var."""
-        op = self._for(extent, kind, bind, [])
+    def loop(self, extent: int, kind: str, bind: str | None = None, *,
+             start: ir.Value | None = None, step: int = 1) -> Iterator[ir.Value]:
+        """A `hextir.for` over start (default 0), start + step, ... < extent without carried
+        values; yields the induction variable."""
+        op = self._for(start, extent, step, kind, bind, [])
         body = op.regions[0].blocks[0]
         with ir.InsertionPoint(body):
             yield body.arguments[0]
-            _yield([])
-
-    @contextmanager
-    def stride(self, start: ir.Value, end: int, step: int) -> Iterator[ir.Value]:
-        """A serial `hextir.for` start, start + step, ... < end without carried values."""
-        op = ir.Operation.create(
-            "hextir.for", operands=[start, self.index(end), self.index(step)],
-            attributes={"kind": ir.StringAttr.get("serial")}, regions=1)
-        block = op.regions[0].blocks.append(self.index_type)
-        with ir.InsertionPoint(block):
-            yield block.arguments[0]
             _yield([])
 
     def strided(self, start: ir.Value, end: int, step: int, inits: Sequence[ir.Value],
                 body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
         """Serial loop start, start + step, ... < end carrying `inits` (a thread's share of a
         cooperative loop: start = its thread index, step = the block's threads)."""
-        op = ir.Operation.create(
-            "hextir.for",
-            results=[value.type for value in inits],
-            operands=[start, self.index(end), self.index(step), *inits],
-            attributes={"kind": ir.StringAttr.get("serial")},
-            regions=1,
-        )
-        block = op.regions[0].blocks.append(self.index_type, *[value.type for value in inits])
+        op = self._for(start, end, step, "serial", None, inits)
+        block = op.regions[0].blocks[0]
         with ir.InsertionPoint(block):
             _yield(body(block.arguments[0], list(block.arguments)[1:]))
         return list(op.results)
@@ -218,7 +203,7 @@ class KernelBuilder:
         """Serial loop nest over `extents` carrying `inits`; `body(ivs, carried)` -> next."""
         if not extents:
             return body([], list(inits))
-        op = self._for(extents[0], "serial", None, inits)
+        op = self._for(None, extents[0], 1, "serial", None, inits)
         block = op.regions[0].blocks[0]
         with ir.InsertionPoint(block):
             iv, carried = block.arguments[0], list(block.arguments)[1:]
@@ -240,16 +225,16 @@ class KernelBuilder:
     def less_than(self, value: ir.Value, bound: int) -> ir.Value:
         return arith.cmpi(arith.CmpIPredicate.ult, value, self.index(bound))
 
-    def _for(
-        self, extent: int, kind: str, bind: str | None, inits: Sequence[ir.Value]
-    ) -> ir.Operation:
+    def _for(self, start: ir.Value | None, end: int, step: int, kind: str, bind: str | None,
+             inits: Sequence[ir.Value]) -> ir.Operation:
         attributes = {"kind": ir.StringAttr.get(kind)}
         if bind is not None:
             attributes["bind"] = ir.StringAttr.get(bind)
         op = ir.Operation.create(
             "hextir.for",
             results=[value.type for value in inits],
-            operands=[self.index(0), self.index(extent), self.index(1), *inits],
+            operands=[self.index(0) if start is None else start, self.index(end),
+                      self.index(step), *inits],
             attributes=attributes,
             regions=1,
         )

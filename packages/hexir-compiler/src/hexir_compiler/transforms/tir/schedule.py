@@ -403,7 +403,7 @@ def _flat_threads(b: KernelBuilder, extents: Sequence[int],
         thread = stack.enter_context(b.loop(threads, "thread_binding", "threadIdx.x"))
         flat = arith.addi(b.mul(block, threads), thread)
         if blocks * threads < size:  # a grid-stride loop: the grid sweeps the space again
-            flat = stack.enter_context(b.stride(flat, size, blocks * threads))
+            flat = stack.enter_context(b.loop(size, "serial", start=flat, step=blocks * threads))
         condition = None if blocks * threads <= size else b.less_than(flat, size)
         with b.guard(condition):
             yield _lanes_from(b, b.delinearize(b.mul(flat, lanes), extents), lanes)
