@@ -24,7 +24,7 @@ from hexir_format import Device, DType, TensorType
 from hexir_runtime import hal
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
-from hexir_runtime.interpreter import Execution, Printer, Resident, execute, prepare
+from hexir_runtime.interpreter import Execution, Printer, Resident
 from hexir_runtime.loader import MappedModule, Source
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_module
 
@@ -120,26 +120,18 @@ def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> list[np.ndarray | Devi
     for i, (y, t) in enumerate(zip(out, want, strict=True)):
         where = f"out[{i}] of {plan.name}: expected a writable C-contiguous {t} array"
         if is_device_array(y) and not isinstance(y, np.ndarray):
-            p = pointer(f"out[{i}] of {plan.name}", y)
-            if p.read_only or not p.contiguous or p.dtype.name != t.dtype.numpy or \
-                    p.shape != t.shape:
-                flaws = [word for word, bad in (("read-only", p.read_only),
-                                                ("non-contiguous", not p.contiguous)) if bad]
-                what = " ".join([*flaws, f"{p.dtype} cuda array of shape {_shape(p.shape)}"])
-                raise InputError(f"{where}, got {_article(what)} {what}")
-            checked.append(p)
-            continue
-        ok = isinstance(y, np.ndarray) and not isinstance(y, np.ma.MaskedArray) and \
-            y.dtype.name == t.dtype.numpy and y.shape == t.shape and \
-            y.flags.c_contiguous and y.flags.writeable
-        if not ok:
-            if isinstance(y, np.ndarray):
-                flaws = [word for word, bad in (("read-only", not y.flags.writeable),
-                                                ("non-contiguous", not y.flags.c_contiguous))
-                         if bad]
-                what = " ".join([*flaws, f"{y.dtype} array of shape {_shape(y.shape)}"])
-            else:
-                what = type(y).__name__
+            y = pointer(f"out[{i}] of {plan.name}", y)
+            read_only, contiguous, noun, masked = y.read_only, y.contiguous, "cuda array", False
+        elif isinstance(y, np.ndarray):
+            read_only, contiguous, noun = not y.flags.writeable, y.flags.c_contiguous, "array"
+            masked = isinstance(y, np.ma.MaskedArray)
+        else:
+            raise InputError(f"{where}, got {_article(type(y).__name__)} {type(y).__name__}")
+        if read_only or not contiguous or masked or y.dtype.name != t.dtype.numpy or \
+                y.shape != t.shape:
+            flaws = [word for word, bad in (("read-only", read_only),
+                                            ("non-contiguous", not contiguous)) if bad]
+            what = " ".join([*flaws, f"{y.dtype} {noun} of shape {_shape(y.shape)}"])
             raise InputError(f"{where}, got {_article(what)} {what}")
         checked.append(y)
     return checked
@@ -227,7 +219,7 @@ class EntryPoint:
         device array), which is returned. `results_on_device=True` leaves the results a
         device holds there, as `DeviceArray`s (results computed on the cpu stay numpy)."""
         if out is None and not results_on_device and not named and self._plain(inputs):
-            outputs = self._module._run_plain(self._plan, inputs)
+            outputs = self._module._live().program(self._plan).run_plain(inputs)
         else:
             outputs = self._run(inputs, named, out, results_on_device).outputs
         if not outputs:
@@ -310,7 +302,7 @@ class Module:
     def prepare(self, entry: str = "main") -> EntryPoint:
         """The entry point, once this load is known to have every device it needs and its
         kernels are loaded; running it later cannot fail for those reasons."""
-        prepare(self._live(), self._plan(entry))
+        self._live().program(self._plan(entry))
         return self._entries[entry]
 
     def execute(self, entry: str = "main", inputs: Sequence[Any] | Mapping[str, Any] = (),
@@ -331,11 +323,7 @@ class Module:
             raise InputError(f"{plan.name} got a cuda array, but it runs on the cpu alone in "
                              "this load: pass numpy arrays (or load a cuda module with "
                              "device='cuda')")
-        return execute(resident, plan, checked, on_print, out, results_on_device)
-
-    def _run_plain(self, plan: EntryPlan, inputs: tuple[np.ndarray, ...]) -> tuple[Any, ...]:
-        """The results of `plan` on inputs of its exact types (`EntryPoint._plain`)."""
-        return self._live().program(plan).run_plain(inputs)
+        return resident.program(plan).run(checked, on_print, out, results_on_device)
 
     def _live(self) -> Resident:
         """What a call runs on, once the module is known to be open and its file unchanged."""

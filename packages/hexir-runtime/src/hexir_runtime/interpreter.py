@@ -121,21 +121,6 @@ class Execution:
         return dict(zip(names, self.outputs, strict=True))
 
 
-def prepare(resident: Resident, plan: EntryPlan) -> None:
-    """Refuse a plan this load cannot place, and load its kernels (once per load)."""
-    resident.program(plan)
-
-
-def execute(resident: Resident, plan: EntryPlan, inputs: Sequence[Any],
-            on_print: Printer | None = None, out: Sequence[Any] | None = None,
-            on_device: bool = False) -> Execution:
-    """Run `plan` with `inputs` (already checked against its signature: host arrays, or
-    `DevicePointer`s); the results go into `out` (checked arrays or device pointers, one per
-    output) when given, else into fresh arrays, or `DeviceArray`s for results a device
-    holds when `on_device`."""
-    return resident.program(plan).run(inputs, on_print, out, on_device)
-
-
 @dataclass
 class _Binding:
     """A buffer a command binds: on `device`, `nbytes` long; `constant` when it is rodata;
@@ -276,9 +261,6 @@ class Program:
             self._arenas.append(arena)
         return arena
 
-    def _give(self, arena: Arena) -> None:
-        self._free.append(arena)
-
     def _release(self, arena: Arena) -> None:
         for device, graph in arena.graphs:
             device.release_graph(graph)
@@ -340,6 +322,10 @@ class Program:
 
     def run(self, inputs: Sequence[Any], on_print: Printer | None,
             out: Sequence[Any] | None = None, on_device: bool = False) -> Execution:
+        """Run with `inputs` (already checked against the signature: host arrays, or
+        `DevicePointer`s); the results go into `out` (checked arrays or device pointers, one
+        per output) when given, else into fresh arrays, or `DeviceArray`s for results a device
+        holds when `on_device`."""
         if self._serial is None:
             return self._run(inputs, on_print, out, on_device)
         with self._serial:
@@ -361,7 +347,7 @@ class Program:
             return tuple([view.copy() for view in arena.result_views])
         finally:
             arena.call = None
-            self._give(arena)
+            self._free.append(arena)
 
     def _steps(self, arena: Arena) -> None:
         """Run the arena's steps for its call, noting the devices each leaves work on."""
@@ -389,7 +375,7 @@ class Program:
             return Execution(outputs, call.printed, self.plan.signature.output_names)
         finally:
             arena.call = None  # the caller's arrays are not held past the call
-            self._give(arena)
+            self._free.append(arena)
 
 
 def _read_slots(c: Command) -> tuple[int, ...]:

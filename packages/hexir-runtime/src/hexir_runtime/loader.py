@@ -75,10 +75,6 @@ class MappedModule:
                             "rewritten in place); load it again, or load it with copy=True to "
                             "read a file that may change")
 
-    @property
-    def closed(self) -> bool:
-        return self.module is None
-
     def close(self) -> None:
         """Drop the parsed module and unmap the file (deferred while a view is still in use)."""
         self.module = None
@@ -96,12 +92,6 @@ class MappedModule:
             # A view of the mapping is still in use; the mmap object goes, and is unmapped,
             # when the last view does.
             pass
-
-    def __enter__(self) -> MappedModule:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def _stamp(st: os.stat_result) -> tuple[int, int]:

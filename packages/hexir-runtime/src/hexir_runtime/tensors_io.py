@@ -48,10 +48,8 @@ class Given:
 def parse_input(text: str) -> Given:
     """What one `--input=` value stands for: `[NAME=]TYPE=VALUES`, `[NAME=]@FILE.npy` or
     `@FILE.npz` (a name, before the last two `=` of a literal, may itself hold `=`)."""
-    name, at, path = text.partition("=@")
-    if text.startswith("@") or at:
-        path = text[1:] if text.startswith("@") else path
-        name = None if text.startswith("@") else name
+    name, at, path = (None, "@", text[1:]) if text.startswith("@") else text.partition("=@")
+    if at:
         loaded = _load_file(text, path)
         if isinstance(loaded, np.ndarray):
             return Given(text, (loaded,), name)

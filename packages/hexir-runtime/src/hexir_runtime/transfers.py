@@ -81,7 +81,7 @@ class Transfers:
         target = arena.buffers[write]
         host = target.device.host_pointer(target)
         if host is not None:
-            typed = _typed(host, t)
+            typed = hal.typed_view(host, t)
 
             def to_host() -> None:
                 x = arena.call.inputs[index]
@@ -148,7 +148,7 @@ class Transfers:
                 if b not in self.deferred:
                     copy = (functools.partial(buffer.device.copy, staged, buffer),
                             buffer.device.kind)
-            arena.result_views.append(_typed(host, t))
+            arena.result_views.append(hal.typed_view(host, t))
             arena.result_copies.append(copy)
 
     def _upload(self, arena: Arena, target: hal.Buffer, x: Any, staged: hal.Buffer,
@@ -260,11 +260,6 @@ class Transfers:
 
 
 _NOTHING: frozenset[int] = frozenset()
-
-
-def _typed(host: np.ndarray, t: TensorType) -> np.ndarray:
-    """The first `t.nbytes` bytes of a host byte array, seen as a tensor of type `t`."""
-    return host[:t.nbytes].view(t.dtype.numpy).reshape(t.shape)
 
 
 def _keep(source: hal.Buffer, target: DevicePointer | None, t: TensorType,

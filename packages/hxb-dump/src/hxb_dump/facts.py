@@ -76,17 +76,13 @@ def _plan(module: Module) -> list[Facts]:
     return out
 
 
-def command_size(command: Command) -> int:
-    return COMMAND_HEADER + OPERAND * len(command.operands)
-
-
 def _functions(module: Module) -> list[Facts]:
     out, offset = [], 0
     for function in module.functions:
         commands, pc = [], offset
         for command in function.commands:
             commands.append(_command(pc, command))
-            pc += command_size(command)
+            pc += COMMAND_HEADER + OPERAND * len(command.operands)
         inputs = _bound(module, function.commands, Op.INPUT)
         outputs = _bound(module, function.commands, Op.OUTPUT)
         out.append({

@@ -35,16 +35,11 @@ def describe(image: bytes) -> dict[str, object]:
                                  for p in parts(image)]
         except FormatError:
             facts["contents"] = None
-    elif kind == "host object":
-        facts |= host_object(image)
+    elif kind == "host object":  # its format and symbols; FormatError when it is damaged
+        obj = elf.parse_object(image)
+        facts |= {"format": "ELF64 x86-64 relocatable", "functions": list(obj.functions),
+                  "undefined": list(obj.undefined)}
     return facts
-
-
-def host_object(image: bytes) -> dict[str, object]:
-    """Format, architecture and symbols of a host image; FormatError when it is damaged."""
-    obj = elf.parse_object(image)
-    return {"format": "ELF64 x86-64 relocatable", "target": None,
-            "functions": list(obj.functions), "undefined": list(obj.undefined)}
 
 
 def next_step(image: bytes, path: str) -> str:

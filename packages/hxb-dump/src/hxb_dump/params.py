@@ -29,10 +29,6 @@ def decode(kind: KernelKind, params: tuple[float, ...]) -> dict[str, Param]:
     return {}
 
 
-def _ints(values: list[int]) -> str:
-    return ",".join(map(str, values))
-
-
 def render(params: dict[str, Param]) -> str:
     """`axis=1`, `epsilon=1e-05`, `permutation=0,2,1,3`, `keepdims=true axes=1`."""
     parts = []
@@ -40,7 +36,7 @@ def render(params: dict[str, Param]) -> str:
         if isinstance(value, bool):
             text = str(value).lower()
         elif isinstance(value, list):
-            text = _ints(value) or "none"
+            text = ",".join(map(str, value)) or "none"
         elif isinstance(value, float):
             text = f"{value:g}"
         else:

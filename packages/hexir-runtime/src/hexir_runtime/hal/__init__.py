@@ -3,13 +3,12 @@
 The interpreter talks only to `Device` and `Buffer`, so the host program is replayed the same
 way whether a buffer lives in host memory (cpu) or device memory (cuda). The base class does
 the argument checking and bookkeeping; a backend fills in the `_`-prefixed hooks
-(the template-method pattern). Backends are found by name through a lazy registry, so a
-cpu-only process never imports the CUDA bindings.
+(the template-method pattern) and `bind`, a launch made once. Backends are found by name
+through a lazy registry, so a cpu-only process never imports the CUDA bindings.
 """
 
 from __future__ import annotations
 
-import functools
 import importlib
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 from hexir_format import Device as DeviceKind
-from hexir_format import Executable
+from hexir_format import Executable, TensorType
 
 from hexir_runtime.errors import DeviceError
 
@@ -158,16 +157,12 @@ class Device(ABC):
     def launch(self, loaded: Any, buffers: list[Buffer]) -> None:
         """Run a loaded kernel on the buffers (inputs, then the destination). Asynchronous:
         results are guaranteed only after `wait()`."""
-        for b in buffers:
-            self._check(b, 0, 0, "pass")
-        self._launch(loaded, buffers)
+        self.bind(loaded, buffers)()
 
+    @abstractmethod
     def bind(self, loaded: Any, buffers: list[Buffer]) -> Callable[[], None]:
         """`launch(loaded, buffers)` made once, to be called per run: the arguments checked
-        and packed now (a backend may pack them further), the launch each time it is called."""
-        for b in buffers:
-            self._check(b, 0, 0, "pass")
-        return functools.partial(self._launch, loaded, buffers)
+        and packed now, the launch each time it is called."""
 
     @abstractmethod
     def wait(self) -> None:
@@ -224,8 +219,10 @@ class Device(ABC):
     @abstractmethod
     def _load_executable(self, exe: Executable) -> Any: ...
 
-    @abstractmethod
-    def _launch(self, loaded: Any, buffers: list[Buffer]) -> None: ...
+
+def typed_view(host: np.ndarray, t: TensorType) -> np.ndarray:
+    """The first `t.nbytes` bytes of a host byte array, seen as a tensor of type `t`."""
+    return host[:t.nbytes].view(t.dtype.numpy).reshape(t.shape)
 
 
 # name -> module that defines `create(**options) -> Device`; imported on first use only.
@@ -242,4 +239,4 @@ def create_device(name: str, **options: Any) -> Device:
     return backend.create(**options)
 
 
-__all__ = ["DEVICE_NAMES", "Buffer", "Device", "MemoryKind", "create_device"]
+__all__ = ["DEVICE_NAMES", "Buffer", "Device", "MemoryKind", "create_device", "typed_view"]

@@ -20,13 +20,13 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from hexir_format import CPU_LEVELS, Executable, KernelKind, TensorType
+from hexir_format import CPU_LEVELS, Executable, KernelKind
 from hexir_format import Device as DeviceKind
 from hexir_format.plan import ARENA_ALIGNMENT
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
-from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode, threads
+from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode, threads, typed_view
 
 # A kernel whose destination has fewer elements than this runs on the calling thread: below
 # it, splitting gained nothing measurable (grains of 4096 and 1024 elements: bench/README.md).
@@ -35,11 +35,6 @@ PARALLEL_GRAIN = 1 << 14
 
 def _address(host: np.ndarray) -> int:
     return host.__array_interface__["data"][0]
-
-
-def typed_view(host: np.ndarray, t: TensorType) -> np.ndarray:
-    """The first `t.nbytes` bytes of a host byte array, seen as a tensor of type `t`."""
-    return host[:t.nbytes].view(t.dtype.numpy).reshape(t.shape)
 
 
 @dataclass(frozen=True)
@@ -145,9 +140,6 @@ class CpuDevice(Device):
                              what=f"host image of kernel '{exe.name}'", provided=provided)
         self._loaded.append(code)
         return CpuKernel(exe, code, routines)
-
-    def _launch(self, loaded: CpuKernel, buffers: list[Buffer]) -> None:
-        self.bind(loaded, buffers)()
 
     def bind(self, loaded: CpuKernel, buffers: list[Buffer]):
         """The launch with its pointers (or, for a descriptor, its typed views) made once."""

@@ -215,12 +215,10 @@ class CudaDevice(Device):
             return Buffer(self, 0, memory, 0)
         if memory is MemoryKind.HOST_VISIBLE:
             address = int(_check(self._cu.cuMemHostAlloc(size, 0), f"cuMemHostAlloc({size})"))
-            host = np.ctypeslib.as_array((ctypes.c_uint8 * size).from_address(address))
-            self._host_views[address] = host
-            if zeroed:
-                host[:] = 0
-            return Buffer(self, size, memory, address)
-        address = int(_check(self._cu.cuMemAlloc(size), f"cuMemAlloc({size})"))
+            host = (ctypes.c_uint8 * size).from_address(address)
+            self._host_views[address] = np.ctypeslib.as_array(host)
+        else:
+            address = int(_check(self._cu.cuMemAlloc(size), f"cuMemAlloc({size})"))
         buffer = Buffer(self, size, memory, address)
         if zeroed:
             try:
@@ -348,9 +346,6 @@ class CudaDevice(Device):
         def launch(_keep=(values, params)) -> None:
             _check(self._cu.cuLaunchKernel(*arguments), what)
         return launch
-
-    def _launch(self, loaded: CudaKernel, buffers: list[Buffer]) -> None:
-        self.bind(loaded, buffers)()
 
     def capture(self, steps: list) -> CudaGraph:
         mode = self._cu.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL

@@ -52,10 +52,10 @@ class Pool:
     """`threads` threads: the caller's and `threads - 1` native workers."""
 
     def __init__(self, threads: int, spin_cycles: int = 1 << 20):
-        libc = ctypes.CDLL(None)
+        syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
         image = resources.files("hexir_runtime.hal").joinpath("threads.o").read_bytes()
         self._code = hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
-                                   provided={"syscall": _address(libc.syscall)})
+                                   provided={"syscall": syscall})
         self._call = hostcode.call_kernel(self._code.entry, 1)
         raw = np.zeros(STATE_BYTES + SLOT_BYTES, np.uint8)
         skip = -raw.ctypes.data % SLOT_BYTES
@@ -114,36 +114,28 @@ class Pool:
             self._code = None
 
 
-def _address(fn) -> int:
-    return ctypes.cast(fn, ctypes.c_void_p).value
-
-
 def cpu_threads() -> int:
     """How many threads cpu kernels use: $HEXIR_CPU_THREADS, else os.cpu_count()."""
-    text = os.environ.get("HEXIR_CPU_THREADS")
-    if text is None:
-        return os.cpu_count() or 1
-    try:
-        threads = int(text)
-    except ValueError:
-        threads = 0
-    if threads < 1:
-        raise DeviceError(f"HEXIR_CPU_THREADS={text!r}, expected a positive integer")
-    return threads
+    return _setting("HEXIR_CPU_THREADS", os.cpu_count() or 1, 1, "a positive integer")
 
 
 def spin_cycles() -> int:
     """How long a worker spins after a kernel: $HEXIR_CPU_SPIN cycles, else 2**20."""
-    text = os.environ.get("HEXIR_CPU_SPIN")
+    return _setting("HEXIR_CPU_SPIN", 1 << 20, 0, "a number of cycles >= 0")
+
+
+def _setting(name: str, default: int, least: int, expected: str) -> int:
+    """The integer in environment variable `name` (`default` when unset), at least `least`."""
+    text = os.environ.get(name)
     if text is None:
-        return 1 << 20
+        return default
     try:
-        cycles = int(text)
+        value = int(text)
     except ValueError:
-        cycles = -1
-    if cycles < 0:
-        raise DeviceError(f"HEXIR_CPU_SPIN={text!r}, expected a number of cycles >= 0")
-    return cycles
+        value = least - 1
+    if value < least:
+        raise DeviceError(f"{name}={text!r}, expected {expected}")
+    return value
 
 
 _lock = threading.Lock()
