@@ -19,12 +19,12 @@ copied (section data are memoryview slices of the caller's buffer).
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 
 import construct
 from construct import Bytes, Int8ul, Int16ul, Int32ul, Int64sl, Int64ul, Struct
 
+from hexir_format import layout as L
 from hexir_format.errors import FormatError
 
 Elf64_Ehdr = Struct(
@@ -72,11 +72,9 @@ Elf64_Rela = Struct(
     "r_addend" / Int64sl,
 )
 
-# construct recomputes sizeof() on every call; these are the four sizes (64, 64, 24, 24).
+# The four sizes (64, 64, 24, 24), through `layout.size`'s cache of construct's sizeof().
 EHDR_BYTES, SHDR_BYTES, SYM_BYTES, RELA_BYTES = (
-    d.sizeof() for d in (Elf64_Ehdr, Elf64_Shdr, Elf64_Sym, Elf64_Rela))
-_BYTES = {Elf64_Ehdr: EHDR_BYTES, Elf64_Shdr: SHDR_BYTES, Elf64_Sym: SYM_BYTES,
-          Elf64_Rela: RELA_BYTES}
+    L.size(d) for d in (Elf64_Ehdr, Elf64_Shdr, Elf64_Sym, Elf64_Rela))
 
 MAGIC = b"\x7fELF"
 ET_REL, EM_X86_64 = 1, 62
@@ -331,7 +329,7 @@ class _Parser:
 
     def entries(self, s: Section, entry: construct.Construct) -> int:
         """Check a table section's shape; its number of entries."""
-        entsize, want = self.headers[s.index].sh_entsize, _BYTES[entry]
+        entsize, want = self.headers[s.index].sh_entsize, L.size(entry)
         if entsize != want or s.size % want:
             self.fail(f"{s.label}: sh_entsize {entsize} and sh_size {s.size}, expected entries "
                       f"of {want} bytes", "sh_entsize", self.at(s.index, "sh_entsize"))
@@ -411,11 +409,6 @@ class _Parser:
         self.fail(f"{where}: {field} {offset} at offset {at} {problem}", field, at)
 
 
-@functools.cache
-def _compiled(decl: construct.Construct) -> construct.Construct:
-    return decl.compile()
-
-
 def _record(decl: construct.Construct, data: memoryview, at: int):
     """A fixed-size record the caller has bounds-checked (construct compiled: ~3 us each)."""
-    return _compiled(decl).parse(bytes(data[at:at + _BYTES[decl]]))
+    return L.compiled(decl).parse(bytes(data[at:at + L.size(decl)]))

@@ -63,9 +63,7 @@ def parse_layout(buf: Buffer) -> Layout:
     if header.flags:
         raise FormatError(f"header: flags 0x{header.flags:x} at offset 12; no flags are "
                           "defined, expected 0", field="flags", offset=12)
-    if header.reserved:
-        raise FormatError(f"header: reserved field at offset 20 is {header.reserved}, "
-                          "expected 0", field="reserved", offset=20)
+    _reserved("header", header.reserved, 20)
     count = header.section_count
     table_end = L.size(L.Header) + count * L.size(L.SectionEntry)
     if table_end > size:
@@ -149,9 +147,7 @@ def _placements(slot_count: int, data: memoryview, base: int) -> tuple[tuple[int
     """The plan's (slot, offset) entries; the validator checks what they mean."""
     head, size = L.size(L.PlanHeader), L.size(L.PlanEntry)
     h = _struct(L.PlanHeader, data, 0, "plan")
-    if h.reserved:
-        raise FormatError(f"plan: reserved field at offset {base + 4} is {h.reserved}, "
-                          "expected 0", field="reserved", offset=base + 4)
+    _reserved("plan", h.reserved, base + 4)
     if len(data) != head + h.count * size:
         raise FormatError(f"plan: count {h.count} at offset {base} needs {head + h.count * size} "
                           f"bytes but the section has {len(data)}", field="count", offset=base)
@@ -163,9 +159,7 @@ def _placements(slot_count: int, data: memoryview, base: int) -> tuple[tuple[int
             raise FormatError(f"plan entry {n}: slot {e.slot} at offset {base + at} is not a "
                               f"slot after {previous} (there are {slot_count})", field="slot",
                               offset=base + at)
-        if e.reserved:
-            raise FormatError(f"plan entry {n}: reserved field at offset {base + at + 4} is "
-                              f"{e.reserved}, expected 0", field="reserved", offset=base + at + 4)
+        _reserved(f"plan entry {n}", e.reserved, base + at + 4)
         if e.offset > MAX_BYTES:
             raise FormatError(f"plan entry {n}: offset {e.offset} at offset {base + at + 8} is "
                               "beyond any arena", field="offset", offset=base + at + 8)
@@ -181,6 +175,13 @@ def _struct(decl: construct.Construct, data: memoryview, at: int, where: str):
         raise FormatError(f"{where}: a {L.size(decl)}-byte record at offset {at} runs past the "
                           f"end ({len(data)})", offset=at)
     return L.compiled(decl).parse(bytes(data[at:end]))
+
+
+def _reserved(where: str, value: object, at: int) -> None:
+    """A reserved field must be zero."""
+    if value:
+        raise FormatError(f"{where}: reserved field at offset {at} is {value}, expected 0",
+                          field="reserved", offset=at)
 
 
 def _name(raw: bytes, where: str, at: int) -> str:
@@ -260,10 +261,7 @@ def _functions(version: int, symbols: tuple[memoryview, int],
             raise FormatError(f"{where}: entry point defined twice", field="name",
                               offset=sym_base + at)
         names.add(name)
-        if entry.reserved:
-            raise FormatError(f"{where}: reserved field at offset {sym_base + at + 36} is "
-                              f"{entry.reserved}, expected 0", field="reserved",
-                              offset=sym_base + at + 36)
+        _reserved(where, entry.reserved, sym_base + at + 36)
         if entry.program_offset != expected:
             raise FormatError(f"{where}: program_offset {entry.program_offset} at offset "
                               f"{sym_base + at + 32} should be {expected}, where the previous "
@@ -291,9 +289,7 @@ def _names(functions: tuple[Function, ...], data: memoryview,
     """The functions with their input and output names (the layout's canonical order only)."""
     head, size = L.size(L.NamesHeader), L.size(L.NameEntry)
     h = _struct(L.NamesHeader, data, 0, "names")
-    if h.reserved:
-        raise FormatError(f"names: reserved field at offset {base + 4} is {h.reserved}, "
-                          "expected 0", field="reserved", offset=base + 4)
+    _reserved("names", h.reserved, base + 4)
     if h.count > (len(data) - head) // size:
         raise FormatError(f"names: count {h.count} at offset {base} needs "
                           f"{head + h.count * size} bytes but the section has {len(data)}",
@@ -374,9 +370,7 @@ def _slots(version: int, data: memoryview, base: int) -> tuple[Slot, ...]:
         at = base + i * size
         e = _struct(L.SlotEntry, data, i * size, f"slot {i}")
         device = _enum(Device, e.device, f"slot {i}", "device", at)
-        if e.reserved:
-            raise FormatError(f"slot {i}: reserved field at offset {at + 4} is {e.reserved}, "
-                              "expected 0", field="reserved", offset=at + 4)
+        _reserved(f"slot {i}", e.reserved, at + 4)
         slots.append(Slot(device, _tensor_type(e.type, f"slot {i}", at + 8, version)))
     return tuple(slots)
 
@@ -392,9 +386,7 @@ def _executables(version: int, data: memoryview, base: int) -> tuple[Executable,
         raise FormatError(f"executables: count {h.count} at offset {base} needs "
                           f"{head + h.count * L.size(entry)} bytes but the section has "
                           f"{len(data)}", field="count", offset=base)
-    if h.reserved:
-        raise FormatError(f"executables: reserved field at offset {base + 4} is {h.reserved}, "
-                          "expected 0", field="reserved", offset=base + 4)
+    _reserved("executables", h.reserved, base + 4)
     exes, records = [], [(0, head + h.count * L.size(entry), "the entry table", base)]
     for i in range(h.count):
         at = head + i * L.size(entry)
@@ -408,7 +400,8 @@ def _executables(version: int, data: memoryview, base: int) -> tuple[Executable,
         if version == 3:
             exes.append(_v3_executable(e, name, kind, device, image, where, base + at))
         else:
-            exes.append(_v4_executable(e, name, kind, device, image, data, base, where, at))
+            exes.append(_v4_executable(e, version, name, kind, device, image, data, base, where,
+                                       at))
             records += [(e.args_offset, e.argc * L.size(L.TensorTypeEntry),
                          f"{where}: its argument types", base + at + 44),
                         (e.params_offset, e.params_count * 8, f"{where}: its params",
@@ -467,17 +460,15 @@ def _v3_executable(e, name, kind, device, image, where: str, at: int) -> Executa
                       (e.block_x, e.block_y, z))
 
 
-def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, where: str,
-                   at: int) -> Executable:
-    reserved = list(e.reserved) if isinstance(e.reserved, list) else [e.reserved]
-    if any(reserved):
-        offset = base + at + (88 if len(reserved) == 2 else 92)
-        raise FormatError(f"{where}: reserved field at offset {offset} is "
-                          f"{reserved if len(reserved) > 1 else reserved[0]}, expected 0",
-                          field="reserved", offset=offset)
-    level = getattr(e, "cpu_level", 0)  # version 5 only
+def _v4_executable(e, version: int, name, kind, device, image, data: memoryview, base: int,
+                   where: str, at: int) -> Executable:
+    if version == 4 and any(e.reserved):  # two reserved words, shown as a list
+        _reserved(where, list(e.reserved), base + at + 88)
+    if version == 5:
+        _reserved(where, e.reserved, base + at + 92)
+    level = e.cpu_level if version == 5 else 0
     host = device is Device.CPU and image is not None
-    if "cpu_level" in e and (level in CPU_LEVELS) != host:
+    if version == 5 and (level in CPU_LEVELS) != host:
         expected = "1 to 4, the x86-64 level its host image needs" if host else \
             "0: it carries no host image"
         raise FormatError(f"{where}: cpu_level {level} at offset {base + at + 88}; expected "
@@ -493,8 +484,7 @@ def _v4_executable(e, name, kind, device, image, data: memoryview, base: int, wh
                           offset=base + at + 44)
     args = tuple(
         _tensor_type(_struct(L.TensorTypeEntry, data, e.args_offset + j * size, where),
-                     f"{where} argument {j}", base + e.args_offset + j * size,
-                     5 if "cpu_level" in e else 4)
+                     f"{where} argument {j}", base + e.args_offset + j * size, version)
         for j in range(e.argc))
     if e.params_offset > len(data) or e.params_count * 8 > len(data) - e.params_offset:
         raise FormatError(f"{where}: params_offset {e.params_offset} + {e.params_count} x 8 "

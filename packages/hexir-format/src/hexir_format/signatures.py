@@ -16,6 +16,7 @@ every axis.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 
@@ -163,9 +164,9 @@ def concat(shapes: Sequence[Sequence[int]], axis: int) -> Shape:
     if not shapes:
         raise ShapeError("expected at least one operand")
     first = tuple(shapes[0])
-    axis = normalize_axis(axis, len(first)) if first else axis
     if not first:
         raise ShapeError("cannot concatenate scalars")
+    axis = normalize_axis(axis, len(first))
     for s in shapes[1:]:
         if len(s) != len(first) or any(a != b for d, (a, b) in enumerate(zip(s, first))
                                          if d != axis):
@@ -304,17 +305,10 @@ def _destination(kind: KernelKind, inputs: list[TensorType], out: TensorType,
                 raise ShapeError(f"input {fmt(shape)} does not broadcast to the destination {out}")
         return out.shape
     if kind in BINARY_KINDS:
-        return _broadcast_all(shapes)
+        return functools.reduce(broadcast, shapes)
     if kind is KernelKind.RESHAPE:
         return reshape(x, out.shape)
     return x  # relu, sigmoid, tanh, exp, sqrt, neg: element-wise
-
-
-def _broadcast_all(shapes: list[Shape]) -> Shape:
-    out = shapes[0]
-    for shape in shapes[1:]:
-        out = broadcast(out, shape)
-    return out
 
 
 def _count(params: tuple[float, ...], expected: int, what: str = "") -> None:
