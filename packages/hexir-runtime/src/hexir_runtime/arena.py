@@ -9,6 +9,7 @@ first call, since the graph holds the arena's buffer addresses, and replayed on 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -100,12 +101,6 @@ def graphs(arena: Arena, devices: dict[Device, hal.Device], steps: list[Step],
         return step.capturable and devices[step.device].graphs
 
     made: list[Step] = []
-    run: list[Step] = []
-    for step in steps:
-        if run and not (graphable(step) and step.device is run[0].device):
-            made.append(graph_step(arena, devices[run[0].device], run, failed))
-            run = []
-        (run if graphable(step) else made).append(step)
-    if run:
-        made.append(graph_step(arena, devices[run[0].device], run, failed))
+    for (graph, device), run in itertools.groupby(steps, lambda s: (graphable(s), s.device)):
+        made.extend([graph_step(arena, devices[device], list(run), failed)] if graph else run)
     return made

@@ -51,16 +51,13 @@ def _one_line(error: BaseException) -> str:
     return " ".join(str(error).split()) or type(error).__name__
 
 
-def error_name(err: Any) -> str:
-    """`CUDA_ERROR_OUT_OF_MEMORY` for a CUresult; needs no driver (the enum has the names)."""
-    return getattr(err, "name", None) or f"CUresult {int(err)}"
-
-
 def _check(result: Any, what: str) -> Any:
     """Unpack a driver call's `(CUresult, value...)`, raising DeviceError on failure."""
     err, *values = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
-        raise DeviceError(f"{what} failed: {error_name(err)}")
+        # the CUresult enum has the names (CUDA_ERROR_OUT_OF_MEMORY): no driver call needed
+        name = getattr(err, "name", None) or f"CUresult {int(err)}"
+        raise DeviceError(f"{what} failed: {name}")
     if not values:
         return None
     return values[0] if len(values) == 1 else tuple(values)

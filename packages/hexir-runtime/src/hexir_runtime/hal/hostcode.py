@@ -153,7 +153,9 @@ def load(image: bytes | memoryview, entry: str, argc: int, *, what: str,
         del anchor  # an exported buffer would keep close() from unmapping
         _write(mapping, obj, plan, base, what)
         for start, end, prot in plan.regions:
-            _protect(base + start, end - start, prot, what)
+            if _mprotect()(base + start, end - start, prot) != 0:
+                raise DeviceError(f"{what}: mprotect of {end - start} bytes at 0x{base + start:x} "
+                                  f"failed: {os.strerror(ctypes.get_errno())}")
     except BaseException:
         mapping.close()
         raise
@@ -365,13 +367,6 @@ def _mprotect():
     return fn
 
 
-def _protect(address: int, size: int, prot: int, what: str) -> None:
-    if _mprotect()(address, size, prot) != 0:
-        err = ctypes.get_errno()
-        raise DeviceError(f"{what}: mprotect of {size} bytes at 0x{address:x} failed: "
-                          f"{os.strerror(err)}")
-
-
 # The CPU features each x86-64 psABI level adds (as /proc/cpuinfo names them).
 LEVEL_FEATURES = {
     2: ("cx16", "lahf_lm", "popcnt", "sse4_1", "sse4_2", "ssse3"),
@@ -390,10 +385,6 @@ def host_level() -> int:
                           if line.startswith("flags")), [])
     except OSError:
         return 1
-    level = 1
-    for candidate in (2, 3, 4):
-        if not set(LEVEL_FEATURES[candidate]) <= set(flags):
-            break
-        level = candidate
-    return level
+    have = set(flags)
+    return next((level - 1 for level in (2, 3, 4) if not set(LEVEL_FEATURES[level]) <= have), 4)
 
