@@ -52,6 +52,11 @@ BAD = {
         _model([helper.make_node("Relu", ["x"], ["y"])],
                [helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2])], [Y]),
         "input 'x' has element type FLOAT16"),
+    "comparison of shapes that do not broadcast": (
+        _model([helper.make_node("Equal", ["x", "z"], ["b"], name="eq")],
+               [X, helper.make_tensor_value_info("z", TensorProto.FLOAT, [4, 3])],
+               [helper.make_tensor_value_info("b", TensorProto.BOOL, [2, 3])]),
+        "node 'eq' (Equal): shapes [2, 3] and [4, 3] do not broadcast"),
     "version newer than any handler": (
         _model([helper.make_node("Gelu", ["x"], ["y"], name="g")], [X], [Y], opset=17),
         "node 'g' (Gelu): Gelu is not an op of opset 17"),

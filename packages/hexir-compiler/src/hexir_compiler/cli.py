@@ -253,15 +253,10 @@ def run(argv: list[str]) -> int:
         verdict = f"{name} does not verify" if err.verifying else f"could not parse {name}"
         sys.stderr.write(f"{diagnostic(err)}\nerror: {verdict}\n")
         return EXIT_INPUT
-    except ModelError as err:
+    except CompileError as err:  # a model it cannot import, a failed pass, no .hxb to write
         sys.stderr.write(f"{diagnostic(err)}\n")
-        return EXIT_INPUT
-    except SerializeError as err:
-        sys.stderr.write(f"{diagnostic(err)}\n")
-        return EXIT_OUTPUT
-    except CompileError as err:
-        sys.stderr.write(f"{diagnostic(err)}\n")
-        return EXIT_PASS
+        return (EXIT_INPUT if isinstance(err, ModelError) else
+                EXIT_OUTPUT if isinstance(err, SerializeError) else EXIT_PASS)
     return _emit(result, args)
 
 

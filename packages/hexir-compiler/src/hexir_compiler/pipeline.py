@@ -145,7 +145,7 @@ def _kernels(module: ir.Module, options: Options) -> None:
 #: The MLIR stages after `mlir` and the passes that produce each from the one before.
 PASSES: tuple[tuple[str, Callable[[ir.Module, Options], None]], ...] = (
     ("mlir-hetero", _place),
-    ("mlir-tir", lambda module, options: _kernels(module, options)),
+    ("mlir-tir", _kernels),
     ("mlir-linalg", lambda module, options: hextir_to_loops.run(module)),
     ("mlir-gpu", lambda module, options: hexir_kernels_to_gpu.run(module)),
     ("mlir-llvm", lambda module, options: hexir_kernels_to_llvm.run(

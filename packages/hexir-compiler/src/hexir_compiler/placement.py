@@ -38,12 +38,7 @@ def parse_placement(entries: Iterable[str]) -> dict[str, str]:
 
     A bare device (`cuda`) or `*=<device>` is the default for every op not named, under key
     `EVERY_OP`."""
-    placement: dict[str, str] = {}
-    for text in entries:
-        for entry in text.split(","):
-            op, device = _parse_entry(entry)
-            placement[op] = device
-    return placement
+    return dict(_parse_entry(entry) for text in entries for entry in text.split(","))
 
 
 def _parse_entry(entry: str) -> tuple[str, str]:

@@ -42,10 +42,6 @@ MAX_NAME = 31  # bytes of a symbol or kernel name (NUL-terminated in a 32-byte f
 class SerializeError(CompileError):
     """An op the host program cannot express; `location` says where."""
 
-    def __init__(self, message: str, location: ir.Location | None = None) -> None:
-        super().__init__(message)
-        self.location = location
-
 
 def serialize(module: ir.Module, target: str | None = None, cpu: str | None = None) -> hf.Module:
     """The `.hxb` model of `module`; `target` is the CUDA architecture (e.g. "sm_90"), `cpu`
@@ -185,8 +181,6 @@ def _io_names(func: ir.Operation) -> tuple[tuple[str, ...], tuple[str, ...]]:
                 found.append(ir.StringAttr(entry["hexir.name"]).value
                              if "hexir.name" in entry else None)
         names.append(tuple(found) if found and None not in found else ())
-    if not (names[0] or names[1]):
-        return (), ()
     return names[0], names[1]
 
 

@@ -109,7 +109,6 @@ class Importer:
         self.model, self.name = model, name
         self.shapes, self.fixed = shapes, fixed
         self.values: dict[str, Tensor] = {}
-        self._materialized: dict[int, ir.Value] = {}
 
     # ---- checks of the model as a whole -------------------------------------------------
 
@@ -137,16 +136,13 @@ class Importer:
         self.opset = self._check_versions()
         graph = self.model.graph
         initializers = {t.name for t in graph.initializer}
-        for name in self.fixed:
-            if name not in {i.name for i in graph.input} - initializers:
-                raise ModelError(f"{self.name}: -fix-input names '{name}', which is not an "
-                                 f"input of the graph (its inputs: "
-                                 f"{', '.join(self._input_names()) or 'none'})")
-        for name in self.shapes:
-            if name not in {i.name for i in graph.input} - initializers:
-                raise ModelError(f"{self.name}: -input-shape names '{name}', which is not an "
-                                 f"input of the graph (its inputs: "
-                                 f"{', '.join(self._input_names()) or 'none'})")
+        inputs = [i.name for i in graph.input if i.name not in initializers]
+        for flag, given in (("-fix-input", self.fixed), ("-input-shape", self.shapes)):
+            for name in given:
+                if name not in inputs:
+                    raise ModelError(f"{self.name}: {flag} names '{name}', which is not an "
+                                     f"input of the graph (its inputs: "
+                                     f"{', '.join(inputs) or 'none'})")
         with ir.Location.name(self.name):
             module = ir.Module.create()
             for init in graph.initializer:
@@ -179,10 +175,6 @@ class Importer:
                  for vi in graph.output])
             _drop_dead(block)
         return module
-
-    def _input_names(self) -> list[str]:
-        initializers = {t.name for t in self.model.graph.initializer}
-        return [i.name for i in self.model.graph.input if i.name not in initializers]
 
     def _function(self, module: ir.Module, types: list, names: list[str]) -> ir.Operation:
         attrs = {
@@ -283,8 +275,4 @@ def _drop_dead(block: ir.Block) -> None:
 
 
 def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> ir.Type:
-    return ir.RankedTensorType.get(list(shape), element_type(dtype))
-
-
-def element_type(dtype: np.dtype) -> ir.Type:
-    return ir.Type.parse(MLIR[np.dtype(dtype)])
+    return ir.RankedTensorType.get(list(shape), ir.Type.parse(MLIR[np.dtype(dtype)]))

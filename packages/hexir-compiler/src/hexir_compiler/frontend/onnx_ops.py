@@ -14,25 +14,30 @@ import math
 from collections.abc import Callable
 
 import numpy as np
+from hexir_format import signatures
 
-from hexir_compiler.frontend.onnx import MLIR, ModelError, Tensor, _tensor_type
+from hexir_compiler.frontend.onnx import DOMAINS, DTYPES, MLIR, ModelError, Tensor, _tensor_type
 from hexir_compiler.mlir import ir
 
 Handler = Callable[..., list[Tensor]]
 HANDLERS: dict[str, Handler] = {}
 VERSIONS: dict[str, tuple[int, ...]] = {}
+#: The ops whose first input must be float32 or float64, checked before the handler runs.
+FLOATS_ONLY: set[str] = set()
 
 
-def handles(op_type: str, *versions: int):
+def handles(op_type: str, *versions: int, floats: bool = False):
     def register(fn: Handler) -> Handler:
         HANDLERS[op_type] = fn
         VERSIONS[op_type] = versions
+        if floats:
+            FLOATS_ONLY.add(op_type)
         return fn
     return register
 
 
 class NodeError(Exception):
-    """A handler's refusal; the emitter prefixes the node."""
+    """A handler's refusal (as is a `signatures.ShapeError`); the emitter prefixes the node."""
 
 
 class Emitter:
@@ -50,7 +55,7 @@ class Emitter:
         label = f"node '{node.name}' ({node.op_type})" if node.name else \
             f"node {index} ({node.op_type})"
         where = f"{self.importer.name}: {label}"
-        if node.domain not in ("", "ai.onnx"):
+        if node.domain not in DOMAINS:
             raise ModelError(f"{where}: domain '{node.domain}' is not one Hexir reads")
         inputs = []
         for name in node.input:
@@ -86,8 +91,10 @@ class Emitter:
                              f"{', '.join(map(str, VERSIONS[node.op_type]))}")
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
         try:
+            if node.op_type in FLOATS_ONLY:
+                _floats(inputs[0], node.op_type)
             outputs = HANDLERS[node.op_type](self, inputs, attrs, schema.since_version)
-        except NodeError as err:
+        except (NodeError, signatures.ShapeError) as err:
             raise ModelError(f"{where}: {err}") from None
         except (IndexError, TypeError) as err:
             raise ModelError(f"{where}: missing or malformed inputs or attributes "
@@ -104,11 +111,8 @@ class Emitter:
         if node.op_type == "Shape":
             attrs = {a.name: a.i for a in node.attribute}
             shape = np.array(inputs[0].shape, np.int64)
-            rank = len(shape)
-            start, end = attrs.get("start", 0), attrs.get("end", rank)
-            start = min(max(start + rank if start < 0 else start, 0), rank)
-            end = min(max(end + rank if end < 0 else end, 0), rank)
-            return [constant(shape[start:end])]
+            # ONNX clamps start and end (negative: from the back) to [0, rank], as slicing does
+            return [constant(shape[attrs.get("start", 0):attrs.get("end")])]
         if node.op_type == "Size":
             return [constant(np.array(math.prod(inputs[0].shape), np.int64))]
         if not all(t is not None and t.is_const for t in inputs):
@@ -173,14 +177,14 @@ class Emitter:
     # ---- helpers the handlers share ------------------------------------------------------
 
     def elementwise(self, name: str, *xs: Tensor, dtype=None) -> Tensor:
-        shape = np.broadcast_shapes(*(x.shape for x in xs)) if len(xs) > 1 else xs[0].shape
+        shape = np.broadcast_shapes(*(x.shape for x in xs))
         return self.op(name, list(xs), shape, dtype or xs[0].dtype)
 
-    def binary(self, name: str, a: Tensor, b: Tensor) -> Tensor:
+    def binary(self, name: str, a: Tensor, b: Tensor, dtype=None) -> Tensor:
         if a.dtype != b.dtype:
             raise NodeError(f"operands are {a.dtype} and {b.dtype}; expected one type")
         try:
-            return self.elementwise(name, a, b)
+            return self.elementwise(name, a, b, dtype=dtype)
         except ValueError:
             raise NodeError(f"shapes {list(a.shape)} and {list(b.shape)} do not broadcast") \
                 from None
@@ -270,30 +274,21 @@ def _floats(x: Tensor, op: str) -> None:
 
 # ---- element-wise ------------------------------------------------------------------------
 
-def _binary_op(onnx: str, hexir: str, versions: tuple[int, ...]) -> None:
-    handles(onnx, *versions)(lambda e, xs, a, v: [e.binary(hexir, xs[0], xs[1])])
-
-
 for _onnx, _hexir in (("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "div")):
-    _binary_op(_onnx, _hexir, (13, 14))
+    handles(_onnx, 13, 14)(lambda e, xs, a, v, _hexir=_hexir: [e.binary(_hexir, xs[0], xs[1])])
 for _onnx, _hexir, _versions in (("Equal", "equal", (13, 19)), ("Less", "less", (13,)),
                                  ("Greater", "greater", (13,))):
     def _compare(e, xs, a, v, _hexir=_hexir):
-        if xs[0].dtype != xs[1].dtype:
-            raise NodeError(f"operands are {xs[0].dtype} and {xs[1].dtype}; expected one type")
-        if _hexir != "equal" and xs[0].dtype == np.bool_:
+        if _hexir != "equal" and xs[0].dtype == xs[1].dtype == np.bool_:
             raise NodeError(f"{_hexir} of bool is not supported")
-        return [e.elementwise(_hexir, xs[0], xs[1], dtype=np.bool_)]
+        return [e.binary(_hexir, xs[0], xs[1], dtype=np.bool_)]
     handles(_onnx, *_versions)(_compare)
 
 _UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
           "Erf": "erf", "Neg": "neg", "Abs": "abs"}
 for _onnx, _hexir in _UNARY.items():
-    def _unary(e, xs, a, v, _hexir=_hexir, _onnx=_onnx):
-        if _hexir not in ("neg", "abs"):
-            _floats(xs[0], _onnx)
-        return [e.elementwise(_hexir, xs[0])]
-    handles(_onnx, 13)(_unary)
+    handles(_onnx, 13, floats=_hexir not in ("neg", "abs"))(
+        lambda e, xs, a, v, _hexir=_hexir: [e.elementwise(_hexir, xs[0])])
 
 
 @handles("Relu", 13, 14)
@@ -328,40 +323,35 @@ handles("Min", 13)(_variadic("min"))
 handles("Sum", 13)(_variadic("add"))
 
 
-@handles("Reciprocal", 13)
+@handles("Reciprocal", 13, floats=True)
 def _reciprocal(e, xs, a, v):
-    _floats(xs[0], "Reciprocal")
     return [e.binary("div", e.scalar(1, xs[0].dtype), xs[0])]
 
 
-@handles("LeakyRelu", 6, 16)
+@handles("LeakyRelu", 6, 16, floats=True)
 def _leaky_relu(e, xs, a, v):
     x = xs[0]
-    _floats(x, "LeakyRelu")
     scaled = e.binary("mul", x, e.scalar(a.get("alpha", 0.01), x.dtype))
     negative = e.elementwise("less", x, e.scalar(0, x.dtype), dtype=np.bool_)
     return [e.op("where", [negative, scaled, x], x.shape, x.dtype)]
 
 
-@handles("HardSigmoid", 6, 22)
+@handles("HardSigmoid", 6, 22, floats=True)
 def _hard_sigmoid(e, xs, a, v):
     x = xs[0]
-    _floats(x, "HardSigmoid")
     line = e.binary("add", e.binary("mul", x, e.scalar(a.get("alpha", 0.2), x.dtype)),
                     e.scalar(a.get("beta", 0.5), x.dtype))
     return [e.binary("max", e.binary("min", line, e.scalar(1, x.dtype)), e.scalar(0, x.dtype))]
 
 
-@handles("Softplus", 1, 22)
+@handles("Softplus", 1, 22, floats=True)
 def _softplus(e, xs, a, v):
     x = xs[0]
-    _floats(x, "Softplus")
     return [e.elementwise("log", e.binary("add", e.elementwise("exp", x), e.scalar(1, x.dtype)))]
 
 
-@handles("Gelu", 20)
+@handles("Gelu", 20, floats=True)
 def _gelu(e, xs, a, v):
-    _floats(xs[0], "Gelu")
     x = xs[0]
     return [e.op("gelu", [x], x.shape, x.dtype, approximate=_string(a, "approximate", "none"))]
 
@@ -404,18 +394,13 @@ def _where(e, xs, a, v):
                  shape, x.dtype)]
 
 
-def _to(e, to: int) -> np.dtype:
-    from hexir_compiler.frontend.onnx import DTYPES
-
+@handles("Cast", 13, 19, 21, 23, 24, 25)
+def _cast(e, xs, a, v):
+    to = a["to"]
     if to not in DTYPES:
         raise NodeError(f"casting to {e.onnx.TensorProto.DataType.Name(to)} is not supported; "
                         "Hexir has FLOAT, DOUBLE, INT32, INT64 and BOOL")
-    return DTYPES[to]
-
-
-@handles("Cast", 13, 19, 21, 23, 24, 25)
-def _cast(e, xs, a, v):
-    return [e.cast(xs[0], _to(e, a["to"]))]
+    return [e.cast(xs[0], DTYPES[to])]
 
 
 @handles("CastLike", 15, 19, 21, 23, 24, 25)
@@ -432,8 +417,6 @@ def _identity(e, xs, a, v):
 def _constant(e, xs, a, v):
     numpy_helper = e.onnx.numpy_helper
     if "value" in a:
-        from hexir_compiler.frontend.onnx import DTYPES
-
         if a["value"].data_type not in DTYPES:
             raise NodeError("its value has an element type Hexir does not have")
         return [constant(numpy_helper.to_array(a["value"]))]
@@ -446,27 +429,24 @@ def _constant(e, xs, a, v):
 
 # ---- normalization and softmax -----------------------------------------------------------
 
-@handles("Softmax", 13)
+@handles("Softmax", 13, floats=True)
 def _softmax(e, xs, a, v):
     x = xs[0]
-    _floats(x, "Softmax")
     return [e.op("softmax", [x], x.shape, x.dtype, axis=_axis(a.get("axis", -1), len(x.shape)))]
 
 
-@handles("LogSoftmax", 13)
+@handles("LogSoftmax", 13, floats=True)
 def _log_softmax(e, xs, a, v):
     x = xs[0]
-    _floats(x, "LogSoftmax")
     axis = _axis(a.get("axis", -1), len(x.shape))
     shifted = e.binary("sub", x, e.reduce("reduce_max", x, [axis], True))
     total = e.reduce("reduce_sum", e.elementwise("exp", shifted), [axis], True)
     return [e.binary("sub", shifted, e.elementwise("log", total))]
 
 
-@handles("LayerNormalization", 17)
+@handles("LayerNormalization", 17, floats=True)
 def _layer_norm(e, xs, a, v):
     x, scale, bias = (xs + [None])[:3]
-    _floats(x, "LayerNormalization")
     rank = len(x.shape)
     axis = _axis(a.get("axis", -1), rank)
     epsilon = float(a.get("epsilon", 1e-5))
@@ -489,10 +469,9 @@ def _layer_norm(e, xs, a, v):
     return [y, mean, inverse]
 
 
-@handles("BatchNormalization", 9, 14, 15)
+@handles("BatchNormalization", 9, 14, 15, floats=True)
 def _batch_norm(e, xs, a, v):
     x, scale, bias, mean, var = xs
-    _floats(x, "BatchNormalization")
     if a.get("training_mode", 0):
         raise NodeError("training_mode=1 is not supported; Hexir compiles inference")
     if len(x.shape) < 2:
@@ -534,10 +513,9 @@ handles("ReduceMax", 13, 18, 20)(_reduction("reduce_max"))
 handles("ReduceMin", 13, 18, 20)(_reduction("reduce_min"))
 
 
-@handles("GlobalAveragePool", 1, 22)
+@handles("GlobalAveragePool", 1, 22, floats=True)
 def _global_average_pool(e, xs, a, v):
     x = xs[0]
-    _floats(x, "GlobalAveragePool")
     return [e.reduce("reduce_mean", x, list(range(2, len(x.shape))), True)]
 
 
@@ -597,15 +575,13 @@ def _squeeze(e, xs, a, v):
 @handles("Unsqueeze", 13, 21, 23, 24, 25)
 def _unsqueeze(e, xs, a, v):
     x = xs[0]
-    axes = const_ints(xs[1], "axes")
-    rank = len(x.shape) + len(axes)
-    axes = {_axis(d, rank) for d in axes}
-    if len(axes) != len(const_ints(xs[1], "axes")):
+    given = const_ints(xs[1], "axes")
+    rank = len(x.shape) + len(given)
+    axes = {_axis(d, rank) for d in given}
+    if len(axes) != len(given):
         raise NodeError("axes name an axis twice")
-    shape, rest = [], iter(x.shape)
-    for d in range(rank):
-        shape.append(1 if d in axes else next(rest))
-    return [e.reshape(x, shape)]
+    rest = iter(x.shape)
+    return [e.reshape(x, [1 if d in axes else next(rest) for d in range(rank)])]
 
 
 @handles("Expand", 13)
@@ -674,10 +650,9 @@ def _gather(e, xs, a, v):
 
 # ---- contractions and windows ------------------------------------------------------------
 
-@handles("MatMul", 13)
+@handles("MatMul", 13, floats=True)
 def _matmul(e, xs, a, v):
     x, y = xs
-    _floats(x, "MatMul")
     if x.dtype != y.dtype:
         raise NodeError(f"operands are {x.dtype} and {y.dtype}; expected one type")
     if not x.shape or not y.shape:
@@ -694,14 +669,12 @@ def _matmul(e, xs, a, v):
     out = e.op("matmul", [lhs, rhs], (*batch, lhs.shape[-2], rhs.shape[-1]), x.dtype)
     rows = x.shape[-2:-1] if len(x.shape) > 1 else ()
     cols = y.shape[-1:] if len(y.shape) > 1 else ()
-    final = (*batch, *rows, *cols)
-    return [e.reshape(out, final)]
+    return [e.reshape(out, (*batch, *rows, *cols))]
 
 
-@handles("Gemm", 13)
+@handles("Gemm", 13, floats=True)
 def _gemm(e, xs, a, v):
     A, B, C = (xs + [None])[:3]
-    _floats(A, "Gemm")
     if len(A.shape) != 2 or len(B.shape) != 2:
         raise NodeError(f"expected matrices, got {list(A.shape)} and {list(B.shape)}")
     if a.get("transA", 0):
@@ -722,7 +695,7 @@ def _gemm(e, xs, a, v):
     return [y]
 
 
-def _window_attrs(a, x: Tensor, kernel: list[int], what: str):
+def _window_attrs(a, x: Tensor, kernel: list[int]):
     spatial = len(x.shape) - 2
     if spatial < 1:
         raise NodeError(f"input has rank {len(x.shape)}; expected [N, C, spatial...]")
@@ -746,20 +719,14 @@ def _window_attrs(a, x: Tensor, kernel: list[int], what: str):
     return strides, pads, dilations
 
 
-@handles("Conv", 11, 22)
+@handles("Conv", 11, 22, floats=True)
 def _conv(e, xs, a, v):
     x, w, bias = (xs + [None])[:3]
-    _floats(x, "Conv")
     if len(w.shape) != len(x.shape):
         raise NodeError(f"weight has rank {len(w.shape)}; the input has {len(x.shape)}")
     kernel = list(a.get("kernel_shape", w.shape[2:]))
-    strides, pads, dilations = _window_attrs(a, x, kernel, "Conv")
-    from hexir_format import signatures
-
-    try:
-        shape = signatures.conv(x.shape, w.shape, a.get("group", 1), strides, pads, dilations)
-    except signatures.ShapeError as err:
-        raise NodeError(str(err)) from None
+    strides, pads, dilations = _window_attrs(a, x, kernel)
+    shape = signatures.conv(x.shape, w.shape, a.get("group", 1), strides, pads, dilations)
     y = e.op("conv", [x, w], shape, x.dtype, strides=strides, pads=pads, dilations=dilations,
              group=int(a.get("group", 1)))
     if bias is not None:
@@ -770,21 +737,15 @@ def _conv(e, xs, a, v):
 def _pool(kind: str):
     def handler(e, xs, a, v):
         x = xs[0]
-        _floats(x, "MaxPool" if kind == "max" else "AveragePool")
         kernel = list(a["kernel_shape"])
-        strides, pads, dilations = _window_attrs(a, x, kernel, kind)
+        strides, pads, dilations = _window_attrs(a, x, kernel)
         ceil_mode = bool(a.get("ceil_mode", 0))
-        from hexir_format import signatures
-
-        try:
-            spatial = signatures.window(x.shape[2:], kernel, strides, pads, dilations, ceil_mode)
-        except signatures.ShapeError as err:
-            raise NodeError(str(err)) from None
+        spatial = signatures.window(x.shape[2:], kernel, strides, pads, dilations, ceil_mode)
         return [e.op("pool", [x], (*x.shape[:2], *spatial), x.dtype, kind=kind, kernel=kernel,
                      strides=strides, pads=pads, dilations=dilations, ceil_mode=ceil_mode,
                      count_include_pad=bool(a.get("count_include_pad", 0)))]
     return handler
 
 
-handles("MaxPool", 12, 22)(_pool("max"))
-handles("AveragePool", 11, 19, 22)(_pool("average"))
+handles("MaxPool", 12, 22, floats=True)(_pool("max"))
+handles("AveragePool", 11, 19, 22, floats=True)(_pool("average"))

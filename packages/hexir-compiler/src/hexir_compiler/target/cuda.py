@@ -173,8 +173,7 @@ def _check_names(name: str, image: bytes, archs: tuple[int, ...]) -> None:
         found = {(p.kind, p.arch): p.kernels for p in parts(image)}
     except FormatError as err:
         raise CompileError(f"device image of cuda kernel '{name}': {err}") from None
-    wanted = [*(("ptx", arch) for arch in archs), *(("elf", arch) for arch in archs)]
-    for part in wanted:
+    for part in [(kind, arch) for kind in ("ptx", "elf") for arch in archs]:
         if name not in found.get(part, ()):
             raise CompileError(
                 f"device image of cuda kernel '{name}' has no {part[0]} entry '{name}' for "

@@ -18,6 +18,7 @@ reassociated), and everything else is the IEEE result of the loops as written.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
@@ -101,21 +102,13 @@ def _object(text: str, machine, name: str) -> bytes:
     return bytes(machine.emit_object(parsed))
 
 
-_MACHINES: dict[str, object] = {}
-
-
+@functools.cache
 def _target_machine(cpu: str):
-    if cpu not in CPUS:
-        raise CompileError(f"'{cpu}' is not a host CPU level; expected one of {', '.join(CPUS)}")
-    if cpu not in _MACHINES:
-        binding = _llvmlite()
-        target = binding.Target.from_triple(TRIPLE)
-        # AVX-512 registers in full: LLVM's default for the level is half of each (256 bits)
-        features = "-prefer-256-bit" if LEVELS[cpu] >= LEVELS["x86-64-v4"] else ""
-        machine = target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                               codemodel="small")
-        _MACHINES[cpu] = machine
-    return _MACHINES[cpu]
+    # AVX-512 registers in full: LLVM's default for the level is half of each (256 bits)
+    features = "-prefer-256-bit" if level(cpu) >= LEVELS["x86-64-v4"] else ""
+    target = _llvmlite().Target.from_triple(TRIPLE)
+    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
+                                        codemodel="small")
 
 
 def llvm_version() -> str:
