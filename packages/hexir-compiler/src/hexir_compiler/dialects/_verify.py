@@ -44,20 +44,17 @@ def check_arity(op) -> None:
     The Python verifier runs even when IRDL's own checks fail, so neither this nor
     `check_attributes` may be left to IRDL: `check` relies on both.
     """
-    kinds = {"OperandDef": "operand", "ResultDef": "result", "RegionDef": "region"}
-    found = {
-        "operand": len(op.operation.operands),
-        "result": len(op.operation.results),
-        "region": len(op.operation.regions),
-    }
-    for kind in kinds.values():
-        fields = [f for f in op._fields if kinds.get(type(f).__name__) == kind]
+    operation = op.operation
+    for field_type, kind, values in (("OperandDef", "operand", operation.operands),
+                                     ("ResultDef", "result", operation.results),
+                                     ("RegionDef", "region", operation.regions)):
+        fields = [f for f in op._fields if type(f).__name__ == field_type]
         fixed = sum(1 for f in fields if f.variadicity.name == "single")
         variadic = len(fields) > fixed
-        if found[kind] == fixed or (variadic and found[kind] > fixed):
+        if len(values) == fixed or (variadic and len(values) > fixed):
             continue
         expected = f"at least {fixed}" if variadic else str(fixed)
-        raise Invalid(f"expects {expected} {kind}{'s' if fixed != 1 else ''}, got {found[kind]}")
+        raise Invalid(f"expects {expected} {kind}{'s' if fixed != 1 else ''}, got {len(values)}")
 
 
 def check_attributes(op) -> None:
@@ -161,16 +158,11 @@ def expect_shape(result: tuple[int, ...], expected: tuple[int, ...]) -> None:
         raise Invalid(f"result shape {fmt(result)} does not match the expected {fmt(expected)}")
 
 
-def enclosing_module(op: ir.Operation) -> ir.Operation | None:
-    node = op.parent
-    while node is not None and node.name != "builtin.module":
-        node = node.parent
-    return node
-
-
 def lookup_symbol(op: ir.Operation, name: str) -> ir.Operation | None:
     """The op named `@name` in the module that holds `op` (its direct children only)."""
-    module = enclosing_module(op)
+    module = op.parent
+    while module is not None and module.name != "builtin.module":
+        module = module.parent
     if module is None:
         return None
     for child in module.regions[0].blocks[0].operations:

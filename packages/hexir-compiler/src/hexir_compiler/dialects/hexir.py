@@ -50,6 +50,15 @@ def _result(op) -> tuple[tuple[int, ...], str]:
     return tensor(op.results[0], "result")
 
 
+def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[int, ...]]:
+    """The shapes of the operands, called `names` (tensors of an element type in `takes`),
+    then of the result: all of one element type."""
+    operands = [tensor(value, what, takes) for value, what in zip(op.operands, names)]
+    result, element = _result(op)
+    same_element(*((what, e) for what, (_, e) in zip(names, operands)), ("result", element))
+    return [*(shape for shape, _ in operands), result]
+
+
 class ConstantOp(HexirOp, name="constant"):
     """A literal tensor; `value` is dense elements of the result type (a splat is allowed)."""
 
@@ -74,10 +83,7 @@ class LinearOp(HexirOp, name="linear"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input", FLOATS)
-        w, ew = tensor(self.operands[1], "weight", FLOATS)
-        r, er = _result(self)
-        same_element(("input", ex), ("weight", ew), ("result", er))
+        x, w, r = _shapes(self, "input", "weight", takes=FLOATS)
         expect_shape(r, signatures.linear(x, w))
 
 
@@ -89,10 +95,7 @@ class MatmulOp(HexirOp, name="matmul"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        a, ea = tensor(self.operands[0], "lhs", FLOATS)
-        b, eb = tensor(self.operands[1], "rhs", FLOATS)
-        r, er = _result(self)
-        same_element(("lhs", ea), ("rhs", eb), ("result", er))
+        a, b, r = _shapes(self, "lhs", "rhs", takes=FLOATS)
         expect_shape(r, signatures.matmul(a, b, vectors=False))
 
 
@@ -194,9 +197,7 @@ class ExpandOp(HexirOp, name="expand"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input")
-        r, er = _result(self)
-        same_element(("input", ex), ("result", er))
+        x, r = _shapes(self, "input")
         if signatures.broadcast(x, r) != r:
             raise Invalid(f"input shape {signatures.fmt(x)} does not broadcast to the result "
                           f"shape {signatures.fmt(r)}")
@@ -212,10 +213,7 @@ class ConcatOp(HexirOp, name="concat"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        a, ea = tensor(self.operands[0], "lhs")
-        b, eb = tensor(self.operands[1], "rhs")
-        r, er = _result(self)
-        same_element(("lhs", ea), ("rhs", eb), ("result", er))
+        a, b, r = _shapes(self, "lhs", "rhs")
         axis = ir.IntegerAttr(self.operation.attributes["axis"]).value
         expect_shape(r, signatures.concat([a, b], axis))
 
@@ -230,9 +228,7 @@ class SliceOp(HexirOp, name="slice"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input")
-        r, er = _result(self)
-        same_element(("input", ex), ("result", er))
+        x, r = _shapes(self, "input")
         attrs = self.operation.attributes
         signatures.slice_(x, i64_array(attrs["starts"], "starts"),
                           i64_array(attrs["steps"], "steps"), r)
@@ -269,10 +265,7 @@ class ConvOp(HexirOp, name="conv"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input", FLOATS)
-        w, ew = tensor(self.operands[1], "weight", FLOATS)
-        r, er = _result(self)
-        same_element(("input", ex), ("weight", ew), ("result", er))
+        x, w, r = _shapes(self, "input", "weight", takes=FLOATS)
         a = self.operation.attributes
         expect_shape(r, signatures.conv(
             x, w, ir.IntegerAttr(a["group"]).value, i64_array(a["strides"], "strides"),
@@ -298,9 +291,7 @@ class PoolOp(HexirOp, name="pool"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input", FLOATS)
-        r, er = _result(self)
-        same_element(("input", ex), ("result", er))
+        x, r = _shapes(self, "input", takes=FLOATS)
         a = self.operation.attributes
         kind = string_attr(a["kind"], "kind")
         if kind not in POOL_KINDS:
@@ -316,9 +307,6 @@ class PoolOp(HexirOp, name="pool"):
         expect_shape(r, (*x[:2], *spatial))
 
 
-GELU_APPROXIMATIONS = ("none", "tanh")
-
-
 class GeluOp(_Unary, name="gelu"):
     """x * Phi(x); `approximate` = "none" (erf, the default when absent) or "tanh"."""
 
@@ -327,7 +315,7 @@ class GeluOp(_Unary, name="gelu"):
         attrs = self.operation.attributes
         if "approximate" in attrs:
             mode = string_attr(attrs["approximate"], "approximate")
-            if mode not in GELU_APPROXIMATIONS:
+            if mode not in elementwise.GELU_APPROXIMATIONS:
                 raise Invalid(f'approximate must be "none" or "tanh", got "{mode}"')
 
 
@@ -356,11 +344,7 @@ class LayerNormOp(HexirOp, name="layer_norm"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input", FLOATS)
-        g, eg = tensor(self.operands[1], "gamma", FLOATS)
-        b, eb = tensor(self.operands[2], "beta", FLOATS)
-        r, er = _result(self)
-        same_element(("input", ex), ("gamma", eg), ("beta", eb), ("result", er))
+        x, g, b, r = _shapes(self, "input", "gamma", "beta", takes=FLOATS)
         epsilon = ir.FloatAttr(self.operation.attributes["epsilon"]).value
         expect_shape(r, signatures.layer_norm(x, g, b, epsilon))
 
@@ -373,9 +357,7 @@ class TransposeOp(HexirOp, name="transpose"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input")
-        r, er = _result(self)
-        same_element(("input", ex), ("result", er))
+        x, r = _shapes(self, "input")
         perm = i64_array(self.operation.attributes["permutation"], "permutation")
         expect_shape(r, signatures.transpose(x, perm))
 
@@ -387,9 +369,7 @@ class ReshapeOp(HexirOp, name="reshape"):
     result: ext.Result[Any]
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input")
-        r, er = _result(self)
-        same_element(("input", ex), ("result", er))
+        x, r = _shapes(self, "input")
         signatures.reshape(x, r)
 
 
@@ -404,9 +384,7 @@ class _Reduce(HexirOp):
     takes = NUMBERS
 
     def check(self) -> None:
-        x, ex = tensor(self.operands[0], "input", self.takes)
-        r, er = _result(self)
-        same_element(("input", ex), ("result", er))
+        x, r = _shapes(self, "input", takes=self.takes)
         attrs = self.operation.attributes
         axes = i64_array(attrs["axes"], "axes")
         if not isinstance(attrs["keepdims"], ir.BoolAttr):
@@ -481,17 +459,16 @@ class CallTirOp(HexirOp, name="call_tir"):
 
     def check(self) -> None:
         _result(self)
-        count = len(self.operands)
-        if not 1 <= count <= MAX_KERNEL_INPUTS:
-            raise Invalid(f"calls a kernel with {count} inputs; a kernel takes 1 to "
+        inputs = len(self.operands)
+        if not 1 <= inputs <= MAX_KERNEL_INPUTS:
+            raise Invalid(f"calls a kernel with {inputs} inputs; a kernel takes 1 to "
                           f"{MAX_KERNEL_INPUTS}")
-        sizes = self.operation.attributes["operandSegmentSizes"] \
-            if "operandSegmentSizes" in self.operation.attributes else None
-        if sizes is None or list(ir.DenseI32ArrayAttr(sizes)) != list(
-                ir.DenseI32ArrayAttr(segment_sizes(len(self.operands)))):
-            raise Invalid(f"operandSegmentSizes must be {segment_sizes(len(self.operands))}: "
+        attrs = self.operation.attributes
+        sizes, expected = attrs.get("operandSegmentSizes"), segment_sizes(inputs)
+        if sizes is None or list(ir.DenseI32ArrayAttr(sizes)) != list(expected):
+            raise Invalid(f"operandSegmentSizes must be {expected}: "
                           "each input its own group, first to last")
-        name = ir.FlatSymbolRefAttr(self.operation.attributes["callee"]).value
+        name = ir.FlatSymbolRefAttr(attrs["callee"]).value
         kernel = lookup_symbol(self.operation, name)
         if kernel is None or kernel.name not in KERNEL_OPS or (
             kernel.name != "hextir.prim_func" and "hexir.kernel" not in kernel.attributes
@@ -501,7 +478,6 @@ class CallTirOp(HexirOp, name="call_tir"):
         buffers = _kernel_buffers(kernel, name)
         if buffers is None:
             return
-        inputs = len(self.operands)
         if len(buffers) != inputs + 1:
             raise Invalid(
                 f"expected @{name} to take {inputs + 1} buffers ({inputs} inputs + 1 "

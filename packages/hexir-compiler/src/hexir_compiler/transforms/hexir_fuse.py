@@ -57,10 +57,7 @@ def _function(block: ir.Block) -> None:
         if GROUP in op.attributes:
             del op.attributes[GROUP]
     group_of: dict[int, list[ir.Operation]] = {}  # id(op) -> its group (shared list)
-    producers = {}
-    for op in ops:
-        for result in op.results:
-            producers[result] = op
+    producers = {result: op for op in ops for result in op.results}
     for op in ops:
         if mnemonic(op) not in ELEMENTWISE | REDUCTIONS:
             continue

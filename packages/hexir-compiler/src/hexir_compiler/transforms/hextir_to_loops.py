@@ -170,7 +170,8 @@ def _lower_for(op: ir.Operation) -> None:
                 loop.attributes[LOOP_ANNOTATION] = ir.Attribute.parse(
                     "#llvm.loop_annotation<vectorize = #llvm.loop_vectorize<disable = true>>")
     body = _take_body(op, block, list(block.arguments))
-    end = _terminator(op)  # read after the move: its operands now name the new arguments
+    # read after the move, the terminator alone in the block: its operands name the new arguments
+    end = op.regions[0].blocks[0].operations[0].operation
     with ir.InsertionPoint(block), end.location:
         if kind == "thread_binding":
             scf.ReduceOp([], 0)
@@ -252,11 +253,6 @@ def _take_body(op: ir.Operation, dest: ir.Block, args) -> list[ir.Operation]:
     for moving in moved:
         dest.append(moving)
     return moved
-
-
-def _terminator(op: ir.Operation) -> ir.Operation:
-    ops = op.regions[0].blocks[0].operations
-    return ops[len(ops) - 1].operation
 
 
 def _replace_and_erase(op: ir.Operation, values) -> None:

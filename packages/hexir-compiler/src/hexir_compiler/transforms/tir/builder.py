@@ -8,6 +8,7 @@ names, operand order, attribute names), not the Python classes that declare them
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -224,6 +225,10 @@ class KernelBuilder:
 
     def less_than(self, value: ir.Value, bound: int) -> ir.Value:
         return arith.cmpi(arith.CmpIPredicate.ult, value, self.index(bound))
+
+    def all_of(self, conditions: Sequence[ir.Value]) -> ir.Value | None:
+        """The conjunction of `conditions` (and-ed left to right); None when there are none."""
+        return functools.reduce(arith.andi, conditions) if conditions else None
 
     def _for(self, start: ir.Value | None, end: int, step: int, kind: str, bind: str | None,
              inits: Sequence[ir.Value]) -> ir.Operation:

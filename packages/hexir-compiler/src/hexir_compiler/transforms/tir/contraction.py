@@ -54,10 +54,6 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
         op.expect_output(signatures.linear(a, w))
     else:
         op.expect_output(signatures.matmul(a, w, vectors=False))
-    has_rows = len(a) >= 2
-    a_batch, w_batch = a[:-2], w[:-2]
-    batch = signatures.broadcast(a_batch, w_batch)
-    rows, cols, depth = (a[-2] if has_rows else 1), w[-1], a[-1]
 
     def emit(b: KernelBuilder) -> None:
         lhs, rhs, *_, out = b.args
@@ -68,7 +64,7 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
             if PANEL in op.attributes:
                 _panels(b, op, epilogue)
                 return
-            if uses_library(b, pymath.prod(batch) * rows * cols * depth):
+            if uses_library(b, pymath.prod(op.output) * a[-1]):  # the output's elements x K
                 b.library_call("matmul", [lhs, rhs, out])
             else:
                 _rows(b, op)
@@ -271,8 +267,7 @@ def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
                 row, col = arith.addi(blk.row, r), arith.addi(blk.col, c)
                 checks = [b.less_than(v, n) for v, n, tile in
                           ((row, rows, tiles.bm), (col, cols, tiles.bn)) if n % tile]
-                with b.guard(arith.andi(*checks) if len(checks) == 2 else
-                             (checks or [None])[0]):
+                with b.guard(b.all_of(checks)):
                     at = out_at(row, col)
                     value = acc[i * tiles.tn + j]
                     b.store(value if epilogue is None else epilogue(b, value, at), out, at)

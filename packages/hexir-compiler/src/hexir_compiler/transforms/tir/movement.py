@@ -31,11 +31,10 @@ def plan_concat(op: GraphOp) -> Kernel:
             for buffer, shape in zip(inputs, op.inputs, strict=True):
                 if shape[axis]:
                     at = coords[axis]
-                    inside = [arith.cmpi(arith.CmpIPredicate.ult, at, b.index(offset + shape[axis]))]
+                    inside = [b.less_than(at, offset + shape[axis])]
                     if offset:
                         inside.append(arith.cmpi(arith.CmpIPredicate.uge, at, b.index(offset)))
-                    condition = arith.andi(*inside) if len(inside) == 2 else inside[0]
-                    with b.guard(condition):
+                    with b.guard(b.all_of(inside)):
                         source = list(coords)
                         source[axis] = arith.subi(at, b.index(offset)) if offset else at
                         b.store(b.load(buffer, source), out, coords)

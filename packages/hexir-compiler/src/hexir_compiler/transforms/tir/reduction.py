@@ -48,9 +48,6 @@ def plan_softmax(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
             def at(k: ir.Value) -> list[ir.Value]:
                 return [*coords[:axis], k, *coords[axis:]]
 
-            def shifted_exp(k: ir.Value, peak: ir.Value) -> ir.Value:
-                return math.exp(arith.subf(x(at(k)), peak))
-
             (peak,) = b.fold(
                 [shape[axis]],
                 [b.float(NEG_INF)],
@@ -60,7 +57,7 @@ def plan_softmax(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
             # in k order as one fold would make it, and the exps, out of its carried chain,
             # are a loop LLVM vectorizes
             with b.loop(shape[axis], "serial") as k:
-                b.store(shifted_exp(k, peak), out, at(k))
+                b.store(math.exp(arith.subf(x(at(k)), peak)), out, at(k))
             (total,) = b.fold(
                 [shape[axis]],
                 [b.float(0.0)],

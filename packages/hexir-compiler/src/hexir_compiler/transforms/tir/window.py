@@ -46,16 +46,7 @@ def _positions(b: KernelBuilder, outs: Sequence[ir.Value], ks: Sequence[ir.Value
                                  b.index(spatial[d] + pads[rank + d])))
         low_clamp = arith.maxsi(pos, b.index(0))
         clamped.append(arith.minsi(low_clamp, b.index(spatial[d] - 1)))
-    return clamped, _all(inside), _all(extent)
-
-
-def _all(conditions: list[ir.Value]) -> ir.Value | None:
-    if not conditions:
-        return None
-    result = conditions[0]
-    for c in conditions[1:]:
-        result = arith.andi(result, c)
-    return result
+    return clamped, b.all_of(inside), b.all_of(extent)
 
 
 def plan_conv(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
