@@ -12,8 +12,8 @@ call reuses), exposes `__cuda_array_interface__` v3 with the stream its data is 
 consumer waits for that stream, as the protocol asks), and copies to the host on
 `np.asarray(a)` or `a.numpy()`. It frees its memory when it is dropped or `release`d; it
 keeps its device's context alive past the module's close, and the call's device inputs alive
-until it is freed (freeing waits for the device, so their copies have run by then). DLPack is not offered:
-`__cuda_array_interface__` is what every GPU array library reads without a new dependency.
+until it is freed (freeing waits for the device, so their copies have run by then). It is
+also a DLPack tensor (`__dlpack__`, `__dlpack_device__`), handed over in place, never copied.
 """
 
 from __future__ import annotations
