@@ -40,12 +40,6 @@ def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 @contextmanager
 def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     """A binary file to write; on a clean exit it becomes `path`, on any error it vanishes.
@@ -53,7 +47,9 @@ def atomic_write(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
     OSError from creating the file (a missing or read-only directory) propagates before the
     body runs."""
     target = Path(path)
-    mode = 0o666 & ~_umask()
+    umask = os.umask(0)  # read by setting it, so set it back
+    os.umask(umask)
+    mode = 0o666 & ~umask
     try:
         fd, tmp = os.open(target.parent, os.O_TMPFILE | os.O_WRONLY | os.O_CLOEXEC, mode), None
     except (AttributeError, OSError):  # no O_TMPFILE here, or not on this filesystem

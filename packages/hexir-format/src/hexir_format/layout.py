@@ -100,10 +100,7 @@ ExecutableV5 = Struct(*ExecutableV4.subcons[:-1], "cpu_level" / Int32ul, "reserv
 # Version 5's optional names section: this header, `count` entries ordered by (function,
 # role, index) with indices 0, 1, ... for each function and role, then the names' UTF-8 bytes,
 # back to back in entry order (`offset` counts from the section's start).
-NamesHeader = Struct(
-    "count" / Int32ul,
-    "reserved" / Int32ul,
-)
+NamesHeader = ExecutablesHeader
 
 NameEntry = Struct(
     "function" / Int32ul,  # the entry point's symbol index
@@ -114,10 +111,7 @@ NameEntry = Struct(
 )
 
 # Version 5's optional plan section: this header, then `count` entries in increasing slot order.
-PlanHeader = Struct(
-    "count" / Int32ul,
-    "reserved" / Int32ul,
-)
+PlanHeader = ExecutablesHeader
 
 PlanEntry = Struct(
     "slot" / Int32ul,

@@ -163,10 +163,8 @@ def problem(commands: Sequence[Command], offsets: Mapping[int, int],
         end = start + sizes[slot]
         ranges = active.setdefault(devices[slot], [])
         ranges[:] = [r for r in ranges if spans[r[2]].last >= span.first]
-        partner = over.get(slot)
-        if partner is not None and (offsets[partner], offsets[partner] + sizes[partner],
-                                    partner) in ranges and offsets[partner] == start:
-            ranges.remove((start, end, partner))  # in place: the input's bytes become ours
+        if (start, end, over.get(slot)) in ranges:  # in place: its input, of the same size,
+            ranges.remove((start, end, over[slot]))  # at the same offset; those bytes become ours
         at = bisect.bisect_left(ranges, (start, end, slot))
         for other in ranges[max(at - 1, 0):at + 1]:
             if other[0] < end and start < other[1]:

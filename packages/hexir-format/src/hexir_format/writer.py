@@ -170,31 +170,26 @@ def _type(t: TensorType) -> dict:
 
 
 def _executables(module: Module) -> bytes:
-    entry = L.EXECUTABLE[module.version]
     exes = module.executables
-    tail = bytearray()  # v4 argument types and params, after the entries
-    tail_start = L.ExecutablesHeader.sizeof() + len(exes) * entry.sizeof()
-    placed: list[tuple[int, int, int]] = []  # (args_offset, params_offset, image_offset)
-    for exe in exes:
-        args_offset = tail_start + len(tail)
+    table_end = L.ExecutablesHeader.sizeof() + len(exes) * L.EXECUTABLE[module.version].sizeof()
+    out = bytearray(table_end)  # the header and entries, filled in once every offset is known
+    placed: list[list[int]] = []  # [args_offset, params_offset, image_offset]
+    for exe in exes:  # v4 argument types and params, after the entries
+        args_offset = len(out)
         if module.version >= 4:
-            tail += b"".join(L.TensorTypeEntry.build(_type(t)) for t in exe.args)
-        params_offset = tail_start + len(tail)
+            out += b"".join(L.TensorTypeEntry.build(_type(t)) for t in exe.args)
+        params_offset = len(out)
         if module.version >= 4:
-            tail += b"".join(L.Param.build(p) for p in exe.params)
-        placed.append((args_offset, params_offset, 0))
-    images = bytearray()
-    offset = tail_start + len(tail)
-    for i, exe in enumerate(exes):
-        if exe.image is None or len(exe.image) == 0:
-            continue
-        start = L.align(offset)
-        images += bytes(start - offset) + bytes(exe.image)
-        offset = start + len(exe.image)
-        placed[i] = (*placed[i][:2], start)
-    entries = b"".join(_entry(module.version, exe, *where) for exe, where in zip(exes, placed))
-    header = L.ExecutablesHeader.build(dict(count=len(exes), reserved=0))
-    return header + entries + bytes(tail) + bytes(images)
+            out += b"".join(L.Param.build(p) for p in exe.params)
+        placed.append([args_offset, params_offset, 0])
+    for exe, where in zip(exes, placed):  # then the images, each at an 8-byte boundary
+        if exe.image is not None and len(exe.image):
+            out += bytes(L.align(len(out)) - len(out))
+            where[2] = len(out)
+            out += exe.image
+    out[:table_end] = L.ExecutablesHeader.build(dict(count=len(exes), reserved=0)) + b"".join(
+        _entry(module.version, exe, *where) for exe, where in zip(exes, placed))
+    return bytes(out)
 
 
 def _entry(version: int, exe: Executable, args_offset: int, params_offset: int,
