@@ -117,10 +117,7 @@ class Importer:
         if m.ir_version not in IR_VERSIONS:
             raise ModelError(f"{self.name}: IR version {m.ir_version} is outside the "
                              f"{IR_VERSIONS[0]}-{IR_VERSIONS[-1]} Hexir reads")
-        opset = None
-        for entry in m.opset_import:
-            if entry.domain in DOMAINS:
-                opset = entry.version
+        opset = next((e.version for e in reversed(m.opset_import) if e.domain in DOMAINS), None)
         if opset is None:
             raise ModelError(f"{self.name}: the model imports no default-domain opset")
         if opset not in OPSETS:
@@ -158,35 +155,27 @@ class Importer:
                 names.append(vi.name)
                 self.values[vi.name] = Tensor(shape, dtype)
             emitter = onnx_ops.Emitter(self)
-            func = self._function(module, types, names)
-            block = func.regions[0].blocks[0]
+            # its function_type is set below, once the results are known
+            func = ir.Operation.create("func.func", regions=1, ip=ir.InsertionPoint(module.body),
+                                       attributes={"sym_name": ir.StringAttr.get("main"),
+                                                   "arg_attrs": _named(names)})
+            block = func.regions[0].blocks.append(*types)
             for arg, name in zip(block.arguments, names):
                 self.values[name].value = arg
             with ir.InsertionPoint(block):
                 for index, node in enumerate(graph.node):
                     emitter.node(node, index)
-                outputs = [self._output(vi) for vi in graph.output]
-                results = [emitter.tensor(t) for t in outputs]
+                for vi in graph.output:
+                    if vi.name not in self.values:
+                        raise ModelError(f"{self.name}: graph output '{vi.name}' is computed by "
+                                         "no node")
+                results = [emitter.tensor(self.values[vi.name]) for vi in graph.output]
                 ir.Operation.create("func.return", operands=results)
             func.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(types, [r.type for r in results]))
-            func.attributes["res_attrs"] = ir.ArrayAttr.get(
-                [ir.DictAttr.get({"hexir.name": ir.StringAttr.get(vi.name)})
-                 for vi in graph.output])
+            func.attributes["res_attrs"] = _named(vi.name for vi in graph.output)
             _drop_dead(block)
         return module
-
-    def _function(self, module: ir.Module, types: list, names: list[str]) -> ir.Operation:
-        attrs = {
-            "sym_name": ir.StringAttr.get("main"),
-            "function_type": ir.TypeAttr.get(ir.FunctionType.get(types, [])),
-            "arg_attrs": ir.ArrayAttr.get(
-                [ir.DictAttr.get({"hexir.name": ir.StringAttr.get(n)}) for n in names]),
-        }
-        func = ir.Operation.create("func.func", attributes=attrs, regions=1,
-                                   ip=ir.InsertionPoint(module.body))
-        func.regions[0].blocks.append(*types)
-        return func
 
     def _dtype(self, elem_type: int, what: str) -> np.dtype:
         if elem_type not in DTYPES:
@@ -249,19 +238,12 @@ class Importer:
         if not t.HasField("shape"):
             raise ModelError(f"{self.name}: input '{vi.name}' has no shape; give it with "
                              f"-input-shape={vi.name}=<d0>x<d1>...")
-        shape = []
         for d, dim in enumerate(t.shape.dim):
             if not dim.HasField("dim_value") or dim.dim_value < 0:
                 label = f" ('{dim.dim_param}')" if dim.dim_param else ""
                 raise ModelError(f"{self.name}: input '{vi.name}' dimension {d}{label} is "
                                  f"symbolic; bind it with -input-shape={vi.name}=<d0>x<d1>...")
-            shape.append(dim.dim_value)
-        return tuple(shape), dtype
-
-    def _output(self, vi) -> Tensor:
-        if vi.name not in self.values:
-            raise ModelError(f"{self.name}: graph output '{vi.name}' is computed by no node")
-        return self.values[vi.name]
+        return tuple(dim.dim_value for dim in t.shape.dim), dtype
 
 
 def _drop_dead(block: ir.Block) -> None:
@@ -272,6 +254,11 @@ def _drop_dead(block: ir.Block) -> None:
         if op.name.startswith("hexir.") and op.results and not any(
                 list(r.uses) for r in op.results):
             op.erase()
+
+
+def _named(names) -> ir.ArrayAttr:
+    """A function's `arg_attrs` or `res_attrs`: each argument or result's `hexir.name`."""
+    return ir.ArrayAttr.get([ir.DictAttr.get({"hexir.name": ir.StringAttr.get(n)}) for n in names])
 
 
 def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> ir.Type:

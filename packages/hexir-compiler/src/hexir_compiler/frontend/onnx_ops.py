@@ -10,6 +10,7 @@ the op versions each handler implements; a node selecting another is refused by 
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 
@@ -57,27 +58,23 @@ class Emitter:
         where = f"{self.importer.name}: {label}"
         if node.domain not in DOMAINS:
             raise ModelError(f"{where}: domain '{node.domain}' is not one Hexir reads")
-        inputs = []
+        values = self.importer.values
         for name in node.input:
-            if not name:
-                inputs.append(None)
-            elif name not in self.importer.values:
+            if name and name not in values:
                 raise ModelError(f"{where}: input '{name}' is computed by no earlier node and "
                                  "is not a graph input or initializer")
-            else:
-                inputs.append(self.importer.values[name])
+        inputs = [values[name] if name else None for name in node.input]
         with ir.Location.name(where):  # what a later pass's error about its ops names
             outputs = self._translate(node, inputs, where)
         for name, tensor in zip(node.output, outputs, strict=False):
             if name:
-                self.importer.values[name] = tensor
+                values[name] = tensor
 
     def _translate(self, node, inputs: list, where: str) -> list[Tensor]:
-        if node.op_type in ("Shape", "Size", "ConstantOfShape") or (
-                inputs and all(t is not None and t.is_const for t in inputs)):
-            folded = self._fold(node, inputs, where)
-            if folded is not None:
-                return folded
+        known = all(t is not None and t.is_const for t in inputs)
+        if node.op_type in ("Shape", "Size") or (known and (
+                inputs or node.op_type == "ConstantOfShape")):
+            return self._fold(node, inputs, where)
         if node.op_type not in HANDLERS:
             raise ModelError(f"{where}: {node.op_type} is not an op Hexir imports")
         try:
@@ -105,9 +102,9 @@ class Emitter:
                              f"{len(outputs)}) is not one Hexir computes")
         return outputs
 
-    def _fold(self, node, inputs: list, where: str) -> list[Tensor] | None:
-        """The node's outputs computed now, when every input is known (Shape, Size and
-        ConstantOfShape need only shapes); None when the reference cannot run it."""
+    def _fold(self, node, inputs: list, where: str) -> list[Tensor]:
+        """The node's outputs computed now, when every input is known (Shape and Size need
+        only shapes)."""
         if node.op_type == "Shape":
             attrs = {a.name: a.i for a in node.attribute}
             shape = np.array(inputs[0].shape, np.int64)
@@ -115,8 +112,6 @@ class Emitter:
             return [constant(shape[attrs.get("start", 0):attrs.get("end")])]
         if node.op_type == "Size":
             return [constant(np.array(math.prod(inputs[0].shape), np.int64))]
-        if not all(t is not None and t.is_const for t in inputs):
-            return None
         from onnx.reference import ReferenceEvaluator
 
         helper = self.onnx.helper
@@ -276,6 +271,9 @@ def _floats(x: Tensor, op: str) -> None:
 
 for _onnx, _hexir in (("Add", "add"), ("Sub", "sub"), ("Mul", "mul"), ("Div", "div")):
     handles(_onnx, 13, 14)(lambda e, xs, a, v, _hexir=_hexir: [e.binary(_hexir, xs[0], xs[1])])
+for _onnx, _hexir in (("Max", "max"), ("Min", "min"), ("Sum", "add")):  # of any operand count
+    handles(_onnx, 13)(lambda e, xs, a, v, _hexir=_hexir: [
+        functools.reduce(lambda r, x: e.binary(_hexir, r, x), xs[1:], xs[0])])
 for _onnx, _hexir, _versions in (("Equal", "equal", (13, 19)), ("Less", "less", (13,)),
                                  ("Greater", "greater", (13,))):
     def _compare(e, xs, a, v, _hexir=_hexir):
@@ -307,20 +305,6 @@ def _pow(e, xs, a, v):
     # An integer base: computed in f64 (exact while |result| < 2**53), cast back as numpy does.
     f64 = np.dtype("float64")
     return [e.cast(e.binary("pow", e.cast(x, f64), e.cast(y, f64)), x.dtype)]
-
-
-def _variadic(hexir: str):
-    def handler(e, xs, a, v):
-        result = xs[0]
-        for x in xs[1:]:
-            result = e.binary(hexir, result, x)
-        return [result]
-    return handler
-
-
-handles("Max", 13)(_variadic("max"))
-handles("Min", 13)(_variadic("min"))
-handles("Sum", 13)(_variadic("add"))
 
 
 @handles("Reciprocal", 13, floats=True)
@@ -415,11 +399,10 @@ def _identity(e, xs, a, v):
 
 @handles("Constant", 13, 19, 21, 23, 24, 25)
 def _constant(e, xs, a, v):
-    numpy_helper = e.onnx.numpy_helper
     if "value" in a:
         if a["value"].data_type not in DTYPES:
             raise NodeError("its value has an element type Hexir does not have")
-        return [constant(numpy_helper.to_array(a["value"]))]
+        return [constant(e.onnx.numpy_helper.to_array(a["value"]))]
     for key, dtype in (("value_float", np.float32), ("value_floats", np.float32),
                        ("value_int", np.int64), ("value_ints", np.int64)):
         if key in a:
@@ -492,8 +475,7 @@ def _batch_norm(e, xs, a, v):
 def _reduction(hexir: str):
     def handler(e, xs, a, v):
         x = xs[0]
-        axes = a.get("axes") if "axes" in a else const_ints(xs[1] if len(xs) > 1 else None,
-                                                             "axes")
+        axes = a["axes"] if "axes" in a else const_ints(xs[1] if len(xs) > 1 else None, "axes")
         keepdims = bool(a.get("keepdims", 1))
         if not axes:
             if a.get("noop_with_empty_axes", 0):
