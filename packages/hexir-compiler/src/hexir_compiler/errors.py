@@ -27,8 +27,6 @@ class CompileError(HexirError):
 def where(location) -> str | None:
     """`file:line:col` of an `ir.Location` (or its text), the name of a named one (an imported
     model's node), None when it names neither."""
-    if location is None:
-        return None
     match = _FILE_LINE_COL.match(str(location))
     if match:
         return f"{match['file']}:{match['line']}:{match['col']}"

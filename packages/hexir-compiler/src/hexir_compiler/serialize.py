@@ -174,12 +174,9 @@ def _io_names(func: ir.Operation) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names), or none when not every one is named."""
     names = []
     for key in ("arg_attrs", "res_attrs"):
-        found = []
-        if key in func.attributes:
-            for entry in ir.ArrayAttr(func.attributes[key]):
-                entry = ir.DictAttr(entry)
-                found.append(ir.StringAttr(entry["hexir.name"]).value
-                             if "hexir.name" in entry else None)
+        entries = ir.ArrayAttr(func.attributes[key]) if key in func.attributes else []
+        found = [ir.StringAttr(entry["hexir.name"]).value if "hexir.name" in entry else None
+                 for entry in map(ir.DictAttr, entries)]
         names.append(tuple(found) if found and None not in found else ())
     return names[0], names[1]
 

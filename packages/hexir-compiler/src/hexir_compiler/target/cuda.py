@@ -98,7 +98,9 @@ def _kernels_as_ptx(module: ir.Module) -> dict[str, tuple[dict[int, bytes], tupl
     try:
         passmanager.PassManager.parse(TO_PTX).run(kernels.operation)
     except ir.MLIRError as err:
-        raise CompileError(f"could not compile cuda kernels to PTX: {_first_line(err)}") from None
+        first = err.error_diagnostics[0].message if err.error_diagnostics else str(err)
+        raise CompileError("could not compile cuda kernels to PTX: "
+                           f"{first.splitlines()[0]}") from None
     ptx = {}
     for view in kernels.body.operations:  # now gpu.binary ops, named like their gpu.module
         name = _symbol(view.operation)
@@ -188,10 +190,3 @@ def _symbol(op: ir.Operation) -> str:
 def _xyz(sizes) -> tuple[int, int, int]:
     x, y, z = (int(s) for s in sizes)
     return (x, y, z)
-
-
-def _first_line(err: ir.MLIRError) -> str:
-    diagnostics = getattr(err, "error_diagnostics", None)
-    if diagnostics:
-        return diagnostics[0].message.splitlines()[0]
-    return str(err).splitlines()[0]

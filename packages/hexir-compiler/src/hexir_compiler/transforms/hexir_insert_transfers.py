@@ -31,20 +31,18 @@ def run(module: ir.Module | ir.Operation) -> None:
                 _function(op)
 
 
-def _device(op: ir.Operation) -> str:
+def _device(op: ir.Operation, side: str = "dst") -> str:
+    """Where `op` runs: its `device` (cpu when it has none); a transfer's result lives on its
+    `dst` side and is read on its `src` side."""
     if op.name == "hexir.transfer":
-        return ir.StringAttr(op.attributes["dst"]).value
+        return ir.StringAttr(op.attributes[side]).value
     if "device" in op.attributes:
         return ir.StringAttr(op.attributes["device"]).value
     return "cpu"
 
 
 def _consumer_device(op: ir.Operation) -> str:
-    if op.name in HOST_CONSUMERS:
-        return "cpu"
-    if op.name == "hexir.transfer":
-        return ir.StringAttr(op.attributes["src"]).value
-    return _device(op)
+    return "cpu" if op.name in HOST_CONSUMERS else _device(op, "src")
 
 
 def _function(func: ir.Operation) -> None:
@@ -53,16 +51,11 @@ def _function(func: ir.Operation) -> None:
         _route(arg, "cpu", func.location, ir.InsertionPoint.at_block_begin(block), None)
     for view in list(block.operations):
         op = view.operation
-        if op.name == "hexir.constant":
-            _place_constant(op)
+        if op.name == "hexir.constant":  # consumed on cuda alone: uploaded there at load
+            if {_consumer_device(use.owner.operation) for use in op.results[0].uses} == {"cuda"}:
+                op.attributes["device"] = ir.StringAttr.get("cuda")
         for result in op.results:
             _route(result, _device(op), op.location, ir.InsertionPoint(op), op)
-
-
-def _place_constant(op: ir.Operation) -> None:
-    devices = {_consumer_device(use.owner.operation) for use in op.results[0].uses}
-    if devices == {"cuda"}:
-        op.attributes["device"] = ir.StringAttr.get("cuda")
 
 
 def _route(

@@ -137,12 +137,8 @@ HOST_VECTOR_BYTES = 64
 
 @contextmanager
 def parallel(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.Value]]:
-    """Iterate the space `extents` in parallel; yields one index per axis."""
-    if b.device == "cuda":
-        with _flat_threads(b, extents) as (coords,):
-            yield coords
-        return
-    with _parallel_nest(b, extents) as coords:
+    """Iterate the space `extents` in parallel (`lanes`, one lane); yields one index per axis."""
+    with lanes(b, extents, 1) as (coords,):
         yield coords
 
 
@@ -350,18 +346,19 @@ def _parallel_nest(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir
 
 
 @contextmanager
-def lanes(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[list[ir.Value]]]:
+def lanes(b: KernelBuilder, extents: Sequence[int],
+          n: int | None = None) -> Iterator[list[list[ir.Value]]]:
     """Like `parallel`, for a body that reads and writes only at its coordinates (or
     broadcasts of them): yields the coordinates of each lane an iteration owns
-    (`vector_lanes`), for the body to load every lane before it stores any. On the cpu that
-    order is what lets LLVM's SLP vectorizer make the lanes one vector without asking
-    whether the destination overlaps an input: it may, exactly, when the kernel runs in
-    place (a loop vectorizer's overlap check would send that case to scalar code)."""
+    (`vector_lanes`, or `n`), for the body to load every lane before it stores any. On the
+    cpu that order is what lets LLVM's SLP vectorizer make the lanes one vector without
+    asking whether the destination overlaps an input: it may, exactly, when the kernel runs
+    in place (a loop vectorizer's overlap check would send that case to scalar code)."""
+    n = vector_lanes(b, extents) if n is None else n
     if b.device == "cuda":
-        with _flat_threads(b, extents, vector_lanes(b, extents)) as owned:
+        with _flat_threads(b, extents, n) as owned:
             yield owned
         return
-    n = vector_lanes(b, extents)
     with _parallel_nest(b, [*extents[:-1], extents[-1] // n] if n > 1 else extents) as coords:
         loops = [c.owner.owner for c in coords if isinstance(c, ir.BlockArgument)]
         if n > 1 and loops:  # the innermost loop: vectors within its iterations only
