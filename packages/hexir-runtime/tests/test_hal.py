@@ -51,6 +51,23 @@ def test_out_of_bounds_write_and_read_are_refused(device):
         device.read(buf)
 
 
+def test_a_view_of_a_view_is_the_root_bytes_it_covers(device):
+    root = device.allocate(64)
+    device.write(root, np.arange(8, dtype=np.float64))
+    outer = device.view(root, 16, 32)  # elements 2..5
+    inner = device.view(outer, 8, 16)  # elements 3..4 of the root
+    assert inner.parent is root
+    assert device.read(inner).view(np.float64).tolist() == [3.0, 4.0]
+    device.write(inner, np.array([-1.0]), offset=8)
+    device.wait()
+    assert device.read(root).view(np.float64).tolist() == [0, 1, 2, 3, -1, 5, 6, 7]
+    with pytest.raises(DeviceError, match="view of 24 bytes at offset 16 does not fit a 32-byte"):
+        device.view(outer, 16, 24)
+    device.release(root)
+    with pytest.raises(DeviceError, match="cannot view a released buffer"):
+        device.view(outer, 0, 8)
+
+
 def test_constants_are_read_only(device):
     buf = device.constant(memoryview(bytes(range(16))))
     assert device.read(buf).tolist() == list(range(16))

@@ -141,14 +141,17 @@ class Program:
         self.reads: list[tuple[int, ...]] = []  # per command: the bindings it reads, then writes
         self.writes: list[int | None] = []
         current: dict[int, int] = {}  # slot -> binding, as of the command being resolved
+        outputs: dict[int, tuple[int, TensorType]] = {}  # output index -> its binding, type
         for c in plan.commands:
             reads = tuple(current[s] for s in _read_slots(c))
             written = _written_slot(c)
             if written is not None:
                 current[written] = self._binding(c, written, reads)
+            elif c.op is Op.OUTPUT:
+                outputs[c.index] = (reads[0], resident.plan.slot_type(c.slot))
             self.reads.append(reads)
             self.writes.append(current[written] if written is not None else None)
-        self.outputs = self._outputs()
+        self.outputs = [outputs[i] for i in range(len(outputs))]
         self.rezero = self._read_before_written()
         self.alias, self.views = self._reshapes_as_views()
         self.transfers = Transfers(plan.name, resident.devices, self.bindings, plan.commands,
@@ -175,13 +178,6 @@ class Program:
         else:  # ALLOC
             self.bindings.append(_Binding(device, c.bytes, offset=self.plan.offsets.get(slot)))
         return len(self.bindings) - 1
-
-    def _outputs(self) -> list[tuple[int, TensorType]]:
-        found = {}
-        for c, reads in zip(self.plan.commands, self.reads, strict=True):
-            if c.op is Op.OUTPUT:
-                found[c.index] = (reads[0], self.resident.plan.slot_type(c.slot))
-        return [found[i] for i in range(len(found))]
 
     def _read_before_written(self) -> list[int]:
         """The ALLOC bindings some command reads before any command of the call writes them."""

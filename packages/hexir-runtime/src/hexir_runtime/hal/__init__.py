@@ -76,8 +76,8 @@ class Device(ABC):
         """`size` bytes of `parent` from `offset`, as a buffer of their own (a memory plan's
         place in an arena); releasing a view frees nothing, releasing its parent frees both."""
         self._check(parent, offset, size, "view")
-        if parent.parent is not None:
-            return self.view(parent.parent, offset + self._offset_in_parent(parent), size)
+        if parent.parent is not None:  # a view of a view: made in (and checked against) its root
+            self._check(parent.parent, 0, 0, "view")
         return self._view(parent, offset, size)
 
     def constant(self, data: memoryview) -> Buffer:
@@ -211,10 +211,8 @@ class Device(ABC):
         self._write(buffer, memoryview(bytes(buffer.size)), 0)
 
     @abstractmethod
-    def _view(self, parent: Buffer, offset: int, size: int) -> Buffer: ...
-
-    @abstractmethod
-    def _offset_in_parent(self, view: Buffer) -> int: ...
+    def _view(self, parent: Buffer, offset: int, size: int) -> Buffer:
+        """A view of `parent` (itself a view, or a root), whose `parent` is the root."""
 
     @abstractmethod
     def _load_executable(self, exe: Executable) -> Any: ...

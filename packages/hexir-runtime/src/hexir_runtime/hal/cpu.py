@@ -121,10 +121,7 @@ class CpuDevice(Device):
 
     def _view(self, parent: Buffer, offset: int, size: int) -> Buffer:
         return Buffer(self, size, parent.memory, parent.handle[offset:offset + size],
-                      address=parent.address + offset, parent=parent)
-
-    def _offset_in_parent(self, view: Buffer) -> int:
-        return view.address - view.parent.address
+                      address=parent.address + offset, parent=parent.parent or parent)
 
     def _load_executable(self, exe: Executable) -> CpuKernel:
         if exe.image is None:

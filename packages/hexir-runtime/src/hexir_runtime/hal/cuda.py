@@ -293,10 +293,8 @@ class CudaDevice(Device):
         buffer.handle = 0
 
     def _view(self, parent: Buffer, offset: int, size: int) -> Buffer:
-        return Buffer(self, size, parent.memory, parent.handle + offset, parent=parent)
-
-    def _offset_in_parent(self, view: Buffer) -> int:
-        return view.handle - view.parent.handle
+        return Buffer(self, size, parent.memory, parent.handle + offset,
+                      parent=parent.parent or parent)
 
     # ---- kernels and graphs ----------------------------------------------------------------
 
