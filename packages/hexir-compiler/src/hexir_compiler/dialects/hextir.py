@@ -59,6 +59,14 @@ def _types(values) -> list[str]:
     return [str(v.type) for v in values]
 
 
+def _one_of(attrs, name: str, allowed: tuple[str, ...], noun: str) -> str:
+    """The string attribute `name`, which must be one of `allowed` (`noun` says what they are)."""
+    value = string_attr(attrs[name], name)
+    if value not in allowed:
+        raise Invalid(f"{name} '{value}' is not {noun}; expected one of {', '.join(allowed)}")
+    return value
+
+
 class PrimFuncOp(HextirOp, name="prim_func", traits=[ir.NoTerminatorTrait]):
     """A kernel: `function_type` = (memref..., memref_dst) -> (), body ends in hextir.return.
 
@@ -92,12 +100,7 @@ class PrimFuncOp(HextirOp, name="prim_func", traits=[ir.NoTerminatorTrait]):
         if not ops or ops[-1].operation.name != "hextir.return":
             raise Invalid("body must end with hextir.return")
         if "hexir.kernel" in attrs:
-            kind = string_attr(attrs["hexir.kernel"], "hexir.kernel")
-            if kind not in KERNELS:
-                raise Invalid(
-                    f"hexir.kernel '{kind}' is not a kernel kind; expected one of "
-                    f"{', '.join(KERNELS)}"
-                )
+            _one_of(attrs, "hexir.kernel", KERNELS, "a kernel kind")
         if "hexir.params" in attrs and not isinstance(attrs["hexir.params"], ir.DenseF64ArrayAttr):
             raise Invalid(f"hexir.params must be array<f64: ...>, got {attrs['hexir.params']}")
 
@@ -140,17 +143,11 @@ class ForOp(HextirOp, name="for"):
             if not isinstance(v.type, ir.IndexType):
                 raise Invalid(f"{name} must be an index, got {v.type}")
         attrs = self.operation.attributes
-        kind = string_attr(attrs["kind"], "kind")
-        if kind not in LOOP_KINDS:
-            raise Invalid(
-                f"kind '{kind}' is not a loop kind; expected one of {', '.join(LOOP_KINDS)}"
-            )
+        kind = _one_of(attrs, "kind", LOOP_KINDS, "a loop kind")
         if kind == "thread_binding":
             if "bind" not in attrs:
                 raise Invalid("a thread_binding loop needs 'bind' (blockIdx.x ... threadIdx.z)")
-            axis = string_attr(attrs["bind"], "bind")
-            if axis not in AXES:
-                raise Invalid(f"bind '{axis}' is not a GPU axis; expected one of {', '.join(AXES)}")
+            _one_of(attrs, "bind", AXES, "a GPU axis")
         elif "bind" in attrs:
             raise Invalid(f"only a thread_binding loop takes 'bind'; this one is {kind}")
         lanes = attrs["lanes"] if "lanes" in attrs else None
@@ -243,13 +240,15 @@ def _kernel_device(op) -> str | None:
     return ir.StringAttr(node.attributes["device"]).value
 
 
-def _indices(op, buffer: ir.Value, indices: list[ir.Value]) -> None:
+def _element(buffer: ir.Value, indices: list[ir.Value]) -> ir.Type:
+    """The element type of `buffer`, indexed by `indices` (one index per axis)."""
     shape, _ = memref(buffer, "buffer")
     if len(indices) != len(shape):
         raise Invalid(f"a rank-{len(shape)} buffer needs {len(shape)} indices, got {len(indices)}")
     for i, v in enumerate(indices):
         if not isinstance(v.type, ir.IndexType):
             raise Invalid(f"index #{i} must be an index, got {v.type}")
+    return ir.MemRefType(buffer.type).element_type
 
 
 class BufferLoadOp(HextirOp, name="buffer_load"):
@@ -261,8 +260,7 @@ class BufferLoadOp(HextirOp, name="buffer_load"):
 
     def check(self) -> None:
         buffer, *indices = self.operands
-        _indices(self, buffer, indices)
-        elem = ir.MemRefType(buffer.type).element_type
+        elem = _element(buffer, indices)
         if self.results[0].type != elem:
             raise Invalid(f"result type {self.results[0].type} is not the element type {elem}")
 
@@ -276,8 +274,7 @@ class BufferStoreOp(HextirOp, name="buffer_store"):
 
     def check(self) -> None:
         value, buffer, *indices = self.operands
-        _indices(self, buffer, indices)
-        elem = ir.MemRefType(buffer.type).element_type
+        elem = _element(buffer, indices)
         if value.type != elem:
             raise Invalid(f"stored value type {value.type} is not the element type {elem}")
 
@@ -295,10 +292,7 @@ class LibraryCallOp(HextirOp, name="library_call"):
     routine: ir.StringAttr
 
     def check(self) -> None:
-        routine = string_attr(self.operation.attributes["routine"], "routine")
-        if routine not in ROUTINES:
-            raise Invalid(f"routine '{routine}' is not one the runtime provides; expected one "
-                          f"of {', '.join(ROUTINES)}")
+        _one_of(self.operation.attributes, "routine", ROUTINES, "one the runtime provides")
         for i, value in enumerate(self.operands):
             memref(value, f"buffer #{i}")
 

@@ -94,10 +94,7 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
                 counter += 1
         name = f"{stem}_{counter}"
         counter += 1
-        if len(members) == 1:
-            _lower(op, name, body, level, packed)
-        else:
-            _lower_group(members, name, body, level, packed)
+        _lower(members, name, body, level, packed)
     for constant in {key[0] for key in packed}:
         if not list(constant.uses):
             constant.owner.erase()
@@ -115,13 +112,15 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
     return found
 
 
-def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block,
-                 level: int, packed: dict) -> None:
-    """One kernel for a fusion group, called where its last op was; the others are erased."""
-    sink = members[-1]
+def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level: int,
+           packed: dict) -> None:
+    """One kernel for an op or a fusion group, called where its last op was; the others are
+    erased. A lone op's inputs are its operands; a group's are its operands from outside it,
+    each once, a contraction's two first."""
+    sink, lone = members[-1], len(members) == 1
     produced = {m.results[0]: i for i, m in enumerate(members)}
-    head = next((m for m in members if m.name.removeprefix("hexir.") in fusion.CONTRACTIONS),
-                None)
+    head = next((m for m in members
+                 if lone or m.name.removeprefix("hexir.") in fusion.CONTRACTIONS), None)
     inputs: list[ir.Value] = list(head.operands) if head is not None else []
     steps = []
     for member in members:
@@ -142,27 +141,16 @@ def _lower_group(members: list[ir.Operation], name: str, module_body: ir.Block,
     shapes = [tuple(ir.RankedTensorType(v.type).shape) for v in inputs]
     output = tuple(ir.RankedTensorType(sink.results[0].type).shape)
     try:
-        kernel = fusion.plan_group(steps, shapes, output)
+        kernel = PLANS[graph_op.mnemonic](graph_op) if lone else \
+            fusion.plan_group(steps, shapes, output)
     except ShapeError as error:
         raise CompileError(f"{sink.name}: {error}", sink.location) from None
+    except CompileError as error:
+        if not lone:
+            raise
+        raise CompileError(str(error), sink.location) from None
     elements = [ir.RankedTensorType(v.type).element_type for v in (*inputs, sink.results[0])]
     _replace(members, kernel, name, inputs, [*shapes, output], elements, module_body, level)
-
-
-def _lower(op: ir.Operation, name: str, module_body: ir.Block, level: int,
-           packed: dict) -> None:
-    graph_op, elements = _read(op)
-    inputs = list(op.operands)
-    graph_op = _pack_rhs(op, graph_op, inputs, level, packed)
-    try:
-        kernel = PLANS[graph_op.mnemonic](graph_op)
-    except ShapeError as error:
-        raise CompileError(f"{op.name}: {error}", op.location) from None
-    except CompileError as error:
-        raise CompileError(str(error), op.location) from None
-    shapes = [tuple(ir.RankedTensorType(v.type).shape) for v in inputs]
-    _replace([op], kernel, name, inputs, [*shapes, graph_op.output], elements, module_body,
-             level)
 
 
 def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Value],

@@ -19,6 +19,7 @@ for a max, the opposite for a min), as ONNX defines it, and a mean of nothing is
 
 from __future__ import annotations
 
+import contextlib
 import math as pymath
 
 from hexir_format import signatures
@@ -119,24 +120,11 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
     def emit(b: KernelBuilder) -> None:
         (x,), out = _operands(b, prologue), b.args[-1]
         combine, start = _monoid(op.mnemonic, element)
-        if by_rows(b, pymath.prod(reduced)):
-            with b.building(), rows(b, [shape[d] for d in kept], pymath.prod(reduced)) as row:
-                outer = dict(zip(kept, row.coords, strict=True))
-
-                def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                    inner = dict(zip(axes, b.delinearize(k, reduced), strict=True))
-                    at = [outer[d] if d in outer else inner[d] for d in range(len(shape))]
-                    return [combine(acc[0], x(at))]
-
-                partial = row.fold([b.constant(start, b.element)], step)
-                (value,) = row.reduce(partial, lambda p, q: [combine(p[0], q[0])])
-                if op.mnemonic == "reduce_mean":
-                    value = arith.divf(value, b.float(float(pymath.prod(reduced))))
-                at = [outer[d] if d in outer else b.index(0) for d in range(len(shape))]
-                with row.first_thread():
-                    b.store(value, out, at if keepdims else row.coords)
-            return
-        with b.building(), parallel(b, [shape[d] for d in kept]) as coords:
+        count = pymath.prod(reduced)
+        by_row = by_rows(b, count)
+        space = [shape[d] for d in kept]
+        with b.building(), (rows(b, space, count) if by_row else parallel(b, space)) as owner:
+            coords = owner.coords if by_row else owner
             outer = dict(zip(kept, coords, strict=True))
 
             def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
@@ -144,11 +132,17 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
                 at = [outer[d] if d in outer else inner[d] for d in range(len(shape))]
                 return [combine(acc[0], x(at))]
 
-            (value,) = b.fold(reduced, [b.constant(start, b.element)], step)
+            init = [b.constant(start, b.element)]
+            if by_row:  # the thread's share of the reduced elements (flat), then the tree
+                partial = owner.fold(init, lambda k, acc: step(b.delinearize(k, reduced), acc))
+                (value,) = owner.reduce(partial, lambda p, q: [combine(p[0], q[0])])
+            else:
+                (value,) = b.fold(reduced, init, step)
             if op.mnemonic == "reduce_mean":
-                value = arith.divf(value, b.float(float(pymath.prod(reduced))))
+                value = arith.divf(value, b.float(float(count)))
             at = [outer[d] if d in outer else b.index(0) for d in range(len(shape))]
-            b.store(value, out, at if keepdims else coords)
+            with owner.first_thread() if by_row else contextlib.nullcontext():
+                b.store(value, out, at if keepdims else coords)
 
     kind = "generic" if op.mnemonic == "reduce_min" else op.mnemonic  # min has no kind
     return _kernel(kind, emit, (float(keepdims), *axes), prologue)
