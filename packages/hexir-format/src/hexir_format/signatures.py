@@ -197,6 +197,61 @@ def gather(data: Sequence[int], indices: Sequence[int], axis: int) -> Shape:
     return (*data[:axis], *indices, *data[axis + 1:])
 
 
+def gather_elements(data: Sequence[int], indices: Sequence[int], axis: int) -> Shape:
+    """numpy's take_along_axis without broadcasting: the result has the indices' shape; off
+    `axis` every extent of the indices is at most the data's, so each position names an element
+    of the data (along `axis` the index value does)."""
+    _along_axis("indices", data, indices, axis)
+    return tuple(indices)
+
+
+def scatter_elements(data: Sequence[int], indices: Sequence[int], updates: Sequence[int],
+                     axis: int) -> Shape:
+    """The data with updates[p] written at p with p[axis] = indices[p]: indices and updates of
+    one shape, which `gather_elements` allows; the result has the data's shape."""
+    if tuple(indices) != tuple(updates):
+        raise ShapeError(f"indices {fmt(indices)} and updates {fmt(updates)} differ in shape")
+    _along_axis("indices", data, indices, axis)
+    return tuple(data)
+
+
+def scatter_nd(data: Sequence[int], indices: Sequence[int], updates: Sequence[int]) -> Shape:
+    """The data with updates[m] written at data[indices[m]]: indices [..., k] (k <= the data's
+    rank) name slices data.shape[k:], so the updates are indices.shape[:-1] + data.shape[k:]."""
+    if not indices:
+        raise ShapeError("indices must have rank 1 or more: [..., k]")
+    k = indices[-1]
+    if k > len(data):
+        raise ShapeError(f"index tuples of {k} coordinates do not fit the rank-{len(data)} data")
+    want = (*indices[:-1], *data[k:])
+    if tuple(updates) != want:
+        raise ShapeError(f"updates have shape {fmt(updates)}; indices {fmt(indices)} into data "
+                         f"{fmt(data)} expect {fmt(want)}")
+    return tuple(data)
+
+
+def top_k(x: Sequence[int], k: int, axis: int) -> Shape:
+    """The k first elements along `axis` in an order: the input's shape with k on `axis`."""
+    if not x:
+        raise ShapeError("cannot take the top k of a scalar")
+    axis = normalize_axis(axis, len(x))
+    if not 0 <= k <= x[axis]:
+        raise ShapeError(f"k = {k} is not in 0..{x[axis]}, the extent of axis {axis}")
+    return (*x[:axis], k, *x[axis + 1:])
+
+
+def _along_axis(what: str, data: Sequence[int], indices: Sequence[int], axis: int) -> None:
+    if not data:
+        raise ShapeError("cannot index a scalar along an axis")
+    axis = normalize_axis(axis, len(data))
+    if len(indices) != len(data):
+        raise ShapeError(f"{what} {fmt(indices)} and data {fmt(data)} differ in rank")
+    for d, (i, e) in enumerate(zip(indices, data, strict=True)):
+        if d != axis and i > e:
+            raise ShapeError(f"{what} {fmt(indices)} exceed data {fmt(data)} on axis {d}, "
+                             f"which is not the indexed axis {axis}")
+
+
 def window(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
            pads: Sequence[int], dilations: Sequence[int], ceil_mode: bool = False) -> Shape:
     """The spatial output extents of a sliding window over the spatial dims `x`: pads are

@@ -307,6 +307,161 @@ class PoolOp(HexirOp, name="pool"):
         expect_shape(r, (*x[:2], *spatial))
 
 
+# ---- indexing by data, scans, selection (ONNX GatherElements, ScatterElements, ScatterND,
+# CumSum, ArgMax, ArgMin, TopK) -----------------------------------------------------------
+
+INDICES = ("i32", "i64")
+SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _axis_attr(op, rank: int) -> int:
+    return signatures.normalize_axis(ir.IntegerAttr(op.operation.attributes["axis"]).value, rank)
+
+
+def _flags(op, *names: str) -> None:
+    for flag in names:
+        value = op.operation.attributes[flag]
+        if not isinstance(value, ir.BoolAttr):
+            raise Invalid(f"attribute '{flag}' must be true or false, got {value}")
+
+
+def _reduction(op, element: str) -> None:
+    kind = string_attr(op.operation.attributes["reduction"], "reduction")
+    if kind not in SCATTER_REDUCTIONS:
+        raise Invalid(f"reduction must be one of {', '.join(SCATTER_REDUCTIONS)}, got \"{kind}\"")
+    if kind != "none" and element == "i1":
+        raise Invalid(f"reduction \"{kind}\" of i1 is not defined; expected \"none\"")
+
+
+class GatherElementsOp(HexirOp, name="gather_elements"):
+    """result[p] = data[p with p[axis] = indices[p]] (numpy's take_along_axis): negative
+    indices count from the end, out-of-range ones read the nearest element, as `gather`."""
+
+    data: ext.Operand[Any]
+    indices: ext.Operand[Any]
+    axis: ir.IntegerAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        d, ed = tensor(self.operands[0], "data")
+        i, _ = tensor(self.operands[1], "indices", INDICES)
+        r, er = _result(self)
+        same_element(("data", ed), ("result", er))
+        expect_shape(r, signatures.gather_elements(d, i, _axis_attr(self, len(d))))
+
+
+class ScatterElementsOp(HexirOp, name="scatter_elements"):
+    """The data with each updates[p] combined into the element at p with p[axis] =
+    indices[p], in row-major order of p (`reduction` none: replaced, the last one written
+    wins; add, mul, max, min: combined). Indices as `gather_elements` reads them."""
+
+    data: ext.Operand[Any]
+    indices: ext.Operand[Any]
+    updates: ext.Operand[Any]
+    axis: ir.IntegerAttr
+    reduction: ir.StringAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        d, ed = tensor(self.operands[0], "data")
+        i, _ = tensor(self.operands[1], "indices", INDICES)
+        u, eu = tensor(self.operands[2], "updates")
+        r, er = _result(self)
+        same_element(("data", ed), ("updates", eu), ("result", er))
+        _reduction(self, ed)
+        expect_shape(r, signatures.scatter_elements(d, i, u, _axis_attr(self, len(d))))
+
+
+class ScatterNdOp(HexirOp, name="scatter_nd"):
+    """The data with each slice updates[m] combined into data[indices[m]] (indices [..., k]
+    name the first k coordinates), in row-major order of m; `reduction` and out-of-range or
+    negative coordinates as in `scatter_elements`."""
+
+    data: ext.Operand[Any]
+    indices: ext.Operand[Any]
+    updates: ext.Operand[Any]
+    reduction: ir.StringAttr
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        d, ed = tensor(self.operands[0], "data")
+        i, _ = tensor(self.operands[1], "indices", INDICES)
+        u, eu = tensor(self.operands[2], "updates")
+        r, er = _result(self)
+        same_element(("data", ed), ("updates", eu), ("result", er))
+        _reduction(self, ed)
+        expect_shape(r, signatures.scatter_nd(d, i, u))
+
+
+class CumsumOp(_Unary, name="cumsum"):
+    """Running sums along `axis`; `exclusive` leaves out the element itself, `reverse` sums
+    from the end (ONNX's CumSum)."""
+
+    axis: ir.IntegerAttr
+    exclusive: Any
+    reverse: Any
+    takes = NUMBERS
+
+    def check(self) -> None:
+        super().check()
+        _flags(self, "exclusive", "reverse")
+        shape, _ = tensor(self.operands[0], "input")
+        if not shape:
+            raise Invalid("input must have rank 1 or more, got a scalar")
+        _axis_attr(self, len(shape))
+
+
+class _ArgReduce(HexirOp):
+    """The i64 position along `axis` of the first (`select_last_index`: last) greatest or
+    least element; NaN counts as both, as in numpy; `keepdims` keeps the axis as 1."""
+
+    input: ext.Operand[Any]
+    axis: ir.IntegerAttr
+    keepdims: Any
+    select_last_index: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, _ = tensor(self.operands[0], "input", NUMBERS)
+        r, _ = tensor(self.results[0], "result", ("i64",))
+        _flags(self, "keepdims", "select_last_index")
+        if not x:
+            raise Invalid("input must have rank 1 or more, got a scalar")
+        axis = _axis_attr(self, len(x))
+        if x[axis] == 0:
+            raise Invalid(f"axis {axis} of {signatures.fmt(x)} is empty: it has no extreme")
+        keepdims = ir.BoolAttr(self.operation.attributes["keepdims"]).value
+        expect_shape(r, signatures.reduce(x, [axis], keepdims))
+
+
+class ArgMaxOp(_ArgReduce, name="arg_max"):
+    pass
+
+
+class ArgMinOp(_ArgReduce, name="arg_min"):
+    pass
+
+
+class TopKOp(HexirOp, name="top_k"):
+    """The i64 positions along `axis` of the `k` greatest (`largest` false: least) elements,
+    best first; equal elements in index order, NaN greater than every number (numpy's sort
+    order). The values are a `gather_elements` of these."""
+
+    input: ext.Operand[Any]
+    k: ir.IntegerAttr
+    axis: ir.IntegerAttr
+    largest: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, _ = tensor(self.operands[0], "input", NUMBERS)
+        r, _ = tensor(self.results[0], "result", ("i64",))
+        _flags(self, "largest")
+        k = ir.IntegerAttr(self.operation.attributes["k"]).value
+        expect_shape(r, signatures.top_k(x, k, ir.IntegerAttr(
+            self.operation.attributes["axis"]).value))
+
+
 class GeluOp(_Unary, name="gelu"):
     """x * Phi(x); `approximate` = "none" (erf, the default when absent) or "tanh"."""
 

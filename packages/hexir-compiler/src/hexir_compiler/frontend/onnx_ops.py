@@ -731,3 +731,114 @@ def _pool(kind: str):
 
 handles("MaxPool", 12, 22, floats=True)(_pool("max"))
 handles("AveragePool", 11, 19, 22, floats=True)(_pool("average"))
+
+
+# ---- indexing by data, scans, selection --------------------------------------------------
+
+def _indices(indices: Tensor, extents) -> None:
+    """Indices must be int32/int64; known ones must lie in their axes (`extents`: one per
+    coordinate of an index tuple, the last axis of `indices`, or one for every index). Unknown
+    ones are wrapped and clamped by the kernel."""
+    if indices.dtype not in (np.int32, np.int64):
+        raise NodeError(f"indices are {indices.dtype}; expected int32 or int64")
+    if not indices.is_const or not indices.const.size:
+        return
+    values = indices.const.reshape(-1, len(extents))
+    for d, extent in enumerate(extents):
+        bad = values[:, d][(values[:, d] < -extent) | (values[:, d] >= extent)]
+        if bad.size:
+            raise NodeError(f"index {int(bad[0])} is out of range for an axis of extent {extent}")
+
+
+def _numbers(x: Tensor, op: str) -> None:
+    if x.dtype == np.bool_:
+        raise NodeError(f"{op} of bool is not supported; Hexir computes it on numbers")
+
+
+def _arg(hexir: str, op: str):
+    def handler(e, xs, a, v):
+        x = xs[0]
+        _numbers(x, op)
+        if not x.shape:
+            raise NodeError(f"{op} of a scalar")
+        axis = _axis(a.get("axis", 0), len(x.shape))
+        if x.shape[axis] == 0:
+            raise NodeError(f"axis {axis} of {list(x.shape)} is empty: it has no extreme")
+        keepdims = bool(a.get("keepdims", 1))
+        shape = [1 if d == axis else n for d, n in enumerate(x.shape) if keepdims or d != axis]
+        return [e.op(hexir, [x], shape, np.int64, axis=axis, keepdims=keepdims,
+                     select_last_index=bool(a.get("select_last_index", 0)))]
+    return handler
+
+
+handles("ArgMax", 13)(_arg("arg_max", "ArgMax"))
+handles("ArgMin", 13)(_arg("arg_min", "ArgMin"))
+
+
+@handles("CumSum", 11, 14)
+def _cumsum(e, xs, a, v):
+    x = xs[0]
+    _numbers(x, "CumSum")
+    axis = const_ints(xs[1], "axis")
+    if len(axis) != 1 or not x.shape:
+        raise NodeError(f"expected one axis of a tensor of rank 1 or more, got axis {axis} of "
+                        f"{list(x.shape)}")
+    return [e.op("cumsum", [x], x.shape, x.dtype, axis=_axis(axis[0], len(x.shape)),
+                 exclusive=bool(a.get("exclusive", 0)), reverse=bool(a.get("reverse", 0)))]
+
+
+@handles("TopK", 11, 24)
+def _top_k(e, xs, a, v):
+    x = xs[0]
+    _numbers(x, "TopK")
+    k = const_ints(xs[1], "K")
+    if len(k) != 1 or not x.shape:
+        raise NodeError(f"expected one K and a tensor of rank 1 or more, got K {k} of "
+                        f"{list(x.shape)}")
+    axis = _axis(a.get("axis", -1), len(x.shape))
+    shape = signatures.top_k(x.shape, k[0], axis)
+    indices = e.op("top_k", [x], shape, np.int64, k=k[0], axis=axis,
+                   largest=bool(a.get("largest", 1)))
+    # sorted=0 leaves the order open: the sorted one is one of them
+    return [e.op("gather_elements", [x, indices], shape, x.dtype, axis=axis), indices]
+
+
+@handles("GatherElements", 13)
+def _gather_elements(e, xs, a, v):
+    data, indices = xs
+    axis = _axis(a.get("axis", 0), len(data.shape))
+    shape = signatures.gather_elements(data.shape, indices.shape, axis)
+    _indices(indices, [data.shape[axis]])
+    return [e.op("gather_elements", [data, indices], shape, data.dtype, axis=axis)]
+
+
+def _scatter_reduction(a, data: Tensor) -> str:
+    reduction = _string(a, "reduction", "none")
+    if reduction not in ("none", "add", "mul", "max", "min"):
+        raise NodeError(f"reduction '{reduction}' is not none, add, mul, max or min")
+    if reduction != "none" and data.dtype == np.bool_:
+        raise NodeError(f"reduction '{reduction}' of bool is not supported")
+    return reduction
+
+
+@handles("ScatterElements", 13, 16, 18)
+def _scatter_elements(e, xs, a, v):
+    data, indices, updates = xs
+    if updates.dtype != data.dtype:
+        raise NodeError(f"updates are {updates.dtype} but data are {data.dtype}")
+    axis = _axis(a.get("axis", 0), len(data.shape))
+    shape = signatures.scatter_elements(data.shape, indices.shape, updates.shape, axis)
+    _indices(indices, [data.shape[axis]])
+    return [e.op("scatter_elements", [data, indices, updates], shape, data.dtype, axis=axis,
+                 reduction=_scatter_reduction(a, data))]
+
+
+@handles("ScatterND", 13, 16, 18)
+def _scatter_nd(e, xs, a, v):
+    data, indices, updates = xs
+    if updates.dtype != data.dtype:
+        raise NodeError(f"updates are {updates.dtype} but data are {data.dtype}")
+    shape = signatures.scatter_nd(data.shape, indices.shape, updates.shape)
+    _indices(indices, data.shape[:indices.shape[-1]])
+    return [e.op("scatter_nd", [data, indices, updates], shape, data.dtype,
+                 reduction=_scatter_reduction(a, data))]

@@ -16,6 +16,11 @@ from hexir_compiler.transforms.tir.elementwise import (
     plan_reshape,
     plan_transpose,
 )
+from hexir_compiler.transforms.tir.indexing import (
+    plan_gather_elements,
+    plan_scatter_elements,
+    plan_scatter_nd,
+)
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import plan_concat, plan_gather, plan_slice
 from hexir_compiler.transforms.tir.reduction import (
@@ -23,6 +28,8 @@ from hexir_compiler.transforms.tir.reduction import (
     plan_reduce,
     plan_softmax,
 )
+from hexir_compiler.transforms.tir.scan import plan_cumsum
+from hexir_compiler.transforms.tir.selection import plan_arg, plan_top_k
 from hexir_compiler.transforms.tir.window import plan_conv, plan_pool
 
 PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
@@ -39,6 +46,13 @@ PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
     "gather": plan_gather,
     "conv": plan_conv,
     "pool": plan_pool,
+    "gather_elements": plan_gather_elements,
+    "scatter_elements": plan_scatter_elements,
+    "scatter_nd": plan_scatter_nd,
+    "cumsum": plan_cumsum,
+    "arg_max": plan_arg,
+    "arg_min": plan_arg,
+    "top_k": plan_top_k,
 }
 
 __all__ = ["PLANS", "GraphOp", "Kernel"]

@@ -76,16 +76,21 @@ def plan_gather(op: GraphOp) -> Kernel:
         x, where, out = b.args
         with b.building(), parallel(b, op.output) as coords:
             picked = coords[axis:axis + len(indices)]
-            raw = b.load(where, picked)
-            i64 = ir.IntegerType.get_signless(64)
-            if raw.type != i64:
-                raw = arith.extsi(i64, raw)
-            wrapped = arith.select(arith.cmpi(arith.CmpIPredicate.slt, raw, b.constant(0, i64)),
-                                   arith.addi(raw, b.constant(extent, i64)), raw)
-            clamped = arith.minsi(arith.maxsi(wrapped, b.constant(0, i64)),
-                                  b.constant(extent - 1, i64))
-            source = [*coords[:axis], arith.index_cast(b.index_type, clamped),
+            source = [*coords[:axis], index_in(b, b.load(where, picked), extent),
                       *coords[axis + len(indices):]]
             b.store(b.load(x, source), out, coords)
 
     return Kernel(GENERIC, emit)
+
+
+def index_in(b: KernelBuilder, raw: ir.Value, extent: int) -> ir.Value:
+    """An i32 or i64 index read from a tensor as a position in an axis of `extent` (> 0): a
+    negative one counts from the end, and one still outside is clamped to the nearest end,
+    so the address stays inside the buffer whatever the data holds."""
+    i64 = ir.IntegerType.get_signless(64)
+    if raw.type != i64:
+        raw = arith.extsi(i64, raw)
+    wrapped = arith.select(arith.cmpi(arith.CmpIPredicate.slt, raw, b.constant(0, i64)),
+                           arith.addi(raw, b.constant(extent, i64)), raw)
+    clamped = arith.minsi(arith.maxsi(wrapped, b.constant(0, i64)), b.constant(extent - 1, i64))
+    return arith.index_cast(b.index_type, clamped)
