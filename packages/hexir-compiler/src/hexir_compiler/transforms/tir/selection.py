@@ -37,7 +37,6 @@ from hexir_compiler.transforms.tir.movement import GENERIC
 from hexir_compiler.transforms.tir.schedule import Row, by_rows, parallel, rows
 
 
-
 @dataclass(frozen=True)
 class Order:
     """Which of two row elements comes first: the greater (`greater`) or the lesser value,
