@@ -261,3 +261,49 @@ def test_known_out_of_range_indices_are_refused_at_import():
     with pytest.raises(hexir_compiler.CompileError,
                        match="index 3 is out of range for an axis of extent 3"):
         hexir_compiler.compile(model)
+
+
+def test_a_pytorch_export_of_these_ops_matches_onnx_runtime_on_both_devices():
+    """A CLIP-style pooler (ArgMax), position ids from a mask (CumSum), topk, gather,
+    scatter_add and an index assignment (ScatterND), exported by torch.onnx: the cpu module
+    through the runtime and the all-cuda kernels interpreted, both against ONNX Runtime."""
+    torch = pytest.importorskip("torch")
+    import io
+
+    import hexir_runtime
+    import onnx
+    import onnxruntime
+
+    import hexir_compiler
+    import tir_graph
+    from hexir_compiler.pipeline import Options
+
+    class Ops(torch.nn.Module):
+        def forward(self, x, ids, idx):
+            pooled = x[torch.arange(x.shape[0]), ids.argmax(dim=-1)]
+            positions = torch.cumsum((ids > 0).to(torch.int64), dim=1) - 1
+            values, indices = torch.topk(x.sum(-1), 3, dim=-1)
+            taken = torch.gather(x, 2, idx)
+            added = torch.zeros_like(x).scatter_add(2, idx, taken)
+            y = x.clone()
+            y[:, 1] = 7.0
+            return pooled, positions, values, indices, taken, added, y, x.argmin(1)
+
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2, 5, 4, generator=gen)
+    ids = torch.tensor([[3, 9, 9, 2, 0], [1, 1, 0, 0, 0]])
+    idx = torch.randint(0, 4, (2, 5, 3), generator=gen)  # duplicates along the last axis
+    buffer = io.BytesIO()
+    torch.onnx.export(Ops().eval(), (x, ids, idx), buffer, dynamo=False, opset_version=17,
+                      input_names=["x", "ids", "idx"])
+    model = onnx.load_from_string(buffer.getvalue())
+    assert {"ArgMax", "ArgMin", "CumSum", "TopK", "GatherElements", "ScatterElements",
+            "ScatterND"} <= {n.op_type for n in model.graph.node}
+    feeds = {"x": x.numpy(), "ids": ids.numpy(), "idx": idx.numpy()}
+    want = onnxruntime.InferenceSession(buffer.getvalue()).run(None, feeds)
+    on_cpu = hexir_runtime.load(hexir_compiler.compile(model)).main(**feeds)
+    on_cuda = tir_graph.run(model, list(feeds.values()), Options("mlir-tir", {"*": "cuda"}))
+    for got in (on_cpu, on_cuda):
+        assert len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
