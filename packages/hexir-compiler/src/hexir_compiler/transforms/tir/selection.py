@@ -1,6 +1,6 @@
 """Kernels that pick positions by comparing elements: arg_max, arg_min, top_k.
 
-Both rank the elements of a row (the positions along `axis`) in one strict total order
+All three rank the elements of a row (the positions along `axis`) in one strict total order
 (`Order`): by value, then by position, so ties are decided and every pass has one answer.
 NaN is a value too: arg_max and arg_min take it as the extreme (numpy's argmax and argmin
 return the first NaN), top_k as greater than every number (numpy's sort order: first when
