@@ -11,16 +11,18 @@ holds; the importer refuses indices it knows to be out of range. None has a form
   its index names. Updates only ever land in their own line, so no two iterations write one
   element, and duplicates within a line meet in index order (reduction none: the last wins).
 - scatter_nd: the output is [P rows (the k indexed axes), S (the slice axes)]; an iteration
-  owns one slice position j and a block of R consecutive rows: it copies its rows' elements
-  at j, then walks all M index tuples in order and applies those whose row is in its block.
-  R is chosen so that the copy and the walk are about as long (R ~ M rows, at least 1), so
-  the kernel has ceil(P / R) x S iterations of O(R + M * k) work: P x S (all parallel) for a
-  few updates into a big tensor, S (one walk per slice position) when the updates outnumber
-  the rows. Duplicates meet in order, as in scatter_elements.
+  owns a block of R consecutive rows (on cuda, at one slice position j: a thread per (block,
+  j), neighbouring threads on neighbouring elements): it copies its rows' elements, then
+  walks all M index tuples (k coordinates each) in order and applies those whose row is in
+  its block. R = min(P, WALK_SHARE x M x k) rows, so the walks cost at most 1 / WALK_SHARE
+  of the copy while the rest stays parallel: ceil(P / R) iterations (x S on cuda), many for
+  a few updates into a big tensor (a cache update), one (S) when the updates outnumber the
+  rows. Duplicates meet in order, as in scatter_elements.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 from hexir_format import signatures
@@ -31,6 +33,8 @@ from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import GENERIC, index_in
 from hexir_compiler.transforms.tir.schedule import parallel
+
+WALK_SHARE = 16  # scatter_nd: rows an iteration copies per index coordinate it reads
 
 
 def plan_gather_elements(op: GraphOp) -> Kernel:
@@ -84,16 +88,18 @@ def plan_scatter_nd(op: GraphOp) -> Kernel:
     rows, count = math.prod(lead), math.prod(tuples)
     _some_element(op, data, range(depth), count)
     combine = _combine(op)
-    per_block = max(1, min(rows, count))  # rows an iteration owns: R in the module docstring
+    per_block = max(1, min(rows, WALK_SHARE * count * depth))  # R in the module docstring
     blocks = max(1, -(-rows // per_block))
 
     def emit(b: KernelBuilder) -> None:
         x, where, new, out = b.args
-        with b.building(), parallel(b, [blocks, *tail]) as (block, *slot):
+        spread = b.device == "cuda"  # the slice positions in the parallel space, or loops
+        with b.building(), parallel(b, [blocks, *(tail if spread else [])]) as (block, *given):
             first = b.mul(block, per_block)
             with b.loop(per_block, "serial") as r:
                 row = arith.addi(first, r)
-                with b.guard(b.less_than(row, rows) if blocks * per_block > rows else None):
+                with b.guard(b.less_than(row, rows) if blocks * per_block > rows else None), \
+                        _slots(b, tail, given if spread else None) as slot:
                     at = [*b.delinearize(row, lead), *slot]
                     b.store(b.load(x, at), out, at)
             with b.loop(count, "serial") as m:
@@ -105,10 +111,21 @@ def plan_scatter_nd(op: GraphOp) -> Kernel:
                     row = b.linearize(target, lead)
                     mine = arith.andi(arith.cmpi(arith.CmpIPredicate.uge, row, first),
                                       b.less_than(arith.subi(row, first), per_block))
-                with b.guard(mine):
+                with b.guard(mine), _slots(b, tail, given if spread else None) as slot:
                     _apply(b, combine, b.load(new, [*tuple_at, *slot]), out, [*target, *slot])
 
     return Kernel(GENERIC, emit)
+
+
+@contextlib.contextmanager
+def _slots(b: KernelBuilder, tail: list[int], given: list[ir.Value] | None):
+    """The slice position: `given` (a cuda thread's), or serial loops over every one of
+    them, innermost last (a cpu iteration's: its rows are contiguous runs of memory)."""
+    if given is not None:
+        yield given
+        return
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(b.loop(extent, "serial")) for extent in tail]
 
 
 def _some_element(op: GraphOp, data, axes, count: int) -> None:

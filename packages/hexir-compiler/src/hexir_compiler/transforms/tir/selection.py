@@ -7,18 +7,24 @@ return the first NaN), top_k as greater than every number (numpy's sort order: f
 `largest`, last otherwise). ONNX Runtime's ArgMax instead skips a NaN unless it is the
 row's first element; numpy's is the ONNX reference implementation's meaning.
 
-- arg_max / arg_min: the first row element in the order, its i64 position stored.
-- top_k: k passes over the row; pass j finds the first element in the order among those that
-  come after the one pass j - 1 found, so the k positions come out best first (`sorted`),
-  each in O(row) work and no state but the previous pick. The values are a gather of these
-  (the importer adds `gather_elements`).
+Finding the first element in the order is two reductions over the row, each carrying one
+value of one type (a hextir.for's carried values share one): the best value (`Order.best`,
+e.g. maximumf, which lets NaN win), then the least position holding it (the greatest with
+`select_last_index`). Neither step's carried chain waits on a load, so both run at the
+speed of the row's reads.
+
+- arg_max / arg_min: that position, stored as i64.
+- top_k: k passes; pass j does the two reductions over the elements that come after the one
+  pass j - 1 found, so the k positions come out best first (`sorted`), each pass O(row) work
+  and no state but the previous pick. The values are a gather of these (the importer adds
+  `gather_elements`).
 
 Schedules (`schedule`): a row shorter than ROW_MIN, and every cpu row, is one iteration's
-serial loop (cpu loops, one cuda thread per row); a longer cuda row is a block, its threads
-striding the row, their candidates merged in a shared-memory tree (the order's minimum is
-associative, so the tree finds what the serial loop does); top_k's passes are a serial loop
-around that, with a barrier after each so the next pass's tree cannot overwrite the result
-a thread is still reading. No format kind (`generic`).
+serial loops (cpu loops, one cuda thread per row); a longer cuda row is a block, its threads
+striding the row, their partial results merged in a shared-memory tree (both reductions are
+associative: best of values, least of positions); top_k's passes are a serial loop around
+that, with a barrier after each so the next pass's trees cannot overwrite the result a
+thread is still reading. No format kind (`generic`).
 """
 
 from __future__ import annotations
@@ -40,31 +46,46 @@ from hexir_compiler.transforms.tir.schedule import Row, by_rows, parallel, rows
 @dataclass(frozen=True)
 class Order:
     """Which of two row elements comes first: the greater (`greater`) or the lesser value,
-    NaN before every number (`nan_first`) or after it, equal values by position (the later
-    first with `last`)."""
+    NaN before every number (`nan_first`) or after it; equal values by position."""
 
     greater: bool
     nan_first: bool
-    last: bool = False
 
-    def precedes(self, b: KernelBuilder, p: tuple[ir.Value, ir.Value],
-                  q: tuple[ir.Value, ir.Value]) -> ir.Value:
-        """Whether element p = (value, i64 position) comes before q."""
-        (a, i), (c, j) = p, q
-        if isinstance(a.type, ir.FloatType):
-            better = arith.cmpf(arith.CmpFPredicate.OGT if self.greater else
-                                arith.CmpFPredicate.OLT, a, c)
-            nan_a, nan_c = _is_nan(a), _is_nan(c)
-            first, second = (nan_a, nan_c) if self.nan_first else (nan_c, nan_a)
-            better = arith.ori(better, arith.andi(first, _not(b, second)))
-            same = arith.ori(arith.cmpf(arith.CmpFPredicate.OEQ, a, c), arith.andi(nan_a, nan_c))
-        else:
-            better = arith.cmpi(arith.CmpIPredicate.sgt if self.greater else
-                                arith.CmpIPredicate.slt, a, c)
-            same = arith.cmpi(arith.CmpIPredicate.eq, a, c)
-        earlier = arith.cmpi(arith.CmpIPredicate.sgt if self.last else arith.CmpIPredicate.slt,
-                             i, j)
-        return arith.ori(better, arith.andi(same, earlier))
+    def better(self, b: KernelBuilder, a: ir.Value, c: ir.Value) -> ir.Value:
+        """Whether value a comes before value c."""
+        if not isinstance(a.type, ir.FloatType):
+            return arith.cmpi(arith.CmpIPredicate.sgt if self.greater else
+                              arith.CmpIPredicate.slt, a, c)
+        ordered = arith.cmpf(arith.CmpFPredicate.OGT if self.greater else
+                             arith.CmpFPredicate.OLT, a, c)
+        first, second = (a, c) if self.nan_first else (c, a)
+        return arith.ori(ordered, arith.andi(_is_nan(first), _not(b, _is_nan(second))))
+
+    @staticmethod
+    def same(a: ir.Value, c: ir.Value) -> ir.Value:
+        """Whether values a and c tie (NaN ties with NaN)."""
+        if not isinstance(a.type, ir.FloatType):
+            return arith.cmpi(arith.CmpIPredicate.eq, a, c)
+        return arith.ori(arith.cmpf(arith.CmpFPredicate.OEQ, a, c),
+                         arith.andi(_is_nan(a), _is_nan(c)))
+
+    def best(self, b: KernelBuilder, a: ir.Value, c: ir.Value) -> ir.Value:
+        """The value of a and c that comes first (either, when they tie)."""
+        if not isinstance(a.type, ir.FloatType):
+            return (arith.maxsi if self.greater else arith.minsi)(a, c)
+        if self.nan_first:  # maximumf / minimumf: NaN wins
+            return (arith.maximumf if self.greater else arith.minimumf)(a, c)
+        return arith.select(self.better(b, c, a), c, a)
+
+    def worst(self, b: KernelBuilder, element: ir.Type) -> ir.Value:
+        """A value no element comes after: where nothing is eligible, `best` keeps it."""
+        if not isinstance(element, ir.FloatType):
+            bits = ir.IntegerType(element).width
+            return b.constant(-(2 ** (bits - 1)) if self.greater else 2 ** (bits - 1) - 1,
+                              element)
+        if not self.nan_first:
+            return b.constant(float("nan"), element)
+        return b.constant(float("-inf") if self.greater else float("inf"), element)
 
 
 def plan_arg(op: GraphOp) -> Kernel:
@@ -76,14 +97,16 @@ def plan_arg(op: GraphOp) -> Kernel:
     if extent == 0:
         raise CompileError(f"hexir.{op.mnemonic}: axis {axis} of {signatures.fmt(shape)} is "
                            "empty: it has no extreme")
-    order = Order(op.mnemonic == "arg_max", True, op.bool_attr("select_last_index", False))
+    order = Order(op.mnemonic == "arg_max", True)
+    last = op.bool_attr("select_last_index", False)
     space = [e for d, e in enumerate(shape) if d != axis]
 
     def emit(b: KernelBuilder) -> None:
         x, out = b.args
         with b.building(), _rows(b, space, extent) as (coords, row):
-            line = _Line(b, x, coords, axis, extent, order)
-            position = line.first(row, lambda k: None)
+            line = _Line(b, x, coords, axis, extent, row)
+            best = line.best(order, lambda k, value: None)
+            position = line.position(last, lambda k, value: order.same(value, best))
             with row.first_thread() if row else contextlib.nullcontext():
                 b.store(position, out, line.at(b.index(0)) if keepdims else coords)
 
@@ -103,12 +126,22 @@ def plan_top_k(op: GraphOp) -> Kernel:
     def emit(b: KernelBuilder) -> None:
         x, out = b.args
         with b.building(), _rows(b, space, extent) as (coords, row):
-            line = _Line(b, x, coords, axis, extent, order)
+            line = _Line(b, x, coords, axis, extent, row)
 
             def rank(j: list[ir.Value], carried: list[ir.Value]) -> list[ir.Value]:
-                (previous,) = carried
+                (previous,) = carried  # its position; `line.none` before the first pass
                 start = arith.cmpi(arith.CmpIPredicate.eq, previous, line.none)
-                pick = line.first(row, lambda q: arith.ori(start, line.precedes(previous, q)))
+                last_value = line.value(previous)
+
+                def after(k: ir.Value, value: ir.Value) -> ir.Value:
+                    """Whether the element (k, value) comes after the previous pick."""
+                    later = arith.andi(order.same(last_value, value),
+                                       arith.cmpi(arith.CmpIPredicate.slt, previous, k))
+                    return arith.ori(start, arith.ori(order.better(b, last_value, value), later))
+
+                best = line.best(order, after)
+                pick = line.position(False, lambda q, value: arith.andi(
+                    after(q, value), order.same(value, best)))
                 with row.first_thread() if row else contextlib.nullcontext():
                     b.store(pick, out, line.at(j[0]))
                 if row:
@@ -132,13 +165,16 @@ def _rows(b: KernelBuilder, space: list[int], extent: int):
         yield coords, None
 
 
+#: (i64 position, value) -> i1: whether an element takes part (None: every one does)
+Eligible = Callable[[ir.Value, ir.Value], ir.Value | None]
+
+
 class _Line:
-    """One row of `x` along `axis` at `coords`, its elements named by i64 positions: loops
-    carry positions only (a hextir.for carries values of one type), and read the values."""
+    """One row of `x` along `axis` at `coords` (its `Row` on cuda, or None), reduced."""
 
     def __init__(self, b: KernelBuilder, x: ir.Value, coords: list[ir.Value], axis: int,
-                 extent: int, order: Order) -> None:
-        self.b, self.x, self.coords, self.axis, self.order = b, x, coords, axis, order
+                 extent: int, row: Row | None) -> None:
+        self.b, self.x, self.coords, self.axis, self.row = b, x, coords, axis, row
         self.i64 = ir.IntegerType.get_signless(64)
         self.extent = extent
         self.none = b.constant(extent, self.i64)  # the position of no element
@@ -147,38 +183,47 @@ class _Line:
         return [*self.coords[:self.axis], k, *self.coords[self.axis:]]
 
     def value(self, position: ir.Value) -> ir.Value:
-        """The element at `position` (`none` reads the last one: its value goes unused)."""
+        """The element at i64 `position` (`none` reads the last one, a value left unused)."""
         last = arith.minsi(position, self.b.constant(self.extent - 1, self.i64))
         return self.b.load(self.x, self.at(arith.index_cast(self.b.index_type, last)))
 
-    def precedes(self, p: ir.Value, q: ir.Value) -> ir.Value:
-        return self.order.precedes(self.b, (self.value(p), p), (self.value(q), q))
+    def best(self, order: Order, eligible: Eligible) -> ir.Value:
+        """The first value in `order` among the eligible elements."""
+        b = self.b
 
-    def first(self, row: Row | None, eligible: Callable[[ir.Value], ir.Value | None]
-              ) -> ir.Value:
-        """The position of the row's first element in the order among those that
-        `eligible(position)` admits (None: all); `none` when it admits none."""
-        b, none = self.b, self.none
+        def step(k: ir.Value, acc: ir.Value) -> ir.Value:
+            value = b.load(self.x, self.at(k))
+            better = order.best(b, acc, value)
+            admitted = eligible(arith.index_cast(self.i64, k), value)
+            return better if admitted is None else arith.select(admitted, better, acc)
 
-        def merge(p: list[ir.Value], q: list[ir.Value]) -> list[ir.Value]:
-            real = arith.cmpi(arith.CmpIPredicate.ne, q[0], none)
-            empty = arith.cmpi(arith.CmpIPredicate.eq, p[0], none)
-            # precedes also reads the placeholder `none`; its answer then goes unused
-            take = arith.andi(real, arith.ori(empty, self.precedes(q[0], p[0])))
-            return [arith.select(take, q[0], p[0])]
+        return self._reduce(order.worst(b, b.elements[self.x]), step,
+                            lambda p, q: order.best(b, p, q))
 
-        def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+    def position(self, last: bool, eligible: Eligible) -> ir.Value:
+        """The least (`last`: greatest) i64 position among the eligible elements; `none`
+        (-1 with `last`) when there is none."""
+        b = self.b
+        pick = arith.maxsi if last else arith.minsi
+
+        def step(k: ir.Value, acc: ir.Value) -> ir.Value:
             position = arith.index_cast(self.i64, k)
-            admitted = eligible(position)
-            if admitted is not None:
-                position = arith.select(admitted, position, none)
-            return merge(acc, [position])
+            admitted = eligible(position, b.load(self.x, self.at(k)))
+            return arith.select(admitted, pick(acc, position), acc)
 
-        if row is None:
-            (found,) = b.fold([self.extent], [none], lambda ks, acc: step(ks[0], acc))
-        else:
-            (found,) = row.reduce(row.fold([none], step), merge)
-        return found
+        return self._reduce(b.constant(-1, self.i64) if last else self.none, step, pick)
+
+    def _reduce(self, init: ir.Value, step: Callable[[ir.Value, ir.Value], ir.Value],
+                combine: Callable[[ir.Value, ir.Value], ir.Value]) -> ir.Value:
+        """Fold `step(k, accumulated)` over the row: one serial loop, or the row's threads'
+        strided shares merged by `combine` in the shared-memory tree."""
+        if self.row is None:
+            (result,) = self.b.fold([self.extent], [init],
+                                    lambda ks, acc: [step(ks[0], acc[0])])
+            return result
+        partial = self.row.fold([init], lambda k, acc: [step(k, acc[0])])
+        (result,) = self.row.reduce(partial, lambda p, q: [combine(p[0], q[0])])
+        return result
 
 
 def _is_nan(v: ir.Value) -> ir.Value:
