@@ -307,3 +307,53 @@ def test_a_pytorch_export_of_these_ops_matches_onnx_runtime_on_both_devices():
         assert len(got) == len(want)
         for g, w in zip(got, want, strict=True):
             np.testing.assert_allclose(np.asarray(g), w, rtol=1e-5, atol=1e-6)
+
+
+def _program(op: str, inputs: list[np.ndarray], out_shape, out_element: str, attrs: str) -> str:
+    """A one-op cuda program of `hexir.<op>`, as `test_typed_kernels._run` writes it."""
+    def tensor(shape, element):
+        return f"tensor<{''.join(f'{d}x' for d in shape)}{element}>"
+    elements = [next(k for k, v in NUMPY.items() if v == a.dtype) for a in inputs]
+    types = [tensor(a.shape, e) for a, e in zip(inputs, elements, strict=True)]
+    result = tensor(out_shape, out_element)
+    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    operands = ", ".join(f"%a{i}" for i in range(len(inputs)))
+    return (f"func.func @main({args}) -> {result} {{\n"
+            f'  %0 = "hexir.{op}"({operands}) {{device = "cuda", {attrs}}} : '
+            f"({', '.join(types)}) -> {result}\n  return %0 : {result}\n}}\n")
+
+
+GPU_CASES = [
+    ("arg_max", [_ties_and_nans((3, 100), "f32")], (3,), "i64",
+     f"axis = 1 : i64, {_flags(keepdims=False, select_last_index=True)}"),
+    ("top_k", [_ties_and_nans((2, 70), "f64")], (2, 4), "i64",
+     f"k = 4 : i64, axis = 1 : i64, {_flags(largest=False)}"),
+    ("cumsum", [_random((4, 9), "i32")], (4, 9), "i32",
+     f"axis = 0 : i64, {_flags(exclusive=True, reverse=True)}"),
+    ("gather_elements", [_random((4, 5), "f32"), RNG.integers(-6, 6, (4, 3))], (4, 3), "f32",
+     "axis = 1 : i64"),
+    ("scatter_elements", [_random((4, 5), "f32"), RNG.integers(-5, 5, (2, 5)),
+                          _random((2, 5), "f32")], (4, 5), "f32",
+     'axis = 0 : i64, reduction = "add"'),
+    ("scatter_nd", [_random((40, 3), "f64"), RNG.integers(-40, 40, (2, 1)),
+                    _random((2, 3), "f64")], (40, 3), "f64", 'reduction = "mul"'),
+]
+
+
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c[0])
+def test_the_gpu_lowering_keeps_each_kernel(case):
+    """After hextir-to-loops and hexir-kernels-to-gpu, the gpu.func (run by gpu_interp over
+    the grid the pass recorded) gives exactly what the hextir kernel gives."""
+    from gpu_interp import GpuKernel
+    from tir_programs import Lowered, to_gpu
+
+    op, inputs, shape, element, attrs = case
+    lowered = Lowered(_program(op, inputs, shape, element, attrs))
+    (kernel,) = lowered.kernels
+    expected, actual = np.zeros(shape, NUMPY[element]), np.ones(shape, NUMPY[element])
+    with lowered.context:
+        kernel(*inputs, expected)
+        gpu_kernel = GpuKernel(to_gpu(lowered))
+        gpu_kernel(*inputs, actual)
+    assert (gpu_kernel.grid, gpu_kernel.block) == (kernel.grid, kernel.block)
+    np.testing.assert_array_equal(actual, expected)
