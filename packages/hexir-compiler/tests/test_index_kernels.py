@@ -328,6 +328,8 @@ GPU_CASES = [
      f"axis = 1 : i64, {_flags(keepdims=False, select_last_index=True)}"),
     ("top_k", [_ties_and_nans((2, 70), "f64")], (2, 4), "i64",
      f"k = 4 : i64, axis = 1 : i64, {_flags(largest=False)}"),
+    ("top_k", [_ties_and_nans((5, 20), "f32")], (5, 6), "i64",
+     f"k = 6 : i64, axis = 1 : i64, {_flags(largest=True)}"),
     ("cumsum", [_random((4, 9), "i32")], (4, 9), "i32",
      f"axis = 0 : i64, {_flags(exclusive=True, reverse=True)}"),
     ("gather_elements", [_random((4, 5), "f32"), RNG.integers(-6, 6, (4, 3))], (4, 3), "f32",
@@ -340,7 +342,7 @@ GPU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: c[0])
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1][0].shape))}")
 def test_the_gpu_lowering_keeps_each_kernel(case):
     """After hextir-to-loops and hexir-kernels-to-gpu, the gpu.func (run by gpu_interp over
     the grid the pass recorded) gives exactly what the hextir kernel gives."""

@@ -14,10 +14,14 @@ e.g. maximumf, which lets NaN win), then the least position holding it (the grea
 speed of the row's reads.
 
 - arg_max / arg_min: that position, stored as i64.
-- top_k: k passes; pass j does the two reductions over the elements that come after the one
-  pass j - 1 found, so the k positions come out best first (`sorted`), each pass O(row) work
-  and no state but the previous pick. The values are a gather of these (the importer adds
-  `gather_elements`).
+- top_k on one iteration's row: one walk keeping the best k so far in the output row, sorted
+  (an insertion where an element beats the last of them: O(row) compares plus O(k) per
+  insertion, about k log(row / k) of them on unordered data).
+- top_k on a block's row (cuda): k passes; pass j does the two reductions over the elements
+  that come after the one pass j - 1 found, so the k positions come out best first, each
+  pass O(row) work and no state but the previous pick.
+Either way the positions come out best first (`sorted`); the values are a gather of these
+(the importer adds `gather_elements`).
 
 Schedules (`schedule`): a row shorter than ROW_MIN, and every cpu row, is one iteration's
 serial loops (cpu loops, one cuda thread per row); a longer cuda row is a block, its threads
@@ -127,30 +131,69 @@ def plan_top_k(op: GraphOp) -> Kernel:
         x, out = b.args
         with b.building(), _rows(b, space, extent) as (coords, row):
             line = _Line(b, x, coords, axis, extent, row)
-
-            def rank(j: list[ir.Value], carried: list[ir.Value]) -> list[ir.Value]:
-                (previous,) = carried  # its position; `line.none` before the first pass
-                start = arith.cmpi(arith.CmpIPredicate.eq, previous, line.none)
-                last_value = line.value(previous)
-
-                def after(k: ir.Value, value: ir.Value) -> ir.Value:
-                    """Whether the element (k, value) comes after the previous pick."""
-                    later = arith.andi(order.same(last_value, value),
-                                       arith.cmpi(arith.CmpIPredicate.slt, previous, k))
-                    return arith.ori(start, arith.ori(order.better(b, last_value, value), later))
-
-                best = line.best(order, after)
-                pick = line.position(False, lambda q, value: arith.andi(
-                    after(q, value), order.same(value, best)))
-                with row.first_thread() if row else contextlib.nullcontext():
-                    b.store(pick, out, line.at(j[0]))
-                if row:
-                    b.barrier()
-                return [pick]
-
-            b.fold([k], [line.none], rank)
+            if k and row is None:
+                _insert_each(b, line, order, k, out)
+            elif k:
+                _passes(b, line, order, k, out)
 
     return Kernel(GENERIC, emit)
+
+
+def _insert_each(b: KernelBuilder, line: _Line, order: Order, k: int, out: ir.Value) -> None:
+    """One walk over a row (one iteration's): the output row holds the positions of the best
+    elements so far, best first; an element better than the last of them is put in its
+    place and moved ahead past every one it is better than. It comes after all of them in
+    position, so strictly better decides, ties keep position order, and since the list is
+    sorted, `better` holds for a suffix of it: fixed loops with guards, no early exit."""
+    i64 = line.i64
+
+    def held(slot: ir.Value) -> ir.Value:
+        return b.load(out, line.at(slot))
+
+    with b.loop(k, "serial") as j:  # valid positions from the start: every read is inside
+        b.store(arith.index_cast(i64, j), out, line.at(j))
+    with b.loop(line.extent, "serial") as q:
+        value, position = b.load(line.x, line.at(q)), arith.index_cast(i64, q)
+        slot = arith.minui(q, b.index(k - 1))  # the first k fill the list, the rest compete
+        accept = arith.ori(b.less_than(q, k), order.better(b, value, line.value(
+            held(b.index(k - 1)))))
+        with b.guard(accept):
+            b.store(position, out, line.at(slot))
+            with b.loop(k - 1, "serial") as t:
+                i = arith.subi(b.index(k - 1), t)  # k - 1 down to 1
+                ahead_slot = arith.subi(i, b.index(1))
+                with b.guard(arith.cmpi(arith.CmpIPredicate.ule, i, slot)):
+                    ahead = held(ahead_slot)
+                    with b.guard(order.better(b, value, line.value(ahead))):
+                        b.store(ahead, out, line.at(i))
+                        b.store(position, out, line.at(ahead_slot))
+
+
+def _passes(b: KernelBuilder, line: _Line, order: Order, k: int, out: ir.Value) -> None:
+    """k passes over a block's row, each its two tree reductions over the elements after the
+    previous pick."""
+    row = line.row
+
+    def rank(j: list[ir.Value], carried: list[ir.Value]) -> list[ir.Value]:
+        (previous,) = carried  # its position; `line.none` before the first pass
+        start = arith.cmpi(arith.CmpIPredicate.eq, previous, line.none)
+        last_value = line.value(previous)
+
+        def after(position: ir.Value, value: ir.Value) -> ir.Value:
+            """Whether the element (position, value) comes after the previous pick."""
+            later = arith.andi(order.same(last_value, value),
+                               arith.cmpi(arith.CmpIPredicate.slt, previous, position))
+            return arith.ori(start, arith.ori(order.better(b, last_value, value), later))
+
+        best = line.best(order, after)
+        pick = line.position(False, lambda position, value: arith.andi(
+            after(position, value), order.same(value, best)))
+        with row.first_thread():
+            b.store(pick, out, line.at(j[0]))
+        b.barrier()
+        return [pick]
+
+    b.fold([k], [line.none], rank)
 
 
 @contextlib.contextmanager
