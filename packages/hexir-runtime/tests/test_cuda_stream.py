@@ -33,7 +33,7 @@ NEVER_PER_CALL = ("cuMemAlloc", "cuMemFree", "cuMemsetD8Async", "cuMemHostAlloc"
 
 def on_fake(name: str, **options):
     path = FIXTURES / name
-    fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+    fake = FakeDriver()
     return hr.load(path, device="cuda", driver=fake, **options), fake
 
 
@@ -218,7 +218,7 @@ def test_hexir_run_launches_every_kernel_with_no_cuda_graphs(monkeypatch, builti
     path = builtin_hxb.parent / "builtin-cuda.hxb"
     # --benchmark=1: one warm-up call and one timed call, in one arena, of one kernel
     for flags, want in (([], (2, 1)), (["--no-cuda-graphs"], (0, 2))):
-        fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+        fake = FakeDriver()
         monkeypatch.setattr(cuda_backend, "load_driver", lambda fake=fake: fake)
         out, err = io.StringIO(), io.StringIO()
         assert hexir_run(["--device=cuda", *flags, "--benchmark=1", str(path)], out, err) == 0
