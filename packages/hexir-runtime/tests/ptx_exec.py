@@ -282,26 +282,32 @@ class Memory:
                              "allocation (CUDA_ERROR_ILLEGAL_ADDRESS)")
         return index
 
-    def load(self, addresses: np.ndarray, size: int, where: str) -> np.ndarray:
-        index = self.locate(addresses, size, where)
-        out = np.empty((len(addresses), size), np.uint8)
-        for i in np.unique(index):
-            rows = index == i
+    def _rows(self, addresses: np.ndarray, size: int, where: str):
+        """[(allocation as rows of `size` bytes, row numbers, which accesses)] for accesses
+        aligned to `size` (allocations start on 256-byte lines, so a row is one access)."""
+        low, high = addresses.min(), addresses.max()
+        first = int(np.searchsorted(self.bases, low, side="right")) - 1
+        if first >= 0 and high + np.uint64(size) <= self.ends[first]:
+            groups = [(first, slice(None))]
+        else:
+            index = self.locate(addresses, size, where)
+            groups = [(int(i), index == i) for i in np.unique(index)]
+        for i, which in groups:
             base = int(self.bases[i])
-            mem = np.frombuffer(self.regions[base], np.uint8)
-            offsets = (addresses[rows] - np.uint64(base)).astype(np.int64)
-            out[rows] = mem[offsets[:, None] + np.arange(size)]
+            region = self.regions[base]
+            mem = np.frombuffer(region, np.uint8, count=len(region) // size * size)
+            rows = ((addresses[which] - np.uint64(base)) // np.uint64(size)).astype(np.int64)
+            yield mem.reshape(-1, size), rows, which
+
+    def load(self, addresses: np.ndarray, size: int, where: str) -> np.ndarray:
+        out = np.empty((len(addresses), size), np.uint8)
+        for rows_of, rows, which in self._rows(addresses, size, where):
+            out[which] = rows_of[rows]
         return out
 
     def store(self, addresses: np.ndarray, data: np.ndarray, where: str) -> None:
-        size = data.shape[1]
-        index = self.locate(addresses, size, where)
-        for i in np.unique(index):
-            rows = index == i
-            base = int(self.bases[i])
-            mem = np.frombuffer(self.regions[base], np.uint8)
-            offsets = (addresses[rows] - np.uint64(base)).astype(np.int64)
-            mem[offsets[:, None] + np.arange(size)] = data[rows]
+        for rows_of, rows, which in self._rows(addresses, data.shape[1], where):
+            rows_of[rows] = data[which]
 
 
 class State:
@@ -331,9 +337,11 @@ class State:
         self.regs = {name: np.zeros(n, dtype) for name, dtype in kernel.registers.items()}
         self.params = params
         self.memory = memory
-        self.shared = np.zeros((len(blocks), max(kernel.shared_size, 1)), np.uint8)
-        self.writer = np.full(self.shared.shape, -1, np.int64)  # shared bytes' writer since bar
-        self.local = np.zeros((n, max(kernel.local_size, 1)), np.uint8)
+        # rows padded to 16 bytes, so any aligned access is one row of a reshaped view
+        self.shared = np.zeros((len(blocks), -(-max(kernel.shared_size, 1) // 16) * 16),
+                               np.uint8)
+        self.writer = np.full(self.shared.shape, -1, np.int32)  # shared bytes' writer since bar
+        self.local = np.zeros((n, -(-max(kernel.local_size, 1) // 16) * 16), np.uint8)
         self.all = np.arange(n)
 
 
@@ -942,34 +950,30 @@ def _memory(kernel, ins, ops, base, mods, dtype) -> None:
             buf = np.frombuffer(st.params, np.uint8)
             return buf[at[:, None] + np.arange(total)]
         if kind == "shared":
-            memory, owner = st.shared, st.block_of[sel]
+            memory, owner, declared = st.shared, st.block_of[sel], kernel.shared_size
         else:
-            memory, owner = st.local, st.all[sel]
-        limit = memory.shape[1]
+            memory, owner, declared = st.local, st.all[sel], kernel.local_size
         at = addresses.astype(np.int64)
-        if (at + total > limit).any() or (at < 0).any() or \
-                (kind == "shared" and kernel.shared_size == 0) or \
-                (kind == "local" and kernel.local_size == 0):
-            bad = int(addresses[(at + total > limit) | (at < 0)][0]) if \
-                ((at + total > limit) | (at < 0)).any() else int(addresses[0])
-            raise FaultError(f"{where}: {total}-byte {kind} access at offset {bad:#x} is past "
-                             f"the {limit if kind != 'shared' else kernel.shared_size} bytes "
-                             f"of {kind} memory")
-        cols = at[:, None] + np.arange(total)
-        rows = owner[:, None]
+        outside = (at + total > declared) | (at < 0)
+        if outside.any():
+            raise FaultError(f"{where}: {total}-byte {kind} access at offset "
+                             f"{int(addresses[outside][0]):#x} is past the {declared} bytes of "
+                             f"{kind} memory")
+        # aligned accesses and rows padded to 16 bytes: each access is one row of `total`
+        rows = owner * (memory.shape[1] // total) + at // total
         if kind == "shared":
-            writers = st.writer[rows, cols]
+            writers = st.writer.reshape(-1, total)[rows]
             me = st.linear_tid[sel][:, None]
             if ((writers != -1) & (writers != me)).any():
                 verb = "reads" if data is None else "overwrites"
                 raise RaceError(f"{where}: a thread {verb} shared bytes another thread of its "
                                 "block wrote with no barrier between")
         if data is None:
-            return memory[rows, cols]
+            return memory.reshape(-1, total)[rows]
         if kind == "shared":
-            _store_race(owner.astype(np.uint64) * np.uint64(1 << 32) + addresses, data, where)
-            st.writer[rows, cols] = st.linear_tid[sel][:, None]
-        memory[rows, cols] = data
+            _store_race(rows.astype(np.uint64), data, where)
+            st.writer.reshape(-1, total)[rows] = me
+        memory.reshape(-1, total)[rows] = data
         return None
 
     if base == "ld":

@@ -133,6 +133,10 @@ def test_a_mixed_module_waits_where_the_cpu_reads_the_gpus_result():
     assert order[:2] == ["down", "sync"]
 
 
+#: Each launch runs its PTX on the executor (seconds a call): enough calls to overlap.
+CALLS_PER_THREAD = 4
+
+
 def test_every_arena_captures_its_own_graph_and_threads_agree():
     """Calls in flight at once run in arenas of their own; each arena's graph is captured
     on its buffers, once, and replayed."""
@@ -143,7 +147,7 @@ def test_every_arena_captures_its_own_graph_and_threads_agree():
         got: dict[int, list[np.ndarray]] = {i: [] for i in range(4)}
 
         def worker(i: int) -> None:
-            for _ in range(20):
+            for _ in range(CALLS_PER_THREAD):
                 got[i].append(m.main(*xs[i]))
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
@@ -153,7 +157,7 @@ def test_every_arena_captures_its_own_graph_and_threads_agree():
             th.join()
         arenas = len(m._resident.programs["main"]._arenas)
     for i in range(4):
-        assert len(got[i]) == 20
+        assert len(got[i]) == CALLS_PER_THREAD
         for y in got[i]:
             np.testing.assert_array_equal(y, want[i])
     assert fake.calls["cuStreamBeginCapture"] == fake.calls["cuGraphInstantiate"] == arenas

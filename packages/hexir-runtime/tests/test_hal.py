@@ -16,7 +16,8 @@ from hexir_runtime.hal import MemoryKind
 from hexir_runtime.hal import cuda as cuda_backend
 
 
-BACKENDS = ["cpu", "cuda-fake", "cuda"]
+#: `cuda` is marked gpu: bench/gpu-session.sh runs it, unchanged, on a lent GPU.
+BACKENDS = ["cpu", "cuda-fake", pytest.param("cuda", marks=pytest.mark.gpu)]
 
 
 def _open(backend: str) -> dict:
