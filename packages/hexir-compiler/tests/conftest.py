@@ -1,8 +1,15 @@
-"""The per-op summary of the ONNX conformance suite: one line per op at the end of the run."""
+"""The per-op summary of the ONNX conformance suite (one line per op at the end of the run),
+and the runtime's test helpers on the path."""
 
 from __future__ import annotations
 
+import sys
 from collections import defaultdict
+from pathlib import Path
+
+# The runtime's test helpers (fake_driver and its PTX executor) run compiled cuda modules
+# here; appended, so the compiler's own test modules win any name they share.
+sys.path.append(str(Path(__file__).resolve().parents[2] / "hexir-runtime" / "tests"))
 
 _RESULTS: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
 

@@ -81,11 +81,25 @@ CUDA_CASES = [c for c in CASES if _exception(c.name) is None
 
 
 @pytest.mark.parametrize("case", CUDA_CASES, ids=lambda c: c.name)
-def test_node_compiles_for_cuda(case):
-    module, _, _ = node.compile_case(case, placement="cuda")
+def test_node_on_cuda_ptx(case):
+    """The all-cuda module, fused as users get it, through the runtime on the fake driver,
+    whose launches run each kernel's PTX (the runtime's tests/ptx_exec.py): the NVVM
+    lowering, libdevice and the parameter packing, against the expected outputs."""
+    import hexir_runtime
+    from fake_driver import FakeDriver
+
+    module, names, (inputs, expected) = node.compile_case(case, placement="cuda")
     parsed = hf.parse(module)
-    assert all(e.device is hf.Device.CUDA for e in parsed.executables)
-    assert all(e.image is not None for e in parsed.executables)
+    assert all(e.device is hf.Device.CUDA and e.image is not None for e in parsed.executables)
+    with hexir_runtime.load(module, device="cuda", driver=FakeDriver()) as m:
+        outputs = m.main(*(inputs[n] for n in names))
+    outputs = outputs if isinstance(outputs, tuple | list) else (outputs,)
+    rounded = _exception(case.name) is not None
+    for got, want in zip(outputs, expected, strict=True):
+        got = np.asarray(got)
+        rtol, atol = (0, 1e-4) if rounded else node.TOLERANCE.get(want.dtype, (0, 0))
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol, equal_nan=True)
 
 
 @pytest.mark.parametrize("case", CUDA_CASES, ids=lambda c: c.name)

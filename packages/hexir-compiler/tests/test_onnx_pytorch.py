@@ -3,8 +3,8 @@ compiled by Hexir and compared with PyTorch eager within float32 rtol 1e-4.
 
 Three kinds, each with fixed seeds and shapes: an MLP, a LeNet-style CNN (Conv, MaxPool,
 Flatten, Gemm) and a transformer encoder block (LayerNorm, multi-head attention, erf-GELU).
-Each also compiles with every op on cuda, and its -emit=mlir text, compiled again, gives the
-same module byte for byte.
+Each also runs with every op on cuda (its PTX on the fake driver's executor), and its
+-emit=mlir text, compiled again, gives the same module byte for byte.
 """
 
 from __future__ import annotations
@@ -87,10 +87,17 @@ def test_keeps_the_graph_names(exported):
     assert (entry.inputs, entry.outputs) == (("x",), ("y",))
 
 
-def test_compiles_with_every_op_on_cuda(exported):
-    path, _, _ = exported
-    parsed = hf.parse(hexir_compiler.compile(path, placement="cuda"))
+def test_with_every_op_on_cuda_its_ptx_matches_pytorch(exported):
+    """Every op on cuda, fused: the PTX runs on the fake driver's executor (the runtime's
+    tests/ptx_exec.py), as a GPU would run it."""
+    from fake_driver import FakeDriver
+
+    path, x, expected = exported
+    module = hexir_compiler.compile(path, placement="cuda")
+    parsed = hf.parse(module)
     assert parsed.executables and all(e.device is hf.Device.CUDA for e in parsed.executables)
+    with hexir_runtime.load(module, device="cuda", driver=FakeDriver()) as m:
+        np.testing.assert_allclose(m.main(x), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_the_imported_graph_printed_and_compiled_again_gives_the_same_module(exported, tmp_path):

@@ -2,9 +2,13 @@
 
 "Device memory" is a bytearray per allocation, and every access is checked against its
 allocation, so a runtime bug that would read or write out of bounds on a GPU fails here as
-CUDA_ERROR_ILLEGAL_ADDRESS. Launches of kernels the fake was told about are emulated with
-the numpy bodies of `numpy_kernels` (the tests' oracle) on that memory, so end-to-end results
-compare with the cpu backend. `calls` counts every call by name; `fail` makes the next calls
+CUDA_ERROR_ILLEGAL_ADDRESS. A launch runs the kernel's own PTX, read from the image the
+runtime loaded, on that memory (`ptx_exec`): its parameters unpacked from kernelParams as the
+kernel's signature lays them out, its grid and block as given, its loads and stores checked
+(a fault is reported at the next synchronize, as CUDA_ERROR_ILLEGAL_ADDRESS or
+CUDA_ERROR_MISALIGNED_ADDRESS; `faults` says what each did). So end-to-end results compare
+the compiled device code with the cpu backend; a race, a divergent barrier or an instruction
+the executor does not know fails the test with `ptx_exec`'s error. `calls` counts every call by name; `fail` makes the next calls
 of a name fail.
 
 Streams, events, graphs and pinned memory behave as the driver's do, as far as a host-only
@@ -31,9 +35,8 @@ from collections import Counter
 from enum import IntEnum
 
 import numpy as np
-from hexir_format import Device, Executable
 
-import numpy_kernels
+import ptx_exec
 
 
 class CUresult(IntEnum):
@@ -45,6 +48,7 @@ class CUresult(IntEnum):
     CUDA_ERROR_INVALID_HANDLE = 400
     CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_ILLEGAL_ADDRESS = 700
+    CUDA_ERROR_MISALIGNED_ADDRESS = 716
     CUDA_ERROR_LAUNCH_FAILED = 719
     CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED = 900
     CUDA_ERROR_ILLEGAL_STATE = 401
@@ -65,14 +69,14 @@ SPECIAL_STREAMS = (0, 1, 2)  # the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_
 class FakeDriver:
     CUstreamCaptureMode = CUstreamCaptureMode
 
-    def __init__(self, executables: tuple[Executable, ...] = (), memory_limit: int = 1 << 30):
+    def __init__(self, memory_limit: int = 1 << 30):
         self.calls: Counter[str] = Counter()
         self.fail: dict[str, CUresult] = {}
         self.memory: dict[int, bytearray] = {}
         self.memory_limit = memory_limit
-        self.modules: dict[int, bytes] = {}
-        self.functions: dict[int, str] = {}
-        self.kernels = {e.name: e for e in executables if e.device is Device.CUDA}
+        self.modules: dict[int, ptx_exec.Module] = {}
+        self.functions: dict[int, tuple[ptx_exec.Module, str]] = {}
+        self.faults: list[str] = []  # what each faulting launch did, for the test's message
         self.launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
         self.context_refs = 0
         self.fault: CUresult | None = None  # surfaced at the next synchronize
@@ -352,8 +356,14 @@ class FakeDriver:
         data = bytes(image)
         if not data.rstrip(b"\0") or data.startswith(b"BAD"):
             return (CUresult.CUDA_ERROR_INVALID_IMAGE,)
+        try:  # an unknown instruction raises ptx_exec.UnsupportedError: loud, by design
+            program = ptx_exec.Module(data)
+        except ptx_exec.UnsupportedError as err:
+            if "neither PTX" not in str(err) and "no PTX" not in str(err):
+                raise
+            return (CUresult.CUDA_ERROR_INVALID_IMAGE,)
         handle = 0x1000 + len(self.modules)
-        self.modules[handle] = data
+        self.modules[handle] = program
         return (OK, handle)
 
     def cuModuleUnload(self, module):
@@ -362,40 +372,41 @@ class FakeDriver:
             (CUresult.CUDA_ERROR_INVALID_HANDLE,)
 
     def cuModuleGetFunction(self, module, name):
-        if module not in self.modules or name not in self.modules[module]:
+        if module not in self.modules or name.decode() not in self.modules[module].kernels:
             return (CUresult.CUDA_ERROR_NOT_FOUND,)
         handle = 0x2000 + len(self.functions)
-        self.functions[handle] = name.decode()
+        self.functions[handle] = (self.modules[module], name.decode())
         return (OK, handle)
 
     def cuLaunchKernel(self, function, gx, gy, gz, bx, by, bz, shared, stream, params, extra):
-        name = self.functions.get(function)
-        if name is None:
+        if function not in self.functions:
             return (CUresult.CUDA_ERROR_INVALID_HANDLE,)
-        exe = self.kernels.get(name)
-        argc = len(exe.args) if exe is not None else 0
-        # the driver reads the parameters when the launch is made (or captured), not when it runs
-        pointers = (ctypes.c_uint64 * argc).from_address(params) if argc else []
-        addresses = tuple(ctypes.c_uint64.from_address(p).value for p in pointers)
+        program, name = self.functions[function]
+        kernel = program.kernels[name]
+        if bx * by * bz > 1024 or min(gx, gy, gz, bx, by, bz) < 1:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        # the driver reads the parameters when the launch is made (or captured), as the
+        # kernel's signature lays them out: kernelParams[i] points at parameter i's bytes
+        pointers = (ctypes.c_uint64 * len(kernel.params)).from_address(params) \
+            if kernel.params else []
+        buffer = bytearray()
+        for (_, size), pointer in zip(kernel.params, pointers, strict=True):
+            buffer += b"\0" * (-len(buffer) % min(size, 8))
+            buffer += ctypes.string_at(pointer, size)
+        packed = bytes(buffer)
+        addresses = tuple(int(v) for v in np.frombuffer(packed, np.uint64)) \
+            if all(size == 8 for _, size in kernel.params) else ()
 
         def work() -> None:
             self.launches.append((name, (gx, gy, gz, bx, by, bz), addresses))
-            if exe is not None:
-                self._emulate(exe, addresses)
+            try:
+                program.launch(name, (gx, gy, gz), (bx, by, bz), packed,
+                               ptx_exec.Memory(self.memory))
+            except ptx_exec.FaultError as err:  # the kernel faulted: report it at the next sync
+                self.fault = CUresult.CUDA_ERROR_MISALIGNED_ADDRESS if "MISALIGNED" in \
+                    str(err) else CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
+                self.faults.append(str(err))
         return self._enqueue(stream, work)
-
-    def _emulate(self, exe: Executable, addresses: tuple[int, ...]) -> None:
-        views = []
-        for address, t in zip(addresses, exe.args, strict=True):
-            region = self._region(address, t.nbytes)
-            if region is None:  # the kernel would have faulted: report it at the next sync
-                self.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
-                return
-            mem, offset = region
-            raw = np.frombuffer(mem, dtype=np.uint8, count=t.nbytes, offset=offset)
-            views.append(raw.view(t.dtype.numpy).reshape(t.shape))
-        *inputs, out = views
-        numpy_kernels.run(exe.kind, exe.params, inputs, out)
 
     # ---- accounting --------------------------------------------------------------------------
 
@@ -412,3 +423,29 @@ class FakeDriver:
                 "streams": len(self.streams), "events": len(self.events),
                 "graphs": len(self.graphs), "instances": len(self.instances),
                 "modules": len(self.modules), "contexts": self.context_refs}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python fake_driver.py run MODULE.hxb [hexir-run's options]`: hexir-run with this
+    fake as the cuda driver, so a module's cuda kernels run their PTX on the executor, as
+    `hexir-run --device=cuda` runs them on a GPU (`--device=cuda` is implied)."""
+    import sys
+
+    from hexir_runtime import cli
+    from hexir_runtime.hal import cuda
+
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] != "run":
+        print("usage: python fake_driver.py run MODULE.hxb [hexir-run's options]",
+              file=sys.stderr)
+        return 2
+    fake = FakeDriver()
+    cuda.load_driver = lambda: fake
+    options = argv[1:]
+    if not any(a.startswith("--device") for a in options):
+        options.append("--device=cuda")
+    return cli.main(options)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,8 +1,8 @@
 """Modules for the tests, built from hexir-format's typed model (never by the compiler).
 
-`ptx_matmul` is a hand-written PTX kernel (bare-pointer convention, one thread per output
-element) so cuda modules carry real device code: the fake driver only needs the name in the
-image, a real GPU runs it.
+Cuda executables carry hand-written PTX (bare-pointer convention, one thread per output
+element): `ptx_matmul`, `ptx_add_rows` (a bias added to each row) and `ptx_relu`. The fake
+driver runs that PTX (`ptx_exec`), a real GPU runs it too.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ W = np.array([[1.0, 5.0], [5.0, 2.0]])
 
 PTX_MATMUL = """\
 //
-// {name}: c[{m}x{n}] = a[{m}x{k}] . b[{k}x{n}], f64, one thread per element of c
+// {name}: c[{m}x{n}] = a[{m}x{k}] . b[{k}x{n}], {t}, one thread per element of c
 //
 .version 7.0
 .target sm_52
@@ -33,7 +33,7 @@ PTX_MATMUL = """\
     .reg .pred %p<3>;
     .reg .b32 %r<10>;
     .reg .b64 %rd<10>;
-    .reg .f64 %fd<4>;
+    .reg .{t} %fd<4>;
 
     ld.param.u64 %rd1, [a];
     ld.param.u64 %rd2, [b];
@@ -49,35 +49,89 @@ PTX_MATMUL = """\
     @%p1 bra DONE;
     div.u32 %r5, %r4, {n};
     rem.u32 %r6, %r4, {n};
-    mov.f64 %fd1, 0d0000000000000000;
+    mov.{t} %fd1, {zero};
     mov.u32 %r7, 0;
 LOOP:
     setp.ge.u32 %p2, %r7, {k};
     @%p2 bra STORE;
     mad.lo.u32 %r8, %r5, {k}, %r7;
-    mul.wide.u32 %rd4, %r8, 8;
+    mul.wide.u32 %rd4, %r8, {size};
     add.s64 %rd5, %rd1, %rd4;
-    ld.global.f64 %fd2, [%rd5];
+    ld.global.{t} %fd2, [%rd5];
     mad.lo.u32 %r9, %r7, {n}, %r6;
-    mul.wide.u32 %rd6, %r9, 8;
+    mul.wide.u32 %rd6, %r9, {size};
     add.s64 %rd7, %rd2, %rd6;
-    ld.global.f64 %fd3, [%rd7];
-    fma.rn.f64 %fd1, %fd2, %fd3, %fd1;
+    ld.global.{t} %fd3, [%rd7];
+    fma.rn.{t} %fd1, %fd2, %fd3, %fd1;
     add.u32 %r7, %r7, 1;
     bra LOOP;
 STORE:
-    mul.wide.u32 %rd8, %r4, 8;
+    mul.wide.u32 %rd8, %r4, {size};
     add.s64 %rd9, %rd3, %rd8;
-    st.global.f64 [%rd9], %fd1;
+    st.global.{t} [%rd9], %fd1;
+DONE:
+    ret;
+}}
+"""
+#: One thread per element i < {count} of the output: {body} computes %f3 from %f1 (x[i]) and,
+#: for a binary kernel, %f2 (y[i % {n}]).
+PTX_MAP = """\
+.version 7.0
+.target sm_52
+.address_size 64
+
+.visible .entry {name}({params})
+{{
+    .reg .pred %p<3>;
+    .reg .b32 %r<8>;
+    .reg .b64 %rd<10>;
+    .reg .{t} %f<4>;
+
+    mov.u32 %r1, %ctaid.x;
+    mov.u32 %r2, %ntid.x;
+    mov.u32 %r3, %tid.x;
+    mad.lo.u32 %r4, %r1, %r2, %r3;
+    setp.ge.u32 %p1, %r4, {count};
+    @%p1 bra DONE;
+    ld.param.u64 %rd1, [x];
+    mul.wide.u32 %rd2, %r4, {size};
+    add.s64 %rd3, %rd1, %rd2;
+    ld.global.{t} %f1, [%rd3];
+{load_y}    {body}
+    ld.param.u64 %rd7, [out];
+    add.s64 %rd8, %rd7, %rd2;
+    st.global.{t} [%rd8], %f3;
 DONE:
     ret;
 }}
 """
 BLOCK = 128
+_PTX_TYPES = {DType.F32: ("f32", 4, "0f00000000"), DType.F64: ("f64", 8, "0d0000000000000000")}
 
 
-def ptx_matmul(name: str, m: int, n: int, k: int) -> bytes:
-    return PTX_MATMUL.format(name=name, m=m, n=n, k=k, mn=m * n).encode()
+def ptx_matmul(name: str, m: int, n: int, k: int, dtype: DType = DType.F64) -> bytes:
+    t, size, zero = _PTX_TYPES[dtype]
+    return PTX_MATMUL.format(name=name, m=m, n=n, k=k, mn=m * n, t=t, size=size,
+                             zero=zero).encode()
+
+
+def ptx_add_rows(name: str, count: int, n: int, dtype: DType) -> bytes:
+    """out[i] = x[i] + y[i % n]: a bias of n added to each row."""
+    t, size, _ = _PTX_TYPES[dtype]
+    load_y = (f"    rem.u32 %r5, %r4, {n};\n    ld.param.u64 %rd4, [y];\n"
+              f"    mul.wide.u32 %rd5, %r5, {size};\n    add.s64 %rd6, %rd4, %rd5;\n"
+              f"    ld.global.{t} %f2, [%rd6];\n")
+    return PTX_MAP.format(name=name, params=".param .u64 x, .param .u64 y, .param .u64 out",
+                          count=count, t=t, size=size, load_y=load_y,
+                          body=f"add.rn.{t} %f3, %f1, %f2;").encode()
+
+
+def ptx_relu(name: str, count: int, dtype: DType) -> bytes:
+    """out[i] = max(x[i], 0), NaN kept (an ordered compare is false for it)."""
+    t, size, zero = _PTX_TYPES[dtype]
+    body = f"setp.lt.{t} %p2, %f1, {zero};\n    selp.{t} %f3, {zero}, %f1, %p2;"
+    return PTX_MAP.format(name=name, params=".param .u64 x, .param .u64 out", count=count,
+                          t=t, size=size, load_y="", body=body).encode()
 
 
 def matmul_exe(name: str, m: int, n: int, k: int, device: Device = CPU,
@@ -85,16 +139,14 @@ def matmul_exe(name: str, m: int, n: int, k: int, device: Device = CPU,
     args = (T(dtype, (m, k)), T(dtype, (k, n)), T(dtype, (m, n)))
     if device is CPU:
         return Executable(name, KernelKind.MATMUL, CPU, args)
-    grid = (-(-(m * n) // BLOCK), 1, 1)
-    return Executable(name, KernelKind.MATMUL, CUDA, args, (), ptx_matmul(name, m, n, k),
-                      grid, (BLOCK, 1, 1))
+    return cuda_exe(name, KernelKind.MATMUL, args, ptx_matmul(name, m, n, k, dtype), m * n)
 
 
-def fake_image_exe(name: str, kind: KernelKind, args: tuple[T, ...],
-                   params: tuple[float, ...] = ()) -> Executable:
-    """A cuda executable whose image only names the kernel: for the fake driver."""
-    image = f"// fake image\n.entry {name}\n".encode()
-    return Executable(name, kind, CUDA, args, params, image, (1, 1, 1), (32, 1, 1))
+def cuda_exe(name: str, kind: KernelKind, args: tuple[T, ...], image: bytes,
+             threads: int) -> Executable:
+    """A cuda executable running `image` with one thread per output element."""
+    return Executable(name, kind, CUDA, args, (), image, (-(-threads // BLOCK), 1, 1),
+                      (BLOCK, 1, 1))
 
 
 def builtin(device: Device = CPU) -> hf.Module:
@@ -117,7 +169,10 @@ def mlp(device: Device = CPU, dtype: DType = F32) -> hf.Module:
     if device is CPU:
         exes = tuple(Executable(n, k, CPU, a) for n, k, a in kinds)
     else:
-        exes = tuple(fake_image_exe(n, k, a) for n, k, a in kinds)
+        exes = (matmul_exe("linear_0", 2, 4, 3, CUDA, dtype),
+                cuda_exe("add_1", KernelKind.ADD, kinds[1][2], ptx_add_rows("add_1", 8, 4, dtype),
+                         8),
+                cuda_exe("relu_2", KernelKind.RELU, kinds[2][2], ptx_relu("relu_2", 8, dtype), 8))
     slots = tuple(Slot(device, t) for t in (x, wt, h, bt, h, y))
     wbytes = w.tobytes()
     main = Function("main", (
@@ -139,7 +194,7 @@ def hetero() -> hf.Module:
     """v4 across devices: x (cpu) -COPY-> cuda, matmul on cuda, -COPY-> cpu, relu on cpu, and
     the result twice (out 0 on cpu, out 1 the cuda product)."""
     x, w, h = T(F64, (2, 2)), T(F64, (2, 2)), T(F64, (2, 2))
-    exes = (fake_image_exe("linear_0", KernelKind.MATMUL, (x, w, h)),
+    exes = (matmul_exe("linear_0", 2, 2, 2, CUDA),
             Executable("relu_1", KernelKind.RELU, CPU, (h, h)))
     slots = (Slot(CPU, x), Slot(CUDA, x), Slot(CUDA, w), Slot(CUDA, h), Slot(CPU, h),
              Slot(CPU, h))

@@ -139,7 +139,7 @@ def test_cuda_paths_of_the_cli_over_the_fake_driver(monkeypatch, builtin_hxb):
     from hexir_runtime.hal import cuda as cuda_backend
 
     path = builtin_hxb.parent / "builtin-cuda.hxb"
-    fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+    fake = FakeDriver()
     monkeypatch.setattr(cuda_backend, "load_driver", lambda: fake)
     code, out, err = run("--device=cuda", path)
     assert (code, err) == (0, "")

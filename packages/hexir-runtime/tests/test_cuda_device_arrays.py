@@ -253,7 +253,7 @@ def test_a_device_input_a_cpu_kernel_reads_is_brought_to_the_host_first(tmp_path
     module = hf.Module(4, (main,), base.rodata, base.executables,
                        (*base.slots, hf.Slot(hf.Device.CPU, base.slots[0].type)))
     path = modules.write(tmp_path, "hetero2.hxb", module)
-    fake = FakeDriver(module.executables)
+    fake = FakeDriver()
     x = np.array([[-1.0, 2.0], [3.0, -4.0]])
     with hr.load(path, device="cuda", driver=fake) as m:
         want = m.main(x)

@@ -11,7 +11,7 @@ import hexir_runtime as hr
 
 def load(tmp_path, module, **kw):
     path = modules.write(tmp_path, "m.hxb", module)
-    fake = FakeDriver(hf.parse(path.read_bytes()).executables, **kw)
+    fake = FakeDriver(**kw)
     return hr.load(path, device="cuda", driver=fake), fake
 
 
@@ -137,7 +137,7 @@ def test_the_compilers_cuda_fixture_runs_on_the_fake_driver(builtin_hxb):
     """fixtures/builtin-cuda.hxb (v4, written by hexir-compiler): constants on the GPU, the
     product copied to the cpu for the PRINT."""
     path = builtin_hxb.parent / "builtin-cuda.hxb"
-    fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+    fake = FakeDriver()
     with hr.load(path, device="cuda", driver=fake) as m:
         for _ in range(2):
             assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
@@ -157,7 +157,7 @@ def test_a_v3_entry_without_kernels_still_needs_the_modules_device(tmp_path):
         m.run("consts")
     assert str(info.value) == ("slot 0 (command 0, const) is placed on cuda but the active "
                                "device is cpu")
-    fake = FakeDriver(module.executables)
+    fake = FakeDriver()
     with hr.load(path, device="cuda", driver=fake) as m:
         assert m.run("consts")[0].tolist() == modules.A.tolist()
         assert [d.name for d in m.devices_used("consts")] == ["cuda (Fake GPU)"]
@@ -184,7 +184,7 @@ def test_a_kernel_argument_off_the_16_byte_promise_is_refused_before_any_launch(
     from hexir_runtime.hal import cuda
 
     module = modules.builtin(modules.CUDA)
-    fake = FakeDriver(module.executables)
+    fake = FakeDriver()
     device = cuda.create(fake)
     try:
         kernel = device.load_executable(module.executables[0])

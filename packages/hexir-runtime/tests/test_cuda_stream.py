@@ -33,7 +33,7 @@ NEVER_PER_CALL = ("cuMemAlloc", "cuMemFree", "cuMemsetD8Async", "cuMemHostAlloc"
 
 def on_fake(name: str, **options):
     path = FIXTURES / name
-    fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+    fake = FakeDriver()
     return hr.load(path, device="cuda", driver=fake, **options), fake
 
 
@@ -133,6 +133,10 @@ def test_a_mixed_module_waits_where_the_cpu_reads_the_gpus_result():
     assert order[:2] == ["down", "sync"]
 
 
+#: Each launch runs its PTX on the executor (seconds a call): enough calls to overlap.
+CALLS_PER_THREAD = 4
+
+
 def test_every_arena_captures_its_own_graph_and_threads_agree():
     """Calls in flight at once run in arenas of their own; each arena's graph is captured
     on its buffers, once, and replayed."""
@@ -143,7 +147,7 @@ def test_every_arena_captures_its_own_graph_and_threads_agree():
         got: dict[int, list[np.ndarray]] = {i: [] for i in range(4)}
 
         def worker(i: int) -> None:
-            for _ in range(20):
+            for _ in range(CALLS_PER_THREAD):
                 got[i].append(m.main(*xs[i]))
 
         threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
@@ -153,7 +157,7 @@ def test_every_arena_captures_its_own_graph_and_threads_agree():
             th.join()
         arenas = len(m._resident.programs["main"]._arenas)
     for i in range(4):
-        assert len(got[i]) == 20
+        assert len(got[i]) == CALLS_PER_THREAD
         for y in got[i]:
             np.testing.assert_array_equal(y, want[i])
     assert fake.calls["cuStreamBeginCapture"] == fake.calls["cuGraphInstantiate"] == arenas
@@ -218,7 +222,7 @@ def test_hexir_run_launches_every_kernel_with_no_cuda_graphs(monkeypatch, builti
     path = builtin_hxb.parent / "builtin-cuda.hxb"
     # --benchmark=1: one warm-up call and one timed call, in one arena, of one kernel
     for flags, want in (([], (2, 1)), (["--no-cuda-graphs"], (0, 2))):
-        fake = FakeDriver(hf.parse(path.read_bytes()).executables)
+        fake = FakeDriver()
         monkeypatch.setattr(cuda_backend, "load_driver", lambda fake=fake: fake)
         out, err = io.StringIO(), io.StringIO()
         assert hexir_run(["--device=cuda", *flags, "--benchmark=1", str(path)], out, err) == 0

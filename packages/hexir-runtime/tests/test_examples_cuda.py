@@ -46,14 +46,14 @@ def test_every_kernel_is_device_code(name):
 def test_all_cuda_module_on_the_fake_driver_matches_cpu(name):
     path = FIXTURES / f"{name}-cuda.hxb"
     module = hf.parse(path.read_bytes())
-    fake = FakeDriver(module.executables)
+    fake = FakeDriver()
     weights = sum(c.op is hf.Op.CONST for c in module.function("main").commands)
     with hr.load(path, device="cuda", driver=fake) as gpu, \
             hr.load(FIXTURES / f"{name}.hxb") as cpu:
         for seed in range(CALLS):
             (x,) = random_inputs(cpu, seed)
-            # The fake emulates launches with numpy (tests/numpy_kernels), the cpu runs its
-            # compiled loops: the same values up to rounding.
+            # The fake runs the module's PTX (tests/ptx_exec), the cpu its host images: the
+            # same values up to rounding.
             want = cpu.main(x)
             assert relative_error(gpu.main(x), want) <= TOLERANCE[want.dtype]
     assert fake.copies == {"cuMemcpyHtoDAsync": weights + CALLS, "cuMemcpyDtoHAsync": CALLS,

@@ -1,9 +1,12 @@
-"""The HAL contract, on the cpu backend and on the cuda backend over the fake driver."""
+"""The HAL contract, one suite for every backend: `cpu`, `cuda-fake` (the cuda backend over
+the fake driver, whose launches run the kernels' PTX) and `cuda` (a GPU; skipped without
+one): buffers, copies and views, then dispatch and replay through a module."""
 
 import sys
 
 import numpy as np
 import pytest
+from conftest import FIXTURES
 from fake_driver import CUresult, FakeDriver
 from hexir_format.plan import ARENA_ALIGNMENT
 
@@ -13,14 +16,45 @@ from hexir_runtime.hal import MemoryKind
 from hexir_runtime.hal import cuda as cuda_backend
 
 
-@pytest.fixture(params=["cpu", "cuda-fake"])
+#: `cuda` is marked gpu: bench/gpu-session.sh runs it, unchanged, on a lent GPU.
+BACKENDS = ["cpu", "cuda-fake", pytest.param("cuda", marks=pytest.mark.gpu)]
+
+
+def _open(backend: str) -> dict:
+    """hexir_runtime.load's device arguments for `backend` (skips `cuda` without a GPU)."""
+    if backend == "cpu":
+        return {"device": "cpu"}
+    if backend == "cuda-fake":
+        return {"device": "cuda", "driver": FakeDriver()}
+    try:
+        hal.create_device("cuda").close()
+    except DeviceError as err:
+        pytest.skip(f"no usable CUDA device: {err}")
+    return {"device": "cuda"}
+
+
+@pytest.fixture(params=BACKENDS)
 def device(request):
-    if request.param == "cpu":
-        d = hal.create_device("cpu")
-    else:
-        d = hal.create_device("cuda", driver=FakeDriver())
+    options = _open(request.param)
+    d = hal.create_device(options["device"], **({"driver": options["driver"]}
+                                                 if "driver" in options else {}))
     yield d
     d.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dispatch_and_replay_through_a_module(backend):
+    """The built-in program with its linear on the backend: loaded once, dispatched (on cuda
+    captured into a graph, then replayed) on every call, the same answer each time."""
+    import hexir_runtime as hr
+
+    options = _open(backend)
+    name = "builtin-cpu.hxb" if backend == "cpu" else "builtin-cuda.hxb"
+    with hr.load(FIXTURES / name, **options) as m:
+        for _ in range(3):
+            assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]
+        used = {d.kind.name.lower() for d in m.devices_used()}
+        assert used == ({"cpu"} if backend == "cpu" else {"cpu", "cuda"})
 
 
 def test_roundtrip_and_memory_kind(device):

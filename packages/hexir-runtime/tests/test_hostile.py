@@ -53,5 +53,5 @@ def test_refused_before_touching_a_cuda_device(name, expected):
 def test_placed_on_cuda_runs_where_cuda_is():
     module = hf.parse((HOSTILE / "placed-on-cuda.hxb").read_bytes())
     with hr.load(HOSTILE / "placed-on-cuda.hxb", device="cuda",
-                 driver=FakeDriver(module.executables)) as m:
+                 driver=FakeDriver()) as m:
         assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]

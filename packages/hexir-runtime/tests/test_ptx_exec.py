@@ -1,0 +1,246 @@
+"""The PTX executor behind the fake driver (ptx_exec): it runs what the compiler emitted,
+faults where a GPU would, and catches a kernel that is wrong by one instruction."""
+
+import dataclasses
+
+import hexir_format as hf
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from fake_driver import FakeDriver, main
+from test_examples_cuda import random_inputs, relative_error
+
+import hexir_runtime as hr
+import ptx_exec
+
+HEADER = ".version 7.0\n.target sm_75\n.address_size 64\n"
+BASE = 1 << 40
+
+
+def kernel(body: str, params: str = ".param .u64 p0", regs: str = "") -> ptx_exec.Module:
+    decls = (".reg .pred %p<8>;\n.reg .b32 %r<16>;\n.reg .b64 %rd<16>;\n.reg .f32 %f<8>;\n"
+             + regs)
+    return ptx_exec.Module(f"{HEADER}.visible .entry k({params})\n{{\n{decls}{body}\n}}\n"
+                           .encode())
+
+
+def launch(module: ptx_exec.Module, arrays: list[np.ndarray], block=(32, 1, 1),
+           grid=(1, 1, 1)) -> list[np.ndarray]:
+    """Runs kernel k with each array in its own allocation; returns the arrays after."""
+    regions, addresses = {}, []
+    for i, a in enumerate(arrays):
+        addresses.append(BASE + i * (1 << 20))
+        regions[addresses[-1]] = bytearray(np.ascontiguousarray(a).tobytes())
+    module.launch("k", grid, block, np.array(addresses, np.uint64).tobytes(),
+                  ptx_exec.Memory(regions))
+    return [np.frombuffer(regions[at], a.dtype).reshape(a.shape)
+            for at, a in zip(addresses, arrays, strict=True)]
+
+
+STORE_TID = """
+ld.param.u64 %rd1, [p0];
+mov.u32 %r1, %tid.x;
+mul.wide.u32 %rd2, %r1, 4;
+add.s64 %rd3, %rd1, %rd2;
+st.global.u32 [%rd3], %r1;
+ret;
+"""
+
+
+def test_a_thread_per_element_runs_with_its_ids():
+    (out,) = launch(kernel(STORE_TID), [np.zeros(32, np.uint32)])
+    assert out.tolist() == list(range(32))
+
+
+def test_an_access_past_the_allocation_faults():
+    with pytest.raises(ptx_exec.FaultError, match="outside every allocation"):
+        launch(kernel(STORE_TID), [np.zeros(31, np.uint32)])
+
+
+def test_a_misaligned_vector_access_faults():
+    body = """
+ld.param.u64 %rd1, [p0];
+ld.global.v4.b32 {%r1, %r2, %r3, %r4}, [%rd1+4];
+ret;
+"""
+    with pytest.raises(ptx_exec.FaultError, match="not aligned to its size"):
+        launch(kernel(body), [np.zeros(64, np.uint32)])
+
+
+def test_an_unknown_instruction_is_refused_by_name():
+    with pytest.raises(ptx_exec.UnsupportedError, match=r"line \d+: 'frobnicate.b32 .*"
+                                                        r"'frobnicate.b32' is not one"):
+        kernel("frobnicate.b32 %r1, %r2;\nret;")
+
+
+SHARED = """
+.shared .align 4 .b8 buf[128];
+mov.u32 %r1, %tid.x;
+mul.wide.u32 %rd1, %r1, 4;
+mov.u64 %rd2, buf;
+add.s64 %rd3, %rd2, %rd1;
+st.shared.u32 [%rd3], %r1;
+{barrier}
+add.u32 %r2, %r1, 1;
+and.b32 %r2, %r2, 31;
+mul.wide.u32 %rd4, %r2, 4;
+add.s64 %rd5, %rd2, %rd4;
+ld.shared.u32 %r3, [%rd5];
+ld.param.u64 %rd6, [p0];
+add.s64 %rd7, %rd6, %rd1;
+st.global.u32 [%rd7], %r3;
+ret;
+"""
+
+
+def test_shared_memory_through_a_barrier_and_a_race_without_one():
+    (out,) = launch(kernel(SHARED.format(barrier="bar.sync 0;")), [np.zeros(32, np.uint32)])
+    assert out.tolist() == [(i + 1) % 32 for i in range(32)]
+    with pytest.raises(ptx_exec.RaceError, match="reads shared bytes another thread"):
+        launch(kernel(SHARED.format(barrier="")), [np.zeros(32, np.uint32)])
+
+
+def test_threads_at_different_barriers_fail():
+    body = """
+mov.u32 %r1, %tid.x;
+setp.lt.u32 %p1, %r1, 16;
+@%p1 bra LOW;
+bar.sync 0;
+bra END;
+LOW:
+bar.sync 0;
+END:
+ret;
+"""
+    with pytest.raises(ptx_exec.BarrierError, match="different barriers"):
+        launch(kernel(body), [np.zeros(1, np.uint32)])
+
+
+def test_divergent_loops_reconverge():
+    """Thread i adds 1.5 to its element i times: the loop exits at a different trip per
+    thread, and every thread stores."""
+    body = """
+ld.param.u64 %rd1, [p0];
+mov.u32 %r1, %tid.x;
+mov.f32 %f1, 0f00000000;
+mov.u32 %r2, 0;
+LOOP:
+setp.ge.u32 %p1, %r2, %r1;
+@%p1 bra DONE;
+add.rn.f32 %f1, %f1, 0f3FC00000;
+add.u32 %r2, %r2, 1;
+bra LOOP;
+DONE:
+mul.wide.u32 %rd2, %r1, 4;
+add.s64 %rd3, %rd1, %rd2;
+st.global.f32 [%rd3], %f1;
+ret;
+"""
+    (out,) = launch(kernel(body), [np.zeros(64, np.float32)], block=(64, 1, 1))
+    assert out.tolist() == [1.5 * i for i in range(64)]
+
+
+def test_a_butterfly_shuffle_sums_a_warp():
+    body = """
+ld.param.u64 %rd1, [p0];
+mov.u32 %r1, %tid.x;
+cvt.rn.f32.u32 %f1, %r1;
+mov.b32 %r2, %f1;
+shfl.sync.bfly.b32 %r3, %r2, 16, 31, -1;
+mov.b32 %f2, %r3;
+add.rn.f32 %f1, %f1, %f2;
+mov.b32 %r2, %f1;
+shfl.sync.bfly.b32 %r3, %r2, 8, 31, -1;
+mov.b32 %f2, %r3;
+add.rn.f32 %f1, %f1, %f2;
+mov.b32 %r2, %f1;
+shfl.sync.bfly.b32 %r3, %r2, 4, 31, -1;
+mov.b32 %f2, %r3;
+add.rn.f32 %f1, %f1, %f2;
+mov.b32 %r2, %f1;
+shfl.sync.bfly.b32 %r3, %r2, 2, 31, -1;
+mov.b32 %f2, %r3;
+add.rn.f32 %f1, %f1, %f2;
+mov.b32 %r2, %f1;
+shfl.sync.bfly.b32 %r3, %r2, 1, 31, -1;
+mov.b32 %f2, %r3;
+add.rn.f32 %f1, %f1, %f2;
+mul.wide.u32 %rd2, %r1, 4;
+add.s64 %rd3, %rd1, %rd2;
+st.global.f32 [%rd3], %f1;
+ret;
+"""
+    (out,) = launch(kernel(body), [np.zeros(64, np.float32)], block=(64, 1, 1))
+    assert out.tolist() == [float(sum(range(32)))] * 32 + [float(sum(range(32, 64)))] * 32
+
+
+def test_directed_rounding_and_saturation():
+    """fma.rm rounds toward -inf (libdevice's exp relies on it); cvt.sat clamps to [0, 1];
+    a float written as bits keeps its bits in a b32 move."""
+    body = """
+ld.param.u64 %rd1, [p0];
+mov.f32 %f1, 0f3F800001;
+mov.f32 %f2, 0f3F800001;
+fma.rm.f32 %f3, %f1, %f2, 0fBF800000;
+fma.rp.f32 %f4, %f1, %f2, 0fBF800000;
+cvt.sat.f32.f32 %f5, 0f40000000;
+mov.b32 %r1, 0f4B400001;
+st.global.f32 [%rd1], %f3;
+st.global.f32 [%rd1+4], %f4;
+st.global.f32 [%rd1+8], %f5;
+st.global.u32 [%rd1+12], %r1;
+ret;
+"""
+    (out,) = launch(kernel(body), [np.zeros(4, np.float32)], block=(1, 1, 1))
+    # (1 + 2^-23)^2 - 1 = 2^-22 + 2^-46, between two floats: down, then up (nearest: down)
+    assert out[0] == np.float32(2 ** -22)
+    assert out[1] == np.nextafter(np.float32(2 ** -22), np.float32(1))
+    assert out[2] == 1.0
+    assert out[3:].view(np.uint32)[0] == 0x4B400001
+
+
+# ---- the compiled kernels ------------------------------------------------------------------
+
+def _mutate(path, kernel_name: str, old: bytes, new: bytes) -> bytes:
+    """The module at `path` with the first `old` in one kernel's PTX replaced by `new`."""
+    assert len(old) == len(new)
+    module = hf.parse(path.read_bytes())
+    exes = list(module.executables)
+    index = next(i for i, e in enumerate(exes) if e.name == kernel_name)
+    image = bytes(exes[index].image)
+    assert old in image, f"{old!r} is not in {kernel_name}'s image"
+    exes[index] = dataclasses.replace(exes[index], image=image.replace(old, new, 1))
+    return hf.build(dataclasses.replace(module, executables=tuple(exes)))
+
+
+def _run_against_cpu(tmp_path, data: bytes, name: str) -> float:
+    path = tmp_path / "m.hxb"
+    path.write_bytes(data)
+    with hr.load(path, device="cuda", driver=FakeDriver()) as gpu, \
+            hr.load(FIXTURES / f"{name}.hxb") as cpu:
+        (x,) = random_inputs(cpu, 0)
+        return relative_error(gpu.main(x), cpu.main(x))
+
+
+@pytest.mark.parametrize("kernel_name,old,new", [
+    ("linear_add_relu_0", b"fma.rn.f32", b"sub.rn.f32"),  # a multiply-add made a subtract
+    ("softmax_3", b"add.rn.f32", b"sub.rn.f32"),
+])
+def test_one_changed_instruction_of_a_compiled_kernel_is_caught(tmp_path, kernel_name, old, new):
+    path = FIXTURES / "mlp-f32-cuda.hxb"
+    assert _run_against_cpu(tmp_path, path.read_bytes(), "mlp-f32") <= 1e-5
+    assert _run_against_cpu(tmp_path, _mutate(path, kernel_name, old, new), "mlp-f32") > 1e-3
+
+
+def test_a_bound_off_by_one_is_caught(tmp_path):
+    """The softmax's rows: 8 of them, one thread each; `tid > 7` made `tid > 6` leaves the
+    last row unwritten."""
+    path = FIXTURES / "mlp-f32-cuda.hxb"
+    mutant = _mutate(path, "softmax_3", b"%r1, 7;", b"%r1, 6;")
+    assert _run_against_cpu(tmp_path, mutant, "mlp-f32") > 1e-3
+
+
+def test_the_command_runs_a_module_on_the_executor(capsys):
+    assert main(["run", str(FIXTURES / "builtin-cuda.hxb"), "--quiet"]) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == ["8.000000 17.000000 ",
+                                                         "12.000000 14.000000 "]
