@@ -172,3 +172,23 @@ def test_a_damaged_plan_section_is_refused_by_field(at, fmt, value, message):
     struct.pack_into("<" + fmt, data, _plan_section(data) + at, value)
     with pytest.raises(hf.FormatError, match=message):
         hf.parse(bytes(data))
+
+
+@pytest.mark.parametrize("touch", [Command.dispatch(0, (2, 3)), Command.dispatch(0, (0, 2)),
+                                   Command.print(2, 2, 2)], ids=["read", "written", "printed"])
+def test_an_in_place_result_is_never_touched_before_the_kernel_that_overwrites_its_input(touch):
+    """An element-wise result may take the bytes of an input that dies at its kernel, but not
+    when something reads or writes it between its ALLOC and that kernel: the bytes are still
+    the input's then (and a damaged plan that shares them is refused)."""
+    m2 = TensorType(DType.F64, (2, 2))
+    commands = (Command.input(0, 0), Command.alloc(1, 32), Command.dispatch(0, (0, 1)),
+                Command.alloc(2, 32), Command.alloc(3, 32), touch,
+                Command.dispatch(0, (1, 2)), Command.output(2, 0), Command.output(3, 1))
+    kinds = [K.RELU]
+    types, devices = {i: m2 for i in range(4)}, {i: CPU for i in range(4)}
+    assert plan.in_place(commands, types, devices, kinds) == {}
+    offsets = {1: 0, 2: 0, 3: 64}
+    assert "share bytes" in plan.problem(commands, offsets, types, devices, kinds)
+    untouched = commands[:5] + commands[6:]
+    assert plan.in_place(untouched, types, devices, kinds) == {2: 1}
+    assert plan.problem(untouched, offsets, types, devices, kinds) is None

@@ -8,8 +8,8 @@ views), so the input stays live as long as the destination does.
 
 An element-wise kernel may write its result over an input that dies at that kernel, in place:
 when the two have the same element count and byte size (so output element i overwrites
-exactly input element i, after the kernel has read it, on every device). `in_place` names
-those pairs; they are the only buffers live at once that may share bytes, and then exactly. Two slots may share bytes only when their lifetimes do not overlap, so an arena's size is
+exactly input element i, after the kernel has read it, on every device) and nothing touches
+the result before that kernel. `in_place` names those pairs; they are the only buffers live at once that may share bytes, and then exactly. Two slots may share bytes only when their lifetimes do not overlap, so an arena's size is
 the peak of what is live at once rather than the sum of all intermediates.
 
 Written once, used twice: the compiler calls `assign` and records the offsets in the module's
@@ -82,6 +82,11 @@ def in_place(commands: Sequence[Command], types: Mapping[int, TensorType],
     intermediate on the destination's device of its element count and byte size, dies there."""
     spans = lifetimes(commands, kinds)
     outputs = {c.slot for c in commands if c.op is Op.OUTPUT}
+    used: dict[int, int] = {}  # slot -> the first command after its binding that touches it
+    for i, c in enumerate(commands):
+        for slot in _touched(c):
+            if spans.get(slot, Lifetime(i, i)).first != i:
+                used.setdefault(slot, i)
     pairs: dict[int, int] = {}
     taken: set[int] = set()
     for i, c in enumerate(commands):
@@ -89,7 +94,9 @@ def in_place(commands: Sequence[Command], types: Mapping[int, TensorType],
                 or kinds[c.executable] not in ELEMENTWISE_KINDS:
             continue
         *inputs, dst = c.slots
-        if dst not in spans or dst in pairs or spans[dst].first >= i or dst in inputs:
+        # the destination's bytes are the input's until this kernel: nothing may touch it first
+        if dst not in spans or dst in pairs or spans[dst].first >= i or dst in inputs \
+                or used[dst] != i:
             continue
         for x in inputs:
             if (x in spans and x not in outputs and x not in taken and spans[x].last == i

@@ -17,7 +17,8 @@ that touch cuda take turns: a context is current on one thread at a time). When 
 plans its memory (`hexir_format.plan`), an arena's intermediates are views into one buffer
 per device, placed by the plan, instead of one buffer each. An arena is zeroed when it is
 made; a buffer that a call reads before it writes it (never in a module the compiler writes,
-where every buffer is a kernel's destination first) is zeroed again where its ALLOC binds it,
+where every buffer is a kernel's destination first; a kernel that names its destination among
+its inputs reads it first too) is zeroed again where its ALLOC binds it,
 so no call sees another's data, nor a buffer the bytes of one that died earlier in the call.
 
 Device work is asynchronous, in order on the device's stream. Each maximal run of commands
@@ -180,13 +181,14 @@ class Program:
         return len(self.bindings) - 1
 
     def _read_before_written(self) -> list[int]:
-        """The ALLOC bindings some command reads before any command of the call writes them."""
+        """The ALLOC bindings some command reads before any command of the call writes them
+        (a kernel that names its destination among its inputs, too, reads it first)."""
         written: set[int] = set()
         first_read: list[int] = []
         for c, reads, write in zip(self.plan.commands, self.reads, self.writes, strict=True):
             destination = reads[-1] if c.op is Op.DISPATCH else None
-            for b in reads:
-                if b not in written and b != destination and self.bindings[b].constant is None:
+            for b in reads[:-1] if destination is not None else reads:
+                if b not in written and self.bindings[b].constant is None:
                     first_read.append(b)
                     written.add(b)
             if destination is not None:
