@@ -124,6 +124,30 @@ def test_the_planner_never_shares_bytes_between_live_buffers(program):
         assert size <= sum(-(-sizes[s] // 64) * 64 for s in spans if devices[s] is device)
 
 
+def _shares_bytes(commands, offsets, types, devices, kinds) -> bool:
+    """The rule `plan.problem` checks, stated pair by pair (quadratic; the check is not)."""
+    spans, over = plan.lifetimes(commands, kinds), plan.in_place(commands, types, devices, kinds)
+    sizes = {s: types[s].nbytes for s in types}
+    return any(a < b and devices[a] is devices[b] and sizes[a] and sizes[b]
+               and spans[a].first <= spans[b].last and spans[b].first <= spans[a].last
+               and offsets[a] < offsets[b] + sizes[b] and offsets[b] < offsets[a] + sizes[a]
+               and not (offsets[a] == offsets[b] and (over.get(a) == b or over.get(b) == a))
+               for a in spans for b in spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(programs(), st.data())
+def test_the_check_refuses_exactly_the_plans_that_share_live_bytes(program, data):
+    """Any offsets, damaged ones included: refused exactly when two live buffers meet."""
+    commands, types, devices = program
+    kinds = [K.ADD, K.MATMUL]
+    spans = plan.lifetimes(commands, kinds)
+    offsets = {s: 64 * data.draw(st.integers(0, 6)) for s in spans}
+    verdict = plan.problem(commands, offsets, types, devices, kinds)
+    assert (verdict is not None) == _shares_bytes(commands, offsets, types, devices, kinds), \
+        verdict
+
+
 M = TensorType(DType.F32, (2, 8))  # 64 bytes
 
 
