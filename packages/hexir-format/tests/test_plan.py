@@ -216,3 +216,17 @@ def test_an_in_place_result_is_never_touched_before_the_kernel_that_overwrites_i
     untouched = commands[:5] + commands[6:]
     assert plan.in_place(untouched, types, devices, kinds) == {2: 1}
     assert plan.problem(untouched, offsets, types, devices, kinds) is None
+
+
+def test_a_plan_offset_counts_against_the_allocation_cap():
+    """An arena is as large as its furthest buffer's end: an offset of 2^40 is a 1 TiB arena,
+    refused by the validator (its default cap, hxb-dump's) as a call would refuse it."""
+    far = hf.parse(hf.build(_module(((1, 0), (2, 1 << 40)))))
+    with pytest.raises(hf.ValidationError, match=r"main: plan: slot 2 at offset 1099511627776 "
+                       r"makes a call allocate 1099511627904 bytes \(the cpu arena "
+                       r"1099511627840, inputs 64\), more than the cap of 17179869184 bytes"):
+        hf.validate.check(far)
+    near = hf.parse(hf.build(_module(((1, 0), (2, 8 << 30)))))
+    assert hf.validate.check(near).entries["main"].arenas == {CPU: (8 << 30) + 64}
+    with pytest.raises(hf.ValidationError, match=r"more than the cap of 1048576 bytes"):
+        hf.validate.check(near, max_alloc_bytes=1 << 20)

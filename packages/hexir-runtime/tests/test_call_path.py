@@ -247,3 +247,13 @@ def test_a_buffer_read_before_written_is_zeroed_where_it_is_bound_under_a_plan()
     np.testing.assert_array_equal(product, (x @ a) @ a)
     np.testing.assert_array_equal(zero_product, np.zeros((2, 2)))
     np.testing.assert_array_equal(again, product)
+
+
+def test_a_plan_offset_counts_against_max_alloc_bytes_at_load():
+    """One offset moved to 8 GiB makes an 8 GiB arena: refused at load under a 1 MiB cap."""
+    module = hf.parse((FIXTURES / "mlp-f32.hxb").read_bytes())
+    (slot, _), *rest = module.placements
+    far = hf.build(replace(module, placements=((slot, 8 << 30), *rest)))
+    with pytest.raises(hr.ValidationError, match=rf"main: plan: slot {slot} at offset "
+                       rf"{8 << 30} makes a call allocate .* more than the cap of 1048576"):
+        hr.load(far, max_alloc_bytes=1 << 20)

@@ -4,6 +4,7 @@ traceback."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import hexir_format as hf
 import pytest
@@ -191,3 +192,15 @@ def test_a_kernel_is_damaged_exactly_when_the_runtime_refuses_it(dump, tmp_path,
         one_error(r, f"executable 0 ('{kind}_0'), args: {problem}")
     else:
         assert (r.rc, r.err) == (0, "")
+
+
+def test_a_plan_offset_past_the_allocation_cap_is_refused(dump, tmp_path):
+    """The mlp's plan with one offset moved to 2^40: a 1 TiB arena, which the runtime would
+    refuse to allocate, so the dump refuses it too (one line), as the validator does."""
+    module = hf.parse((dump_samples.BUILTIN.parent / "mlp-f32.hxb").read_bytes())
+    (slot, _), *rest = module.placements
+    path = tmp_path / "far.hxb"
+    path.write_bytes(hf.build(replace(module, placements=((slot, 1 << 40), *rest))))
+    line = one_error(dump(path), f"main: plan: slot {slot} at offset {1 << 40} makes a call "
+                                 "allocate")
+    assert line.endswith("more than the cap of 17179869184 bytes")

@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import hexir_format as hf
 from hexir_format import Device
-from hexir_format.validate import EntryPlan, ModulePlan, Signature
+from hexir_format.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, ModulePlan, Signature
 
 from hexir_runtime import kernels
 from hexir_runtime.errors import PlacementError, ValidationError
 
 __all__ = ["DEFAULT_MAX_ALLOC_BYTES", "EntryPlan", "ModulePlan", "Signature", "check_module",
            "check_placement"]
-
-DEFAULT_MAX_ALLOC_BYTES = 16 << 30  # per run: ALLOC + INPUT + COPY buffers together
 
 
 def check_module(module: hf.Module, *, max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES
