@@ -187,3 +187,68 @@ def test_output_files_follow_the_umask(tmp_path, umask):
         os.umask(old)
     assert (code, err) == (0, "")
     assert stat.S_IMODE((tmp_path / "y.npz").stat().st_mode) == 0o666 & ~umask
+
+
+def _run_limited(*argv: str, env: dict[str, str], address_space: int | None = None):
+    """hexir-run in a fresh process (the thread pool is made once per process), optionally
+    under an address-space limit."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        if address_space is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (address_space, address_space))
+
+    return subprocess.run([sys.executable, "-m", "hexir_runtime", *argv], check=False,
+                          env={**os.environ, **env}, preexec_fn=limit, capture_output=True,
+                          text=True, timeout=300)
+
+
+MLP = Path(__file__).resolve().parents[3] / "fixtures/mlp-f32.hxb"
+MLP_INPUT = f"--input=@{MLP.with_suffix('.npz')}"
+
+
+@pytest.mark.parametrize("name, value, allowed", [
+    ("HEXIR_CPU_THREADS", "1000000000", "an integer from 1 to 1024"),
+    ("HEXIR_CPU_THREADS", "0", "an integer from 1 to 1024"),
+    ("HEXIR_CPU_THREADS", "many", "an integer from 1 to 1024"),
+    ("HEXIR_CPU_SPIN", str(2**70), "an integer from 0 to 4294967296"),
+    ("HEXIR_CPU_SPIN", "-1", "an integer from 0 to 4294967296"),
+])
+def test_a_setting_out_of_its_range_is_one_line_naming_it(name, value, allowed):
+    done = _run_limited(str(MLP), MLP_INPUT, env={name: value})
+    assert (done.returncode, done.stdout) == (1, ""), done.stderr
+    assert done.stderr == f"hexir-run: {name}={value!r}: expected {allowed}\n"
+
+
+def test_threads_that_cannot_start_are_one_device_error():
+    """1,000 threads' stacks do not fit a 2 GiB address space: the pool says so in one
+    DeviceError (which hexir-run prints as its one line), having stopped the workers it
+    started."""
+    import subprocess
+    import sys
+
+    script = ("import resource; resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))\n"
+              "from hexir_runtime.hal import threads\n"
+              "from hexir_runtime.errors import DeviceError\n"
+              "try:\n    threads.Pool(1000)\nexcept DeviceError as e:\n    print(e)\n")
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True,
+                          text=True, timeout=300)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert done.stdout.startswith("cpu: cannot start the thread pool's 999 workers "
+                                  "(HEXIR_CPU_THREADS=1000): "), done.stdout
+    assert done.stdout.endswith("; set HEXIR_CPU_THREADS lower\n") and \
+        done.stdout.count("\n") == 1
+
+
+def test_running_out_of_memory_is_one_line(monkeypatch, builtin_hxb):
+    """Wherever memory runs out (here, a call), the run ends with one line, not a traceback."""
+    from hexir_runtime.api import Module
+
+    def exhausted(*args, **kwargs):
+        raise MemoryError()
+
+    monkeypatch.setattr(Module, "execute", exhausted)
+    code, _, err = run(builtin_hxb)
+    assert (code, err) == (1, f"hexir-run: out of memory running '{builtin_hxb}'\n")

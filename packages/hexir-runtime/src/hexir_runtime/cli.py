@@ -254,6 +254,11 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
         prefix = "hal selftest failed: " if opts.selftest else ""
         print(f"{PROG}: {prefix}{e}", file=err)
         return 1
+    except MemoryError:  # anywhere: the module's buffers, an input, a result's text
+        out.flush()
+        what = "running the HAL selftest" if opts.selftest else f"running '{opts.path}'"
+        print(f"{PROG}: out of memory {what}", file=err)
+        return 1
     except BrokenPipeError:  # `hexir-run m.hxb | head`: stop quietly, like the C runtime
         if out is sys.stdout:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -80,6 +80,8 @@ class CpuDevice(Device):
 
     def __init__(self) -> None:
         self._loaded: list[hostcode.HostKernel] = []
+        threads.cpu_threads(), threads.spin_cycles()  # settings refused at once, not when a
+        # kernel first needs the pool (which a small module never does)
 
     def constant(self, data: memoryview) -> Buffer:
         host = np.frombuffer(data, dtype=np.uint8)
