@@ -94,7 +94,8 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray | De
                          f"({types}), got {len(inputs)}")
     return [x if type(x) is np.ndarray and x.dtype is _DTYPES[t.dtype] and x.shape == t.shape
             and x.flags.c_contiguous else  # the common case (a native dtype is a singleton)
-            _check_device_input(_input_label(plan, i), x, t) if is_device_array(x) else
+            _check_device_input(_input_label(plan, i), x, t)
+            if is_device_array(x, _input_label(plan, i)) else
             _check_input(_input_label(plan, i), x, t)
             for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
 
@@ -120,7 +121,7 @@ def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> list[np.ndarray | Devi
     checked: list[np.ndarray | DevicePointer] = []
     for i, (y, t) in enumerate(zip(out, want, strict=True)):
         where = f"out[{i}] of {plan.name}: expected a writable C-contiguous {t} array"
-        if is_device_array(y) and not isinstance(y, np.ndarray):
+        if is_device_array(y, f"out[{i}] of {plan.name}") and not isinstance(y, np.ndarray):
             y = pointer(f"out[{i}] of {plan.name}", y)
             read_only, contiguous, noun, masked = y.read_only, y.contiguous, "cuda array", False
         elif isinstance(y, np.ndarray):
@@ -170,6 +171,9 @@ def _check_input(where: str, x: Any, t: TensorType) -> np.ndarray:
             exact = t.dtype.is_float or np.array_equal(converted, np.asarray(x))
         except (TypeError, ValueError, OverflowError) as e:
             raise InputError(f"{where}, got {what} numpy cannot convert ({e})") from None
+        except Exception as e:  # noqa: BLE001 (x's own __array__ raised)
+            raise InputError(f"{where}, got {what} whose own conversion raised "
+                             f"{type(e).__name__}: {e}") from None
         if not exact:
             raise InputError(f"{where}, got {what} whose values are not all exactly "
                              f"{t.dtype.numpy} values")
