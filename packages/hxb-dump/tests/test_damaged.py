@@ -204,3 +204,17 @@ def test_a_plan_offset_past_the_allocation_cap_is_refused(dump, tmp_path):
     line = one_error(dump(path), f"main: plan: slot {slot} at offset {1 << 40} makes a call "
                                  "allocate")
     assert line.endswith("more than the cap of 17179869184 bytes")
+
+
+def test_a_host_image_the_loader_would_refuse_is_refused(dump, tmp_path):
+    """An unsupported relocation type in the mlp's first kernel: the runtime's loader would
+    refuse it at the first call, so the dump (the same validator) refuses the file."""
+    data = bytearray((dump_samples.BUILTIN.parent / "mlp-f32.hxb").read_bytes())
+    image = bytes(hf.parse(bytes(data)).executables[0].image)
+    obj = hf.elf.parse_object(image)
+    table = next(t for t in obj.relocations if t.relocations)
+    at = bytes(data).find(image) + obj.sections[table.index].offset + 8  # r_info's type
+    data[at:at + 4] = (23).to_bytes(4, "little")  # R_X86_64_TPOFF32
+    path = tmp_path / "tpoff.hxb"
+    path.write_bytes(bytes(data))
+    one_error(dump(path), "R_X86_64_TPOFF32 (23), which the loader does not support")

@@ -18,8 +18,8 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 
-from hexir_format import elf, plan
-from hexir_format.errors import ValidationError
+from hexir_format import elf, hostlink, plan
+from hexir_format.errors import FormatError, ValidationError
 from hexir_format.model import (
     MAX_BYTES,
     Command,
@@ -161,7 +161,7 @@ def _check_executables(module: Module) -> Device:
                                   f"{exe.block}", field="grid")
         if exe.device is Device.CUDA:
             _check_launchable(exe, where)
-        elif problem := elf.cpu_code_problem(module.version, exe):
+        elif problem := elf.cpu_code_problem(module.version, exe) or _link_problem(exe):
             raise ValidationError(f"{where}, image: {problem}", field="image")
     devices = {exe.device for exe in module.executables}
     if module.version == 3 and len(devices) > 1:
@@ -170,6 +170,18 @@ def _check_executables(module: Module) -> Device:
                               f"'{first[Device.CPU]}' is placed on cpu and kernel "
                               f"'{first[Device.CUDA]}' on cuda", field="device")
     return devices.pop() if len(devices) == 1 else Device.CPU
+
+
+def _link_problem(exe: Executable) -> str | None:
+    """Why the loader would refuse to link a cpu kernel's host image, wherever it went."""
+    if exe.image is None:
+        return None
+    try:
+        hostlink.layout(elf.parse_object(exe.image, f"host image of kernel '{exe.name}'"),
+                        exe.name, hostlink.routines(exe))
+    except FormatError as e:
+        return str(e)
+    return None
 
 
 def _check_launchable(exe: Executable, where: str) -> None:
