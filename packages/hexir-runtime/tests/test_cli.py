@@ -22,6 +22,17 @@ def test_quiet_run_prints_only_the_program_output(builtin_hxb):
     assert run("--quiet", builtin_hxb) == (0, "8.000000 17.000000 \n12.000000 14.000000 \n", "")
 
 
+def test_stdout_has_the_output_and_the_results_and_stderr_the_banner(tmp_path):
+    """Results print unless --output takes them, --quiet or not; the banner (what was
+    loaded, on which devices) goes to stderr, and --quiet leaves it out."""
+    path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
+    code, out, err = run(path, "--input=2x3xf32=1", "--quiet")
+    assert (code, err) == (0, "") and "\nresult[0]: 2x4xf32\n[[" in out
+    code, loud, banner = run(path, "--input=2x3xf32=1")
+    assert code == 0 and loud == out
+    assert banner.startswith(f"module        : {path}\n") and banner.endswith("--\n")
+
+
 @pytest.mark.parametrize("argv,message", [
     ((), "no module given"),
     (("--device=tpu", "x.hxb"), "unknown device 'tpu'; expected cpu or cuda"),
@@ -81,11 +92,6 @@ def test_inputs_from_text_and_npy_and_outputs_to_npz(tmp_path):
 @pytest.mark.parametrize("arg,message", [
     ("--input=2x3xf64=1", "input 0 of main: expected 2x3xf32, got a float64 array of shape 2x3"),
     ("--input=3x2xf32=1", "input 0 of main: expected 2x3xf32, got shape 3x2"),
-    ("--input=2x3xf32=1,2", "--input=2x3xf32=1,2: 2x3xf32 holds 6 values, 2 given"),
-    ("--input=2x3xf32=a", "values must be numbers"),
-    ("--input=2x3xq8=1", "'q8' is not an element type"),
-    ("--input=12", "expected [NAME=]TYPE=VALUES"),
-    ("--input=@/nonexistent.npy", "cannot read: No such file or directory"),
     ("--entry=main", "main takes 1 input (2x3xf32), got 0"),
     ("--entry=other", "other failed: not found: no entry point 'other'"),
 ])
@@ -93,6 +99,36 @@ def test_bad_inputs_exit_1_with_one_line(tmp_path, arg, message):
     path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
     code, out, err = run(path, arg, "--quiet")
     assert code == 1 and err.count("\n") == 1 and message in err, err
+
+
+@pytest.mark.parametrize("arg, message", [
+    ("--input=2x3xq8=1", "'q8' is not an element type"),
+    ("--input=12", "expected [NAME=]TYPE=VALUES"),
+    ("--input=2x3xf32=1,2", "--input=2x3xf32=1,2: 2x3xf32 holds 6 values, 2 given"),
+    ("--input=2x3xf32=a", "values must be numbers"),
+    ("--input=@/nonexistent.npy", "cannot read: No such file or directory"),
+])
+def test_a_malformed_input_argument_exits_2_with_one_line(tmp_path, arg, message):
+    """A bad --input is a bad argument (exit 2, as documented), not a failed run."""
+    path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
+    code, out, err = run(path, arg, "--quiet")
+    assert (code, out) == (2, "") and err.count("\n") == 1 and message in err, err
+
+
+def test_asking_for_cuda_for_a_module_with_no_cuda_kernels_says_so(builtin_hxb):
+    """The user asked for the GPU: never a silent cpu run."""
+    code, out, err = run("--device=cuda", builtin_hxb)
+    assert (code, out) == (1, "")
+    assert err == (f"hexir-run: --device=cuda: '{builtin_hxb}' has no cuda kernels (its entry "
+                   "main runs on the cpu alone); compile it with -placement=cuda (or "
+                   "-placement=OP=cuda) to run on the GPU, or leave out --device=cuda\n")
+
+
+def test_a_cuda_module_on_the_cpu_says_what_to_do(builtin_hxb):
+    code, out, err = run(builtin_hxb.parent / "builtin-cuda.hxb")
+    assert (code, out) == (1, "") and err.count("\n") == 1
+    assert err.endswith("placed on cuda but the active device is cpu: run it with "
+                        "--device=cuda (device='cuda' in Python), or compile it for the cpu\n")
 
 
 def test_output_to_npy_needs_exactly_one_result(tmp_path):
@@ -112,9 +148,9 @@ def test_unwritable_output_is_refused_before_anything_runs(tmp_path):
 
 
 def test_banner_is_byte_exact(builtin_hxb):
-    code, out, _ = run(builtin_hxb)
+    code, _, err = run(builtin_hxb)
     assert code == 0
-    assert out.splitlines()[3:8] == [
+    assert err.splitlines()[3:8] == [
         "  [0] symbols      offset=120        size=40",
         "  [1] program      offset=160        size=176",
         "  [2] rodata       offset=336        size=64",
@@ -142,9 +178,9 @@ def test_cuda_paths_of_the_cli_over_the_fake_driver(monkeypatch, builtin_hxb):
     fake = FakeDriver(hf.parse(path.read_bytes()).executables)
     monkeypatch.setattr(cuda_backend, "load_driver", lambda: fake)
     code, out, err = run("--device=cuda", path)
-    assert (code, err) == (0, "")
-    assert out.splitlines()[-5:] == ["device        : cpu", "device        : cuda (Fake GPU)",
-                                     "--", "8.000000 17.000000 ", "12.000000 14.000000 "]
+    assert code == 0 and out == "8.000000 17.000000 \n12.000000 14.000000 \n"
+    assert err.splitlines()[-3:] == ["device        : cpu", "device        : cuda (Fake GPU)",
+                                     "--"]
     assert run("--selftest", "--device=cuda") == (
         0, "device        : cuda (Fake GPU)\nhal roundtrip : ok (32 bytes)\n", "")
     assert fake.memory == {} and fake.context_refs == 0
@@ -250,5 +286,5 @@ def test_running_out_of_memory_is_one_line(monkeypatch, builtin_hxb):
         raise MemoryError()
 
     monkeypatch.setattr(Module, "execute", exhausted)
-    code, _, err = run(builtin_hxb)
+    code, _, err = run(builtin_hxb, "--quiet")
     assert (code, err) == (1, f"hexir-run: out of memory running '{builtin_hxb}'\n")

@@ -41,5 +41,7 @@ def check_placement(plan: EntryPlan, available: set[Device]) -> None:
     for need in plan.needs:
         if need.device not in available:
             active = ", ".join(str(d) for d in sorted(available))
+            hint = ": run it with --device=cuda (device='cuda' in Python), or compile it for " \
+                "the cpu" if need.device is Device.CUDA else ""
             raise PlacementError(f"{need.what} is placed on {need.device} but the active device "
-                                 f"is {active}")
+                                 f"is {active}{hint}")
