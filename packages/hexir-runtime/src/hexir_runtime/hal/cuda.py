@@ -42,7 +42,9 @@ from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind
 
-EXTRA_HINT = "pip install 'hexir-runtime[cuda]'"
+# What the runtime's `cuda` extra installs, as a line that works wherever pip does (the
+# package itself is installed from a checkout until it is published).
+EXTRA_HINT = "pip install 'cuda-bindings>=13'"
 CU_STREAM_NON_BLOCKING = 0x1
 CU_EVENT_DISABLE_TIMING = 0x2
 
