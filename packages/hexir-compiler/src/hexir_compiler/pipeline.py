@@ -43,7 +43,8 @@ DESCRIPTIONS = {
     "mlir": "the graph as written (hexir dialect)",
     "mlir-hetero": "placement as device attributes, transfers between devices inserted",
     "mlir-tir": "each compute op a hextir kernel whose loops carry their schedule",
-    "mlir-linalg": "kernels as loop nests on buffers (scf, memref)",
+    "mlir-linalg": "kernels as loop nests on buffers (scf, memref; the seed's stage name, no "
+                   "linalg ops)",
     "mlir-gpu": "cuda kernels as gpu.module/gpu.func; cpu kernels stay loops",
     "mlir-llvm": "every kernel in the LLVM dialect (cpu) or NVVM (cuda)",
     "llvm": "LLVM IR of the host kernels and the device kernels",

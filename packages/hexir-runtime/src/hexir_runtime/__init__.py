@@ -1,4 +1,5 @@
-"""hexir-runtime: load a `.hxb` and run it on cpu (numpy) or cuda (driver API).
+"""hexir-runtime: load a `.hxb` and run it on cpu (the x86-64 code it carries, linked in
+process) or cuda (driver API).
 
 No compiler, MLIR or LLVM is ever imported, and the CUDA bindings are imported only when a
 cuda device is asked for.
