@@ -16,8 +16,8 @@ from __future__ import annotations
 import re
 import shutil
 import sys
-from collections import Counter
 import xml.etree.ElementTree as ET
+from collections import Counter
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parents[1] / "build" / "test-results"

@@ -21,9 +21,8 @@ import time
 from pathlib import Path
 
 import hexir_format as hf
-from hexir_format import Command, Function
-
 import hexir_runtime
+from hexir_format import Command, Function
 
 
 def module_with_rodata(nbytes: int) -> bytes:

@@ -36,9 +36,10 @@ def test_help_lists_every_placeable_op_and_the_default_device(capsys):
 def test_version_names_every_component(capsys, flag):
     from importlib.metadata import version
 
+    import llvmlite
+
     import hexir_compiler
     import hexir_format
-    import llvmlite
 
     assert cli.main([flag]) == 0
     lines = capsys.readouterr().out.splitlines()

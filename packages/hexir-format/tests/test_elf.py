@@ -10,6 +10,7 @@ import random
 import struct
 
 import pytest
+
 from hexir_format import FormatError, elf
 
 HOST = pathlib.Path(__file__).resolve().parents[3] / "packages/hexir-runtime/tests/fixtures/host"

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import struct
 
-import hexir_format as hf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hexir_format import Command, Device, DType, Function, KernelKind, Module, Slot, TensorType
-from hexir_format import plan
+import hexir_format as hf
+from hexir_format import (
+    Command,
+    Device,
+    DType,
+    Function,
+    KernelKind,
+    Module,
+    Slot,
+    TensorType,
+    plan,
+)
 
 CPU, CUDA = Device.CPU, Device.CUDA
 K = KernelKind

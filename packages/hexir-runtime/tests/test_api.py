@@ -2,12 +2,12 @@
 
 import mmap
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
 
+import hexir_format as hf
 import hexir_runtime as hr
+import modules
 from conftest import FIXTURES
 
 

@@ -9,11 +9,12 @@ import re
 import threading
 from dataclasses import replace
 
+import numpy as np
+import pytest
+
 import hexir_format as hf
 import hexir_runtime as hr
 import modules
-import numpy as np
-import pytest
 from conftest import FIXTURES
 from hexir_format import Command, Device, Executable, Function, KernelKind, Slot
 from hexir_runtime import api

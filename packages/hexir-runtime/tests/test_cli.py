@@ -5,10 +5,10 @@ import os
 import stat
 from pathlib import Path
 
-import modules
 import numpy as np
 import pytest
 
+import modules
 from hexir_runtime.cli import main
 
 
@@ -61,7 +61,6 @@ def test_help_names_every_form_of_input_and_output(builtin_hxb):
 
 def test_version():
     import hexir_format
-
     import hexir_runtime
 
     code, out, err = run("--version")
@@ -97,7 +96,7 @@ def test_inputs_from_text_and_npy_and_outputs_to_npz(tmp_path):
 ])
 def test_bad_inputs_exit_1_with_one_line(tmp_path, arg, message):
     path = modules.write(tmp_path, "mlp.hxb", modules.mlp())
-    code, out, err = run(path, arg, "--quiet")
+    code, _, err = run(path, arg, "--quiet")
     assert code == 1 and err.count("\n") == 1 and message in err, err
 
 
@@ -171,7 +170,6 @@ def test_cuda_paths_of_the_cli_over_the_fake_driver(monkeypatch, builtin_hxb):
     """What lit/cuda-device.test checks on a GPU, here with the fake driver."""
     import hexir_format as hf
     from fake_driver import FakeDriver
-
     from hexir_runtime.hal import cuda as cuda_backend
 
     path = builtin_hxb.parent / "builtin-cuda.hxb"
@@ -206,7 +204,7 @@ def test_npz_inputs_are_taken_by_index_and_a_gap_is_refused(tmp_path):
     np.savez(tmp_path / "named.npz", output_0=np.zeros(1), input_0=x)
     np.savez(tmp_path / "plain.npz", x)
     for name in ("named.npz", "plain.npz"):
-        code, out, err = run(path, f"--input=@{tmp_path / name}", "--quiet")
+        code, _, err = run(path, f"--input=@{tmp_path / name}", "--quiet")
         assert (code, err) == (0, ""), name
     np.savez(tmp_path / "gap.npz", input_1=x)
     code, _, err = run(path, f"--input=@{tmp_path / 'gap.npz'}")

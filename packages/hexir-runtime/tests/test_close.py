@@ -10,9 +10,10 @@ import sys
 import textwrap
 import threading
 
-import hexir_runtime as hr
 import numpy as np
 import pytest
+
+import hexir_runtime as hr
 from conftest import FIXTURES
 
 TRIALS = textwrap.dedent("""

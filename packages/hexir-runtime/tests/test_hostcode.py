@@ -14,13 +14,13 @@ import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import hexir_format as hf
-import hexir_runtime as hr
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from hexir_format import elf
-
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import hostcode, threads
 

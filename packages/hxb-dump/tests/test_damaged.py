@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-import hexir_format as hf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dump_corruptions
 import dump_samples
+import hexir_format as hf
 from dump_samples import BUILTIN
 
 FULL_LISTING_LINES = 24  # the built-in fixture's listing without --rodata

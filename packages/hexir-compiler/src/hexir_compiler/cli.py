@@ -19,9 +19,6 @@ import stat
 import sys
 from dataclasses import dataclass, field
 
-from hexir_format import MAGIC
-from hexir_format.files import terminate_as_interrupt, write_atomically
-
 from hexir_compiler import placement as placement_
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.frontend.onnx import ModelError
@@ -36,6 +33,8 @@ from hexir_compiler.pipeline import (
 )
 from hexir_compiler.serialize import SerializeError
 from hexir_compiler.target import host
+from hexir_format import MAGIC
+from hexir_format.files import terminate_as_interrupt, write_atomically
 
 EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
 
@@ -133,7 +132,8 @@ def parse_args(argv: list[str]) -> Args:
         else:
             args.input = arg
     if args.builtin and args.input is not None:
-        raise UsageError(f"-builtin compiles the built-in program; got an input too ('{args.input}')")
+        raise UsageError("-builtin compiles the built-in program; got an input too "
+                         f"('{args.input}')")
     return args
 
 
@@ -141,9 +141,9 @@ def versions() -> str:
     """What `-version` prints: this package, the format, the MLIR bindings and llvmlite."""
     from importlib.metadata import version
 
-    import hexir_format
     import llvmlite
 
+    import hexir_format
     from hexir_compiler import __version__
 
     return (f"hexir {__version__} (hexir-compiler)\n"

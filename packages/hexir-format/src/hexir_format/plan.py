@@ -9,8 +9,10 @@ views), so the input stays live as long as the destination does.
 An element-wise kernel may write its result over an input that dies at that kernel, in place:
 when the two have the same element count and byte size (so output element i overwrites
 exactly input element i, after the kernel has read it, on every device) and nothing touches
-the result before that kernel. `in_place` names those pairs; they are the only buffers live at once that may share bytes, and then exactly. Two slots may share bytes only when their lifetimes do not overlap, so an arena's size is
-the peak of what is live at once rather than the sum of all intermediates.
+the result before that kernel. `in_place` names those pairs; they are the only buffers live
+at once that may share bytes, and then exactly. Two slots may share bytes only when their
+lifetimes do not overlap, so an arena's size is the peak of what is live at once rather than
+the sum of all intermediates.
 
 Written once, used twice: the compiler calls `assign` and records the offsets in the module's
 plan section; the validator calls `problem` on an untrusted plan, so a damaged one can never

@@ -9,7 +9,9 @@ offset would read parts of two); a DISPATCH hands its kernel buffers of exactly 
 (v4+) or sizes (v3) the kernel was declared with, and never writes into a constant; INPUT and
 OUTPUT indices are 0..n-1, once each; no COPY is left unread (so an OUTPUT damaged into a COPY
 of the same operands is caught); a run's buffers (under a memory plan, its arenas) stay under
-a byte cap, 16 GiB unless the caller gives another. The runtime runs only what this accepts and hxb-dump lists only what it accepts, so the two cannot disagree.
+a byte cap, 16 GiB unless the caller gives another; a cpu kernel's host image is one the
+loader can link (`hostlink`). The runtime runs only what this accepts and hxb-dump lists only
+what it accepts, so the two cannot disagree.
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ cuda device is asked for.
 """
 
 from hexir_format import HexirError
-
 from hexir_runtime.__about__ import __version__
 from hexir_runtime.api import EntryPoint, Module, load
 from hexir_runtime.device_arrays import DeviceArray

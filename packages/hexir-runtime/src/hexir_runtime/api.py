@@ -20,8 +20,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from hexir_format import Device, DType, TensorType
 
+from hexir_format import Device, DType, TensorType
 from hexir_runtime import hal
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
@@ -76,7 +76,7 @@ def _names_of(plan: EntryPlan) -> str:
 
 def typed(names: tuple[str, ...], types: tuple[TensorType, ...]) -> str:
     """`x: 2x3xf32, mask: 3xi1`, or `2x3xf32, 3xi1` where the module names none."""
-    return ", ".join(f"{n}: {t}" for n, t in zip(names, types)) if names else \
+    return ", ".join(f"{n}: {t}" for n, t in zip(names, types, strict=True)) if names else \
         ", ".join(map(str, types))
 
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
+
 from hexir_format import Device, DType, HexirError
 from hexir_format.files import terminate_as_interrupt
-
 from hexir_runtime import hal
 from hexir_runtime.api import Module
 from hexir_runtime.errors import EntryNotFound, InputError, ValidationError
@@ -131,7 +131,6 @@ def parse_args(argv: list[str]) -> Options:
 
 def versions() -> str:
     import hexir_format
-
     from hexir_runtime import __version__
 
     return (f"hexir-run {__version__} (hexir-runtime)\n"

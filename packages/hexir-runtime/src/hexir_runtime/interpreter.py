@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
 
+from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
 from hexir_runtime import hal
 from hexir_runtime.arena import Arena, Call, Printer, Step, graphs
 from hexir_runtime.errors import DeviceError, ExecutionError
@@ -209,9 +209,9 @@ class Program:
                 written_at.setdefault(reads[-1], []).append(i)
         alias: dict[int, int] = {}
         views: set[int] = set()
+        executables = self.resident.plan.module.executables
         for i, (c, reads) in enumerate(zip(self.plan.commands, self.reads, strict=True)):
-            if c.op is not Op.DISPATCH or \
-                    self.resident.plan.module.executables[c.executable].kind is not KernelKind.RESHAPE:
+            if c.op is not Op.DISPATCH or executables[c.executable].kind is not KernelKind.RESHAPE:
                 continue
             src, dst = alias.get(reads[0], reads[0]), reads[1]
             if (self.bindings[src].device is not self.bindings[dst].device

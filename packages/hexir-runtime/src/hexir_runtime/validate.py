@@ -10,7 +10,6 @@ from __future__ import annotations
 import hexir_format as hf
 from hexir_format import Device
 from hexir_format.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, ModulePlan, Signature
-
 from hexir_runtime import kernels
 from hexir_runtime.errors import PlacementError, ValidationError
 

@@ -20,10 +20,10 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
+
 from hexir_format import CPU_LEVELS, Executable, hostlink
 from hexir_format import Device as DeviceKind
 from hexir_format.plan import ARENA_ALIGNMENT
-
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode, threads, typed_view
@@ -133,8 +133,8 @@ class CpuDevice(Device):
             raise DeviceError(f"host image of kernel '{exe.name}' is code for {need}, which "
                               f"this CPU ({have}) cannot run; compile with -target=cpu:{have}")
         routines = tuple(matmul_routine(exe) for _ in hostlink.routines(exe))
-        provided = {hostlink.MATMUL_ROUTINE: ctypes.cast(r, ctypes.c_void_p).value
-                    for r in routines}
+        provided = {hostlink.MATMUL_ROUTINE: ctypes.cast(routines[0], ctypes.c_void_p).value} \
+            if routines else {}
         code = hostcode.load(exe.image, exe.name, len(exe.args),
                              what=f"host image of kernel '{exe.name}'", provided=provided)
         self._loaded.append(code)

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from hexir_format import Device as DeviceKind
 from hexir_format import Executable
 from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
-
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind
 
@@ -99,7 +99,7 @@ class CudaDevice(Device):
         self._cu = driver
         try:
             init = driver.cuInit(0)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (cuda-python's loader error has no stable type)
             raise DeviceError(f"cannot use cuda: the NVIDIA driver library (libcuda) could not "
                               f"be loaded: {_one_line(e)}") from None
         _check(init, "cuInit")

@@ -32,7 +32,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from hexir_format import FormatError, elf, hostlink
-
 from hexir_runtime.errors import DeviceError
 
 if TYPE_CHECKING:
