@@ -200,7 +200,8 @@ def test_a_buffer_placed_on_cuda_without_any_kernel_there_is_refused(tmp_path):
     with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
         m.main(np.ones(2))
     assert str(info.value) == ("slot 1 (command 1, copy) is placed on cuda but the active device "
-                               "is cpu")
+                               "is cpu: run it with --device=cuda (device='cuda' in Python), or "
+                               "compile it for the cpu")
 
 
 def test_cuda_is_made_available_not_imposed(builtin_hxb):
