@@ -1,12 +1,14 @@
 """Loading cost against module size: a 1 KiB module and a large one should load alike.
 
-    python bench/load.py [--mib=1024] [--repeat=20]
+    python bench/load.py [--mib=1024] [--repeat=20] [--live=30000]
 
-Builds two v3 modules that differ only in rodata size (one CONST of the whole rodata, a PRINT
-of one element), writes them to a temporary directory, then times `hexir_runtime.load` +
+Builds two v3 modules that differ only in rodata size (one CONST of its first element, a
+PRINT of it), writes them to a temporary directory, then times `hexir_runtime.load` +
 `close` and one `run` of each, and reports how much the process's resident memory grew while
 a module is loaded and run (the weights are mapped, never copied, so it stays flat).
 The page cache is warm after writing; the point is what the runtime itself touches.
+Then it times the memory plan's check (`hexir_format.plan.problem`, run at every load of a
+planned module) on an entry with `--live` buffers live at once: it should grow as n log n.
 """
 
 from __future__ import annotations
@@ -19,14 +21,28 @@ import time
 from pathlib import Path
 
 import hexir_format as hf
-from hexir_format import Command, Function
-
 import hexir_runtime
+from hexir_format import Command, Function
 
 
 def module_with_rodata(nbytes: int) -> bytes:
-    main = Function("main", (Command.const(0, 0, nbytes), Command.print(0, 1, 1)))
+    main = Function("main", (Command.const(0, 0, 8), Command.print(0, 1, 1)))
     return hf.build(hf.Module(3, (main,), bytes(nbytes), ()))
+
+
+def plan_check_seconds(live: int) -> float:
+    """The plan check of an entry whose `live` intermediates are all outputs (live at once)."""
+    t = hf.TensorType(hf.DType.F32, (16,))
+    commands = [Command.input(0, 0)]
+    for s in range(1, live + 1):
+        commands += [Command.alloc(s, t.nbytes), Command.dispatch(0, (0, s))]
+    commands += [Command.output(s, s - 1) for s in range(1, live + 1)]
+    types = dict.fromkeys(range(live + 1), t)
+    devices = dict.fromkeys(range(live + 1), hf.Device.CPU)
+    offsets = {s: 64 * (s - 1) for s in range(1, live + 1)}
+    start = time.perf_counter()
+    assert hf.plan.problem(commands, offsets, types, devices, [hf.KernelKind.MATMUL]) is None
+    return time.perf_counter() - start
 
 
 def rss_mib() -> float:
@@ -48,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--mib", type=int, default=1024, help="size of the large rodata")
     parser.add_argument("--repeat", type=int, default=20)
+    parser.add_argument("--live", type=int, default=30000, help="buffers live at once")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         paths = {}
@@ -71,6 +88,8 @@ def main() -> None:
                 grew = rss_mib() - before
             print(f"{label:>10}  {t_load * 1e3:>9.3f} ms  {t_run * 1e3:>12.3f} ms"
                   f"   (RSS while loaded and run: +{grew:.2f} MiB)")
+    for live in (args.live // 10, args.live):
+        print(f"plan check, {live} buffers live at once: {plan_check_seconds(live):.3f} s")
 
 
 if __name__ == "__main__":

@@ -36,9 +36,10 @@ def test_help_lists_every_placeable_op_and_the_default_device(capsys):
 def test_version_names_every_component(capsys, flag):
     from importlib.metadata import version
 
+    import llvmlite
+
     import hexir_compiler
     import hexir_format
-    import llvmlite
 
     assert cli.main([flag]) == 0
     lines = capsys.readouterr().out.splitlines()
@@ -151,3 +152,65 @@ def test_hxb_and_text_outputs_follow_the_umask(tmp_path, umask):
         os.umask(old)
     for name in ("m.hxb", "m.mlir"):
         assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o666 & ~umask
+
+
+def _relu_onnx() -> bytes:
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]) \
+        .SerializeToString()
+
+
+def test_an_onnx_model_on_stdin_is_read_as_onnx(tmp_path):
+    """`-` takes what it is given: an ONNX model (protobuf) or MLIR text, told apart by their
+    bytes; the model compiles as it does from its file."""
+    model = _relu_onnx()
+    (tmp_path / "relu.onnx").write_bytes(model)
+    hexir = [sys.executable, "-m", "hexir_compiler", "-emit=mlir"]
+    piped = subprocess.run([*hexir, "-"], input=model, capture_output=True, check=False)
+    assert (piped.returncode, piped.stderr) == (0, b""), piped.stderr
+    direct = subprocess.run([*hexir, str(tmp_path / "relu.onnx")], capture_output=True,
+                            check=True)
+    assert b"hexir.relu" in piped.stdout
+    assert piped.stdout == direct.stdout.replace(str(tmp_path / "relu.onnx").encode(), b"-")
+
+
+def test_stdin_data_with_no_input_named_is_refused_not_ignored(tmp_path):
+    """`hexir -emit=hxb -o x.hxb < model.onnx` (no `-`) would compile the built-in program
+    and drop the model: refused, saying to name `-`; nothing is written."""
+    done = subprocess.run([sys.executable, "-m", "hexir_compiler", "-emit=hxb", "-o",
+                           str(tmp_path / "x.hxb")], input=_relu_onnx(), capture_output=True,
+                          check=False)
+    assert done.returncode == 2 and not (tmp_path / "x.hxb").exists()
+    assert done.stderr.decode() == (
+        "error: stdin has data, but no input was named, so the built-in program would be "
+        "compiled and stdin ignored: name '-' to compile stdin (or -builtin for the built-in "
+        "program); see 'hexir --help'\n")
+
+
+def test_a_compiled_module_as_input_is_named_as_one(capsys):
+    assert cli.main(["-emit=mlir", str(FIXTURES / "builtin.hxb")]) == 255
+    assert capsys.readouterr().err == (
+        f"error: {FIXTURES / 'builtin.hxb'} is a compiled module (.hxb), not a program to "
+        "compile: run it with hexir-run, or list it with hxb-dump\n")
+
+
+def test_the_python_api_names_its_own_argument_for_a_missing_shape(tmp_path):
+    """`hexir_compiler.compile` takes `input_shapes=`; its error says so, not the CLI flag."""
+    pytest.importorskip("onnx")
+    from onnx import TensorProto, helper
+
+    import hexir_compiler
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+    with pytest.raises(hexir_compiler.CompileError) as e:
+        hexir_compiler.compile(helper.make_model(graph,
+                                                 opset_imports=[helper.make_opsetid("", 17)]))
+    assert "input_shapes={'x': (d0, d1, ...)}" in str(e.value)
+    assert "-input-shape" not in str(e.value)

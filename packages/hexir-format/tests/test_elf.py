@@ -10,6 +10,7 @@ import random
 import struct
 
 import pytest
+
 from hexir_format import FormatError, elf
 
 HOST = pathlib.Path(__file__).resolve().parents[3] / "packages/hexir-runtime/tests/fixtures/host"
@@ -160,3 +161,40 @@ def test_random_damage_never_escapes_as_another_error():
             elf.parse_object(bytes(data))
         except FormatError as e:
             assert "\n" not in str(e)
+
+
+def with_names(data: bytes, names: bytes, offsets: list[int]) -> bytes:
+    """`data` with its symbol table replaced by one symbol per offset (undefined, named at that
+    offset of `names`), and `names` added to its string table; both appended to the object."""
+    obj = elf.parse_object(data)
+    symtab = next(s for s in obj.sections if s.type == elf.SHT_SYMTAB)
+    out = bytearray(data)
+    strtab_at, old = len(out), bytes(obj.sections[symtab.link].data)
+    out += old + names
+    symtab_at = len(out)
+    out += bytes(elf.SYM_BYTES)  # the null symbol
+    for offset in offsets:
+        out += struct.pack("<IBBHQQ", len(old) + offset, 0x10, 0, 0, 0, 0)  # global, undefined
+    for index, at, size in ((symtab.link, strtab_at, len(old) + len(names)),
+                            (symtab.index, symtab_at, len(out) - symtab_at)):
+        struct.pack_into("<Q", out, shdr(data, index, "sh_offset"), at)
+        struct.pack_into("<Q", out, shdr(data, index, "sh_size"), size)
+    return bytes(out)
+
+
+def test_many_symbols_naming_one_string_decode_it_once():
+    """20,000 symbols naming one 5,000-byte string hold one string, not 100 MB of copies."""
+    name = b"x" * 5000
+    obj = elf.parse_object(with_names(fixture("exp_f32"), name + b"\0", [0] * 20_000))
+    assert len(obj.symbols) == 20_001
+    assert len({id(s.name) for s in obj.symbols[1:]}) == 1
+    assert obj.symbols[1].name == name.decode()
+
+
+def test_names_that_overlap_beyond_a_string_table_s_size_are_refused():
+    """Each of 3,000 symbols names a different suffix of one 4,000-byte string: 7.5 MB of
+    names from a 4 KB table. A linker's table merges a name with the tail of another at most,
+    so the names of distinct offsets total no more than twice the table."""
+    e = refused(with_names(fixture("exp_f32"), b"y" * 4000 + b"\0", list(range(3000))),
+                "st_name")
+    assert "string table" in str(e) and "bytes of names" in str(e)

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import struct
 
-import hexir_format as hf
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hexir_format import Command, Device, DType, Function, KernelKind, Module, Slot, TensorType
-from hexir_format import plan
+import hexir_format as hf
+from hexir_format import (
+    Command,
+    Device,
+    DType,
+    Function,
+    KernelKind,
+    Module,
+    Slot,
+    TensorType,
+    plan,
+)
 
 CPU, CUDA = Device.CPU, Device.CUDA
 K = KernelKind
@@ -124,6 +133,30 @@ def test_the_planner_never_shares_bytes_between_live_buffers(program):
         assert size <= sum(-(-sizes[s] // 64) * 64 for s in spans if devices[s] is device)
 
 
+def _shares_bytes(commands, offsets, types, devices, kinds) -> bool:
+    """The rule `plan.problem` checks, stated pair by pair (quadratic; the check is not)."""
+    spans, over = plan.lifetimes(commands, kinds), plan.in_place(commands, types, devices, kinds)
+    sizes = {s: types[s].nbytes for s in types}
+    return any(a < b and devices[a] is devices[b] and sizes[a] and sizes[b]
+               and spans[a].first <= spans[b].last and spans[b].first <= spans[a].last
+               and offsets[a] < offsets[b] + sizes[b] and offsets[b] < offsets[a] + sizes[a]
+               and not (offsets[a] == offsets[b] and (over.get(a) == b or over.get(b) == a))
+               for a in spans for b in spans)
+
+
+@settings(max_examples=300, deadline=None)
+@given(programs(), st.data())
+def test_the_check_refuses_exactly_the_plans_that_share_live_bytes(program, data):
+    """Any offsets, damaged ones included: refused exactly when two live buffers meet."""
+    commands, types, devices = program
+    kinds = [K.ADD, K.MATMUL]
+    spans = plan.lifetimes(commands, kinds)
+    offsets = {s: 64 * data.draw(st.integers(0, 6)) for s in spans}
+    verdict = plan.problem(commands, offsets, types, devices, kinds)
+    assert (verdict is not None) == _shares_bytes(commands, offsets, types, devices, kinds), \
+        verdict
+
+
 M = TensorType(DType.F32, (2, 8))  # 64 bytes
 
 
@@ -172,3 +205,37 @@ def test_a_damaged_plan_section_is_refused_by_field(at, fmt, value, message):
     struct.pack_into("<" + fmt, data, _plan_section(data) + at, value)
     with pytest.raises(hf.FormatError, match=message):
         hf.parse(bytes(data))
+
+
+@pytest.mark.parametrize("touch", [Command.dispatch(0, (2, 3)), Command.dispatch(0, (0, 2)),
+                                   Command.print(2, 2, 2)], ids=["read", "written", "printed"])
+def test_an_in_place_result_is_never_touched_before_the_kernel_that_overwrites_its_input(touch):
+    """An element-wise result may take the bytes of an input that dies at its kernel, but not
+    when something reads or writes it between its ALLOC and that kernel: the bytes are still
+    the input's then (and a damaged plan that shares them is refused)."""
+    m2 = TensorType(DType.F64, (2, 2))
+    commands = (Command.input(0, 0), Command.alloc(1, 32), Command.dispatch(0, (0, 1)),
+                Command.alloc(2, 32), Command.alloc(3, 32), touch,
+                Command.dispatch(0, (1, 2)), Command.output(2, 0), Command.output(3, 1))
+    kinds = [K.RELU]
+    types, devices = {i: m2 for i in range(4)}, {i: CPU for i in range(4)}
+    assert plan.in_place(commands, types, devices, kinds) == {}
+    offsets = {1: 0, 2: 0, 3: 64}
+    assert "share bytes" in plan.problem(commands, offsets, types, devices, kinds)
+    untouched = commands[:5] + commands[6:]
+    assert plan.in_place(untouched, types, devices, kinds) == {2: 1}
+    assert plan.problem(untouched, offsets, types, devices, kinds) is None
+
+
+def test_a_plan_offset_counts_against_the_allocation_cap():
+    """An arena is as large as its furthest buffer's end: an offset of 2^40 is a 1 TiB arena,
+    refused by the validator (its default cap, hxb-dump's) as a call would refuse it."""
+    far = hf.parse(hf.build(_module(((1, 0), (2, 1 << 40)))))
+    with pytest.raises(hf.ValidationError, match=r"main: plan: slot 2 at offset 1099511627776 "
+                       r"makes a call allocate 1099511627904 bytes \(the cpu arena "
+                       r"1099511627840, inputs 64\), more than the cap of 17179869184 bytes"):
+        hf.validate.check(far)
+    near = hf.parse(hf.build(_module(((1, 0), (2, 8 << 30)))))
+    assert hf.validate.check(near).entries["main"].arenas == {CPU: (8 << 30) + 64}
+    with pytest.raises(hf.ValidationError, match=r"more than the cap of 1048576 bytes"):
+        hf.validate.check(near, max_alloc_bytes=1 << 20)

@@ -2,12 +2,13 @@
 
 import mmap
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
 
+import hexir_format as hf
 import hexir_runtime as hr
+import modules
+from conftest import FIXTURES
 
 
 def test_builtin_fixture_prints_the_product(builtin_hxb):
@@ -199,7 +200,8 @@ def test_a_buffer_placed_on_cuda_without_any_kernel_there_is_refused(tmp_path):
     with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
         m.main(np.ones(2))
     assert str(info.value) == ("slot 1 (command 1, copy) is placed on cuda but the active device "
-                               "is cpu")
+                               "is cpu: run it with --device=cuda (device='cuda' in Python), or "
+                               "compile it for the cpu")
 
 
 def test_cuda_is_made_available_not_imposed(builtin_hxb):
@@ -217,3 +219,35 @@ def test_cuda_is_made_available_not_imposed(builtin_hxb):
     with hr.load(cuda, device="cuda", driver=fake) as m:
         assert [d.kind for d in m.devices] == [hf.Device.CPU, hf.Device.CUDA]
     assert fake.calls["cuInit"] == fake.calls["cuDevicePrimaryCtxRetain"] == 1
+
+
+class _Raises:
+    """An input whose own array protocol raises."""
+
+    def __init__(self, protocol: str):
+        self.protocol = protocol
+
+    def __getattr__(self, name):
+        if name == self.protocol:
+            raise RuntimeError(f"{name} is broken")
+        raise AttributeError(name)
+
+    def __array__(self, dtype=None, copy=None):
+        if self.protocol == "__array__":
+            raise RuntimeError("__array__ is broken")
+        return np.zeros((2, 2))
+
+
+@pytest.mark.parametrize("protocol", ["__array__", "__cuda_array_interface__",
+                                      "__dlpack_device__"])
+def test_an_input_whose_own_protocol_raises_is_an_input_error_naming_it(protocol):
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        with pytest.raises(hr.InputError) as e:
+            m.main(_Raises(protocol))
+        assert str(e.value).startswith("input 0 of main: ") and \
+            f"RuntimeError: {protocol} is broken" in str(e.value), str(e.value)
+        if protocol != "__array__":  # an out= array is never converted, only asked
+            x = np.zeros(m.main.signature.inputs[0].shape, np.float32)
+            with pytest.raises(hr.InputError, match=rf"^out\[0\] of main: .*RuntimeError: "
+                                                     rf"{protocol} is broken"):
+                m.main(x, out=[_Raises(protocol)])

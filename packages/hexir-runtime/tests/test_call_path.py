@@ -7,12 +7,14 @@ from __future__ import annotations
 import io
 import re
 import threading
+from dataclasses import replace
+
+import numpy as np
+import pytest
 
 import hexir_format as hf
 import hexir_runtime as hr
 import modules
-import numpy as np
-import pytest
 from conftest import FIXTURES
 from hexir_format import Command, Device, Executable, Function, KernelKind, Slot
 from hexir_runtime import api
@@ -95,6 +97,33 @@ def test_a_buffer_read_before_it_is_written_is_zeroed_every_call(tmp_path):
     with hr.load(path) as m:
         for _ in range(3):
             np.testing.assert_array_equal(m.main(x), x)
+
+
+def _reads_its_destination_first() -> bytes:
+    """The transformer block with one operand rewired (the u64 at file offset 1600, 28 -> 29):
+    dispatch 41 reads slot 29, its own destination, before anything wrote it."""
+    data = bytearray((FIXTURES / "transformer_block-f32.hxb").read_bytes())
+    assert int.from_bytes(data[1600:1608], "little") == 28
+    data[1600:1608] = (29).to_bytes(8, "little")
+    assert hf.parse(bytes(data)).functions[0].commands[41].slots == (21, 29, 17, 29)
+    return bytes(data)
+
+
+def test_a_kernel_that_reads_its_own_destination_first_sees_zeros_every_call():
+    """No call sees another's data, nor the bytes of a buffer that died earlier in the call:
+    the answer is the same on a fresh load, after a call with other inputs, and without the
+    memory plan (where the destination has bytes of its own)."""
+    damaged = _reads_its_destination_first()
+    unplanned = hf.build(replace(hf.parse(damaged), placements=()))
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((2, 16, 64)).astype(np.float32) for _ in range(2))
+    with hr.load(damaged) as m:
+        first = m.main(a)
+        m.main(b)
+        np.testing.assert_array_equal(m.main(a), first)
+    with hr.load(unplanned) as m:
+        m.main(b)
+        np.testing.assert_array_equal(m.main(a), first)
 
 
 def test_benchmark_times_calls_and_prints_min_median_max():
@@ -219,3 +248,13 @@ def test_a_buffer_read_before_written_is_zeroed_where_it_is_bound_under_a_plan()
     np.testing.assert_array_equal(product, (x @ a) @ a)
     np.testing.assert_array_equal(zero_product, np.zeros((2, 2)))
     np.testing.assert_array_equal(again, product)
+
+
+def test_a_plan_offset_counts_against_max_alloc_bytes_at_load():
+    """One offset moved to 8 GiB makes an 8 GiB arena: refused at load under a 1 MiB cap."""
+    module = hf.parse((FIXTURES / "mlp-f32.hxb").read_bytes())
+    (slot, _), *rest = module.placements
+    far = hf.build(replace(module, placements=((slot, 8 << 30), *rest)))
+    with pytest.raises(hr.ValidationError, match=rf"main: plan: slot {slot} at offset "
+                       rf"{8 << 30} makes a call allocate .* more than the cap of 1048576"):
+        hr.load(far, max_alloc_bytes=1 << 20)

@@ -72,7 +72,9 @@ def test_heterogeneous_module_without_cuda_is_refused_naming_the_kernel(tmp_path
     path = modules.write(tmp_path, "h.hxb", modules.hetero())
     with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
         m.main(modules.A)
-    assert str(info.value) == "kernel 'linear_0' is placed on cuda but the active device is cpu"
+    assert str(info.value) == ("kernel 'linear_0' is placed on cuda but the active device is "
+                               "cpu: run it with --device=cuda (device='cuda' in Python), or "
+                               "compile it for the cpu")
 
 
 def test_launch_failure_names_entry_command_and_cuda_error(tmp_path):
@@ -156,7 +158,8 @@ def test_a_v3_entry_without_kernels_still_needs_the_modules_device(tmp_path):
     with hr.load(path) as m, pytest.raises(hr.PlacementError) as info:
         m.run("consts")
     assert str(info.value) == ("slot 0 (command 0, const) is placed on cuda but the active "
-                               "device is cpu")
+                               "device is cpu: run it with --device=cuda (device='cuda' in "
+                               "Python), or compile it for the cpu")
     fake = FakeDriver()
     with hr.load(path, device="cuda", driver=fake) as m:
         assert m.run("consts")[0].tolist() == modules.A.tolist()

@@ -182,10 +182,10 @@ def test_cuda_device_releases_its_context_and_frees_on_release():
     assert fake.held == dict.fromkeys(fake.held, 0)  # pinned memory, the stream: all given back
 
 
-def test_missing_cuda_python_names_the_extra(monkeypatch):
+def test_missing_cuda_python_says_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "cuda", None)  # `import cuda...` raises ImportError
     monkeypatch.setitem(sys.modules, "cuda.bindings", None)
-    with pytest.raises(DeviceError, match=r"pip install 'hexir-runtime\[cuda\]'"):
+    with pytest.raises(DeviceError, match=r"pip install 'cuda-bindings>=13'"):
         cuda_backend.load_driver()
 
 

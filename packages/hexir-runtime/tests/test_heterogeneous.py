@@ -60,4 +60,5 @@ def test_split_module_on_cpu_only_is_refused_naming_the_first_cuda_kernel(name, 
                            str(FIXTURES / name), *inputs], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr == ("hexir-run: kernel 'linear_0' is placed on cuda but the active "
-                           "device is cpu\n")
+                           "device is cpu: run it with --device=cuda (device='cuda' in Python), "
+                           "or compile it for the cpu\n")

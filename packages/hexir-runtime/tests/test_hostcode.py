@@ -9,14 +9,18 @@ before anything runs.
 import ctypes
 import platform
 import random
+import re
 import struct
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
-from hexir_format import elf
 
+import hexir_format as hf
+import hexir_runtime as hr
+from conftest import FIXTURES
+from hexir_format import elf
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import hostcode, threads
 
@@ -334,3 +338,44 @@ def test_the_pool_object_is_what_its_ir_builds():
     spec.loader.exec_module(threads_ir)
     assert threads_ir.build() == threads_ir.OUT.read_bytes(), (
         "hal/threads.o is stale: run python packages/hexir-runtime/tools/threads_ir.py")
+
+
+def _mlp_with_a_damaged_image(damage) -> bytes:
+    """fixtures/mlp-f32.hxb with `damage(image)` applied to its first kernel's host image."""
+    data = bytearray((FIXTURES / "mlp-f32.hxb").read_bytes())
+    image = hf.parse(bytes(data)).executables[0].image
+    at = bytes(data).find(bytes(image))
+    data[at:at + len(image)] = damage(bytes(image))
+    return bytes(data)
+
+
+def _unsupported_relocation(image: bytes) -> bytes:
+    obj = elf.parse_object(image)
+    table = next(t for t in obj.relocations if t.relocations)
+    at = obj.sections[table.index].offset
+    info = struct.unpack_from("<Q", image, at + 8)[0] & ~0xFFFFFFFF
+    return patched(image, at + 8, "<Q", info | 23)  # R_X86_64_TPOFF32
+
+
+def _forbidden_symbol(image: bytes) -> bytes:
+    """An undefined symbol renamed, in place, to a name no host image may call."""
+    obj = elf.parse_object(image)
+    sym = next(s for s in obj.symbols[1:] if not s.defined)
+    strtab = obj.sections[next(s for s in obj.sections if s.type == elf.SHT_SYMTAB).link]
+    at = strtab.offset + bytes(strtab.data).index(sym.name.encode() + b"\0")
+    return image[:at] + b"Z" + image[at + 1:]
+
+
+@pytest.mark.parametrize("damage, needle", [
+    (_unsupported_relocation, "R_X86_64_TPOFF32 (23), which the loader does not support"),
+    (_forbidden_symbol, "is not one of the libm/libc functions a host image may call"),
+])
+def test_an_image_the_loader_would_refuse_is_refused_by_the_validator_at_load(damage, needle):
+    """What linking checks without an address is the one validator's: the module is refused
+    when it is validated (hxb-dump, `load`), not at its first call."""
+    data = _mlp_with_a_damaged_image(damage)
+    with pytest.raises(hf.ValidationError, match="executable 0 .*, image: host image of "
+                                                 f"kernel .*{re.escape(needle)}"):
+        hf.validate.check(hf.parse(data))
+    with pytest.raises(hr.ValidationError, match=re.escape(needle)):
+        hr.load(data)

@@ -53,7 +53,7 @@ def test_what_is_not_a_regular_file_is_refused_before_anything_waits_on_it(tmp_p
     code, _, err = run(path)
     assert code == 1 and f"it is {what}, not a regular file" in err
     code, _, err = run(modules.write(tmp_path, "m.hxb", modules.mlp()), f"--input=@{path}")
-    assert code == 1 and f"--input=@{path}: cannot read: it is {what}" in err
+    assert code == 2 and f"--input=@{path}: cannot read: it is {what}" in err  # an argument
 
 
 def test_a_file_changed_in_place_is_refused_at_the_next_call(tmp_path, builtin_hxb):
@@ -103,7 +103,7 @@ def test_api_misuse_is_a_one_line_refusal(tmp_path, call, message):
                                    "100000x100000xf32=1"])
 def test_an_input_too_big_to_make_is_refused_before_it_is_made(tmp_path, value):
     code, _, err = run(modules.write(tmp_path, "m.hxb", modules.mlp()), f"--input={value}")
-    assert code == 1 and err.count("\n") == 1
+    assert code == 2 and err.count("\n") == 1  # a bad argument
     assert "spans more than 17179869184 bytes, the most one run may allocate" in err
 
 

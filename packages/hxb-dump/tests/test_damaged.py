@@ -4,14 +4,15 @@ traceback."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-import hexir_format as hf
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import dump_corruptions
 import dump_samples
+import hexir_format as hf
 from dump_samples import BUILTIN
 
 FULL_LISTING_LINES = 24  # the built-in fixture's listing without --rodata
@@ -191,3 +192,29 @@ def test_a_kernel_is_damaged_exactly_when_the_runtime_refuses_it(dump, tmp_path,
         one_error(r, f"executable 0 ('{kind}_0'), args: {problem}")
     else:
         assert (r.rc, r.err) == (0, "")
+
+
+def test_a_plan_offset_past_the_allocation_cap_is_refused(dump, tmp_path):
+    """The mlp's plan with one offset moved to 2^40: a 1 TiB arena, which the runtime would
+    refuse to allocate, so the dump refuses it too (one line), as the validator does."""
+    module = hf.parse((dump_samples.BUILTIN.parent / "mlp-f32.hxb").read_bytes())
+    (slot, _), *rest = module.placements
+    path = tmp_path / "far.hxb"
+    path.write_bytes(hf.build(replace(module, placements=((slot, 1 << 40), *rest))))
+    line = one_error(dump(path), f"main: plan: slot {slot} at offset {1 << 40} makes a call "
+                                 "allocate")
+    assert line.endswith("more than the cap of 17179869184 bytes")
+
+
+def test_a_host_image_the_loader_would_refuse_is_refused(dump, tmp_path):
+    """An unsupported relocation type in the mlp's first kernel: the runtime's loader would
+    refuse it at the first call, so the dump (the same validator) refuses the file."""
+    data = bytearray((dump_samples.BUILTIN.parent / "mlp-f32.hxb").read_bytes())
+    image = bytes(hf.parse(bytes(data)).executables[0].image)
+    obj = hf.elf.parse_object(image)
+    table = next(t for t in obj.relocations if t.relocations)
+    at = bytes(data).find(image) + obj.sections[table.index].offset + 8  # r_info's type
+    data[at:at + 4] = (23).to_bytes(4, "little")  # R_X86_64_TPOFF32
+    path = tmp_path / "tpoff.hxb"
+    path.write_bytes(bytes(data))
+    one_error(dump(path), "R_X86_64_TPOFF32 (23), which the loader does not support")

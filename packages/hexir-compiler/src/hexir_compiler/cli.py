@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import select
+import stat
 import sys
 from dataclasses import dataclass, field
-
-from hexir_format.files import terminate_as_interrupt, write_atomically
 
 from hexir_compiler import placement as placement_
 from hexir_compiler.errors import CompileError, diagnostic
@@ -29,9 +29,12 @@ from hexir_compiler.pipeline import (
     Options,
     ParseError,
     compile_file,
+    is_compiled_module,
 )
 from hexir_compiler.serialize import SerializeError
 from hexir_compiler.target import host
+from hexir_format import MAGIC
+from hexir_format.files import terminate_as_interrupt, write_atomically
 
 EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
 
@@ -129,7 +132,8 @@ def parse_args(argv: list[str]) -> Args:
         else:
             args.input = arg
     if args.builtin and args.input is not None:
-        raise UsageError(f"-builtin compiles the built-in program; got an input too ('{args.input}')")
+        raise UsageError("-builtin compiles the built-in program; got an input too "
+                         f"('{args.input}')")
     return args
 
 
@@ -137,9 +141,9 @@ def versions() -> str:
     """What `-version` prints: this package, the format, the MLIR bindings and llvmlite."""
     from importlib.metadata import version
 
-    import hexir_format
     import llvmlite
 
+    import hexir_format
     from hexir_compiler import __version__
 
     return (f"hexir {__version__} (hexir-compiler)\n"
@@ -242,9 +246,18 @@ def run(argv: list[str]) -> int:
     except UsageError as err:
         sys.stderr.write(f"error: {err}; see 'hexir --help'\n")
         return EXIT_USAGE
+    if args.input is None and not args.builtin and _stdin_has_data():
+        sys.stderr.write("error: stdin has data, but no input was named, so the built-in "
+                         "program would be compiled and stdin ignored: name '-' to compile "
+                         "stdin (or -builtin for the built-in program); see 'hexir --help'\n")
+        return EXIT_USAGE
     if args.input not in (None, STDIN) and not os.access(args.input, os.R_OK):
         reason = "no such file" if not os.path.exists(args.input) else "permission denied"
         sys.stderr.write(f"error: could not open {args.input}: {reason}\n")
+        return EXIT_INPUT
+    if args.input not in (None, STDIN) and _is_module_file(args.input):
+        sys.stderr.write(f"error: {args.input} is a compiled module (.hxb), not a program to "
+                         "compile: run it with hexir-run, or list it with hxb-dump\n")
         return EXIT_INPUT
     try:
         result = compile_file(args.input, opts)
@@ -258,6 +271,33 @@ def run(argv: list[str]) -> int:
         return (EXIT_INPUT if isinstance(err, ModelError) else
                 EXIT_OUTPUT if isinstance(err, SerializeError) else EXIT_PASS)
     return _emit(result, args)
+
+
+def _stdin_has_data() -> bool:
+    """Whether stdin is a file or pipe with bytes waiting (never a terminal, never a wait):
+    what `hexir ... < model.onnx` without `-` would silently ignore."""
+    try:
+        fd = sys.stdin.fileno()
+        if os.isatty(fd):
+            return False
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            return os.fstat(fd).st_size > os.lseek(fd, 0, os.SEEK_CUR)
+        if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+            # readable now: data, or the end (a closed, empty pipe); a pipe still open with
+            # nothing in it yet is no data here
+            return bool(select.select([fd], [], [], 0)[0]) and bool(os.read(fd, 1))
+    except (AttributeError, OSError, ValueError):  # no stdin, or one replaced (pytest)
+        pass
+    return False
+
+
+def _is_module_file(path: str) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return is_compiled_module(f.read(len(MAGIC)))
+    except OSError:
+        return False
 
 
 def _emit(result: str | bytes, args: Args) -> int:

@@ -1,15 +1,15 @@
 """Which passes run for each `-emit` stage: one chain, each stage the previous one refined.
 
-| stage       | pass (module)                                    | what it adds                      |
-| ----------- | ------------------------------------------------ | --------------------------------- |
-| mlir        | (parse and verify)                               | the graph as written              |
-| mlir-hetero | hexir-partition, hexir-insert-transfers          | devices on ops, copies between    |
-| mlir-tir    | hexir-fuse, hexir-lower-to-tir                   | each op or fused group a kernel   |
-| mlir-linalg | hextir-to-loops                                  | kernels as loop nests on buffers  |
-| mlir-gpu    | hexir-kernels-to-gpu                             | cuda kernels as gpu.module/func   |
-| mlir-llvm   | hexir-kernels-to-llvm                            | every kernel in LLVM / NVVM       |
-| llvm        | translation                                      | LLVM IR of host and device code   |
-| hxb         | serializer (host objects, fatbins, the commands) | a loadable module                 |
+| stage       | pass (module)                                    | what it adds                     |
+| ----------- | ------------------------------------------------ | -------------------------------- |
+| mlir        | (parse and verify)                               | the graph as written             |
+| mlir-hetero | hexir-partition, hexir-insert-transfers          | devices on ops, copies between   |
+| mlir-tir    | hexir-fuse, hexir-lower-to-tir                   | each op or fused group a kernel  |
+| mlir-linalg | hextir-to-loops                                  | kernels as loop nests on buffers |
+| mlir-gpu    | hexir-kernels-to-gpu                             | cuda kernels as gpu.module/func  |
+| mlir-llvm   | hexir-kernels-to-llvm                            | every kernel in LLVM / NVVM      |
+| llvm        | translation                                      | LLVM IR of host and device code  |
+| hxb         | serializer (host objects, fatbins, the commands) | a loadable module                |
 
 Every pass acts only on what is still above its level, so any printed MLIR stage fed back
 into `hexir` with the same flags continues down the same chain and gives the same `.hxb`.
@@ -36,12 +36,14 @@ from hexir_compiler.transforms import (
     hexir_partition,
     hextir_to_loops,
 )
+from hexir_format import MAGIC
 
 DESCRIPTIONS = {
     "mlir": "the graph as written (hexir dialect)",
     "mlir-hetero": "placement as device attributes, transfers between devices inserted",
     "mlir-tir": "each compute op a hextir kernel whose loops carry their schedule",
-    "mlir-linalg": "kernels as loop nests on buffers (scf, memref)",
+    "mlir-linalg": "kernels as loop nests on buffers (scf, memref; the seed's stage name, no "
+                   "linalg ops)",
     "mlir-gpu": "cuda kernels as gpu.module/gpu.func; cpu kernels stay loops",
     "mlir-llvm": "every kernel in the LLVM dialect (cpu) or NVVM (cuda)",
     "llvm": "LLVM IR of the host kernels and the device kernels",
@@ -80,6 +82,38 @@ def is_onnx(source) -> bool:
     return hasattr(source, "graph") or str(source).endswith(".onnx")
 
 
+def is_compiled_module(data: bytes) -> bool:
+    """Whether `data` starts like a `.hxb` (which is what a compile writes, not reads)."""
+    return data.startswith(MAGIC)
+
+
+def _is_onnx_bytes(data: bytes) -> bool:
+    """Whether stdin holds an ONNX model rather than MLIR text: a serialized ModelProto opens
+    with its ir_version (field 1, a varint: byte 0x08), which no MLIR text does, and is binary
+    where MLIR is UTF-8."""
+    if data.startswith(b"\x08"):
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _onnx_model(data: bytes):
+    """The ONNX model on stdin (the frontend's one-line ModelError when onnx is missing or
+    the bytes are no model)."""
+    from hexir_compiler.frontend import onnx as frontend
+
+    model = frontend._onnx().ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception as err:  # noqa: BLE001 (protobuf's DecodeError has no stable import path)
+        raise frontend.ModelError(f"stdin: neither MLIR text nor an ONNX model (the protobuf "
+                                  f"does not parse: {str(err) or type(err).__name__})") from None
+    return model
+
+
 def load(path, options: Options | None = None) -> ir.Module:
     """Parse and verify `path` (`-`: stdin; an `.onnx` model is imported) in the current
     context, or build the built-in program (None)."""
@@ -95,7 +129,15 @@ def load(path, options: Options | None = None) -> ir.Module:
         except CompileError as err:  # an op the import made breaks a rule: the model's fault
             raise onnx.ModelError(str(err), err.location) from None
         return module
-    text = sys.stdin.read() if path == STDIN else None
+    text = None
+    if path == STDIN:
+        data = sys.stdin.buffer.read()
+        if is_compiled_module(data):
+            raise ParseError("the data on stdin is a compiled module (.hxb), not a program to "
+                             "compile: run it with hexir-run, or list it with hxb-dump")
+        if _is_onnx_bytes(data):
+            return load(_onnx_model(data), options)
+        text = data.decode("utf-8", errors="replace")
     try:
         return ir.Module.parse(text) if path == STDIN else ir.Module.parseFile(path)
     except ir.MLIRError as err:
@@ -219,4 +261,21 @@ def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | N
             raise CompileError(str(err)) from None
     options = Options(emit, dict(placement or {}), chip, cpu, dict(input_shapes or {}),
                       dict(fixed_inputs or {}), fuse)
-    return compile_file(source, options)
+    try:
+        return compile_file(source, options)
+    except CompileError as err:  # the frontend names the CLI's flags; here, the arguments
+        message = _FLAGS.sub(_argument, str(err))
+        if message == str(err):
+            raise
+        raise type(err)(message, err.location) from None
+
+
+# The CLI flags a frontend message may name (`-input-shape=x=<d0>x<d1>...` in full).
+_FLAGS = re.compile(r"-input-shape=(\S+?)=<d0>x<d1>\.\.\.|-input-shape\b|-fix-input\b")
+
+
+def _argument(flag: re.Match) -> str:
+    """`compile`'s argument in place of a CLI flag."""
+    if flag[1] is not None:
+        return f"input_shapes={{{flag[1]!r}: (d0, d1, ...)}}"
+    return "input_shapes" if flag[0] == "-input-shape" else "fixed_inputs"

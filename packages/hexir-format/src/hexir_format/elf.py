@@ -236,6 +236,10 @@ class _Parser:
 
     def __init__(self, view: memoryview, what: str):
         self.view, self.what, self.size = view, what, len(view)
+        # Each name decoded once per string-table offset, and the names of distinct offsets
+        # bounded by the table's size: N symbols naming one L-byte string cost L, not N x L.
+        self.names: dict[tuple[str, int], str] = {}
+        self.decoded: dict[str, int] = {}  # string table -> bytes of names decoded from it
 
     def fail(self, message: str, field: str, offset: int | None = None):
         raise FormatError(f"{self.what}: {message}", field=field, offset=offset)
@@ -393,7 +397,17 @@ class _Parser:
     def string(self, table: bytes, offset: int, where: str, field: str, table_label: str,
                at: int) -> str:
         """The NUL-terminated, printable name at `offset` of a string table."""
+        name = self.names.get((table_label, offset))
+        if name is not None:
+            return name
         end = table.find(b"\0", offset) if offset < len(table) else -1
+        total = self.decoded.get(table_label, 0) + max(end - offset, 0)
+        if total > 2 * len(table):
+            self.fail(f"{where}: {field} {offset} at offset {at} brings the names read from the "
+                      f"string table ({table_label}, {len(table)} bytes) to {total} bytes of "
+                      "names, more than twice its size (names overlap only where one is the "
+                      "tail of another)", field, at)
+        self.decoded[table_label] = total
         try:
             name = table[offset:end].decode("utf-8") if end >= 0 else ""
         except UnicodeDecodeError:
@@ -405,6 +419,7 @@ class _Parser:
         elif not name.isprintable():
             problem = f"is not printable UTF-8 in the string table ({table_label})"
         else:
+            self.names[table_label, offset] = name
             return name
         self.fail(f"{where}: {field} {offset} at offset {at} {problem}", field, at)
 

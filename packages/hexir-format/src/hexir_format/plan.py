@@ -8,9 +8,11 @@ views), so the input stays live as long as the destination does.
 
 An element-wise kernel may write its result over an input that dies at that kernel, in place:
 when the two have the same element count and byte size (so output element i overwrites
-exactly input element i, after the kernel has read it, on every device). `in_place` names
-those pairs; they are the only buffers live at once that may share bytes, and then exactly. Two slots may share bytes only when their lifetimes do not overlap, so an arena's size is
-the peak of what is live at once rather than the sum of all intermediates.
+exactly input element i, after the kernel has read it, on every device) and nothing touches
+the result before that kernel. `in_place` names those pairs; they are the only buffers live
+at once that may share bytes, and then exactly. Two slots may share bytes only when their
+lifetimes do not overlap, so an arena's size is the peak of what is live at once rather than
+the sum of all intermediates.
 
 Written once, used twice: the compiler calls `assign` and records the offsets in the module's
 plan section; the validator calls `problem` on an untrusted plan, so a damaged one can never
@@ -20,6 +22,7 @@ make two live buffers share bytes (nor reach outside its arena, whose size it de
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -77,11 +80,18 @@ def _touched(c: Command) -> Iterable[int]:
 
 
 def in_place(commands: Sequence[Command], types: Mapping[int, TensorType],
-             devices: Mapping[int, Device], kinds: Sequence[KernelKind]) -> dict[int, int]:
+             devices: Mapping[int, Device], kinds: Sequence[KernelKind],
+             spans: Mapping[int, Lifetime] | None = None) -> dict[int, int]:
     """destination -> the input it may overwrite: element-wise dispatches whose input, an
-    intermediate on the destination's device of its element count and byte size, dies there."""
-    spans = lifetimes(commands, kinds)
+    intermediate on the destination's device of its element count and byte size, dies there
+    (`spans`: the commands' `lifetimes`, where the caller has them)."""
+    spans = lifetimes(commands, kinds) if spans is None else spans
     outputs = {c.slot for c in commands if c.op is Op.OUTPUT}
+    used: dict[int, int] = {}  # slot -> the first command after its binding that touches it
+    for i, c in enumerate(commands):
+        for slot in _touched(c):
+            if spans.get(slot, Lifetime(i, i)).first != i:
+                used.setdefault(slot, i)
     pairs: dict[int, int] = {}
     taken: set[int] = set()
     for i, c in enumerate(commands):
@@ -89,7 +99,9 @@ def in_place(commands: Sequence[Command], types: Mapping[int, TensorType],
                 or kinds[c.executable] not in ELEMENTWISE_KINDS:
             continue
         *inputs, dst = c.slots
-        if dst not in spans or dst in pairs or spans[dst].first >= i or dst in inputs:
+        # the destination's bytes are the input's until this kernel: nothing may touch it first
+        if dst not in spans or dst in pairs or spans[dst].first >= i or dst in inputs \
+                or used[dst] != i:
             continue
         for x in inputs:
             if (x in spans and x not in outputs and x not in taken and spans[x].last == i
@@ -113,7 +125,7 @@ def assign(commands: Sequence[Command], types: Mapping[int, TensorType],
     offsets: dict[int, int] = {}
     live: dict[Device, list[tuple[int, int, int, int]]] = {}  # (start, end, last use, slot)
     spans = lifetimes(commands, kinds)
-    over = in_place(commands, types, devices, kinds)
+    over = in_place(commands, types, devices, kinds, spans)
     for slot, span in sorted(spans.items(), key=lambda kv: (kv[1].first, kv[0])):
         held = [h for h in live.get(devices[slot], []) if h[2] >= span.first]
         nbytes = types[slot].nbytes
@@ -146,31 +158,87 @@ def problem(commands: Sequence[Command], offsets: Mapping[int, int],
     """Why `offsets` cannot be an entry's plan (a slot unplanned, misaligned, or sharing bytes
     with one live at the same time on its device but for an in-place pair exactly), or None."""
     spans = lifetimes(commands, kinds)
-    over = in_place(commands, types, devices, kinds)
+    over = in_place(commands, types, devices, kinds, spans)
     sizes = {s: types[s].nbytes for s in spans}
     for slot in spans:
         if slot not in offsets:
             return f"slot {slot} is an intermediate of the entry but has no place in the plan"
         if offsets[slot] % ARENA_ALIGNMENT:
             return f"slot {slot} is at offset {offsets[slot]}, not a multiple of {ARENA_ALIGNMENT}"
-    # In time order, the live byte ranges of each device stay disjoint: a slot that binds
-    # checks only its neighbours among them (one sorted list per device).
-    active: dict[Device, list[tuple[int, int, int]]] = {}  # (start, end, slot) by start
-    for slot in sorted(spans, key=lambda s: (spans[s].first, s)):
-        if not sizes[slot]:
-            continue
+    # In time order, the live byte ranges of each device stay disjoint: a slot that binds is
+    # checked against the live range that starts last before its end (the only one that can
+    # meet it, the others lying wholly before that one). Live starts are kept per device in a
+    # Fenwick tree over the plan's distinct offsets, their deaths in a heap: n log n in all.
+    order = sorted((s for s in spans if sizes[s]), key=lambda s: (spans[s].first, s))
+    live: dict[Device, _LiveRanges] = {}
+    for slot in order:
         span, start = spans[slot], offsets[slot]
         end = start + sizes[slot]
-        ranges = active.setdefault(devices[slot], [])
-        ranges[:] = [r for r in ranges if spans[r[2]].last >= span.first]
-        if (start, end, over.get(slot)) in ranges:  # in place: its input, of the same size,
-            ranges.remove((start, end, over[slot]))  # at the same offset; those bytes become ours
-        at = bisect.bisect_left(ranges, (start, end, slot))
-        for other in ranges[max(at - 1, 0):at + 1]:
-            if other[0] < end and start < other[1]:
-                o = other[2]
-                return (f"slots {o} and {slot} are live at once (commands {spans[o].first}-"
-                        f"{spans[o].last} and {span.first}-{span.last}) and share bytes at "
-                        f"offset {max(start, other[0])} of the {devices[slot]} arena")
-        ranges.insert(at, (start, end, slot))
+        ranges = live.get(devices[slot])
+        if ranges is None:
+            ranges = live[devices[slot]] = _LiveRanges(
+                [offsets[s] for s in order if devices[s] is devices[slot]])
+        ranges.expire(span.first, spans)
+        x = over.get(slot)  # in place: its input, of the same size, at the same offset
+        if x is not None and ranges.at(start) == x and offsets[x] + sizes[x] == end:
+            ranges.remove(start)  # those bytes become ours
+        o = ranges.last_before(end)
+        if o is not None and offsets[o] + sizes[o] > start:
+            return (f"slots {o} and {slot} are live at once (commands {spans[o].first}-"
+                    f"{spans[o].last} and {span.first}-{span.last}) and share bytes at "
+                    f"offset {max(start, offsets[o])} of the {devices[slot]} arena")
+        ranges.add(start, slot, span.last)
     return None
+
+
+class _LiveRanges:
+    """The disjoint byte ranges live on one device, by start: at most one per start."""
+
+    def __init__(self, starts: Iterable[int]):
+        self.starts = sorted(set(starts))
+        self.tree = [0] * (len(self.starts) + 1)  # Fenwick tree: how many live starts
+        self.holder: dict[int, int] = {}  # start index -> the live slot there
+        self.deaths: list[tuple[int, int, int]] = []  # heap of (last use, start index, slot)
+
+    def _count(self, i: int, delta: int) -> None:
+        i += 1
+        while i < len(self.tree):
+            self.tree[i] += delta
+            i += i & -i
+
+    def add(self, start: int, slot: int, last: int) -> None:
+        i = bisect.bisect_left(self.starts, start)
+        self.holder[i] = slot
+        self._count(i, 1)
+        heapq.heappush(self.deaths, (last, i, slot))
+
+    def remove(self, start: int) -> None:
+        i = bisect.bisect_left(self.starts, start)
+        del self.holder[i]
+        self._count(i, -1)
+
+    def at(self, start: int) -> int | None:
+        return self.holder.get(bisect.bisect_left(self.starts, start))
+
+    def expire(self, now: int, spans: Mapping[int, Lifetime]) -> None:
+        """Drop the ranges whose slot was last used before command `now`."""
+        while self.deaths and self.deaths[0][0] < now:
+            _, i, slot = heapq.heappop(self.deaths)
+            if self.holder.get(i) == slot:  # (not already taken over in place)
+                self.remove(self.starts[i])
+
+    def last_before(self, end: int) -> int | None:
+        """The live slot whose start is the greatest below `end`, if any."""
+        i, k = bisect.bisect_left(self.starts, end), 0
+        while i:  # k = the number of live starts below `end`
+            k += self.tree[i]
+            i -= i & -i
+        if not k:
+            return None
+        pos, step = 0, 1 << (len(self.tree) - 1).bit_length()
+        while step:  # the k-th live start: descend the tree
+            if pos + step < len(self.tree) and self.tree[pos + step] < k:
+                pos += step
+                k -= self.tree[pos]
+            step >>= 1
+        return self.holder[pos]

@@ -8,8 +8,10 @@ inside rodata on an element boundary, and two constants coincide or are apart (a
 offset would read parts of two); a DISPATCH hands its kernel buffers of exactly the types
 (v4+) or sizes (v3) the kernel was declared with, and never writes into a constant; INPUT and
 OUTPUT indices are 0..n-1, once each; no COPY is left unread (so an OUTPUT damaged into a COPY
-of the same operands is caught); a run's buffers stay under an optional byte cap. The runtime runs only
-what this accepts and hxb-dump lists only what it accepts, so the two cannot disagree.
+of the same operands is caught); a run's buffers (under a memory plan, its arenas) stay under
+a byte cap, 16 GiB unless the caller gives another; a cpu kernel's host image is one the
+loader can link (`hostlink`). The runtime runs only what this accepts and hxb-dump lists only
+what it accepts, so the two cannot disagree.
 """
 
 from __future__ import annotations
@@ -18,8 +20,8 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 
-from hexir_format import elf, plan
-from hexir_format.errors import ValidationError
+from hexir_format import elf, hostlink, plan
+from hexir_format.errors import FormatError, ValidationError
 from hexir_format.model import (
     MAX_BYTES,
     Command,
@@ -32,6 +34,9 @@ from hexir_format.model import (
 )
 from hexir_format.signatures import signature_problem
 
+#: What one call of an entry may allocate unless the caller says otherwise (the runtime's
+#: `max_alloc_bytes`; hxb-dump applies it too, so that it refuses what a call would refuse).
+DEFAULT_MAX_ALLOC_BYTES = 16 << 30
 MAX_V3_SLOTS = 1 << 16  # v3 has no slot table; its slot indices must stay below this
 MAX_BLOCK_THREADS = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
@@ -91,11 +96,12 @@ class ModulePlan:
         return self.module.slots[slot].type if self.module.slots else None
 
 
-def check(module: Module, *, max_alloc_bytes: int | None = None) -> ModulePlan:
+def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYTES
+          ) -> ModulePlan:
     """Every executable and every entry point checked; ValidationError on the first problem.
 
     `max_alloc_bytes` caps what one run of an entry may allocate (ALLOC, INPUT and COPY
-    buffers together); None: no cap.
+    buffers together; under a memory plan, its arenas and its inputs); None: no cap.
     """
     home = _check_executables(module)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
@@ -106,13 +112,15 @@ def check(module: Module, *, max_alloc_bytes: int | None = None) -> ModulePlan:
         entries[function.name] = replay.run()
         offset = replay.pc + 8  # past the END
     if module.placements:
-        entries = _check_plan(module, entries)
+        entries = _check_plan(module, entries, max_alloc_bytes)
     return ModulePlan(module, entries, home)
 
 
-def _check_plan(module: Module, entries: dict[str, EntryPlan]) -> dict[str, EntryPlan]:
+def _check_plan(module: Module, entries: dict[str, EntryPlan],
+                max_alloc_bytes: int | None) -> dict[str, EntryPlan]:
     """The entries with their part of the memory plan, which must place every intermediate
-    and no two live ones in the same bytes (`plan.problem`)."""
+    and no two live ones in the same bytes (`plan.problem`), in arenas that with the inputs
+    stay under the cap (an arena is as large as its furthest buffer's end)."""
     placed = dict(module.placements)
     devices = {i: s.device for i, s in enumerate(module.slots)}
     types = {i: s.type for i, s in enumerate(module.slots)}
@@ -125,8 +133,17 @@ def _check_plan(module: Module, entries: dict[str, EntryPlan]) -> dict[str, Entr
         if problem := plan.problem(entry.commands, offsets, types, devices, kinds):
             raise ValidationError(f"{name}: plan: {problem}", entry=name, field="plan")
         used |= set(spans)
-        planned[name] = replace(entry, offsets=offsets,
-                                arenas=plan.arenas(offsets, types, devices))
+        arenas = plan.arenas(offsets, types, devices)
+        inputs = sum(t.nbytes for t in entry.signature.inputs)
+        total = sum(arenas.values()) + inputs
+        if max_alloc_bytes is not None and total > max_alloc_bytes:
+            far = max(offsets, key=lambda s: offsets[s] + types[s].nbytes)
+            sizes = ", ".join(f"the {d} arena {n}" for d, n in sorted(arenas.items()))
+            raise ValidationError(f"{name}: plan: slot {far} at offset {offsets[far]} makes a "
+                                  f"call allocate {total} bytes ({sizes}, inputs {inputs}), "
+                                  f"more than the cap of {max_alloc_bytes} bytes",
+                                  entry=name, field="plan")
+        planned[name] = replace(entry, offsets=offsets, arenas=arenas)
     stray = sorted(set(placed) - used)
     if stray:
         raise ValidationError(f"plan: slot {stray[0]} is placed but is no entry's intermediate "
@@ -146,7 +163,7 @@ def _check_executables(module: Module) -> Device:
                                   f"{exe.block}", field="grid")
         if exe.device is Device.CUDA:
             _check_launchable(exe, where)
-        elif problem := elf.cpu_code_problem(module.version, exe):
+        elif problem := elf.cpu_code_problem(module.version, exe) or _link_problem(exe):
             raise ValidationError(f"{where}, image: {problem}", field="image")
     devices = {exe.device for exe in module.executables}
     if module.version == 3 and len(devices) > 1:
@@ -155,6 +172,18 @@ def _check_executables(module: Module) -> Device:
                               f"'{first[Device.CPU]}' is placed on cpu and kernel "
                               f"'{first[Device.CUDA]}' on cuda", field="device")
     return devices.pop() if len(devices) == 1 else Device.CPU
+
+
+def _link_problem(exe: Executable) -> str | None:
+    """Why the loader would refuse to link a cpu kernel's host image, wherever it went."""
+    if exe.image is None:
+        return None
+    try:
+        hostlink.layout(elf.parse_object(exe.image, f"host image of kernel '{exe.name}'"),
+                        exe.name, hostlink.routines(exe))
+    except FormatError as e:
+        return str(e)
+    return None
 
 
 def _check_launchable(exe: Executable, where: str) -> None:

@@ -1,11 +1,11 @@
-"""hexir-runtime: load a `.hxb` and run it on cpu (numpy) or cuda (driver API).
+"""hexir-runtime: load a `.hxb` and run it on cpu (the x86-64 code it carries, linked in
+process) or cuda (driver API).
 
 No compiler, MLIR or LLVM is ever imported, and the CUDA bindings are imported only when a
 cuda device is asked for.
 """
 
 from hexir_format import HexirError
-
 from hexir_runtime.__about__ import __version__
 from hexir_runtime.api import EntryPoint, Module, load
 from hexir_runtime.device_arrays import DeviceArray

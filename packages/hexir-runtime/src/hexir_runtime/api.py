@@ -15,12 +15,13 @@ checked against the signature like a numpy one; `out=` may name device arrays to
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from hexir_format import Device, DType, TensorType
 
+from hexir_format import Device, DType, TensorType
 from hexir_runtime import hal
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
@@ -75,7 +76,7 @@ def _names_of(plan: EntryPlan) -> str:
 
 def typed(names: tuple[str, ...], types: tuple[TensorType, ...]) -> str:
     """`x: 2x3xf32, mask: 3xi1`, or `2x3xf32, 3xi1` where the module names none."""
-    return ", ".join(f"{n}: {t}" for n, t in zip(names, types)) if names else \
+    return ", ".join(f"{n}: {t}" for n, t in zip(names, types, strict=True)) if names else \
         ", ".join(map(str, types))
 
 
@@ -93,7 +94,8 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray | De
                          f"({types}), got {len(inputs)}")
     return [x if type(x) is np.ndarray and x.dtype is _DTYPES[t.dtype] and x.shape == t.shape
             and x.flags.c_contiguous else  # the common case (a native dtype is a singleton)
-            _check_device_input(_input_label(plan, i), x, t) if is_device_array(x) else
+            _check_device_input(_input_label(plan, i), x, t)
+            if is_device_array(x, _input_label(plan, i)) else
             _check_input(_input_label(plan, i), x, t)
             for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
 
@@ -119,7 +121,7 @@ def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> list[np.ndarray | Devi
     checked: list[np.ndarray | DevicePointer] = []
     for i, (y, t) in enumerate(zip(out, want, strict=True)):
         where = f"out[{i}] of {plan.name}: expected a writable C-contiguous {t} array"
-        if is_device_array(y) and not isinstance(y, np.ndarray):
+        if is_device_array(y, f"out[{i}] of {plan.name}") and not isinstance(y, np.ndarray):
             y = pointer(f"out[{i}] of {plan.name}", y)
             read_only, contiguous, noun, masked = y.read_only, y.contiguous, "cuda array", False
         elif isinstance(y, np.ndarray):
@@ -169,6 +171,9 @@ def _check_input(where: str, x: Any, t: TensorType) -> np.ndarray:
             exact = t.dtype.is_float or np.array_equal(converted, np.asarray(x))
         except (TypeError, ValueError, OverflowError) as e:
             raise InputError(f"{where}, got {what} numpy cannot convert ({e})") from None
+        except Exception as e:  # noqa: BLE001 (x's own __array__ raised)
+            raise InputError(f"{where}, got {what} whose own conversion raised "
+                             f"{type(e).__name__}: {e}") from None
         if not exact:
             raise InputError(f"{where}, got {what} whose values are not all exactly "
                              f"{t.dtype.numpy} values")
@@ -219,7 +224,13 @@ class EntryPoint:
         device array), which is returned. `results_on_device=True` leaves the results a
         device holds there, as `DeviceArray`s (results computed on the cpu stay numpy)."""
         if out is None and not results_on_device and not named and self._plain(inputs):
-            outputs = self._module._live().program(self._plan).run_plain(inputs)
+            module = self._module
+            resident = module._enter()
+            try:
+                outputs = resident.program(self._plan).run_plain(inputs)
+            finally:
+                del resident  # (as in `Module.execute`)
+                module._leave()
         else:
             outputs = self._run(inputs, named, out, results_on_device).outputs
         if not outputs:
@@ -295,6 +306,12 @@ class Module:
         self.layout = plan.module.layout
         self._plans = plan.entries
         self._resident: Resident | None = Resident(plan, devices)
+        # The calls in flight, by thread (a count each: a PRINT callback may call again):
+        # close() waits for them, and a call never sees its resources freed under it.
+        self._calls: dict[int, int] = {}
+        self._state = threading.Condition(threading.Lock())
+        self._closing: Resident | None = None  # closed, not yet freed
+        self._freed_by_last_call = False  # closed from inside a call: its end frees
         self._entries = {name: EntryPoint(self, p) for name, p in plan.entries.items()}
 
     # ---- running -------------------------------------------------------------------------
@@ -302,7 +319,12 @@ class Module:
     def prepare(self, entry: str = "main") -> EntryPoint:
         """The entry point, once this load is known to have every device it needs and its
         kernels are loaded; running it later cannot fail for those reasons."""
-        self._live().program(self._plan(entry))
+        plan = self._plan(entry)
+        resident = self._enter()
+        try:
+            resident.program(plan)
+        finally:
+            self._leave()
         return self._entries[entry]
 
     def execute(self, entry: str = "main", inputs: Sequence[Any] | Mapping[str, Any] = (),
@@ -316,21 +338,48 @@ class Module:
         checked = check_inputs(plan, arrange(plan, inputs))
         if out is not None:
             out = check_outputs(plan, out)
-        resident = self._live()
-        pointers = out is not None or DevicePointer in map(type, checked)
-        if pointers and any(isinstance(x, DevicePointer) for x in (*checked, *(out or ()))) \
-                and Device.CUDA not in {d.kind for d in self.devices_used(entry)}:
-            raise InputError(f"{plan.name} got a cuda array, but it runs on the cpu alone in "
-                             "this load: pass numpy arrays (or load a cuda module with "
-                             "device='cuda')")
-        return resident.program(plan).run(checked, on_print, out, results_on_device)
+        resident = self._enter()
+        try:
+            pointers = out is not None or DevicePointer in map(type, checked)
+            if pointers and any(isinstance(x, DevicePointer) for x in (*checked, *(out or ()))) \
+                    and Device.CUDA not in {d.kind for d in self.devices_used(entry)}:
+                raise InputError(f"{plan.name} got a cuda array, but it runs on the cpu alone "
+                                 "in this load: pass numpy arrays (or load a cuda module with "
+                                 "device='cuda')")
+            return resident.program(plan).run(checked, on_print, out, results_on_device)
+        finally:
+            del resident  # a close made inside the call can unmap the file as it leaves
+            self._leave()
 
-    def _live(self) -> Resident:
-        """What a call runs on, once the module is known to be open and its file unchanged."""
-        if self._resident is None:
-            raise ClosedError(f"module '{self.path}' is closed")
-        self._mapped.check_unchanged()
-        return self._resident
+    def _enter(self) -> Resident:
+        """What a call runs on, once the module is known to be open and its file unchanged;
+        the call is in flight until its `_leave`, and a close waits for it."""
+        me = threading.get_ident()
+        with self._state:
+            resident = self._resident
+            if resident is None:
+                raise ClosedError(f"module '{self.path}' is closed")
+            self._calls[me] = self._calls.get(me, 0) + 1
+        try:
+            self._mapped.check_unchanged()
+        except BaseException:
+            self._leave()
+            raise
+        return resident
+
+    def _leave(self) -> None:
+        me = threading.get_ident()
+        with self._state:
+            if self._calls[me] > 1:
+                self._calls[me] -= 1
+                return
+            del self._calls[me]
+            if self._calls:
+                return
+            self._state.notify_all()
+            free, self._freed_by_last_call = self._freed_by_last_call, False
+        if free:
+            self._free()
 
     def run(self, entry: str = "main", *inputs: Any) -> list[np.ndarray]:
         """Run `entry` (inputs by position, or one mapping by name) and return what it
@@ -388,10 +437,23 @@ class Module:
 
     def close(self) -> None:
         """Free device buffers and images, release the devices and unmap the file. Arrays
-        returned by runs are copies and stay valid."""
-        resident, self._resident = self._resident, None
-        if resident is not None:
-            resident.close()
+        returned by runs are copies and stay valid. Calls begun after a close are refused
+        (`ClosedError`); a close waits for the calls in flight on other threads, and one made
+        inside a call (a PRINT callback) is finished by the last call in flight as it returns.
+        """
+        with self._state:
+            if self._resident is None:
+                return
+            self._closing, self._resident = self._resident, None
+            if threading.get_ident() in self._calls:
+                self._freed_by_last_call = True
+                return
+            self._state.wait_for(lambda: not self._calls)
+        self._free()
+
+    def _free(self) -> None:
+        resident, self._closing = self._closing, None
+        resident.close()
         del resident  # it holds views of the mapping: drop them before unmapping
         self._mapped.close()
 

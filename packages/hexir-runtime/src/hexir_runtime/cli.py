@@ -6,8 +6,14 @@
     hexir-run --selftest [--device=cpu|cuda]
     hexir-run --version
 
-Exit status: 0 ok, 1 the module could not be loaded or run, 2 bad arguments. Every failure
-is one line on stderr starting with `hexir-run: `; there are no tracebacks for bad input.
+Exit status: 0 ok, 1 the module could not be loaded or run, 2 bad arguments (a malformed
+`--input` included). Every failure is one line on stderr starting with `hexir-run: `; there
+are no tracebacks for bad input.
+
+Output, as compilers' run tools do it: stdout carries what the program PRINTs and then the
+entry's results (unless `--output` writes them to a file), so it can be piped or compared;
+the banner (the module's sections, the devices it runs on) goes to stderr, and `--quiet`
+leaves it out.
 """
 
 from __future__ import annotations
@@ -19,12 +25,12 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 import numpy as np
+
 from hexir_format import Device, DType, HexirError
 from hexir_format.files import terminate_as_interrupt
-
 from hexir_runtime import hal
 from hexir_runtime.api import Module
-from hexir_runtime.errors import EntryNotFound, ValidationError
+from hexir_runtime.errors import EntryNotFound, InputError, ValidationError
 from hexir_runtime.tensors_io import gather, output_path, parse_input, write_outputs
 
 PROG = "hexir-run"
@@ -51,7 +57,7 @@ usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
   --output=@FILE.npz    write the results under the entry's output names (output_0,
                         output_1, ... where the module names none) instead of printing them
   --output=@FILE.npy    write the only result
-  -q, --quiet           print only what the program PRINTs
+  -q, --quiet           no banner on stderr (stdout has the PRINTs and results either way)
   --benchmark=N         time N calls (after up to 10 warm-up calls): min, median, max
   --selftest            a round trip through the device's HAL
   --version             print the versions of hexir-run and its format
@@ -125,7 +131,6 @@ def parse_args(argv: list[str]) -> Options:
 
 def versions() -> str:
     import hexir_format
-
     from hexir_runtime import __version__
 
     return (f"hexir-run {__version__} (hexir-runtime)\n"
@@ -200,8 +205,11 @@ def benchmark(module: Module, entry: str, inputs: list[np.ndarray], calls: int,
     return 0
 
 
-def run_module(opts: Options, out: TextIO) -> int:
-    given = [parse_input(text) for text in opts.inputs]
+def run_module(opts: Options, out: TextIO, err: TextIO) -> int:
+    try:
+        given = [parse_input(text) for text in opts.inputs]
+    except InputError as e:
+        raise UsageError(str(e)) from None
     if opts.output is not None:
         output_path(opts.output)
     try:
@@ -213,6 +221,12 @@ def run_module(opts: Options, out: TextIO) -> int:
             entry = module.prepare(opts.entry)
         except EntryNotFound as e:
             raise HexirError(f"{opts.entry} failed: not found: {e}") from None
+        if opts.device == "cuda" and all(d.kind is not Device.CUDA
+                                         for d in module.devices_used(opts.entry)):
+            raise HexirError(f"--device=cuda: '{opts.path}' has no cuda kernels (its entry "
+                             f"{opts.entry} runs on the cpu alone); compile it with "
+                             "-placement=cuda (or -placement=OP=cuda) to run on the GPU, or "
+                             "leave out --device=cuda")
         positional, named = gather(given, entry.signature.input_names)
         inputs = entry.check_inputs(*positional, **named)  # every refusal before the banner
         if opts.output is not None and not entry.signature.outputs:
@@ -221,11 +235,11 @@ def run_module(opts: Options, out: TextIO) -> int:
         if opts.benchmark:
             return benchmark(module, opts.entry, inputs, opts.benchmark, out)
         if not opts.quiet:
-            banner(module, opts.entry, out)
+            banner(module, opts.entry, err)
         result = module.execute(opts.entry, inputs, on_print=lambda a: print_rows(a, out))
     if opts.output is not None:
         write_outputs(opts.output, result.results)
-    elif not opts.quiet:
+    else:
         names = result.output_names or (None,) * len(result.outputs)
         for i, (name, array) in enumerate(zip(names, result.outputs, strict=True)):
             print_result(i, name, array, out)
@@ -248,11 +262,19 @@ def main(argv: list[str] | None = None, out: TextIO | None = None,
             return 0
         if opts.selftest:
             return selftest(opts.device, out)
-        return run_module(opts, out)
+        return run_module(opts, out, err)
+    except UsageError as e:
+        print(f"{PROG}: {e}", file=err)
+        return 2
     except HexirError as e:
         out.flush()
         prefix = "hal selftest failed: " if opts.selftest else ""
         print(f"{PROG}: {prefix}{e}", file=err)
+        return 1
+    except MemoryError:  # anywhere: the module's buffers, an input, a result's text
+        out.flush()
+        what = "running the HAL selftest" if opts.selftest else f"running '{opts.path}'"
+        print(f"{PROG}: out of memory {what}", file=err)
         return 1
     except BrokenPipeError:  # `hexir-run m.hxb | head`: stop quietly, like the C runtime
         if out is sys.stdout:

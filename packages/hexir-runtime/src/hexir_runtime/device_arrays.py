@@ -47,18 +47,24 @@ class DevicePointer:
         return math.prod(self.shape) * self.dtype.itemsize
 
 
-def is_device_array(x: Any) -> bool:
+def is_device_array(x: Any, where: str = "an array") -> bool:
     """Whether `x` offers `__cuda_array_interface__` (asked of the object, not its type: a
     PyTorch cpu tensor's class has the property, which raises for it), or is a DLPack tensor
-    on a CUDA device."""
-    if hasattr(x, "__cuda_array_interface__"):
-        return True
-    device = getattr(x, "__dlpack_device__", None)
+    on a CUDA device. A protocol of `x`'s own that raises is a one-line InputError naming
+    `where` (the caller's object failed, not the call)."""
+    protocol = "__cuda_array_interface__"
     try:
-        return device is not None and hasattr(x, "__dlpack__") and \
-            int(device()[0]) == dlpack.KDL_CUDA
-    except (TypeError, ValueError, IndexError, BufferError):
-        return False
+        if hasattr(x, protocol):
+            return True
+        protocol = "__dlpack_device__"
+        device = getattr(x, protocol, None)
+        try:
+            return device is not None and hasattr(x, "__dlpack__") and \
+                int(device()[0]) == dlpack.KDL_CUDA
+        except (TypeError, ValueError, IndexError, BufferError):
+            return False
+    except Exception as e:  # noqa: BLE001 (whatever the caller's own code raises)
+        raise InputError(f"{where}: its {protocol} raised {type(e).__name__}: {e}") from None
 
 
 def pointer(where: str, x: Any) -> DevicePointer:
@@ -76,7 +82,7 @@ def pointer(where: str, x: Any) -> DevicePointer:
         # flight on the legacy default stream, which the module's stream does not wait for
         # by itself; an explicit None says it is ready
         stream = cai.get("stream", LEGACY_STREAM)
-    except (AttributeError, KeyError, TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 (malformed, or the caller's own code raised)
         raise InputError(f"{where}: its __cuda_array_interface__ cannot be read "
                           f"({type(e).__name__}: {e})") from None
     if cai.get("mask") is not None:
@@ -96,7 +102,7 @@ def _from_dlpack(where: str, x: Any) -> DevicePointer:
     try:
         capsule = x.__dlpack__(stream=None)
         kind, address, dtype, shape, strides = dlpack.read(capsule)
-    except (AttributeError, TypeError, ValueError, BufferError) as e:
+    except Exception as e:  # noqa: BLE001 (malformed, or the caller's own code raised)
         raise InputError(f"{where}: its DLPack tensor cannot be read "
                          f"({type(e).__name__}: {e})") from None
     if kind != dlpack.KDL_CUDA:

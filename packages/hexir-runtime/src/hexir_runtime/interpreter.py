@@ -17,7 +17,8 @@ that touch cuda take turns: a context is current on one thread at a time). When 
 plans its memory (`hexir_format.plan`), an arena's intermediates are views into one buffer
 per device, placed by the plan, instead of one buffer each. An arena is zeroed when it is
 made; a buffer that a call reads before it writes it (never in a module the compiler writes,
-where every buffer is a kernel's destination first) is zeroed again where its ALLOC binds it,
+where every buffer is a kernel's destination first; a kernel that names its destination among
+its inputs reads it first too) is zeroed again where its ALLOC binds it,
 so no call sees another's data, nor a buffer the bytes of one that died earlier in the call.
 
 Device work is asynchronous, in order on the device's stream. Each maximal run of commands
@@ -37,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
 
+from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
 from hexir_runtime import hal
 from hexir_runtime.arena import Arena, Call, Printer, Step, graphs
 from hexir_runtime.errors import DeviceError, ExecutionError
@@ -180,13 +181,14 @@ class Program:
         return len(self.bindings) - 1
 
     def _read_before_written(self) -> list[int]:
-        """The ALLOC bindings some command reads before any command of the call writes them."""
+        """The ALLOC bindings some command reads before any command of the call writes them
+        (a kernel that names its destination among its inputs, too, reads it first)."""
         written: set[int] = set()
         first_read: list[int] = []
         for c, reads, write in zip(self.plan.commands, self.reads, self.writes, strict=True):
             destination = reads[-1] if c.op is Op.DISPATCH else None
-            for b in reads:
-                if b not in written and b != destination and self.bindings[b].constant is None:
+            for b in reads[:-1] if destination is not None else reads:
+                if b not in written and self.bindings[b].constant is None:
                     first_read.append(b)
                     written.add(b)
             if destination is not None:
@@ -207,9 +209,9 @@ class Program:
                 written_at.setdefault(reads[-1], []).append(i)
         alias: dict[int, int] = {}
         views: set[int] = set()
+        executables = self.resident.plan.module.executables
         for i, (c, reads) in enumerate(zip(self.plan.commands, self.reads, strict=True)):
-            if c.op is not Op.DISPATCH or \
-                    self.resident.plan.module.executables[c.executable].kind is not KernelKind.RESHAPE:
+            if c.op is not Op.DISPATCH or executables[c.executable].kind is not KernelKind.RESHAPE:
                 continue
             src, dst = alias.get(reads[0], reads[0]), reads[1]
             if (self.bindings[src].device is not self.bindings[dst].device

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 import hexir_format as hf
 from hexir_format import Device
-from hexir_format.validate import EntryPlan, ModulePlan, Signature
-
+from hexir_format.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, ModulePlan, Signature
 from hexir_runtime import kernels
 from hexir_runtime.errors import PlacementError, ValidationError
 
 __all__ = ["DEFAULT_MAX_ALLOC_BYTES", "EntryPlan", "ModulePlan", "Signature", "check_module",
            "check_placement"]
-
-DEFAULT_MAX_ALLOC_BYTES = 16 << 30  # per run: ALLOC + INPUT + COPY buffers together
 
 
 def check_module(module: hf.Module, *, max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES
@@ -43,5 +40,7 @@ def check_placement(plan: EntryPlan, available: set[Device]) -> None:
     for need in plan.needs:
         if need.device not in available:
             active = ", ".join(str(d) for d in sorted(available))
+            hint = ": run it with --device=cuda (device='cuda' in Python), or compile it for " \
+                "the cpu" if need.device is Device.CUDA else ""
             raise PlacementError(f"{need.what} is placed on {need.device} but the active device "
-                                 f"is {active}")
+                                 f"is {active}{hint}")

@@ -156,8 +156,8 @@ ELEMENTWISE = {
 class WhereOp(HexirOp, name="where"):
     """where(condition, x, y): x where the i1 condition holds, else y, the condition broadcast.
 
-    x and y have one type (an importer expands them to it): a kernel's inputs after the first
-    share one type, the rule `call_tir` inherits from IRDL.
+    x and y have the result's type (an importer broadcasts them to it first): only the
+    condition broadcasts in this op.
     """
 
     condition: ext.Operand[Any]
@@ -204,8 +204,8 @@ class ExpandOp(HexirOp, name="expand"):
 
 
 class ConcatOp(HexirOp, name="concat"):
-    """lhs and rhs, of one rank, joined along `axis` (numpy's concatenate of two; more is a
-    chain, since a kernel's inputs after the first share one type)."""
+    """lhs and rhs, of one rank, joined along `axis` (numpy's concatenate of two; an importer
+    writes more as a chain of these)."""
 
     lhs: ext.Operand[Any]
     rhs: ext.Operand[Any]

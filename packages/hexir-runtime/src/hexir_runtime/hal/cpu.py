@@ -20,10 +20,10 @@ import functools
 from dataclasses import dataclass
 
 import numpy as np
-from hexir_format import CPU_LEVELS, Executable, KernelKind
+
+from hexir_format import CPU_LEVELS, Executable, hostlink
 from hexir_format import Device as DeviceKind
 from hexir_format.plan import ARENA_ALIGNMENT
-
 from hexir_runtime import kernels
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode, threads, typed_view
@@ -80,6 +80,8 @@ class CpuDevice(Device):
 
     def __init__(self) -> None:
         self._loaded: list[hostcode.HostKernel] = []
+        threads.cpu_threads(), threads.spin_cycles()  # settings refused at once, not when a
+        # kernel first needs the pool (which a small module never does)
 
     def constant(self, data: memoryview) -> Buffer:
         host = np.frombuffer(data, dtype=np.uint8)
@@ -130,9 +132,9 @@ class CpuDevice(Device):
             need, have = CPU_LEVELS[exe.cpu_level], CPU_LEVELS[hostcode.host_level()]
             raise DeviceError(f"host image of kernel '{exe.name}' is code for {need}, which "
                               f"this CPU ({have}) cannot run; compile with -target=cpu:{have}")
-        routines = (matmul_routine(exe),) if exe.kind is KernelKind.MATMUL or (
-            exe.kind is KernelKind.GENERIC and len(exe.args) >= 3) else ()
-        provided = {"hexir_rt_matmul": ctypes.cast(r, ctypes.c_void_p).value for r in routines}
+        routines = tuple(matmul_routine(exe) for _ in hostlink.routines(exe))
+        provided = {hostlink.MATMUL_ROUTINE: ctypes.cast(routines[0], ctypes.c_void_p).value} \
+            if routines else {}
         code = hostcode.load(exe.image, exe.name, len(exe.args),
                              what=f"host image of kernel '{exe.name}'", provided=provided)
         self._loaded.append(code)

@@ -35,14 +35,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
 from hexir_format import Device as DeviceKind
 from hexir_format import Executable
 from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
-
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import Buffer, Device, MemoryKind
 
-EXTRA_HINT = "pip install 'hexir-runtime[cuda]'"
+# What the runtime's `cuda` extra installs, as a line that works wherever pip does (the
+# package itself is installed from a checkout until it is published).
+EXTRA_HINT = "pip install 'cuda-bindings>=13'"
 CU_STREAM_NON_BLOCKING = 0x1
 CU_EVENT_DISABLE_TIMING = 0x2
 
@@ -97,7 +99,7 @@ class CudaDevice(Device):
         self._cu = driver
         try:
             init = driver.cuInit(0)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 (cuda-python's loader error has no stable type)
             raise DeviceError(f"cannot use cuda: the NVIDIA driver library (libcuda) could not "
                               f"be loaded: {_one_line(e)}") from None
         _check(init, "cuInit")

@@ -65,11 +65,18 @@ class Pool:
         self.threads = threads
         self.jobs = 0  # jobs run on the pool (the tests count them)
         self._lock = threading.Lock()
-        self._workers = [threading.Thread(target=self._call, args=(self._address, WORK, 0),
+        self._workers: list[threading.Thread] = []
+        try:
+            for i in range(threads - 1):
+                worker = threading.Thread(target=self._call, args=(self._address, WORK, 0),
                                           name=f"hexir-cpu-{i}", daemon=True)
-                         for i in range(threads - 1)]
-        for worker in self._workers:
-            worker.start()
+                worker.start()
+                self._workers.append(worker)
+        except (RuntimeError, MemoryError) as e:  # no memory or no threads left for them
+            self.close()
+            raise DeviceError(f"cpu: cannot start the thread pool's {threads - 1} workers "
+                              f"({THREADS_SETTING}={threads}): {e}; set {THREADS_SETTING} "
+                              "lower") from None
 
     def launch(self, entry: int, pointers: Sequence[int], extent: int, end: int, serial):
         """A callable that runs kernel `entry` over [0, extent) in chunks on the pool (the
@@ -114,18 +121,26 @@ class Pool:
             self._code = None
 
 
+THREADS_SETTING, SPIN_SETTING = "HEXIR_CPU_THREADS", "HEXIR_CPU_SPIN"
+#: The settings' ranges: more threads than this only wait for each other (and each costs a
+#: stack); a spin past 2**32 cycles (a second or more) is a busy-wait, not a spin.
+MAX_THREADS, MAX_SPIN = 1024, 1 << 32
+
+
 def cpu_threads() -> int:
-    """How many threads cpu kernels use: $HEXIR_CPU_THREADS, else os.cpu_count()."""
-    return _setting("HEXIR_CPU_THREADS", os.cpu_count() or 1, 1, "a positive integer")
+    """How many threads cpu kernels use: $HEXIR_CPU_THREADS, else one per core (at most
+    MAX_THREADS)."""
+    return _setting(THREADS_SETTING, min(os.cpu_count() or 1, MAX_THREADS), 1, MAX_THREADS)
 
 
 def spin_cycles() -> int:
     """How long a worker spins after a kernel: $HEXIR_CPU_SPIN cycles, else 2**20."""
-    return _setting("HEXIR_CPU_SPIN", 1 << 20, 0, "a number of cycles >= 0")
+    return _setting(SPIN_SETTING, 1 << 20, 0, MAX_SPIN)
 
 
-def _setting(name: str, default: int, least: int, expected: str) -> int:
-    """The integer in environment variable `name` (`default` when unset), at least `least`."""
+def _setting(name: str, default: int, least: int, most: int) -> int:
+    """The integer in environment variable `name` (`default` when unset), in least..most; a
+    one-line DeviceError naming the variable, its value and the range otherwise."""
     text = os.environ.get(name)
     if text is None:
         return default
@@ -133,8 +148,8 @@ def _setting(name: str, default: int, least: int, expected: str) -> int:
         value = int(text)
     except ValueError:
         value = least - 1
-    if value < least:
-        raise DeviceError(f"{name}={text!r}, expected {expected}")
+    if not least <= value <= most:
+        raise DeviceError(f"{name}={text!r}: expected an integer from {least} to {most}")
     return value
 
 
