@@ -5,8 +5,10 @@ mprotect: no compiler, linker or llvmlite on the deploy host. The image's contra
 symbol and signature) is `hexir_format.elf`'s; what this loader adds:
 
 - Undefined symbols resolve against libm/libc, but only names in `ALLOWED_SYMBOLS` (so an
-  image cannot reach system(3) & co.), or against the routines the runtime provides for this
-  kernel (`provided`: `hexir_rt_matmul` for a matmul, see `hal/cpu.py`).
+  image cannot reach system(3) & co.), or against what the caller provides (`provided`: the
+  thread pool's loop gets `syscall`). Kernels get nothing else: an image that calls
+  `hexir_rt_matmul`, the BLAS callback of modules compiled before hexir-compiler 0.2.0, is
+  refused with a line that says to recompile it.
 - Relocations: R_X86_64_64, PC64, PC32, PLT32, GOTPCREL(X), REX_GOTPCRELX, and 32/32S when the
   value fits. libm is usually more than 2 GiB away, so each external gets a stub inside the
   mapping (`jmp *[rip+0]` and the address) for PLT32/PC32, and a GOT slot for GOTPCREL*.
@@ -54,6 +56,8 @@ ALLOWED_SYMBOLS = (
     "memset", "memcpy", "memmove",
 )
 
+# The prefix of the routines older runtimes offered kernels (`hexir_rt_matmul`).
+RUNTIME_ROUTINE = "hexir_rt_"
 # Loaded images stay well under 2 GiB, so PC32 between any two of their parts always fits.
 MAX_IMAGE_BYTES = 256 << 20
 MAX_ARGS = 1024
@@ -249,6 +253,11 @@ def _entry(obj: elf.ElfObject, name: str, what: str) -> elf.Symbol:
 
 
 def _external(name: str, index: int, what: str) -> int:
+    if name.startswith(RUNTIME_ROUTINE):
+        raise DeviceError(f"{what}: calls '{name}', the runtime routine that modules compiled "
+                          "before hexir-compiler 0.2.0 used for big cpu matmuls; this runtime "
+                          "has none (every matmul is the image's own loops): recompile the "
+                          "module")
     if name not in ALLOWED_SYMBOLS:
         raise DeviceError(f"{what}: undefined symbol '{name}' (symbol {index}) is not one of "
                           "the libm/libc functions a host image may call")
