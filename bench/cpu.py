@@ -13,11 +13,11 @@ warm-up, three ways, on the same module and the same input:
 | numpy path | the same module and call path, every DISPATCH bound to the numpy body of its kind instead (the kernels of the runtime before version 5: `packages/hexir-runtime/tests/numpy_kernels.py`) |
 | plain numpy | the network written directly in numpy in the program's element type (no interpreter, no buffers) |
 
-Then the choice a contraction faces (`schedule.uses_library`): each matmul shape of the
-networks, and a few larger ones, as a one-op module compiled both ways (the schedule forced
-each way for this measurement): as loops (register tiles of 4 rows x 64 columns) and as the
-library call (the runtime's `hexir_rt_matmul`, numpy's BLAS), against `np.matmul` called
-directly on the same operands; the last column is what the schedule picks. Modules are
+Then the matmuls: each matmul shape of the networks, and a few larger ones, as a one-op module
+compiled two ways -- its rhs an input (an activation: the matrix-rows loops) and a constant
+(a weight: the same loops, or above `schedule.PANEL_MIN_MACS` the rhs packed into panels) --
+against `np.matmul` called directly on the same operands (numpy's BLAS; every compiled
+matmul is loops, so this is the reference, not an alternative the runtime takes). Modules are
 compiled for `--cpu` (default: this machine's x86-64 level, as a deployment would be).
 Ratios are from this run on this machine; absolute times are printed for context only.
 """
@@ -124,36 +124,34 @@ MATMULS = ((2, 2, 2), (8, 784, 256), (8, 256, 128), (8, 128, 10), (32, 64, 64),
 
 def matmuls(calls: int) -> list[str]:
     import hexir_runtime as hr
-    from hexir_compiler.target import host
-    from hexir_compiler.transforms.tir import contraction, schedule
+    from hexir_compiler.transforms.tir import schedule
 
-    rows = ["| m x k x n (f32) | compiled loops | library call | np.matmul | loops / library "
-            "| the schedule's choice |",
-            "| --- | ---: | ---: | ---: | ---: | --- |"]
+    rows = ["| m x k x n (f32) | rhs an input | rhs a constant | np.matmul | input / numpy "
+            "| constant / numpy | the constant's schedule |",
+            "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
     rng = np.random.default_rng(1)
-    chosen = contraction.uses_library
-    level = host.level(CPU[0])
     for m, k, n in MATMULS:
-        text = (f"func.func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> "
-                f"tensor<{m}x{n}xf32> {{\n  %c = \"hexir.linear\"(%a, %b) : "
-                f"(tensor<{m}x{k}xf32>, tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32>\n"
-                f"  return %c : tensor<{m}x{n}xf32>\n}}\n")
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
+        t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"  # noqa: E731
+        product = (f'  %c = "hexir.linear"(%a, %b) : ({t(m, k)}, {t(k, n)}) -> {t(m, n)}\n'
+                   f"  return %c : {t(m, n)}\n}}\n")
+        as_input = f"func.func @main(%a: {t(m, k)}, %b: {t(k, n)}) -> {t(m, n)} {{\n" + product
+        as_constant = (f"func.func @main(%a: {t(m, k)}) -> {t(m, n)} {{\n  %b = \"hexir.constant\""
+                       f'() {{value = dense<"0x{b.tobytes().hex()}"> : {t(k, n)}}} : () -> '
+                       f"{t(k, n)}\n" + product)
+        want = a.astype(np.float64) @ b
         timed = []
-        for library in (False, True):
-            contraction.uses_library = lambda builder, macs, library=library: library
-            try:
-                module = hr.load(compile_program(text, element_path=False))
-            finally:
-                contraction.uses_library = chosen
-            assert reference.relative_error(module.main(a, b), a.astype(np.float64) @ b) < 1e-5
-            timed.append(median_seconds(lambda: module.main(a, b), calls))
+        for text, operands in ((as_input, (a, b)), (as_constant, (a,))):
+            module = hr.load(compile_program(text, element_path=False))
+            assert reference.relative_error(module.main(*operands), want) < 1e-5
+            timed.append(median_seconds(lambda m=module, o=operands: m.main(*o), calls))
         blas = median_seconds(lambda: np.matmul(a, b), calls)
-        loops, call = timed
-        pick = "library" if m * k * n > schedule.LOOPS_MAX_MACS[level] else "loops"
-        rows.append(f"| {m} x {k} x {n} | {loops * 1e6:.1f} us | {call * 1e6:.1f} us | "
-                    f"{blas * 1e6:.1f} us | {loops / call:.2f} | {pick} |")
+        rhs_input, rhs_constant = timed
+        pick = "panels" if m * k * n > schedule.PANEL_MIN_MACS else "rows"
+        rows.append(f"| {m} x {k} x {n} | {rhs_input * 1e6:.1f} us | {rhs_constant * 1e6:.1f} us "
+                    f"| {blas * 1e6:.1f} us | {rhs_input / blas:.2f} | {rhs_constant / blas:.2f} "
+                    f"| {pick} |")
     return rows
 
 

@@ -1,24 +1,31 @@
 """Hexir's cpu call against ONNX Runtime and numpy, side by side, in one run.
 
-    python bench/ort.py [--rounds=5] [--calls=300]
+    python bench/ort.py [--rounds=5] [--calls=300] [--programs=mlp,attention]
+                        [--baseline=OTHER_CHECKOUT]
 
 Needs the `full` environment plus `onnx` and `onnxruntime` (bench-only dependencies:
-`pip install onnx onnxruntime`). Three programs, each written three ways with the same f32
-weights: a Hexir module (compiled here), an ONNX model (built here with `onnx.helper`), and
-numpy:
+`pip install onnx onnxruntime`). Four programs, each written with the same f32 weights as a
+Hexir module (compiled here), an ONNX model (built here with `onnx.helper`), and (but the
+attention layer) numpy:
 
 | program | what it computes |
 | --- | --- |
 | 2x2 | relu(x W), x and W 2x2: the per-call overhead |
 | mlp | relu(x W1 + b1) W2 + b2, x 64x512, W1 512x2048, W2 2048x512 |
 | transformer | `examples/transformer_block.mlir` (x 2x16x64, 4 heads, pre-LN, GELU) |
+| attention | a BERT-style encoder layer, the ONNX model compiled by Hexir: x 1x128x512, 8 heads of 64 (QK^T and PV: batched products of two activations), FFN 2048 |
+
+Hexir runs twice: compiled for the default target (`x86-64-v2`) and for this machine's level
+(`-target=cpu:x86-64-v3` on an AVX2 host, v4 on an AVX-512 one), as ORT picks its kernels for
+the CPU it runs on. `--baseline=DIR` adds the Hexir of another checkout (its `packages/`),
+compiled and run in its own processes, so a change and its parent are timed in one run.
 
 Every figure is the median of `--calls` steady calls (after 30 warm-up calls) in a fresh
-process, one process per (program, engine), the engines interleaved; the table gives the
-median over `--rounds` such processes and the ratio hexir / ONNX Runtime (below 1: Hexir is
-faster). Both runtimes use every core (ORT's default intra-op threads; Hexir's thread pool).
-Hexir's module is compiled for this machine's x86-64 level (`-target=cpu:x86-64-v4` on an
-AVX-512 host), as ORT picks its kernels for the CPU it runs on.
+process, one process per (program, engine), the engines interleaved and rotated; the table
+gives the median over `--rounds` such processes, the ratio to ONNX Runtime (below 1: faster)
+and the stability of each engine: the slowest of its calls over their median (the median of
+that over the rounds). Both runtimes use every core (ORT's default intra-op threads; Hexir's
+thread pool, `HEXIR_CPU_THREADS`).
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import subprocess
 import sys
@@ -39,7 +47,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "examples"))
 import reference  # noqa: E402  (the examples' numpy oracle: their weights and networks)
 
-ENGINES = ("hexir", "onnxruntime", "numpy")
 
 
 def _this_cpu() -> str:
@@ -52,7 +59,10 @@ def _this_cpu() -> str:
 
 
 CPU = _this_cpu()
-PROGRAMS = ("2x2", "mlp", "transformer")
+DEFAULT_CPU = "x86-64-v2"
+PROGRAMS = ("2x2", "mlp", "transformer", "attention")
+#: The attention layer's shape: batch, sequence, model width, heads, FFN width.
+ATTENTION = (1, 128, 512, 8, 2048)
 
 
 def weights(program: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -66,6 +76,15 @@ def weights(program: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
         w = {k: (rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32)
              for k, s in shapes.items()}
         return w, rng.standard_normal((64, 512)).astype(np.float32)
+    if program == "attention":
+        batch, seq, d, _, ffn = ATTENTION
+        shapes = {**{f"w{p}": (d, d) for p in "qkvo"}, **{f"b{p}": (d,) for p in "qkvo"},
+                  "w1": (d, ffn), "b1": (ffn,), "w2": (ffn, d), "b2": (d,)}
+        w = {k: (rng.standard_normal(s) / math.sqrt(s[0])).astype(np.float32)
+             for k, s in shapes.items()}
+        w.update({f"ln{i}_{p}": (np.ones(d) if p == "gamma" else np.zeros(d)).astype(np.float32)
+                  for i in (1, 2) for p in ("gamma", "beta")})
+        return w, rng.standard_normal((batch, seq, d)).astype(np.float32)
     text = (REPO / "examples" / "transformer_block.mlir").read_text()
     w = {k: v.astype(np.float32) for k, v in reference.load_constants(text).items()}
     return w, reference.sample_input(REPO / "examples" / "transformer_block.mlir",
@@ -78,11 +97,16 @@ def _dense(name: str, array: np.ndarray) -> str:
             f"tensor<{dims}xf32>}} : () -> tensor<{dims}xf32>")
 
 
-def hexir_module(program: str, w: dict[str, np.ndarray]) -> bytes:
+def hexir_module(program: str, w: dict[str, np.ndarray], cpu: str, x: np.ndarray) -> bytes:
     from hexir_compiler.pipeline import Options, compile_file
 
     if program == "transformer":
-        return compile_file(REPO / "examples" / "transformer_block.mlir", Options("hxb", cpu=CPU))
+        return compile_file(REPO / "examples" / "transformer_block.mlir", Options("hxb", cpu=cpu))
+    if program == "attention":
+        import onnx
+
+        return compile_file(onnx.load_from_string(onnx_model(program, w, x)),
+                            Options("hxb", cpu=cpu))
     t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"  # noqa: E731
     if program == "2x2":
         body = [_dense("w", w["w"]),
@@ -101,7 +125,7 @@ def hexir_module(program: str, w: dict[str, np.ndarray]) -> bytes:
     with tempfile.TemporaryDirectory() as tmp:
         source = Path(tmp) / f"{program}.mlir"
         source.write_text("\n".join([head, *body, "}"]) + "\n")
-        return compile_file(source, Options("hxb", cpu=CPU))
+        return compile_file(source, Options("hxb", cpu=cpu))
 
 
 def onnx_model(program: str, w: dict[str, np.ndarray], x: np.ndarray) -> bytes:
@@ -124,7 +148,8 @@ def onnx_model(program: str, w: dict[str, np.ndarray], x: np.ndarray) -> bytes:
         out = op("Add", [op("MatMul", [a, "w2"], "m2"), "b2"], "y")
     else:
         batch, seq, d = x.shape
-        heads, dh = 4, d // 4
+        heads = ATTENTION[3] if program == "attention" else 4
+        dh = d // heads
         split, merged = const("c_split", [batch, seq, heads, dh]), const("c_merged", [batch, seq, d])
         ln1 = op("LayerNormalization", ["x", "ln1_gamma", "ln1_beta"], "ln1", axis=-1,
                  epsilon=1e-5)
@@ -132,8 +157,8 @@ def onnx_model(program: str, w: dict[str, np.ndarray], x: np.ndarray) -> bytes:
                                                          f"b{p}"], f"{p}a"), split], f"{p}r")],
                   f"{p}t", perm=[0, 2, 1, 3]) for p in "qkv"]
         kt = op("Transpose", [qkv[1]], "k_transposed", perm=[0, 1, 3, 2])
-        scores = op("Mul", [op("MatMul", [qkv[0], kt], "s"), const("c_scale", np.float32(0.25))],
-                    "ss")
+        scores = op("Mul", [op("MatMul", [qkv[0], kt], "s"),
+                            const("c_scale", np.float32(1 / math.sqrt(dh)))], "ss")
         attn = op("Softmax", [scores], "attn", axis=-1)
         ctx = op("Reshape", [op("Transpose", [op("MatMul", [attn, qkv[2]], "c")], "ct",
                                 perm=[0, 2, 1, 3]), merged], "ctx")
@@ -161,13 +186,18 @@ def numpy_function(program: str, w: dict[str, np.ndarray]):
     return lambda x: reference.transformer_block(x, w)
 
 
-def worker(engine: str, program: str, calls: int) -> float:
-    """The median seconds of one steady call, in this (fresh) process."""
+def worker(engine: str, program: str, calls: int, cache: Path) -> tuple[float, float]:
+    """The median seconds of one steady call, in this (fresh) process, and the slowest call
+    over the median. A Hexir engine (`hexir:<cpu>`, `baseline:<cpu>`) compiles its module
+    once into `cache`."""
     w, x = weights(program)
-    if engine == "hexir":
+    if engine.startswith(("hexir:", "baseline:")):
         import hexir_runtime as hr
 
-        module = hr.load(hexir_module(program, w))
+        path = cache / f"{engine.replace(':', '-')}-{program}.hxb"
+        if not path.exists():
+            path.write_bytes(hexir_module(program, w, engine.split(":")[1], x))
+        module = hr.load(path)
         call = lambda: module.main(x)  # noqa: E731
     elif engine == "onnxruntime":
         import onnxruntime as ort
@@ -185,20 +215,23 @@ def worker(engine: str, program: str, calls: int) -> float:
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    median = statistics.median(times)
+    return median, max(times) / median
 
 
-def check(program: str) -> float:
-    """The largest relative difference of Hexir's and ORT's answers from numpy's."""
+def check(program: str, cache: Path) -> float:
+    """The largest relative difference of Hexir's (this machine's level) and ORT's answers
+    from numpy's (from ORT's alone for the attention layer, which has no numpy form)."""
     import hexir_runtime as hr
     import onnxruntime as ort
 
     w, x = weights(program)
-    want = numpy_function(program, w)(x.astype(np.float64) if program == "transformer" else x)
-    with hr.load(hexir_module(program, w)) as m:
-        got = m.main(x)
     session = ort.InferenceSession(onnx_model(program, w, x), providers=["CPUExecutionProvider"])
     theirs = session.run(None, {"x": x})[0]
+    want = theirs if program == "attention" else numpy_function(program, w)(
+        x.astype(np.float64) if program == "transformer" else x)
+    with hr.load(cache / f"hexir-{CPU}-{program}.hxb") as m:
+        got = m.main(x)
     scale = np.abs(want).max() or 1.0
     return max(np.abs(got - want).max(), np.abs(theirs - want).max()) / scale
 
@@ -207,29 +240,53 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=300)
-    parser.add_argument("--worker", nargs=2, metavar=("ENGINE", "PROGRAM"))
+    parser.add_argument("--programs", default=",".join(PROGRAMS))
+    parser.add_argument("--baseline", type=Path, help="another checkout, timed beside this one")
+    parser.add_argument("--worker", nargs=3, metavar=("ENGINE", "PROGRAM", "CACHE"))
     args = parser.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.calls)))
+        engine, program, cache = args.worker
+        print(json.dumps(worker(engine, program, args.calls, Path(cache))))
         return 0
     import onnxruntime
 
-    seconds = {(p, e): [] for p in PROGRAMS for e in ENGINES}
-    for r in range(args.rounds):
-        for program in PROGRAMS:
-            for engine in ENGINES[r % 3:] + ENGINES[:r % 3]:  # interleaved, rotated
-                done = subprocess.run([sys.executable, __file__, "--worker", engine, program,
-                                       f"--calls={args.calls}"], capture_output=True, text=True,
-                                      check=True)
-                seconds[program, engine].append(json.loads(done.stdout))
-    print(f"onnxruntime {onnxruntime.__version__}, numpy {np.__version__}; hexir compiled for "
-          f"{CPU}; median of {args.rounds} fresh processes x {args.calls} calls\n")
-    print("| program | hexir | ONNX Runtime | numpy | hexir / ORT | hexir / numpy | max rel. diff |")
-    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for program in PROGRAMS:
-        h, o, n = (statistics.median(seconds[program, e]) for e in ENGINES)
-        print(f"| {program} | {h * 1e6:.1f} us | {o * 1e6:.1f} us | {n * 1e6:.1f} us | "
-              f"{h / o:.2f} | {h / n:.2f} | {check(program):.1e} |")
+    programs = args.programs.split(",")
+    levels = sorted({DEFAULT_CPU, CPU})
+    engines = [*(f"hexir:{c}" for c in levels),
+               *(f"baseline:{c}" for c in levels if args.baseline), "onnxruntime", "numpy"]
+    ours = os.environ.get("PYTHONPATH", "")
+    theirs = os.pathsep.join(str(args.baseline / "packages" / p / "src") for p in
+                             ("hexir-compiler", "hexir-format", "hexir-runtime")) \
+        if args.baseline else ""
+    seconds = {(p, e): [] for p in programs for e in engines}
+    with tempfile.TemporaryDirectory() as cache:
+        for r in range(args.rounds):
+            for program in programs:
+                turn = r % len(engines)
+                for engine in engines[turn:] + engines[:turn]:  # interleaved, rotated
+                    if engine == "numpy" and program == "attention":
+                        continue
+                    env = {**os.environ,
+                           "PYTHONPATH": theirs if engine.startswith("baseline") else ours}
+                    done = subprocess.run([sys.executable, __file__, "--worker", engine, program,
+                                           cache, f"--calls={args.calls}"], capture_output=True,
+                                          text=True, check=True, env=env)
+                    seconds[program, engine].append(json.loads(done.stdout))
+        print(f"onnxruntime {onnxruntime.__version__}, numpy {np.__version__}; this CPU: {CPU}; "
+              f"median of {args.rounds} fresh processes x {args.calls} calls\n")
+        print("| program | engine | median | / ORT | slowest / median | max rel. diff |")
+        print("| --- | --- | ---: | ---: | ---: | ---: |")
+        for program in programs:
+            ort_median = statistics.median(t for t, _ in seconds[program, "onnxruntime"])
+            diff = f"{check(program, Path(cache)):.1e}"
+            for engine in engines:
+                if not seconds[program, engine]:
+                    continue
+                median = statistics.median(t for t, _ in seconds[program, engine])
+                spread = statistics.median(s for _, s in seconds[program, engine])
+                print(f"| {program} | {engine} | {median * 1e6:.1f} us | "
+                      f"{median / ort_median:.2f} | {spread:.2f} | {diff} |")
+                diff = ""
     return 0
 
 

@@ -147,26 +147,31 @@ def test_kernel_matches_numpy(case: Case, device: str, element: str) -> None:
         assert case not in LARGE or kernel.grid[0] > 1, f"{kernel.name}: grid {kernel.grid}"
 
 
-# cpu matmuls compiled as loops (a level with FMA): rows and columns the 4 x 64 register
-# tiles do not divide, a batched and broadcast rhs, a tall lhs, a vector lhs, no depth, no rows.
+# cpu matmuls compiled as loops, at every level's register tile: rows and columns the tiles
+# do not divide, K = 1, a batched and broadcast rhs (both ways), a tall lhs, a vector lhs, no
+# depth, no rows, attention's two products with their heads as batch axes.
 CPU_MATMULS = [
     *(c for seed in SEEDS for c in _cases(seed) if c.op in ("matmul", "linear")),
     Case("matmul", [(70, 17), (17, 130)], (70, 130)),
+    Case("matmul", [(9, 1), (1, 35)], (9, 35)),
     Case("matmul", [(2, 1, 33, 20), (3, 20, 65)], (2, 3, 33, 65)),
+    Case("matmul", [(7, 13), (3, 13, 5)], (3, 7, 5)),
+    Case("matmul", [(1, 4, 11, 8), (1, 4, 8, 11)], (1, 4, 11, 11)),
     Case("linear", [(3, 30, 40), (40, 70)], (3, 30, 70)),
     Case("linear", [(5,), (5, 3)], (3,)),
     Case("linear", [(6, 0), (0, 3)], (6, 3)),
     Case("linear", [(0, 5), (5, 3)], (0, 3)),
     Case("matmul", [(2, 0, 5), (2, 5, 3)], (2, 0, 3)),
 ]
+LEVELS = ["x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
 
 
+@pytest.mark.parametrize("cpu", LEVELS)
 @pytest.mark.parametrize("element", ["f32", "f64"])
 @pytest.mark.parametrize("case", CPU_MATMULS,
                          ids=lambda c: f"{c.op}-{'x'.join(map(str, c.output)) or 'scalar'}")
-def test_cpu_matmul_as_loops_matches_numpy(case: Case, element: str) -> None:
-    lowered = Lowered(case.program(element, "cpu"), cpu="x86-64-v3")
-    assert '"hextir.library_call"' not in lowered.text
+def test_cpu_matmul_as_loops_matches_numpy(case: Case, element: str, cpu: str) -> None:
+    lowered = Lowered(case.program(element, "cpu"), cpu=cpu)
     (kernel,) = lowered.kernels
     inputs = sample(case, element, np.random.default_rng(7))
     out = np.full(case.output, np.nan, dtype=inputs[0].dtype)
@@ -175,19 +180,15 @@ def test_cpu_matmul_as_loops_matches_numpy(case: Case, element: str) -> None:
     assert_close(out, reference(case, inputs), element)
 
 
-@pytest.mark.parametrize(("cpu", "shape", "library"), [
-    ("x86-64-v2", (32, 64, 64), True),  # no FMA, 16 registers: the loops lose there
-    ("x86-64-v2", (16, 16, 16), False),  # ... but not to a call's fixed cost
-    ("x86-64-v3", (32, 64, 64), False),
-    ("x86-64-v4", (8, 784, 256), False),
-    ("x86-64-v4", (512, 128, 128), True),  # more than LOOPS_MAX_MACS
-])
-def test_the_cpu_matmul_schedule_picks_loops_or_the_library_by_level_and_size(cpu, shape,
-                                                                            library) -> None:
-    """The choice `bench/cpu.py` measured (schedule.LOOPS_MAX_MACS), as mlir-tir shows it."""
+@pytest.mark.parametrize("cpu", LEVELS)
+@pytest.mark.parametrize("shape", [(9, 2, 2), (32, 64, 64), (512, 128, 128), (64, 512, 2048)])
+def test_every_cpu_matmul_is_loops_at_every_level_and_size(cpu, shape) -> None:
+    """No size sends a matmul of two activations to a library (the host BLAS would run its
+    own threads beside the runtime's pool): its kernel is the parallel row-block loops."""
     m, k, n = shape
     lowered = Lowered(Case("matmul", [(m, k), (k, n)], (m, n)).program("f32", "cpu"), cpu=cpu)
-    assert ('"hextir.library_call"' in lowered.text) is library
+    assert '"hextir.library_call"' not in lowered.text
+    assert '{kind = "parallel"}' in lowered.text and '{kind = "serial"}' in lowered.text
 
 
 @pytest.mark.parametrize("case", ROWS, ids=lambda c: f"{c.op}-{'x'.join(map(str, c.inputs[0]))}")

@@ -2,11 +2,12 @@
 
 hexir-lower-to-tir replaces the rhs constant by its panels ([ceil(N / w), K, w], zeros past
 N) and the kernel is loops over them; the runtime runs the compiled kernel with no BLAS call.
-Each case is compiled for x86-64-v3 (the level that packs) and run on this CPU, so these
-tests need a CPU that runs v3 code. Small shapes are packed by lowering the threshold
-(`LOOPS_MAX_MACS`) below 0, which is what reaches every remainder: rows the 5-row blocks do
-not divide, a last panel with fewer than 16 columns, a tall (batched) lhs, a vector lhs, no
-depth, no rows.
+Each case is compiled for every x86-64 level this CPU runs (each has its own tile,
+`schedule.PANEL_TILES`) and run here; v4's kernels, where the CPU has no AVX-512, are run by
+the test interpreter instead (`tir_interp`). Small shapes are packed by lowering the
+threshold (`PANEL_MIN_MACS`) below 0, which is what reaches every remainder: rows the row
+blocks do not divide, a last panel narrower than the others, a tall (batched) lhs, a vector
+lhs, K = 1, no depth, no rows, row blocks split into groups.
 """
 
 from __future__ import annotations
@@ -19,10 +20,14 @@ from hexir_runtime.hal.hostcode import host_level
 
 from hexir_compiler.pipeline import compile as compile_source
 from hexir_compiler.transforms.tir import schedule
+from tir_programs import Lowered
 
-pytestmark = pytest.mark.skipif(host_level() < 3, reason="this CPU runs no x86-64-v3 code")
 V3 = "cpu:x86-64-v3"
 DTYPES = {"f32": np.float32, "f64": np.float64}
+#: The levels whose code this CPU runs (x86-64 is level 1).
+RUNNABLE = [level for level in (1, 2, 3, 4) if level <= host_level()]
+NAMES = {1: "x86-64", 2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
+needs_v3 = pytest.mark.skipif(host_level() < 3, reason="this CPU runs no x86-64-v3 code")
 
 
 def _t(shape, element: str) -> str:
@@ -67,37 +72,80 @@ SHAPES = [  # (lhs shape, K, N)
     ((6, 0), 0, 3),  # no depth: zeros
     ((0, 5), 5, 3),  # no rows
     ((13, 64), 64, 48),  # three full panels
+    ((11, 1), 1, 40),  # K = 1
+    ((300, 7), 7, 20),  # few panels, many row blocks: the rows split into groups
 ]
 
 
-@pytest.mark.parametrize("element", ["f32", "f64"])
-@pytest.mark.parametrize("fused", [False, True], ids=["plain", "bias-relu"])
-@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, (*s[0], s[2]))))
-def test_a_packed_matmul_matches_numpy(tmp_path, monkeypatch, shape, fused, element) -> None:
-    monkeypatch.setitem(schedule.LOOPS_MAX_MACS, 3, -1)
+def _case(shape, fused: bool, element: str):
+    """The program of a SHAPES case, its weight, bias, input and float64 expectation."""
     x_shape, k, n = shape
     rng = np.random.default_rng(3)
     dtype = DTYPES[element]
     w = rng.standard_normal((k, n)).astype(dtype)
     bias = rng.standard_normal(n).astype(dtype) if fused else None
-    text = _program(x_shape, w, element, bias)
-    tir = _compile(tmp_path, text, "mlir-tir")
-    width = 64 // np.dtype(dtype).itemsize
-    assert f"{_t((-(-n // width), k, width), element)}" in tir and "library_call" not in tir
     x = rng.standard_normal(x_shape).astype(dtype)
-    with hexir_runtime.load(_compile(tmp_path, text)) as module:
-        got = module.main(x)
     want = x.astype(np.float64) @ w.astype(np.float64)
     if fused:
         want = np.maximum(want + bias, 0)
+    return _program(x_shape, w, element, bias), w, bias, x, want
+
+
+def _check(got: np.ndarray, want: np.ndarray, element: str) -> None:
     scale = max(np.abs(want).max(initial=0), 1.0)
     assert got.shape == want.shape
     assert np.abs(got - want).max(initial=0) / scale <= (1e-5 if element == "f32" else 1e-12)
 
 
+#: (level, element, fused): every combination at the best level this CPU runs, two at the others.
+VARIANTS = [(level, element, fused) for level in RUNNABLE
+            for element, fused in ([("f32", False), ("f32", True), ("f64", False), ("f64", True)]
+                                   if level == RUNNABLE[-1] else [("f32", True), ("f64", False)])]
+
+
+@pytest.mark.parametrize(("level", "element", "fused"), VARIANTS,
+                         ids=[f"{NAMES[v[0]]}-{v[1]}-{'bias-relu' if v[2] else 'plain'}"
+                              for v in VARIANTS])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, (*s[0], s[2]))))
+def test_a_packed_matmul_matches_numpy(tmp_path, monkeypatch, shape, fused, element,
+                                       level) -> None:
+    monkeypatch.setattr(schedule, "PANEL_MIN_MACS", -1)
+    text, _, _, x, want = _case(shape, fused, element)
+    target = f"cpu:{NAMES[level]}"
+    tir = _compile(tmp_path, text, "mlir-tir", target)
+    width = schedule.PANEL_TILES[level][1] // np.dtype(DTYPES[element]).itemsize
+    n = shape[2]
+    assert f"{_t((-(-n // width), shape[1], width), element)}" in tir
+    assert "library_call" not in tir
+    with hexir_runtime.load(_compile(tmp_path, text, target=target)) as module:
+        _check(module.main(x), want, element)
+
+
+@pytest.mark.parametrize("element", ["f32", "f64"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, (*s[0], s[2]))))
+def test_a_packed_v4_kernel_matches_numpy_interpreted(monkeypatch, shape, element) -> None:
+    """v4's 8-row, two-zmm tile, whatever this CPU: the kernel at mlir-tir, run by the test
+    interpreter on the rhs packed as hexir-lower-to-tir packs it."""
+    monkeypatch.setattr(schedule, "PANEL_MIN_MACS", -1)
+    text, w, _, x, want = _case(shape, False, element)
+    lowered = Lowered(text, cpu="x86-64-v4")
+    (kernel,) = lowered.kernels
+    k, n = w.shape
+    width = schedule.PANEL_TILES[4][1] // w.itemsize
+    panels = -(-n // width)
+    padded = np.zeros((k, panels * width), w.dtype)
+    padded[:, :n] = w
+    packed = np.ascontiguousarray(padded.reshape(k, panels, width).transpose(1, 0, 2))
+    out = np.full(want.shape, np.nan, x.dtype)
+    with lowered.context:
+        kernel(x, packed, out)
+    _check(out, want, element)
+
+
+@needs_v3
 def test_the_mlp_layer_packs_its_weight_and_needs_no_blas(tmp_path) -> None:
-    """At its real size (above LOOPS_MAX_MACS): a v3 kernel over 128 panels, the cpu grid,
-    calling no routine; at v2 (no panel tile) the same layer calls the BLAS."""
+    """At its real size (above PANEL_MIN_MACS): a v3 kernel over 128 panels, the cpu grid,
+    calling no routine; at v2 the same layer is 8-column panels, 256 of them."""
     rng = np.random.default_rng(5)
     w = (rng.standard_normal((512, 2048)) / 23).astype(np.float32)
     bias = rng.standard_normal(2048).astype(np.float32)
@@ -113,12 +161,16 @@ def test_the_mlp_layer_packs_its_weight_and_needs_no_blas(tmp_path) -> None:
     assert np.abs(got - want).max() / np.abs(want).max() <= 1e-5
     v2 = _compile(tmp_path, text, target="cpu:x86-64-v2")
     (exe,) = parse(v2).executables
-    assert b"hexir_rt_matmul" in bytes(exe.image)
+    assert exe.grid[0] == 256 and [t.shape for t in exe.args][1] == (256, 512, 8)
+    assert b"hexir_rt_matmul" not in bytes(exe.image)
+    with hexir_runtime.load(v2) as module:
+        assert np.abs(module.main(x) - want).max() / np.abs(want).max() <= 1e-5
 
 
+@needs_v3
 def test_a_weight_two_matmuls_share_is_packed_once_and_the_original_dropped(
         tmp_path, monkeypatch) -> None:
-    monkeypatch.setitem(schedule.LOOPS_MAX_MACS, 3, -1)
+    monkeypatch.setattr(schedule, "PANEL_MIN_MACS", -1)
     w = np.arange(24, dtype=np.float32).reshape(4, 6)
     t4, t6 = _t((3, 4), "f32"), _t((3, 6), "f32")
     text = "\n".join([
@@ -134,10 +186,11 @@ def test_a_weight_two_matmuls_share_is_packed_once_and_the_original_dropped(
         np.testing.assert_allclose(module.main(x, z), x @ w - z @ w, rtol=1e-5, atol=1e-5)
 
 
+@needs_v3
 def test_a_weight_also_read_elsewhere_stays(tmp_path, monkeypatch) -> None:
     """The product plus the weight itself (a [4, 4] weight, broadcast): the epilogue reads
     the original constant, the loops its panels."""
-    monkeypatch.setitem(schedule.LOOPS_MAX_MACS, 3, -1)
+    monkeypatch.setattr(schedule, "PANEL_MIN_MACS", -1)
     w = np.arange(16, dtype=np.float32).reshape(4, 4) / 7
     t = _t((4, 4), "f32")
     text = "\n".join([
@@ -152,9 +205,10 @@ def test_a_weight_also_read_elsewhere_stays(tmp_path, monkeypatch) -> None:
         np.testing.assert_allclose(module.main(x), x @ w + w, rtol=1e-5, atol=1e-5)
 
 
+@needs_v3
 @pytest.mark.parametrize("stage", ["mlir-hetero", "mlir-tir", "mlir-linalg", "mlir-llvm"])
 def test_a_packed_stage_fed_back_gives_the_same_module(tmp_path, monkeypatch, stage) -> None:
-    monkeypatch.setitem(schedule.LOOPS_MAX_MACS, 3, -1)
+    monkeypatch.setattr(schedule, "PANEL_MIN_MACS", -1)
     w = np.random.default_rng(6).standard_normal((9, 20)).astype(np.float32)
     text = _program((7, 9), w, "f32", np.ones(20, np.float32))
     direct = _compile(tmp_path, text)

@@ -293,8 +293,6 @@ class Kernel(StepCompiler):
             return self._compile_alloc(op, outs[0])
         if name in ("hextir.buffer_load", "hextir.buffer_store"):
             return self._compile_access(op, ins, outs)
-        if name == "hextir.library_call":
-            return self._compile_library_call(op, ins)
         if name == "arith.constant":
             value = _constant(op)
             out = outs[0]
@@ -381,23 +379,6 @@ class Kernel(StepCompiler):
             t.env[out] = t.shared[out]
 
         return alloc
-
-    def _compile_library_call(self, op: ir.Operation, ins: list[int]) -> Step:
-        """The runtime's routine, as the runtime runs it: numpy on the typed buffers. Every
-        destination element counts as written by this (one) caller."""
-        routine = ir.StringAttr(op.attributes["routine"]).value
-        if routine != "matmul":
-            raise InterpError(f"{self.name}: no routine '{routine}'")
-        *inputs, out = ins
-        number = self._args.index(out)
-
-        def call(t: _Thread) -> None:
-            env = t.env
-            np.matmul(*(env[i] for i in inputs), out=env[out])
-            for index in np.ndindex(env[out].shape):
-                t.launch.touch(t, number, index, True)
-
-        return call
 
     def _compile_access(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
         write = op.name == "hextir.buffer_store"

@@ -9,6 +9,7 @@ whose kernels are numpy, so its cpu part is the compiled code checked here.
 
 from __future__ import annotations
 
+import io
 import sys
 
 import hexir_format as hf
@@ -85,25 +86,33 @@ def test_splitting_the_cpu_grid_over_threads_changes_no_bit(monkeypatch):
     assert per_call > 0 and pool.jobs == 20 * per_call  # every split kernel, every call
 
 
-def test_the_matmul_routine_is_offered_to_matmul_kernels_only():
-    """A big cpu matmul's image (the MLP's first layer, fused with its bias and relu) calls
-    `hexir_rt_matmul`, which the runtime binds for that kernel (np.matmul on its validated
-    argument types); offered nothing, the same image is refused. A small one is loops and
-    needs nothing (the built-in program)."""
-    module = hf.parse((FIXTURES / "mlp-f32.hxb").read_bytes())
-    exe = module.executables[0]
-    with pytest.raises(DeviceError, match="undefined symbol 'hexir_rt_matmul'"):
-        hostcode.load(exe.image, exe.name, len(exe.args), what=f"host image of '{exe.name}'")
-    as_add = hf.Executable(exe.name, hf.KernelKind.ADD, exe.device, exe.args, (), exe.image,
-                           exe.grid, exe.block)
-    with pytest.raises(DeviceError, match="hexir_rt_matmul"):
-        cpu.CpuDevice().load_executable(as_add)
+def test_a_module_that_calls_back_for_its_matmul_is_refused_in_one_line(tmp_path):
+    """`matmul-callback.hxb` was compiled before every matmul became loops: its kernel calls
+    `hexir_rt_matmul`, the runtime's BLAS callback, which no longer exists. Loading its image
+    is refused with a line that says to recompile; running it through the API or hexir-run
+    is the same line, and nothing runs. A small matmul's image needs nothing (the built-in
+    program)."""
+    from hexir_runtime import cli
+    module = hf.parse((FIXTURES / "matmul-callback.hxb").read_bytes())
+    (exe,) = module.executables
+    recompile = "calls 'hexir_rt_matmul', the runtime routine .* recompile the module$"
+    with pytest.raises(DeviceError, match=recompile):
+        cpu.CpuDevice().load_executable(exe)
+    x = np.ones((32, 32), np.float32)
+    with hr.load(FIXTURES / "matmul-callback.hxb") as m, pytest.raises(hr.HexirError) as e:
+        m.main(x)
+    assert "\n" not in str(e.value) and "recompile the module" in str(e.value)
+    np.save(tmp_path / "x.npy", x)
+    out, err = io.StringIO(), io.StringIO()
+    status = cli.main([str(FIXTURES / "matmul-callback.hxb"), f"--input=@{tmp_path}/x.npy"],
+                      out, err)
+    assert status == 1 and out.getvalue() == "" and err.getvalue().count("\n") == 1
+    assert err.getvalue().startswith("hexir-run: main: host image of kernel 'linear_0': calls")
     (small,) = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes()).executables
     hostcode.load(small.image, small.name, len(small.args), what="the built-in linear").close()
     with hr.load(FIXTURES / "builtin-cpu.hxb") as m:
         (printed,) = m.run("main")
     assert printed.tolist() == [[8.0, 17.0], [12.0, 14.0]]
-
 
 
 def test_an_image_for_a_newer_cpu_level_is_refused_before_it_runs(monkeypatch):

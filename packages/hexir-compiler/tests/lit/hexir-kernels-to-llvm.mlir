@@ -1,6 +1,5 @@
 // hexir-kernels-to-llvm on its own (all-cpu: no toolkit needed; unfused, one kernel per op):
-// cpu kernels and the routine
-// they call become llvm.funcs, the graph stays; run twice, nothing changes.
+// cpu kernels become llvm.funcs, the graph stays; run twice, nothing changes.
 // RUN: %hexir -emit=mlir-gpu -fusion=off %S/Inputs/linear-relu.mlir > %t.gpu
 // RUN: %hexir-opt --pass=hexir-kernels-to-llvm %t.gpu > %t.once
 // RUN: %hexir-opt --pass=hexir-kernels-to-llvm %t.once > %t.twice
@@ -11,10 +10,3 @@
 // CHECK: "hexir.call_tir"
 // CHECK: llvm.func @linear_0(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: !llvm.ptr, %arg3: i64, %arg4: i64)
 // CHECK: llvm.func @relu_1(%arg0: !llvm.ptr, %arg1: !llvm.ptr, %arg2: i64, %arg3: i64)
-
-// A matmul too big for loops: its routine becomes an llvm.func declaration it calls.
-// RUN: %hexir -emit=mlir-gpu -fusion=off %S/Inputs/big-linear.mlir > %t.big.gpu
-// RUN: %hexir-opt --pass=hexir-kernels-to-llvm %t.big.gpu | FileCheck %s --check-prefix=BIG
-// BIG: llvm.func @hexir_rt_matmul(i64, i64, i64) attributes {hexir.routine
-// BIG: llvm.func @linear_0(
-// BIG: llvm.call @hexir_rt_matmul

@@ -10,12 +10,3 @@
 // CHECK: func.func @relu_1(%arg0: memref<2x2xf64>, %arg1: memref<2x2xf64>) attributes {device = "cuda", hexir.kernel = "relu"
 // CHECK: scf.parallel
 // CHECK-NOT: hextir.
-
-// A matmul too big for loops calls the runtime's routine with its buffers' addresses, declared
-// once in the module for the runtime to bind.
-// RUN: %hexir -emit=mlir-tir -fusion=off %S/Inputs/big-linear.mlir > %t.big.tir
-// RUN: %hexir-opt --pass=hextir-to-loops %t.big.tir | FileCheck %s --check-prefix=BIG
-// BIG: func.func private @hexir_rt_matmul(index, index, index) attributes {hexir.routine}
-// BIG: func.func @linear_0(
-// BIG: memref.extract_aligned_pointer_as_index
-// BIG: func.call @hexir_rt_matmul

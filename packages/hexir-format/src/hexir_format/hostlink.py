@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 
 from hexir_format import elf
 from hexir_format.errors import FormatError
-from hexir_format.model import Executable, KernelKind
 
 # What an image may call: libm in its f64 and f32 forms, and the libc memory functions that
 # LLVM emits for memset/memcpy/memmove intrinsics. All are thread-safe (no lgamma: signgam).
@@ -42,8 +41,9 @@ ALLOWED_SYMBOLS = (
     "rint", "rintf", "nearbyint", "nearbyintf",
     "memset", "memcpy", "memmove",
 )
-#: The routine the runtime binds for a matmul's image (`hexir_rt_matmul(a, b, out)`).
-MATMUL_ROUTINE = "hexir_rt_matmul"
+#: The prefix of the routines older runtimes offered kernels (`hexir_rt_matmul`, the BLAS
+#: callback of modules compiled before hexir-compiler 0.2.0): refused, naming the fix.
+RUNTIME_ROUTINE = "hexir_rt_"
 
 # Loaded images stay well under 2 GiB, so PC32 between any two of their parts always fits.
 MAX_IMAGE_BYTES = 256 << 20
@@ -55,14 +55,6 @@ SUPPORTED = (R_64, R_PC32, R_PLT32, R_32, R_32S, R_PC64, *GOT_RELOCATIONS)
 
 STUB_BYTES, GOT_BYTES = 16, 8  # a stub: `jmp *[rip+0]` and the 8-byte address it jumps to
 PAGE = mmap.PAGESIZE
-
-
-def routines(exe: Executable) -> tuple[str, ...]:
-    """The routines the runtime offers `exe`'s image beside libm/libc: a matmul's (a fused
-    kernel's matmul takes a, b, its epilogue's inputs and out)."""
-    if exe.kind is KernelKind.MATMUL or (exe.kind is KernelKind.GENERIC and len(exe.args) >= 3):
-        return (MATMUL_ROUTINE,)
-    return ()
 
 
 @dataclass
@@ -80,7 +72,7 @@ class Layout:
 def layout(obj: elf.ElfObject, entry: str, offered: Iterable[str] = ()) -> Layout:
     """Check everything linking `obj` needs that does not depend on the load address, and lay
     it out; FormatError (its message starting with `obj.what`) otherwise. `offered`: the
-    routines the runtime offers this image (`routines`)."""
+    routines the caller offers this image (the thread pool's loop gets `syscall`)."""
     what, offered = obj.what, set(offered)
     plan = Layout()
     home = _entry(obj, entry)
@@ -94,6 +86,10 @@ def layout(obj: elf.ElfObject, entry: str, offered: Iterable[str] = ()) -> Layou
         if sym.section == elf.SHN_COMMON or sym.type == elf.STT_TLS:
             _fail(what, f"symbol {sym.index} ({sym.name}) is a common or thread-local symbol, "
                         "which a host image may not have")
+        if not sym.defined and sym.name.startswith(RUNTIME_ROUTINE):
+            _fail(what, f"calls '{sym.name}', the runtime routine that modules compiled before "
+                        "hexir-compiler 0.2.0 used for big cpu matmuls; this runtime has none "
+                        "(every matmul is the image's own loops): recompile the module")
         if not sym.defined and sym.name not in offered and sym.name not in ALLOWED_SYMBOLS:
             _fail(what, f"undefined symbol '{sym.name}' (symbol {sym.index}) is not one of the "
                         "libm/libc functions a host image may call")

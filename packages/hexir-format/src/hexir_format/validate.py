@@ -180,7 +180,7 @@ def _link_problem(exe: Executable) -> str | None:
         return None
     try:
         hostlink.layout(elf.parse_object(exe.image, f"host image of kernel '{exe.name}'"),
-                        exe.name, hostlink.routines(exe))
+                        exe.name)
     except FormatError as e:
         return str(e)
     return None

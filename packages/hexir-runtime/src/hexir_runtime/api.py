@@ -23,10 +23,12 @@ import numpy as np
 
 from hexir_format import Device, DType, TensorType
 from hexir_runtime import hal
+from hexir_runtime.hal import threads
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
 from hexir_runtime.interpreter import Execution, Printer, Resident
 from hexir_runtime.loader import MappedModule, Source
+from hexir_runtime.profile import Profile, profile
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_module
 
 
@@ -385,6 +387,19 @@ class Module:
         """Run `entry` (inputs by position, or one mapping by name) and return what it
         printed, one array per PRINT."""
         return self.execute(entry, _given(inputs)).printed
+
+    def profile(self, entry: str = "main", *inputs: Any, calls: int = 20) -> Profile:
+        """Time `calls` calls of `entry` kernel by kernel (`hexir_runtime.profile`): each
+        kernel's median time, share of the call, GFLOP/s and GB/s against the machine's
+        peaks, and the runtime's own overhead per call; `str()` of it is a table."""
+        plan = self._plan(entry)
+        return profile(self, entry, check_inputs(plan, arrange(plan, _given(inputs))), calls)
+
+    @property
+    def cpu_threads(self) -> int:
+        """How many threads cpu kernels run on: $HEXIR_CPU_THREADS, else one per core. The
+        process has one pool of them, shared by every module; no kernel starts others."""
+        return threads.cpu_threads()
 
     def _plan(self, entry: str) -> EntryPlan:
         if entry not in self._plans:

@@ -2,7 +2,8 @@
 
     hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
               [--input=[NAME=]TYPE=VALUES | --input=[NAME=]@FILE.npy | --input=@FILE.npz]...
-              [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N] [--no-cuda-graphs]
+              [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N] [--profile[=N]]
+              [--no-cuda-graphs]
     hexir-run --selftest [--device=cpu|cuda]
     hexir-run --version
 
@@ -37,7 +38,8 @@ PROG = "hexir-run"
 USAGE = """\
 usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
                  [--input=[NAME=]TYPE=VALUES | --input=[NAME=]@FILE.npy | --input=@FILE.npz]...
-                 [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N] [--no-cuda-graphs]
+                 [--output=@FILE.npz | --output=@FILE.npy] [--benchmark=N] [--profile[=N]]
+                 [--no-cuda-graphs]
        hexir-run --selftest [--device=cpu|cuda]
        hexir-run --version
 
@@ -59,11 +61,15 @@ usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
   --output=@FILE.npy    write the only result
   -q, --quiet           no banner on stderr (stdout has the PRINTs and results either way)
   --benchmark=N         time N calls (after up to 10 warm-up calls): min, median, max
+  --profile[=N]         time each kernel over N calls (default 20): its time, share of the
+                        call, GFLOP/s and GB/s against the machine's peaks, and the
+                        runtime's own overhead per call
   --selftest            a round trip through the device's HAL
   --version             print the versions of hexir-run and its format
 
 Integers print as integers and i1 values as 1 and 0, by PRINT and in the results."""
 SELFTEST_VALUES = np.array([1.0, 2.0, 3.0, 4.0])
+PROFILE_CALLS = 20
 
 
 class UsageError(Exception):
@@ -82,6 +88,7 @@ class Options:
     inputs: list[str] = field(default_factory=list)
     output: str | None = None
     benchmark: int = 0
+    profile: int = 0
     cuda_graphs: bool = True
 
 
@@ -99,7 +106,10 @@ def parse_args(argv: list[str]) -> Options:
             opts.version = True
         elif arg == "--no-cuda-graphs":
             opts.cuda_graphs = False
-        elif name in ("--device", "--entry", "--input", "--output", "--benchmark") and not eq:
+        elif arg == "--profile":
+            opts.profile = PROFILE_CALLS
+        elif name in ("--device", "--entry", "--input", "--output", "--benchmark",
+                      "--profile") and not eq:
             raise UsageError(f"{name} needs a value: {name}=...")
         elif name == "--device":
             try:
@@ -113,10 +123,10 @@ def parse_args(argv: list[str]) -> Options:
             opts.inputs.append(value)
         elif name == "--output":
             opts.output = value
-        elif name == "--benchmark":
+        elif name in ("--benchmark", "--profile"):
             if not value.isdigit() or int(value) < 1:
-                raise UsageError(f"--benchmark={value}: expected a number of calls, 1 or more")
-            opts.benchmark = int(value)
+                raise UsageError(f"{name}={value}: expected a number of calls, 1 or more")
+            setattr(opts, name[2:], int(value))
         elif arg.startswith("-"):
             raise UsageError(f"unknown option '{arg}' (see {PROG} --help)")
         elif opts.path is not None:
@@ -162,7 +172,9 @@ def banner(module: Module, entry: str, out: TextIO) -> None:
     for i, s in enumerate(module.layout.sections):
         print(f"  [{i}] {s.name:<12} offset={s.offset:<10} size={s.size}", file=out)
     for device in module.devices_used(entry):
-        print(f"device        : {device.name}", file=out)
+        threads = f", {module.cpu_threads} thread{'s' * (module.cpu_threads != 1)}" \
+            if device.kind is Device.CPU else ""
+        print(f"device        : {device.name}{threads}", file=out)
     print("--", file=out)
 
 
@@ -199,7 +211,8 @@ def benchmark(module: Module, entry: str, inputs: list[np.ndarray], calls: int,
     commands = len(module.entry_points[entry]._plan.commands)
     us = [t * 1e6 for t in (times[0], times[len(times) // 2], times[-1])]
     print(f"benchmark     : {entry}, {calls} calls after {min(calls, 10)} warm-up, {commands} "
-          f"commands", file=out)
+          f"commands, {module.cpu_threads} cpu thread{'s' * (module.cpu_threads != 1)}",
+          file=out)
     print(f"per call      : min {us[0]:.1f} us, median {us[1]:.1f} us, max {us[2]:.1f} us",
           file=out)
     return 0
@@ -234,6 +247,9 @@ def run_module(opts: Options, out: TextIO, err: TextIO) -> int:
                              "is nothing to write")
         if opts.benchmark:
             return benchmark(module, opts.entry, inputs, opts.benchmark, out)
+        if opts.profile:
+            print(module.profile(opts.entry, *inputs, calls=opts.profile), file=out)
+            return 0
         if not opts.quiet:
             banner(module, opts.entry, err)
         result = module.execute(opts.entry, inputs, on_print=lambda a: print_rows(a, out))

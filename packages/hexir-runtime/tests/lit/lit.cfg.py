@@ -28,6 +28,8 @@ script = os.path.join(bindir, "hexir-run")
 hexir_run = script if os.path.exists(script) else f"{sys.executable} -m hexir_runtime"
 
 config.environment["PATH"] = os.pathsep.join([bindir, os.environ.get("PATH", "")])
+if "PYTHONPATH" in os.environ:  # a checkout's sources on it: test those, not the installed
+    config.environment["PYTHONPATH"] = os.environ["PYTHONPATH"]
 if not shutil.which("filecheck", path=config.environment["PATH"]):
     lit_config.fatal("filecheck not found: pip install filecheck")
 

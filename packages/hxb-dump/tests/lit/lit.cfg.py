@@ -41,7 +41,7 @@ config.substitutions += [
 ]
 
 config.environment["PATH"] = os.pathsep.join([str(bindir), os.environ.get("PATH", "")])
-for name in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "HOME"):
+for name in ("CUDA_HOME", "CUDA_PATH", "CUDA_ROOT", "HOME", "PYTHONPATH"):
     if name in os.environ:
         config.environment[name] = os.environ[name]
 

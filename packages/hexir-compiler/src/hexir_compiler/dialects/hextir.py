@@ -25,8 +25,6 @@ from hexir_compiler.dialects._verify import (
 from hexir_compiler.mlir import ext, ir
 
 LOOP_KINDS = ("serial", "parallel", "thread_binding")
-#: Routines a cpu kernel may call instead of compiling its loops (the runtime provides them).
-ROUTINES = ("matmul",)
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 # The kernel kinds a `.hxb` can name, in the format's order: one list, owned by the format.
 KERNELS = tuple(str(kind) for kind in KernelKind)
@@ -279,22 +277,4 @@ class BufferStoreOp(HextirOp, name="buffer_store"):
             raise Invalid(f"stored value type {value.type} is not the element type {elem}")
 
 
-class LibraryCallOp(HextirOp, name="library_call"):
-    """A call of `routine` on three of the kernel's buffers (two inputs, the destination): the
-    schedule's choice where a library beats compiled loops (a cpu matmul: the host BLAS). A
-    fused kernel's epilogue loops follow it. The runtime gives the routine the kernel's first,
-    second and last buffers. Three single operands, not one variadic group: IRDL would bind
-    a group's constraint once, making all three one type."""
-
-    lhs: ext.Operand[Any]
-    rhs: ext.Operand[Any]
-    destination: ext.Operand[Any]
-    routine: ir.StringAttr
-
-    def check(self) -> None:
-        _one_of(self.operation.attributes, "routine", ROUTINES, "one the runtime provides")
-        for i, value in enumerate(self.operands):
-            memref(value, f"buffer #{i}")
-
-
-__all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS", "ROUTINES", "WORKGROUP"]
+__all__ = ["AXES", "DEVICES", "KERNELS", "LOOP_KINDS", "WORKGROUP"]

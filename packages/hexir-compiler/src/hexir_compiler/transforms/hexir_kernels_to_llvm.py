@@ -27,7 +27,6 @@ from hexir_compiler.transforms.hextir_to_loops import (
     KERNEL_ATTRIBUTES,
     LOOP_ANNOTATION,
     is_kernel,
-    is_routine,
 )
 
 PASS_NAME = "hexir-kernels-to-llvm"
@@ -59,7 +58,7 @@ def run(module: ir.Module | ir.Operation, chips: tuple[int, ...] = (BASE_ARCH,))
     module = module.operation
     body = module.regions[0].blocks[0]
     ops = [view.operation for view in body.operations]
-    host = [op for op in ops if op.name == "func.func" and (is_kernel(op) or is_routine(op))]
+    host = [op for op in ops if op.name == "func.func" and is_kernel(op)]
     device = [op for op in ops if op.name == "gpu.module" and "targets" not in op.attributes]
     for kernel in host + [_gpu_func(op) for op in device]:
         _flatten_empty_buffers(kernel)

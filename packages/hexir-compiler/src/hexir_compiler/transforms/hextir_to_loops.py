@@ -19,10 +19,7 @@ The kernel keeps its name (so `hexir.call_tir @name` now calls the function), it
   `memref.store`, `hextir.return` a `func.return`; arith and math ops move over unchanged;
 - a cuda kernel's shared buffer (`hextir.alloc_buffer`) becomes a `memref.alloc` in the
   workgroup address space (hexir-kernels-to-gpu makes it the gpu.func's workgroup
-  attribution), and `hextir.barrier` becomes `gpu.barrier`;
-- `hextir.library_call` becomes a call of `@hexir_rt_<routine>` with each buffer's address
-  (`memref.extract_aligned_pointer_as_index`), declared once in the module as a private
-  function marked `hexir.routine`: the runtime binds that name when it loads the kernel.
+  attribution), and `hextir.barrier` becomes `gpu.barrier`.
 
 A module without prim funcs is left as it is, so the pass can run on its own output.
 """
@@ -34,7 +31,6 @@ from hexir_compiler.mlir import arith, func, gpu, ir, memref, scf
 
 PASS_NAME = "hextir-to-loops"
 GRID = "hexir.grid"
-ROUTINE = "hexir.routine"
 LOOP = "hexir.loop"
 #: What scf-to-cf carries from a loop to its back edge (hexir-kernels-to-llvm makes it the
 #: branch's `loop_annotation`, LLVM's `!llvm.loop` metadata).
@@ -60,11 +56,6 @@ def run(module: ir.Module | ir.Operation) -> None:
 def is_kernel(op: ir.Operation) -> bool:
     """A kernel at any level below the graph (it carries its format kind), not an entry point."""
     return "hexir.kernel" in op.attributes
-
-
-def is_routine(op: ir.Operation) -> bool:
-    """The declaration of a routine the runtime provides (neither kernel nor entry point)."""
-    return ROUTINE in op.attributes
 
 
 def _lower_prim_func(prim: ir.Operation) -> None:
@@ -111,8 +102,8 @@ def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int:
     grid). The clamp keeps the kernel inside its buffers whatever range it is handed."""
     ops = [view.operation for view in entry.operations]
     loops = [op for op in ops if op.name == "scf.for"]
-    # Only a body that is the loop and nothing else (a fused kernel's library call before its
-    # epilogue loop must run once, not once per range).
+    # Only a body that is the loop and nothing else (code before or after it must run once,
+    # not once per range).
     alone = all(op.name in ("arith.constant", "scf.for", "func.return") for op in ops)
     if alone and len(loops) == 1 and _string(loops[0], LOOP) == "parallel":
         loop = loops[0]
@@ -191,32 +182,6 @@ def _lower_if(op: ir.Operation) -> None:
     _lower_ops(body)
 
 
-def _lower_library_call(op: ir.Operation) -> None:
-    routine = f"hexir_rt_{ir.StringAttr(op.attributes['routine']).value}"
-    _declare(op, routine, len(op.operands))
-    with ir.InsertionPoint(op), op.location:
-        addresses = [memref.extract_aligned_pointer_as_index(b) for b in op.operands]
-        func.CallOp([], ir.FlatSymbolRefAttr.get(routine), addresses)
-    _replace_and_erase(op, [])
-
-
-def _declare(op: ir.Operation, name: str, argc: int) -> None:
-    """`func.func private @name(index x argc)` at the top of the module, once."""
-    module = op
-    while module.parent is not None:
-        module = module.parent
-    body = module.regions[0].blocks[0]
-    for view in body.operations:
-        if "sym_name" in view.operation.attributes and \
-                ir.StringAttr(view.operation.attributes["sym_name"]).value == name:
-            return
-    with ir.InsertionPoint.at_block_begin(body), module.location:
-        index = ir.IndexType.get()
-        declaration = func.FuncOp(name, ir.FunctionType.get([index] * argc, []),
-                                  visibility="private")
-        declaration.attributes[ROUTINE] = ir.UnitAttr.get()
-
-
 def _in_place(make):
     """A lowering that builds `make(op)` where the op was and erases the op; an op with a
     result is replaced by the value `make` returns."""
@@ -237,7 +202,6 @@ _LOWERINGS = {
     "hextir.buffer_store": _in_place(
         lambda op: memref.store(op.operands[0], op.operands[1], list(op.operands)[2:])),
     "hextir.return": _in_place(lambda op: func.ReturnOp([])),
-    "hextir.library_call": _lower_library_call,
     "hextir.alloc_buffer": _in_place(lambda op: memref.alloc(op.results[0].type, [], [])),
     "hextir.barrier": _in_place(lambda op: gpu.barrier()),
 }

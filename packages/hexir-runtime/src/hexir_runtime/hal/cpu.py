@@ -6,22 +6,21 @@ view of the module's mapping, so weights are never copied.
 
 A version-5 cpu executable carries a host image: `hostcode` loads it once per load, and a
 launch calls it with one bare pointer per buffer, its cpu grid split across the shared thread
-pool when the kernel is big enough to gain (`PARALLEL_GRAIN`). A cpu matmul's image calls
-`hexir_rt_matmul(a, b, out)` (the schedule's choice, see the compiler's `tir/schedule.py`),
-which the runtime binds, for that kernel alone, to `np.matmul` on views typed by the
-executable's validated argument types, never by the image. Versions 3 and 4 describe cpu
-kernels instead; the runtime runs the three kinds version 3 has (`kernels`).
+pool when the kernel is big enough to gain (`PARALLEL_GRAIN`). Every kernel is the image's
+own loops: the runtime offers an image no routine of its own, so the pool's threads are the
+only ones a call runs on (an image of an older compiler that calls back for its matmul,
+`hexir_rt_matmul`, is refused at load, see `hostcode`). Versions 3 and 4 describe cpu kernels
+instead; the runtime runs the three kinds version 3 has (`kernels`).
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass
 
 import numpy as np
 
-from hexir_format import CPU_LEVELS, Executable, hostlink
+from hexir_format import CPU_LEVELS, Executable
 from hexir_format import Device as DeviceKind
 from hexir_format.plan import ARENA_ALIGNMENT
 from hexir_runtime import kernels
@@ -43,35 +42,6 @@ class CpuKernel:
 
     exe: Executable
     code: hostcode.HostKernel | None = None
-    routines: tuple = ()  # ctypes callbacks the code calls, kept alive with it
-
-
-ROUTINE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
-
-
-def matmul_routine(exe: Executable):
-    """`hexir_rt_matmul(a, b, out)` for this executable: np.matmul on typed views of its first,
-    second and last arguments (a fused kernel's epilogue inputs come between).
-
-    The views are made once per address: a kernel is only ever handed the buffers of its
-    validated types, so the view of an address it passes again is the view it needs."""
-    views: dict[tuple[int, int], np.ndarray] = {}
-    kinds = [(t.nbytes, t.shape, np.dtype(t.dtype.numpy)) for t in exe.args]
-
-    def view(address: int, which: int) -> np.ndarray:
-        found = views.get((address, which))
-        if found is None:
-            nbytes, shape, dtype = kinds[which]
-            found = views[address, which] = np.frombuffer(
-                (ctypes.c_char * nbytes).from_address(address), dtype=dtype).reshape(shape) \
-                if nbytes else np.empty(shape, dtype)
-        return found
-
-    def routine(a: int, b: int, out: int) -> None:
-        with np.errstate(all="ignore"):  # inf and nan are results here, not errors
-            np.matmul(view(a, 0), view(b, 1), out=view(out, len(kinds) - 1))
-
-    return ROUTINE(routine)
 
 
 class CpuDevice(Device):
@@ -132,13 +102,10 @@ class CpuDevice(Device):
             need, have = CPU_LEVELS[exe.cpu_level], CPU_LEVELS[hostcode.host_level()]
             raise DeviceError(f"host image of kernel '{exe.name}' is code for {need}, which "
                               f"this CPU ({have}) cannot run; compile with -target=cpu:{have}")
-        routines = tuple(matmul_routine(exe) for _ in hostlink.routines(exe))
-        provided = {hostlink.MATMUL_ROUTINE: ctypes.cast(routines[0], ctypes.c_void_p).value} \
-            if routines else {}
         code = hostcode.load(exe.image, exe.name, len(exe.args),
-                             what=f"host image of kernel '{exe.name}'", provided=provided)
+                             what=f"host image of kernel '{exe.name}'")
         self._loaded.append(code)
-        return CpuKernel(exe, code, routines)
+        return CpuKernel(exe, code)
 
     def bind(self, loaded: CpuKernel, buffers: list[Buffer]):
         """The launch with its pointers (or, for a descriptor, its typed views) made once."""

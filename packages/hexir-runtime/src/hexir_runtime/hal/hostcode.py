@@ -5,14 +5,15 @@ mprotect: no compiler, linker or llvmlite on the deploy host. The image's contra
 symbol and signature) is `hexir_format.elf`'s; what this loader adds:
 
 - What linking needs that no address decides -- the entry symbol, which undefined symbols
-  an image may name (`hexir_format.hostlink.ALLOWED_SYMBOLS`, and the routines the runtime
-  provides for this kernel: `hexir_rt_matmul` for a matmul, see `hal/cpu.py`), which
-  relocations it may use, where each part goes -- is `hexir_format.hostlink`'s, which the
-  validator applies at load too. This loader resolves the undefined symbols against libm/libc
-  and applies the relocations: R_X86_64_64, PC64, PC32, PLT32, GOTPCREL(X), REX_GOTPCRELX,
-  and 32/32S when the value fits. libm is usually more than 2 GiB away, so each external gets
-  a stub inside the mapping (`jmp *[rip+0]` and the address) for PLT32/PC32, and a GOT slot
-  for GOTPCREL*.
+  an image may name (`hexir_format.hostlink.ALLOWED_SYMBOLS`, and what the caller provides:
+  the thread pool's loop gets `syscall`), which relocations it may use, where each part goes
+  -- is `hexir_format.hostlink`'s, which the validator applies at load too (an image calling
+  `hexir_rt_matmul`, the BLAS callback of modules compiled before hexir-compiler 0.2.0, is
+  refused there with a line that says to recompile it). This loader resolves the undefined
+  symbols against libm/libc and applies the relocations: R_X86_64_64, PC64, PC32, PLT32,
+  GOTPCREL(X), REX_GOTPCRELX, and 32/32S when the value fits. libm is usually more than 2 GiB
+  away, so each external gets a stub inside the mapping (`jmp *[rip+0]` and the address) for
+  PLT32/PC32, and a GOT slot for GOTPCREL*.
 - SHF_ALLOC sections go into one anonymous mapping, code, read-only data (and the GOT) and
   writable data each on their own pages, written while RW, then made R+X / R / RW: no page is
   ever writable and executable.

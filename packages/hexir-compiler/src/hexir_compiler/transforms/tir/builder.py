@@ -171,12 +171,6 @@ class KernelBuilder:
         """Every thread of the block waits here; shared writes before it are seen after it."""
         ir.Operation.create("hextir.barrier")
 
-    def library_call(self, routine: str, buffers: Sequence[ir.Value] | None = None) -> None:
-        """A call of the runtime's `routine` on `buffers` (default: all of the kernel's)."""
-        ir.Operation.create("hextir.library_call",
-                            operands=list(self.args if buffers is None else buffers),
-                            attributes={"routine": ir.StringAttr.get(routine)})
-
     # -- control flow ----------------------------------------------------------------------
 
     @contextmanager

@@ -4,12 +4,13 @@ np.matmul semantics: a [..., M, K] @ b [..., K, N] -> [..., M, N] with the batch
 broadcast. `linear` is input [..., K] @ weight [K, N]: its leading input dimensions are the
 batch and rows, and a vector input [K] has no row axis in the result.
 
-On the cpu a small matmul is loops (`schedule.matrix_rows`: a block of rows summed in
-registers, a column tile at a time) and a big one calls the runtime's matmul routine
-(`schedule.uses_library` decides), unless its rhs is a constant matrix: hexir-lower-to-tir
-then packs it into column panels (`schedule.panel_width`; the op's PANEL attribute says how
-wide) and the kernel is loops over the panels, the cpu grid, each summing every row block of
-the lhs against its panel in registers and storing it through the epilogue. On cuda the kernel
+On the cpu every matmul is compiled loops, at every x86-64 level: matrix rows
+(`schedule.matrix_rows`: a block of rows summed in registers, a column tile at a time, the
+batch axes and row blocks in parallel), or, for a big one whose rhs is a constant matrix,
+loops over that matrix packed by hexir-lower-to-tir into column panels
+(`schedule.panel_width`; the op's PANEL attribute says how wide), the cpu grid, each summing
+its group of the lhs's row blocks against its panel in registers. Either way the epilogue is
+applied to each sum as it is stored. On cuda the kernel
 is a tiled GEMM (`schedule.gemm_tiles`): each block stages k-slices of both operands in
 shared memory and each thread accumulates its tm x tn outputs in registers with fused
 multiply-adds (`math.fma`: one rounding per step, in k order, as the serial sum is). When
@@ -32,9 +33,8 @@ from hexir_compiler.transforms.tir.schedule import (
     ROW_TILES,
     gemm_blocks,
     gemm_tiles,
-    lanes,
     matrix_rows,
-    uses_library,
+    panel_groups,
     vector_lanes,
 )
 
@@ -56,23 +56,13 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
         op.expect_output(signatures.matmul(a, w, vectors=False))
 
     def emit(b: KernelBuilder) -> None:
-        lhs, rhs, *_, out = b.args
         with b.building():
             if b.device == "cuda":
                 _tiled(b, op, epilogue)
-                return
-            if PANEL in op.attributes:
+            elif PANEL in op.attributes:
                 _panels(b, op, epilogue)
-                return
-            if uses_library(b, pymath.prod(op.output) * a[-1]):  # the output's elements x K
-                b.library_call("matmul", [lhs, rhs, out])
             else:
-                _rows(b, op)
-            if epilogue is not None:  # then over the product, in place, a vector at a time
-                with lanes(b, op.output) as owned:
-                    values = [epilogue(b, b.load(out, at), at) for at in owned]
-                    for value, at in zip(values, owned, strict=True):
-                        b.store(value, out, at)
+                _rows(b, op, epilogue)
 
     # a packed rhs is not the format's matmul signature (rhs [..., K, N]): a generic kernel
     plain = epilogue is None and PANEL not in op.attributes
@@ -92,10 +82,10 @@ def _matrices(op: GraphOp) -> tuple:
             rows, w[-1], a[-1])
 
 
-def _rows(b: KernelBuilder, op: GraphOp) -> None:
+def _rows(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     """The cpu loops of `op` (see the module docstring), inside `b.building()`."""
     a, w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
-    lhs, rhs, *_, out = b.args
+    lhs, rhs = b.args[:2]
     tile_rows, tile_bytes = ROW_TILES[b.host_level]
     height = max(1, min(tile_rows, rows))  # no rows: no blocks
     width = max(1, tile_bytes // (ir.FloatType(b.element).width // 8))
@@ -124,9 +114,7 @@ def _rows(b: KernelBuilder, op: GraphOp) -> None:
                 return _multiply_add(acc, xs, ys)
 
             sums = b.fold([depth], [b.float(0.0)] * (n * height), step)
-            for r, row in enumerate(out_at):
-                for t, j in enumerate(js):
-                    b.store(sums[r * n + t], out, [*row, j])
+            _store(b, sums, [[*row, j] for row in out_at for j in js], epilogue)
 
         if cols // width:
             with b.loop(cols // width, "serial") as jb:
@@ -142,6 +130,16 @@ def _block_rows(b: KernelBuilder, first: ir.Value, height: int, rows: int) -> li
                      for r in range(1, height))]
 
 
+def _store(b: KernelBuilder, sums: list[ir.Value], at: list[list[ir.Value]],
+           epilogue: Epilogue | None) -> None:
+    """Each sum through the epilogue (when there is one) into the destination at `at`."""
+    out = b.args[-1]
+    if epilogue is not None:
+        sums = [epilogue(b, value, where) for value, where in zip(sums, at, strict=True)]
+    for value, where in zip(sums, at, strict=True):
+        b.store(value, out, where)
+
+
 def _multiply_add(acc: list[ir.Value], xs: list[ir.Value], ys: list[ir.Value]) -> list[ir.Value]:
     """acc[r * len(ys) + t] + xs[r] * ys[t] for each row r and column t, each a multiply-add
     LLVM may fuse (`contract`: an FMA where the CPU has one)."""
@@ -153,8 +151,9 @@ def _multiply_add(acc: list[ir.Value], xs: list[ir.Value], ys: list[ir.Value]) -
 
 def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     """The cpu loops of `op` on a packed rhs (see the module docstring), in `b.building()`:
-    in parallel over the panels, serially over the blocks of `PANEL_TILES` rows (a block that
-    overhangs the matrix computes and stores its last row again), the block's products
+    in parallel over the panels, each split into groups of consecutive row blocks
+    (`schedule.panel_groups`), serially over a group's blocks of `PANEL_TILES` rows (a block
+    that overhangs the matrix computes and stores its last row again), the block's products
     summed over k in registers (one multiply-add each, in k order) and stored through the
     epilogue (the k loop `UNROLL` steps an iteration, the remainder after it). When N is not
     a multiple of the width, the last panel has its own copy of the block with only the
@@ -162,50 +161,56 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     (16 or 8 KiB) was measured too and gained nothing (64 x 2048 x 512: 1271 against 1263 us;
     64 x 512 x 2048: 1550 against 1257)."""
     a, _, _, _, _, _, _, rows, cols, depth = _matrices(op)
-    lhs, rhs, *_, out = b.args
+    lhs, rhs = b.args[:2]
     width = ir.MemRefType(rhs.type).shape[2]
     height = max(1, min(PANEL_TILES[b.host_level][0], rows))
-    panels = -(-cols // width)
+    panels, row_blocks = -(-cols // width), -(-rows // height)
+    per = max(1, -(-row_blocks // panel_groups(panels, row_blocks)))  # row blocks a group
+    groups = max(1, -(-row_blocks // per))
 
-    def block(panel: ir.Value, n: int) -> None:
-        """The first `n` columns of `panel` for every row block."""
+    def block(panel: ir.Value, group: ir.Value, n: int) -> None:
+        """The first `n` columns of `panel` for the row blocks of `group`."""
         j0 = b.mul(panel, width)
         js = [j0, *(arith.addi(j0, b.index(t)) for t in range(1, n))]
-        with b.loop(-(-rows // height), "serial") as row_block:
-            first = b.mul(row_block, height)
-            mine = _block_rows(b, first, height, rows)
-            lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
-            at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
-                  for r in mine for j in js]
+        with b.loop(per, "serial") as i:
+            row_block = arith.addi(b.mul(group, per), i)
+            overhang = groups * per != row_blocks  # the last group has fewer (or none)
+            with b.guard(b.less_than(row_block, row_blocks) if overhang else None):
+                first = b.mul(row_block, height)
+                mine = _block_rows(b, first, height, rows)
+                lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
+                at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
+                      for r in mine for j in js]
 
-            def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                ys = [b.load(rhs, [panel, k, b.index(t)]) for t in range(n)]
-                xs = [b.load(lhs, [*row, k]) for row in lhs_at]
-                return _multiply_add(acc, xs, ys)
+                def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+                    ys = [b.load(rhs, [panel, k, b.index(t)]) for t in range(n)]
+                    xs = [b.load(lhs, [*row, k]) for row in lhs_at]
+                    return _multiply_add(acc, xs, ys)
 
-            def unrolled(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-                k0 = b.mul(k[0], UNROLL)
-                for u in range(UNROLL):
-                    acc = step(arith.addi(k0, b.index(u)) if u else k0, acc)
-                return acc
+                def unrolled(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                    k0 = b.mul(k[0], UNROLL)
+                    for u in range(UNROLL):
+                        acc = step(arith.addi(k0, b.index(u)) if u else k0, acc)
+                    return acc
 
-            sums = b.fold([depth // UNROLL], [b.float(0.0)] * (n * height), unrolled)
-            for k in range(depth - depth % UNROLL, depth):
-                sums = step(b.index(k), sums)
-            if epilogue is not None:
-                sums = [epilogue(b, value, where) for value, where in zip(sums, at, strict=True)]
-            for value, where in zip(sums, at, strict=True):
-                b.store(value, out, where)
+                sums = b.fold([depth // UNROLL], [b.float(0.0)] * (n * height), unrolled)
+                for k in range(depth - depth % UNROLL, depth):
+                    sums = step(b.index(k), sums)
+                _store(b, sums, at, epilogue)
 
-    with b.loop(panels, "parallel") as panel:
+    with b.loop(panels * groups, "parallel") as it:
+        panel, group = it, b.index(0)
+        if groups > 1:
+            panel = arith.divui(it, b.index(groups))
+            group = arith.subi(it, b.mul(panel, groups))
         if cols % width == 0:
-            block(panel, width)
+            block(panel, group, width)
             return
         last = arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(panels - 1))
         with b.guard(b.less_than(panel, panels - 1)):
-            block(panel, width)
+            block(panel, group, width)
         with b.guard(last):
-            block(panel, cols % width)
+            block(panel, group, cols % width)
 
 
 def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:

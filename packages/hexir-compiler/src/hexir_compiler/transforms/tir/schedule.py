@@ -16,7 +16,7 @@ of inferring it:
   which would keep LLVM from merging them), and LLVM, seeing adjacent accesses to buffers
   aligned to 16 bytes (the runtime's promise, hexir-kernels-to-gpu's `llvm.align`), makes
   them one 128-bit load or store.
-- cpu, matrix rows (a contraction compiled as loops rather than the library call): one
+- cpu, matrix rows (a contraction whose rhs is not packed into panels): one
   parallel loop over blocks of output rows (the batch axes outside it; when the rhs has none,
   every lhs row is one tall matrix) as tall as the level's register tile (ROW_TILES); each
   block walks its columns a tile's width at a time and sums the tile over k in registers
@@ -50,17 +50,18 @@ one iteration. A long reduction on cuda is a row instead (`rows`):
   each barrier. A row shorter than ROW_MIN stays one thread's serial loop (`parallel`):
   a block would leave most of its threads idle.
 
-- cpu, contraction: compiled loops (matrix rows) up to LOOPS_MAX_MACS multiply-adds, a call
-  of the runtime's routine (`hextir.library_call`, the host BLAS) beyond. Measured with
-  `bench/cpu.py` (one-op modules, the call included): on x86-64-v4 the loops win from
-  2 x 2 x 2 up to 8 x 784 x 256 (1.6 M multiply-adds: 101 against 175 us) and lose from
-  512 x 128 x 128 (8.4 M: 165 against 146 us) on, as the rhs streams through the cache once
-  per row block; on x86-64-v2 (SSE, no FMA) they win only while the call's fixed cost
-  dominates: 2 x 2 x 2 (6.5 against 10.4 us) and 16 x 16 x 16 (6.9 against 10.4 us), not
-  32 x 64 x 64 (31 against 18 us). Beyond LOOPS_MAX_MACS, a matmul whose rhs is a constant
-  matrix is loops again where the level has a panel tile (`panel_width`): the compiler packs
-  the rhs into column panels once, so the loops read it contiguously, as a BLAS does after
-  packing it on every call.
+- cpu, contraction: always compiled loops (no kernel calls a library: the runtime's thread
+  pool is the only one in the process). A matmul whose rhs is a constant matrix of more than
+  PANEL_MIN_MACS multiply-adds reads it packed at compile time into column panels
+  (`panel_width`): the panels, each split into groups of row blocks when there are too few of
+  them to share among the threads (`panel_groups`), are the cpu grid; each row block of
+  PANEL_TILES rows sums its products with its panel over k in registers. Every other matmul
+  (activation x activation products, attention's QK^T and PV with their batch axes, small
+  weights) is matrix rows. Measured with `bench/cpu.py` (one-op modules, the call included):
+  on x86-64-v4 the row loops win against the host BLAS from 2 x 2 x 2 up to 8 x 784 x 256
+  (1.6 M multiply-adds: 101 against 175 us) and lose from 512 x 128 x 128 (8.4 M: 165 against
+  146 us) on, as the rhs streams through the cache once per row block: that is where a
+  constant rhs is packed.
 """
 
 from __future__ import annotations
@@ -93,42 +94,47 @@ ROW_TILES = {4: (4, 256), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
 Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 
 
-#: The most multiply-adds a cpu matmul compiled as loops does, by x86-64 level (see the
-#: module docstring): with FMA and wide registers (v3, v4) the loops win far longer.
-LOOPS_MAX_MACS = {4: 1 << 22, 3: 1 << 22, 2: 1 << 15, 1: 1 << 15}
+#: The most multiply-adds a cpu matmul on a constant rhs does as matrix rows; beyond, the
+#: compiler packs the rhs into panels (see the module docstring and `panel_width`).
+PANEL_MIN_MACS = 1 << 22
 
 
 #: The cpu register tile of a matmul whose constant rhs the compiler packs into column
-#: panels (rows, panel bytes), by x86-64 level: 5 rows x 2 ymm at v3, ten accumulators, each
+#: panels (rows, panel bytes), by x86-64 level: at v3 5 rows x 2 ymm, ten accumulators, each
 #: k step 2 panel loads, a broadcast a row and an FMA a vector. Six rows (MLAS's tile) would
 #: load less per FMA, but LLVM then keeps all six broadcasts live and spills three
-#: accumulators to the stack: 17.6 against 40.2 G multiply-adds/s on one Zen 3 core. v4 is
-#: not listed: measured on an AVX-512 host (an earlier session), packed panels were no
-#: faster than the host BLAS there, so it keeps the library call.
-PANEL_TILES = {3: (5, 64)}
+#: accumulators to the stack: 17.6 against 40.2 G multiply-adds/s on one Zen 3 core. At v4,
+#: 8 rows x 2 zmm: 16 of the 32 registers accumulate, with room for the 8 broadcasts and
+#: the 2 panel loads (no spills in the compiled loop). At v1 and v2 (SSE, 16 registers, no
+#: FMA): 4 rows x 2 xmm, 8 accumulators, as at v3's register budget.
+PANEL_TILES = {1: (4, 32), 2: (4, 32), 3: (5, 64), 4: (8, 128)}
+#: A panel kernel's cpu grid has at least this many iterations when the matrix has enough
+#: row blocks: the pool splits the grid into 8 chunks per thread (`hal/threads.py`), so a
+#: matmul with few panels (N = 512: 32 at v3) still reaches every core with even chunks.
+PANEL_GRID = 64
 
 
 def panel_width(device: str, level: int, macs: int, element_bytes: int) -> int | None:
     """Columns per panel of a cpu matmul's constant [K, N] rhs, packed at compile time as
     [ceil(N / width), K, width] (zeros past N), or None to keep it as it is.
 
-    Packed where the matmul would otherwise call the host BLAS (above LOOPS_MAX_MACS) and the
-    level has a tile: each panel is one contiguous K x width block, read once per row block
-    of the lhs while the block's sums stay in registers. Unpacked, the rhs's rows are N
-    elements apart, so a panel's cache lines collide in the caches' sets. Measured on a Zen 3
-    core (64 x 512 x 2048 f32, one thread): a C model of these loops does 41.7 G
+    Packed above PANEL_MIN_MACS: each panel is one contiguous K x width block, read once per
+    row block of the lhs while the block's sums stay in registers. Unpacked, the rhs's rows
+    are N elements apart, so a panel's cache lines collide in the caches' sets. Measured on a
+    Zen 3 core (64 x 512 x 2048 f32, one thread): a C model of these loops does 41.7 G
     multiply-adds/s packed and 27.4 unpacked, OpenBLAS's sgemm (numpy's) 29.5; the compiled
     kernel, called through the runtime, 33-37 (ONNX Runtime's MLAS, its weights prepacked
     at load too, 31-34)."""
-    if device != "cpu" or level not in PANEL_TILES or macs <= LOOPS_MAX_MACS[level]:
+    if device != "cpu" or macs <= PANEL_MIN_MACS:
         return None
     return PANEL_TILES[level][1] // element_bytes
 
 
-def uses_library(b: KernelBuilder, macs: int) -> bool:
-    """Whether a contraction of `macs` multiply-adds on `b`'s device is a library call
-    rather than loops."""
-    return b.device == "cpu" and macs > LOOPS_MAX_MACS[b.host_level]
+def panel_groups(panels: int, row_blocks: int) -> int:
+    """Into how many groups of consecutive row blocks each panel's rows are split, so that
+    panels x groups reaches PANEL_GRID where the matrix has the row blocks for it; a group
+    keeps its panel in cache across its row blocks."""
+    return max(1, min(row_blocks, -(-PANEL_GRID // max(panels, 1))))
 
 
 VECTOR_BYTES = 16

@@ -1,0 +1,237 @@
+"""A per-kernel profile of an entry point: where a call's time goes, against the machine.
+
+`profile(module, entry, inputs, calls)` (or `Module.profile`, `hexir-run --profile`) makes
+the entry's steps once, as a call does, then runs them `calls` times, timing each step alone
+(a device step waited for, so its time is its own) and, in between, times whole calls the
+ordinary way. Per kernel: the median time, its share of the median call, and what it
+achieved -- GFLOP/s for the kernels whose work the profile can count from their arguments (a
+matmul or linear: 2 M N K; a convolution with its weight in ONNX's layout: 2 x outputs x
+C/g x kernel), GB/s (the bytes of its arguments, each read or written once: a lower bound
+of its traffic) for every kernel -- each as a fraction of the machine's peak, and which roof
+bounds it (roofline framing): compute when its FLOPs per byte reach the ridge point (peak
+FLOP/s over peak bytes/s), else memory. A kernel whose data stays in the caches can pass
+the memory peak, which is DRAM's. The runtime's own
+overhead per call is the median call less its kernels' medians (inputs bound and copied in,
+results copied out, the step loop).
+
+The peaks are estimates, and the profile says how it got them:
+- compute: threads x clock x FLOPs a core does per cycle at the kernel's x86-64 level (v4:
+  two 16-lane f32 FMA pipes, 64 FLOP/cycle; v3: two 8-lane FMA pipes, 32; v1/v2: an SSE
+  add and a multiply of 4 lanes, 8; half that in f64), the clock the kernel's highest
+  (cpufreq's `cpuinfo_max_freq`, else /proc/cpuinfo's `cpu MHz`);
+- memory: a 64 MiB numpy copy timed now (the best of 3; 2 x its bytes moved), one thread:
+  more threads may move more.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import re
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from hexir_format import CPU_LEVELS, Device, DType, Executable
+
+from hexir_runtime.arena import Call
+from hexir_runtime.hal import threads
+
+#: FLOPs one core does per cycle at each x86-64 level, f32 (f64: half).
+FLOPS_PER_CYCLE = {1: 8, 2: 8, 3: 32, 4: 64}
+PIPES = {1: "an SSE add and multiply of 4 lanes", 2: "an SSE add and multiply of 4 lanes",
+         3: "two 8-lane FMAs", 4: "two 16-lane FMAs"}
+COPY_BYTES = 64 << 20
+
+
+@dataclass
+class KernelTime:
+    """One DISPATCH (or a captured cuda graph) of the entry: its median seconds per call."""
+
+    name: str
+    seconds: float
+    flops: int | None
+    nbytes: int
+    exe: Executable | None
+    peak_flops: float | None = None  # the compute peak at its level and element type
+    peak_bytes: float | None = None  # the memory peak (cpu kernels)
+
+    @property
+    def gflops(self) -> float | None:
+        return None if self.flops is None or not self.seconds else self.flops / self.seconds / 1e9
+
+    @property
+    def gbytes(self) -> float:
+        return self.nbytes / self.seconds / 1e9 if self.seconds else 0.0
+
+    @property
+    def bound(self) -> str:
+        """Which roof bounds the kernel: compute (its FLOPs per byte reach the ridge point),
+        memory, or '-' where the peaks are unknown (cuda)."""
+        if self.peak_bytes is None:
+            return "-"
+        if self.flops is None or not self.peak_flops:
+            return "memory"
+        ridge = self.peak_flops / self.peak_bytes
+        return "compute" if self.flops / max(self.nbytes, 1) >= ridge else "memory"
+
+
+@dataclass
+class Profile:
+    """What `profile` measured; `str()` is the table `hexir-run --profile` prints."""
+
+    entry: str
+    calls: int
+    threads: int
+    call_seconds: float  # the median whole call
+    kernels: list[KernelTime] = field(default_factory=list)
+    peak_flops: dict[tuple[int, str], float] = field(default_factory=dict)  # (level, dtype)
+    peak_bytes: float = 0.0
+    clock_hz: float = 0.0
+    clock_source: str = ""
+
+    @property
+    def kernel_seconds(self) -> float:
+        return sum(k.seconds for k in self.kernels)
+
+    @property
+    def overhead_seconds(self) -> float:
+        """The runtime's own time per call: the median call less its kernels."""
+        return max(0.0, self.call_seconds - self.kernel_seconds)
+
+    def __str__(self) -> str:
+        us = 1e6
+        lines = [
+            (f"profile       : {self.entry}, {self.calls} calls, {self.threads} cpu thread"
+             f"{'s' * (self.threads != 1)}"),
+            (f"per call      : median {self.call_seconds * us:.1f} us; kernels "
+             f"{self.kernel_seconds * us:.1f} us, runtime overhead "
+             f"{self.overhead_seconds * us:.1f} us"),
+        ]
+        for (level, dtype), peak in sorted(self.peak_flops.items()):
+            per = FLOPS_PER_CYCLE[level] // (2 if dtype == "f64" else 1)
+            lines.append(f"peak compute  : {peak / 1e9:.1f} GFLOP/s {dtype} at {CPU_LEVELS[level]}"
+                         f" ({self.threads} x {self.clock_hz / 1e9:.2f} GHz ({self.clock_source})"
+                         f" x {per} FLOP/cycle: {PIPES[level]})")
+        lines.append(f"peak memory   : {self.peak_bytes / 1e9:.1f} GB/s (a "
+                     f"{COPY_BYTES >> 20} MiB copy, one thread, measured now)")
+        lines.append(f"{'kernel':<32} {'us':>10} {'share':>7} {'GFLOP/s':>9} {'peak':>7} "
+                     f"{'GB/s':>8} {'peak':>7}  bound")
+        for k in self.kernels:
+            share = k.seconds / self.call_seconds if self.call_seconds else 0.0
+            gflops = "-" if k.gflops is None else f"{k.gflops:.2f}"
+            of_flops = "-" if k.gflops is None or not k.peak_flops else \
+                f"{k.gflops * 1e9 / k.peak_flops:.1%}"
+            of_bytes = "-" if not k.peak_bytes else f"{k.gbytes * 1e9 / k.peak_bytes:.1%}"
+            lines.append(f"{k.name:<32} {k.seconds * us:>10.1f} {share:>7.1%} {gflops:>9} "
+                         f"{of_flops:>7} {k.gbytes:>8.2f} {of_bytes:>7}  {k.bound}")
+        return "\n".join(lines)
+
+
+def work(exe: Executable) -> int | None:
+    """The FLOPs of one run of `exe`, where its arguments say: a matmul or linear (named by
+    the compiler after the ops it covers) 2 x outputs x K, K the lhs's last axis; a
+    convolution whose weight is ONNX's [M, C/g, *kernel] 2 x outputs x C/g x kernel."""
+    out = exe.args[-1].shape
+    if re.match(r"(matmul|linear)(_|$)", exe.name) and exe.args[0].shape:
+        return 2 * math.prod(out) * exe.args[0].shape[-1]
+    if exe.name.startswith("conv") and len(exe.args) >= 3:
+        w = exe.args[1].shape
+        if len(w) == len(out) >= 3 and w[0] == out[1]:
+            return 2 * math.prod(out) * math.prod(w[1:])
+    return None
+
+
+def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
+            warmup: int = 3) -> Profile:
+    """Profile `calls` calls of `entry` of the loaded `module` (a `Module`) on `checked`
+    (its inputs as `api.check_inputs` returns them; see the module docstring)."""
+    program = module._live().program(module.prepare(entry)._plan)
+    for _ in range(warmup):
+        module.execute(entry, checked)
+    arena = program._take()
+    steps = list(arena.steps)
+    devices = program.resident.devices
+    per_step: list[list[float]] = [[] for _ in steps]
+    whole: list[float] = []
+    try:
+        arena.call = Call(checked, None)
+        for _ in range(calls):
+            for i, step in enumerate(steps):
+                start = time.perf_counter()
+                step.run()
+                if step.device is not None:
+                    devices[step.device].wait()
+                per_step[i].append(time.perf_counter() - start)
+        arena.call = None
+    finally:
+        arena.call = None
+        program._free.append(arena)
+    for _ in range(calls):
+        start = time.perf_counter()
+        module.execute(entry, checked)
+        whole.append(time.perf_counter() - start)
+    result = Profile(entry, calls, threads.cpu_threads(), statistics.median(whole))
+    result.clock_hz, result.clock_source = _clock()
+    result.peak_bytes = _copy_bandwidth()
+    executables = program.resident.plan.module.executables
+    for step, times in zip(steps, per_step, strict=True):
+        exe = _executable(step.label, program.plan.commands, executables)
+        if exe is None and not step.label.endswith("graph)"):
+            continue  # an input, a copy, a print: the runtime's own work
+        result.kernels.append(_kernel(result, step.label, exe, statistics.median(times)))
+    return result
+
+
+def _executable(label: str, commands, executables) -> Executable | None:
+    """The executable a step dispatches (its label names the command), else None."""
+    found = re.fullmatch(r"command (\d+) \(dispatch\)", label)
+    if found is None:
+        return None
+    return executables[commands[int(found.group(1))].executable]
+
+
+def _kernel(result: Profile, label: str, exe: Executable | None, seconds: float) -> KernelTime:
+    if exe is None:  # a run of cuda kernels captured as one graph
+        return KernelTime(label, seconds, None, 0, None)
+    flops, nbytes = work(exe), sum(t.nbytes for t in exe.args)
+    timed = KernelTime(exe.name, seconds, flops, nbytes, exe)
+    if exe.device is Device.CPU and exe.cpu_level:
+        timed.peak_bytes = result.peak_bytes
+        if flops is not None:
+            dtype = "f64" if exe.args[-1].dtype is DType.F64 else "f32"
+            timed.peak_flops = result.peak_flops.setdefault(
+                (exe.cpu_level, dtype), result.threads * result.clock_hz *
+                FLOPS_PER_CYCLE[exe.cpu_level] / (2 if dtype == "f64" else 1))
+    return timed
+
+
+@functools.cache
+def _clock() -> tuple[float, str]:
+    """The cores' highest clock in Hz, and where it was read."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+            return int(f.read()) * 1e3, "cpufreq max"
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as info:
+            mhz = [float(line.split(":")[1]) for line in info if line.startswith("cpu MHz")]
+        return max(mhz) * 1e6, "/proc/cpuinfo"
+    except (OSError, ValueError, IndexError):
+        return 1e9, "unknown, 1 GHz assumed"
+
+
+def _copy_bandwidth() -> float:
+    """Bytes per second a 64 MiB copy moves (read and write), the best of three."""
+    src = np.ones(COPY_BYTES // 8)
+    dst = np.empty_like(src)
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        np.copyto(dst, src)
+        best = min(best, time.perf_counter() - start)
+    return 2 * COPY_BYTES / best

@@ -1,0 +1,52 @@
+"""`Module.profile` (what `hexir-run --profile` prints) and `Module.cpu_threads`."""
+
+from __future__ import annotations
+
+import hexir_runtime as hr
+import numpy as np
+import pytest
+from conftest import FIXTURES
+from hexir_format import Device, DType, Executable, KernelKind, TensorType
+from hexir_runtime import profile as prof
+
+
+def test_the_mlp_profile_times_every_kernel_and_counts_the_matmuls_work():
+    x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        p = m.profile("main", x, calls=5)
+        kernels = [e.name for e in m._live().plan.module.executables]
+    assert [k.name for k in p.kernels] == kernels  # one per DISPATCH, in order
+    assert p.calls == 5 and p.call_seconds > 0 and all(k.seconds > 0 for k in p.kernels)
+    assert p.overhead_seconds == max(0.0, p.call_seconds - p.kernel_seconds)
+    first = p.kernels[0]  # linear_add_relu_0: 8x784 @ 784x256
+    assert first.flops == 2 * 8 * 784 * 256 and p.kernels[-1].flops is None  # the softmax
+    assert first.nbytes == sum(t.nbytes for t in first.exe.args)
+    assert first.gflops == pytest.approx(first.flops / first.seconds / 1e9)
+    assert first.peak_flops == pytest.approx(p.threads * p.clock_hz * 8)  # f32 at x86-64-v2
+    assert p.kernels[-1].bound == "memory" and first.bound in ("compute", "memory")
+    text = str(p).splitlines()
+    assert text[0] == f"profile       : main, 5 calls, {p.threads} cpu thread" + \
+        "s" * (p.threads != 1)
+    assert [line.split()[0] for line in text[-len(kernels):]] == kernels
+
+
+def test_work_is_counted_for_matmuls_and_onnx_layout_convolutions_only():
+    def exe(name, *shapes):
+        return Executable(name, KernelKind.GENERIC, Device.CPU,
+                          tuple(TensorType(DType.F32, s) for s in shapes))
+
+    assert prof.work(exe("matmul_3", (2, 5, 7), (2, 7, 3), (2, 5, 3))) == 2 * 2 * 5 * 3 * 7
+    assert prof.work(exe("linear_add_0", (7,), (7, 3), (3,), (3,))) == 2 * 3 * 7
+    assert prof.work(exe("conv_add_relu_1", (1, 3, 8, 8), (4, 3, 3, 3), (4,), (1, 4, 6, 6))) \
+        == 2 * 4 * 36 * 27
+    assert prof.work(exe("relu_2", (4,), (4,))) is None
+    assert prof.work(exe("conv_9", (1, 3, 8, 8), (2, 4, 3, 3, 8), (1, 4, 6, 6))) is None
+
+
+def test_cpu_threads_is_hexir_cpu_threads(monkeypatch):
+    with hr.load(FIXTURES / "builtin-cpu.hxb") as m:
+        monkeypatch.setenv("HEXIR_CPU_THREADS", "3")
+        assert m.cpu_threads == 3
+        monkeypatch.setenv("HEXIR_CPU_THREADS", "0")
+        with pytest.raises(hr.DeviceError, match="HEXIR_CPU_THREADS='0', expected a positive"):
+            m.cpu_threads  # noqa: B018
