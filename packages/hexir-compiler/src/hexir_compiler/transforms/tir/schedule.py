@@ -125,6 +125,27 @@ def panel_width(device: str, level: int, macs: int, element_bytes: int) -> int |
     return PANEL_TILES[level][1] // element_bytes
 
 
+#: The register tile of a cpu conv's channel panels (`convolution`), by x86-64 level:
+#: (output pixels, bytes of output channels). v3 is the packed matmul's 5 x 2 ymm (ten
+#: accumulators, five broadcasts, two weight loads: 17 of 16 registers once LLVM reuses a
+#: broadcast's register); v2 (16 xmm) 4 x 2 xmm; v4 (32 zmm) 8 x 1 zmm.
+CONV_TILES = {4: (8, 64), 3: (5, 64), 2: (4, 32), 1: (4, 32)}
+#: Bytes of output pixels a depthwise conv's block sums in registers, by level: four of the
+#: level's vector registers (ymm at v3, zmm at v4, xmm below).
+DEPTHWISE_BYTES = {4: 256, 3: 128, 2: 64, 1: 64}
+
+
+def conv_tile(level: int, element_bytes: int) -> tuple[int, int]:
+    """(pixels, output channels) of a conv block at x86-64 `level` (CONV_TILES)."""
+    rows, width = CONV_TILES[level]
+    return rows, max(1, width // element_bytes)
+
+
+def depthwise_pixels(level: int, element_bytes: int) -> int:
+    """Output pixels of a depthwise conv block at x86-64 `level` (DEPTHWISE_BYTES)."""
+    return max(1, DEPTHWISE_BYTES[level] // element_bytes)
+
+
 def uses_library(b: KernelBuilder, macs: int) -> bool:
     """Whether a contraction of `macs` multiply-adds on `b`'s device is a library call
     rather than loops."""
