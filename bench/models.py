@@ -2,6 +2,7 @@
 
     python bench/models.py [--models=resnet18,mobilenet_v2,squeezenet1_1] [--rounds=7]
                            [--block=3] [--targets=x86-64-v3,default] [--baseline=DIR]
+                           [--threads=N]
 
 Each model is exported from torchvision (`weights=None`, BatchNorm statistics randomised by a
 few seeded batches in train mode, so the logits are not degenerate) at 1x3x224x224 with
@@ -61,13 +62,13 @@ def _torchvision():
         sys.modules["PIL"] = pil
 
     try:
-        import torchvision  # noqa: F401
+        import torchvision
     except (RuntimeError, ImportError):
         lib = torch.library.Library("torchvision", "DEF")
         lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
         lib.define("qnms(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor")
         _torchvision.lib = lib  # keep the definitions alive
-        import torchvision  # noqa: F401
+        import torchvision
     import torchvision
 
     return torchvision
@@ -104,14 +105,25 @@ def compile_with(path: Path, target: str, packages: Path | None) -> bytes:
                           check=True, capture_output=True).stdout
 
 
+def _ort_options(onnxruntime, threads: int):
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--targets", default="x86-64-v3,default")
     parser.add_argument("--baseline", type=Path, default=None)
     parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for both runtimes (default: each its own default)")
     parser.add_argument("--block", type=int, default=3)
     args = parser.parse_args(argv)
+    if args.threads:  # read by the runtime's pool when it is made
+        os.environ["HEXIR_CPU_THREADS"] = str(args.threads)
     import hexir_runtime
     import onnxruntime
 
@@ -122,9 +134,10 @@ def main(argv: list[str]) -> int:
     for name in args.models.split(","):
         path = export(name)
         x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-        session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(str(path), _ort_options(onnxruntime, args.threads),
+                                               providers=["CPUExecutionProvider"])
         want = session.run(None, {"x": x})[0]
-        engines = {"ORT": lambda: session.run(None, {"x": x})}
+        engines = {"ORT": lambda s=session, x=x: s.run(None, {"x": x})}
         diffs = {"ORT": 0.0}
         images = {}
         for target in args.targets.split(","):
@@ -135,7 +148,7 @@ def main(argv: list[str]) -> int:
         modules = [hexir_runtime.load(image) for image in images.values()]
         for label, module in zip(images, modules, strict=True):
             diffs[label] = float(np.abs(module.main(x) - want).max())
-            engines[label] = lambda m=module: m.main(x)
+            engines[label] = lambda m=module, x=x: m.main(x)
         times: dict[str, list[float]] = {label: [] for label in engines}
         for _ in range(args.rounds):
             for label, call in engines.items():

@@ -70,7 +70,7 @@ def _program(case, element: str, w: np.ndarray, constant: bool, fused: bool) -> 
         args.append(f"%w: {_t(w_shape, element)}")
     if fused:
         args += [f"%b: {_t(bias_shape, element)}", f"%r: {_t(out, element)}"]
-    ints = lambda v: f"array<i64: {', '.join(map(str, v))}>"  # noqa: E731
+    ints = lambda v: f"array<i64: {', '.join(map(str, v))}>"
     lines.append(f'  %c = "hexir.conv"(%x, %w) {{strides = {ints(strides)}, pads = {ints(pads)}, '
                  f"dilations = {ints(dilations)}, group = {group} : i64}} : "
                  f"({_t(x_shape, element)}, {_t(w_shape, element)}) -> {_t(out, element)}")

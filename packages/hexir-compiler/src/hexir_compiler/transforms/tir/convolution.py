@@ -13,7 +13,11 @@ Two schedules, by how many output channels a group has (Mg = M / group):
   it). A constant weight is packed at compile time by hexir-lower-to-tir
   (`pack_weight`: [group x panels, *kernel, Cg, width], zeros past the group's channels),
   so a step's weights are one contiguous vector; an input weight is read where it lies.
-  A 1x1 conv with no padding and stride 1 is this GEMM over contiguous pixels.
+  A 1x1 conv with no padding and stride 1 is this GEMM over contiguous pixels. Block i
+  takes pixels i, i + B, i + 2B, ... (B blocks): were they neighbours, LLVM's SLP
+  vectorizer would see their input loads as one vector and vectorize along the pixels,
+  broadcasting every weight (measured: xmm vectors and accumulators spilled to the stack),
+  instead of along the channels.
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
   depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
   weight a broadcast scalar: each step loads a run of the input (a vector when the stride
@@ -68,16 +72,29 @@ class Geometry:
                      for d in range(rank)]
         self.padded = any(self.low) or any(self.high)
 
+    def inside_range(self, d: int) -> tuple[int, int]:
+        """[first, end) of the output positions along dim `d` whose windows lie inside the
+        input along it (first <= end)."""
+        size, s, p = self.out[d], self.strides[d], self.pads[d]
+        first = min(size, -(-p // s)) if self.low[d] else 0
+        if not self.high[d]:
+            return first, size
+        last = self.spatial[d] - 1 - (self.kernel[d] - 1) * self.dilations[d] + p
+        return first, max(first, min(size, last // s + 1 if last >= 0 else 0))
+
     def base(self, b: KernelBuilder, outs: Sequence[ir.Value]) -> list[ir.Value]:
         """The input position of kernel offset 0 for output position `outs` (may be < 0)."""
         return [arith.subi(b.mul(o, s), b.index(p)) if p else b.mul(o, s)
                 for o, s, p in zip(outs, self.strides, self.pads, strict=False)]
 
-    def interior(self, b: KernelBuilder, bases: Sequence[Sequence[ir.Value]]) -> ir.Value:
-        """Whether every window at `bases` (one per pixel) lies inside the input."""
+    def interior(self, b: KernelBuilder, bases: Sequence[Sequence[ir.Value]],
+                 dims: Sequence[int]) -> ir.Value | None:
+        """Whether every window at `bases` (one per pixel) lies inside the input along
+        `dims`; None when none can cross."""
         checks = []
         for base in bases:
-            for d, at in enumerate(base):
+            for d in dims:
+                at = base[d]
                 if self.low[d]:
                     checks.append(arith.cmpi(arith.CmpIPredicate.sge, at, b.index(0)))
                 if self.high[d]:
@@ -86,13 +103,13 @@ class Geometry:
         return b.all_of(checks)
 
     def position(self, b: KernelBuilder, base: Sequence[ir.Value], ks: Sequence[ir.Value],
-                 masked: bool) -> tuple[list[ir.Value], ir.Value | None]:
-        """(input position at kernel offsets `ks`, clamped into the input when `masked`;
-        whether it is inside, when masked and it can be outside)."""
+                 masked: Sequence[int]) -> tuple[list[ir.Value], ir.Value | None]:
+        """(input position at kernel offsets `ks`, clamped into the input along the `masked`
+        dims; whether it is inside, when it can be outside along them)."""
         at, inside = [], []
         for d, (start, k) in enumerate(zip(base, ks, strict=True)):
             pos = arith.addi(start, b.mul(k, self.dilations[d]))
-            if masked and (self.low[d] or self.high[d]):
+            if d in masked and (self.low[d] or self.high[d]):
                 if self.low[d]:
                     inside.append(arith.cmpi(arith.CmpIPredicate.sge, pos, b.index(0)))
                     pos_low = arith.maxsi(pos, b.index(0))
@@ -154,10 +171,11 @@ def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
     return max(1, min(wanted, blocks // MIN_CHUNK_BLOCKS))
 
 
-def _blocks_of(b: KernelBuilder, chunk: ir.Value, chunks: int, full: int, remainder: int,
-               body: Callable[[ir.Value, int], None]) -> None:
-    """Run `body(first pixel block index, pixels)` for this chunk's full blocks (contiguous
-    ranges of `full`), and for the last chunk the short block of `remainder` pixels."""
+def _blocks_of(b: KernelBuilder, chunk: ir.Value, chunks: int, full: int, rows: int,
+               remainder: int, body: Callable[[ir.Value | int, int], None]) -> None:
+    """Run `body(block index, 0)` for this chunk's full blocks (contiguous ranges of `full`),
+    and for the last chunk `body(first pixel, count)` for the `remainder` pixels past them,
+    in blocks of decreasing powers of two (see `_runs`)."""
     per = -(-full // chunks) if full else 0
     if per:
         with b.loop(per, "serial") as i:
@@ -167,24 +185,26 @@ def _blocks_of(b: KernelBuilder, chunk: ir.Value, chunks: int, full: int, remain
     if remainder:
         last = arith.cmpi(arith.CmpIPredicate.eq, chunk, b.index(chunks - 1))
         with b.guard(last if chunks > 1 else None):
-            body(b.index(full), remainder)
+            at, rest = full * rows, remainder
+            while rest:
+                count = 1 << (rest.bit_length() - 1)
+                body(at, count)
+                at, rest = at + count, rest - count
 
 
 def _split_interior(b: KernelBuilder, g: Geometry, bases: Sequence[Sequence[ir.Value]],
-                    run: Callable[[bool], None]) -> None:
-    """`run(masked)`: unmasked when every window of the block is inside the input."""
-    if not g.padded:
-        run(False)
-        return
-    inside = g.interior(b, bases)
+                    dims: Sequence[int], run: Callable[[list[int]], None]) -> None:
+    """`run(masked dims)`: none of `dims` masked when every window of the block lies inside
+    the input along them, all of them otherwise."""
+    inside = g.interior(b, bases, dims)
     if inside is None:
-        run(False)
+        run([])
         return
     outside = arith.xori(inside, b.constant(1, ir.IntegerType.get_signless(1)))
     with b.guard(inside):
-        run(False)
+        run([])
     with b.guard(outside):
-        run(True)
+        run(list(dims))
 
 
 def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | None) -> None:
@@ -207,16 +227,18 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(panel, width))
         panel_at = arith.addi(b.mul(group, per_group), panel)
 
-        def block(index: ir.Value, short: int, columns: int) -> None:
+        def block(index: ir.Value | int, short: int, columns: int) -> None:
             count = short or rows
-            start = b.mul(index, rows)
-            flats = [start, *(arith.addi(start, b.index(j)) for j in range(1, count))]
+            if short:  # pixels past the full blocks, from pixel `index` on
+                flats = [b.index(index + j) for j in range(short)]
+            else:  # pixels index, index + full, ...: never adjacent (see the docstring)
+                flats = [index, *(arith.addi(index, b.index(j * full)) for j in range(1, rows))]
             outs = [b.delinearize(p, g.out) for p in flats]
             bases = [g.base(b, o) for o in outs]
             channels = [first_out, *(arith.addi(first_out, b.index(t))
                                      for t in range(1, columns))]
 
-            def run(masked: bool) -> None:
+            def run(masked: list[int]) -> None:
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     *ks, c = ivs
                     channel = arith.addi(first_in, c)
@@ -241,10 +263,10 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                         value = sums[j * columns + t]
                         b.store(value if epilogue is None else epilogue(b, value, at), out, at)
 
-            _split_interior(b, g, bases, run)
+            _split_interior(b, g, bases, range(len(g.out)), run)
 
         def blocks(columns: int) -> None:
-            _blocks_of(b, chunk, chunks, full, remainder,
+            _blocks_of(b, chunk, chunks, full, rows, remainder,
                        lambda index, short: block(index, short, columns))
 
         if tail == width:
@@ -260,23 +282,23 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
 def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:
     data, weight, *_, out = b.args
     element_bytes = ir.FloatType(b.element).width // 8
-    inner = g.out[-1]
-    lanes = max(1, min(depthwise_pixels(b.host_level, element_bytes), inner))
-    full, remainder = divmod(inner, lanes)
+    inner = len(g.out) - 1
+    lanes = depthwise_pixels(b.host_level, element_bytes)
+    first, end = g.inside_range(inner)
     rows = g.out[:-1]
-    outer = g.batch * g.group * pymath.prod(rows)
-    with b.loop(outer, "parallel") as flat:
+    with b.loop(g.batch * g.group * pymath.prod(rows), "parallel") as flat:
         n, m, *row = b.delinearize(flat, [g.batch, g.group, *rows])
         first_in = b.mul(m, g.per_group_in)
+        row_base = g.base(b, row)
 
-        def block(index: ir.Value, short: int) -> None:
-            count = short or lanes
-            start = b.mul(index, lanes)
+        def block(start: ir.Value, count: int, masked_inner: bool) -> None:
             outs = [[*row, start if j == 0 else arith.addi(start, b.index(j))]
                     for j in range(count)]
             bases = [g.base(b, o) for o in outs]
 
-            def run(masked: bool) -> None:
+            def run(masked: list[int]) -> None:
+                masked = [*masked, inner] if masked_inner else masked
+
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     *ks, c = ivs
                     y = b.load(weight, [m, c, *ks])
@@ -294,10 +316,24 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                     at = [n, m, *o]
                     b.store(value if epilogue is None else epilogue(b, value, at), out, at)
 
-            _split_interior(b, g, bases, run)
+            _split_interior(b, g, [row_base], range(inner), run)
 
-        if full:
-            with b.loop(full, "serial") as i:
-                block(i, 0)
-        if remainder:
-            block(b.index(full), remainder)
+        for lo, hi, masked_inner in ((0, first, True), (first, end, False),
+                                     (end, g.out[-1], True)):
+            _runs(b, lo, hi - lo, lanes, lambda start, count, edge=masked_inner:
+                  block(start, count, edge))
+
+
+def _runs(b: KernelBuilder, start: int, length: int, lanes: int,
+          body: Callable[[ir.Value, int], None]) -> None:
+    """`body(first, count)` over [start, start + length) in blocks of `lanes` (a loop), then
+    the rest in blocks of decreasing powers of two: every block's sums are a power-of-two
+    vector, which LLVM keeps in whole registers (a <24 x float> it splits into scalars)."""
+    if length >= lanes:
+        with b.loop(length // lanes, "serial") as i:
+            body(arith.addi(b.mul(i, lanes), b.index(start)) if start else b.mul(i, lanes), lanes)
+    at, rest = start + length - length % lanes, length % lanes
+    while rest:
+        count = 1 << (rest.bit_length() - 1)
+        body(b.index(at), count)
+        at, rest = at + count, rest - count

@@ -129,7 +129,7 @@ def panel_width(device: str, level: int, macs: int, element_bytes: int) -> int |
 #: (output pixels, bytes of output channels). v3 is the packed matmul's 5 x 2 ymm (ten
 #: accumulators, five broadcasts, two weight loads: 17 of 16 registers once LLVM reuses a
 #: broadcast's register); v2 (16 xmm) 4 x 2 xmm; v4 (32 zmm) 8 x 1 zmm.
-CONV_TILES = {4: (8, 64), 3: (5, 64), 2: (4, 32), 1: (4, 32)}
+CONV_TILES = {4: (8, 64), 3: (4, 64), 2: (4, 32), 1: (4, 32)}
 #: Bytes of output pixels a depthwise conv's block sums in registers, by level: four of the
 #: level's vector registers (ymm at v3, zmm at v4, xmm below).
 DEPTHWISE_BYTES = {4: 256, 3: 128, 2: 64, 1: 64}
