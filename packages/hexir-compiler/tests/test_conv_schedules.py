@@ -99,10 +99,10 @@ def _reference(x, w, group, strides, pads, dilations) -> np.ndarray:
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda v: f"v{v}")
 @pytest.mark.parametrize("element", ["f32", "f64"])
-@pytest.mark.parametrize("weight", ["constant", "input"])
-@pytest.mark.parametrize("fused", [False, True], ids=["plain", "bias-relu-residual"])
+@pytest.mark.parametrize(("weight", "fused"), [("constant", True), ("input", False)],
+                         ids=["packed-bias-relu-residual", "input-weight-plain"])
 @pytest.mark.parametrize("name", list(CASES))
-def test_a_cpu_conv_matches_torch(tmp_path, name, fused, weight, element, level) -> None:
+def test_a_cpu_conv_matches_torch(tmp_path, name, weight, fused, element, level) -> None:
     case = CASES[name]
     x_shape, w_shape, group, strides, pads, dilations = case
     rng = np.random.default_rng(zlib.crc32(name.encode()))

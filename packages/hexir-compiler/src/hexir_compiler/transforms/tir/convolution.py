@@ -36,6 +36,7 @@ loops, so no output is computed twice.
 
 from __future__ import annotations
 
+import itertools
 import math as pymath
 from collections.abc import Callable, Sequence
 
@@ -45,6 +46,10 @@ from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
 from hexir_compiler.transforms.tir.schedule import conv_tile, depthwise_pixels
 
+#: The most window offsets a pixel-vector block unrolls (5 x 5): its steps are a few vector
+#: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
+#: window loops ran 1 step of 4 vectors per iteration).
+MAX_UNROLLED_WINDOW = 25
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -200,7 +205,8 @@ def _split_interior(b: KernelBuilder, g: Geometry, bases: Sequence[Sequence[ir.V
     if inside is None:
         run([])
         return
-    outside = arith.xori(inside, b.constant(1, ir.IntegerType.get_signless(1)))
+    outside = arith.cmpi(arith.CmpIPredicate.eq, inside,
+                         b.constant(0, ir.IntegerType.get_signless(1)))
     with b.guard(inside):
         run([])
     with b.guard(outside):
@@ -311,7 +317,15 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                                   arith.select(inside, value, b.float(0.0)))
                     return _multiply_add(acc, xs, [y])
 
-                sums = b.fold([*g.kernel, g.per_group_in], [b.float(0.0)] * count, step)
+                def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                    for ks in itertools.product(*(range(k) for k in g.kernel)):
+                        acc = step([*(b.index(k) for k in ks), c[0]], acc)
+                    return acc
+
+                inits = [b.float(0.0)] * count
+                sums = b.fold([*g.kernel, g.per_group_in], inits, step) \
+                    if pymath.prod(g.kernel) > MAX_UNROLLED_WINDOW else \
+                    b.fold([g.per_group_in], inits, channel)
                 for value, o in zip(sums, outs, strict=True):
                     at = [n, m, *o]
                     b.store(value if epilogue is None else epilogue(b, value, at), out, at)
