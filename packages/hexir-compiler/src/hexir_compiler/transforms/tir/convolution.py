@@ -6,32 +6,38 @@ Two schedules, by how many output channels a group has (Mg = M / group):
 - channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows
   are output pixels and whose columns are a group's output channels. A block is `rows`
   pixels (the output's spatial positions flattened, so a 7x7 map wastes nothing) by `width`
-  channels (`schedule.conv_tile`: 5 x 16 f32 at x86-64-v3, ten ymm accumulators), summed in
-  registers over the kernel window (outer loops) and the group's input channels (the
+  channels (`schedule.conv_tile`: 4 x 16 f32 at x86-64-v3, eight ymm accumulators), summed
+  in registers over the kernel window (outer loops) and the group's input channels (the
   innermost loop): each step loads `width` weights (a vector), one input value per pixel
   (broadcast), and does rows x width multiply-adds (`contract`: FMA where the level has
   it). A constant weight is packed at compile time by hexir-lower-to-tir
   (`pack_weight`: [group x panels, *kernel, Cg, width], zeros past the group's channels),
   so a step's weights are one contiguous vector; an input weight is read where it lies.
-  A 1x1 conv with no padding and stride 1 is this GEMM over contiguous pixels. Block i
-  takes pixels i, i + B, i + 2B, ... (B blocks): were they neighbours, LLVM's SLP
-  vectorizer would see their input loads as one vector and vectorize along the pixels,
-  broadcasting every weight (measured: xmm vectors and accumulators spilled to the stack),
-  instead of along the channels.
+  A 1x1 conv is this GEMM with a window of one offset. Block i takes pixels i, i + B,
+  i + 2B, ... (B blocks): were they neighbours, LLVM's SLP vectorizer would see their input
+  loads as one vector and vectorize along the pixels, broadcasting every weight (measured:
+  xmm vectors, accumulators spilled to the stack), instead of along the channels. The sums
+  of a block are a power-of-two count (4 x 16, the pixels past the full blocks in blocks of
+  2 and 1): LLVM makes them one wide vector, which its code generator keeps in whole
+  registers only at a power of two (5 x 16 was split into scalars rebuilt on the stack at
+  every loop edge: ResNet-18's 56x56 3x3 conv took 104 against 54 ms, timed in one run on a
+  loaded machine).
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
   depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
-  weight a broadcast scalar: each step loads a run of the input (a vector when the stride
-  is 1) and does a multiply-add per pixel.
+  weight a broadcast scalar, the window unrolled: each step loads a run of the input (a
+  vector when the stride is 1) and does a multiply-add per pixel. A row is split at compile
+  time into its border runs and its interior run (the innermost axis's windows inside the
+  input), each in power-of-two blocks.
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
-block) runs a copy of the loops with no masks at all; a border block runs a copy where each
-pixel's position per kernel offset is clamped into the input and its value replaced by 0
-outside (a select, invariant in the channel loop): padding adds 0, as the reference's
-zero padding does. Strides and dilations are affine index arithmetic. The parallel loop (the
-cpu grid) is batch x channel panels x chunks of pixel blocks, enough iterations for the
-thread pool; the sums go through the fused epilogue (bias, activation, residual add) at the
-store. A block count the pixels do not divide leaves one shorter block, its own copy of the
-loops, so no output is computed twice.
+block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
+masks at all; a border block runs a copy where each pixel's position per kernel offset is
+clamped into the input and its value replaced by 0 outside (a select, invariant in the
+channel loop): padding adds 0, as the reference's zero padding does. Strides and dilations
+are affine index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel
+panels x chunks of pixel blocks (TARGET_ITERATIONS), or batch x channels x rows; the sums go
+through the fused epilogue (bias, activation, residual add) at the store. No output is
+computed twice.
 """
 
 from __future__ import annotations

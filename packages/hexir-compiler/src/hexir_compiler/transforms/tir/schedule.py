@@ -126,9 +126,10 @@ def panel_width(device: str, level: int, macs: int, element_bytes: int) -> int |
 
 
 #: The register tile of a cpu conv's channel panels (`convolution`), by x86-64 level:
-#: (output pixels, bytes of output channels). v3 is the packed matmul's 5 x 2 ymm (ten
-#: accumulators, five broadcasts, two weight loads: 17 of 16 registers once LLVM reuses a
-#: broadcast's register); v2 (16 xmm) 4 x 2 xmm; v4 (32 zmm) 8 x 1 zmm.
+#: (output pixels, bytes of output channels), a power-of-two count of sums (`convolution`
+#: says why): 4 x 2 ymm at v3 (eight accumulators, four broadcasts, two weight loads of 16
+#: registers), 4 x 2 xmm at v2, 8 x 1 zmm at v4 (of 32 registers; compiled, not timed: this
+#: machine has no AVX-512).
 CONV_TILES = {4: (8, 64), 3: (4, 64), 2: (4, 32), 1: (4, 32)}
 #: Bytes of output pixels a depthwise conv's block sums in registers, by level: four of the
 #: level's vector registers (ymm at v3, zmm at v4, xmm below).
