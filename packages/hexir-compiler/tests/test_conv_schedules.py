@@ -7,7 +7,8 @@ with its weight an input (read where it lies), run through the runtime and compa
 `torch.nn.functional.conv{1,2,3}d` in f64. The shapes reach the schedules' every branch: a
 pixel count the block does not divide (a short block), output channels the panel width does
 not divide (a group's short last panel), groups, depthwise (the pixel-vector schedule),
-channel multipliers, 1x1 (the plain GEMM: no window, no padding), padding on one side only,
+channel multipliers, 1x1 (the plain GEMM: no window, no padding), input channels summed in
+slices (`convolution.channel_slice`: the partial sums kept in the destination between them), padding on one side only,
 strides, dilations, windows wider than the input, 1-D and 3-D.
 """
 
@@ -31,6 +32,7 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "3x3-stride2": ((2, 3, 13, 12), (17, 3, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
     "7x7-stride2-pad3": ((1, 3, 23, 23), (16, 3, 7, 7), 1, (2, 2), (3, 3, 3, 3), (1, 1)),
     "1x1": ((1, 24, 7, 7), (40, 24, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+    "deep-3x3": ((1, 96, 6, 5), (20, 96, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
     "1x1-stride2": ((1, 8, 9, 9), (16, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
     "dilation2": ((1, 4, 12, 10), (9, 4, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
     "uneven-pads": ((1, 3, 8, 9), (5, 3, 3, 2), 1, (1, 2), (0, 2, 1, 0), (1, 1)),

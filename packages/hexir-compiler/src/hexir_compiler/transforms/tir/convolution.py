@@ -56,6 +56,12 @@ from hexir_compiler.transforms.tir.schedule import conv_tile, depthwise_pixels
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
 #: window loops ran 1 step of 4 vectors per iteration).
 MAX_UNROLLED_WINDOW = 25
+#: Bytes of a channel slice's weights and input lines that should stay in the L1 data cache
+#: (32 KiB on Zen 3) while a chunk's blocks walk it: each block then reads the input lines
+#: its neighbour block just read from L1 instead of L2. Without slicing, a ResNet 3x3 conv's
+#: block touched 4 pixels x 3 rows x 64 channels of input lines (48 KiB) and 36 KiB of
+#: weights per pass, streaming both from L2 at every step.
+L1_BUDGET = 24 * 1024
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -174,6 +180,15 @@ def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         _pixel_vectors(b, g, epilogue)
 
 
+def channel_slice(channels: int, window: int, lanes: int, element_bytes: int) -> int:
+    """Input channels a channel-panel block sums before the next block takes over: the most
+    that divides `channels` whose weights and input lines (about `window` x (pixels +
+    width) elements a channel) fit in L1_BUDGET."""
+    most = max(1, L1_BUDGET // (window * lanes * element_bytes))
+    return max(d for d in range(1, min(channels, most) + 1) if channels % d == 0) \
+        if channels else 1
+
+
 def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
     """Chunks of pixel blocks per outer iteration (batch x panels)."""
     if blocks == 0:
@@ -233,13 +248,16 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     full, remainder = divmod(pixels, rows)
     outer = g.batch * g.group * per_group
     chunks = _chunks(b, outer, full)
+    slice_ = channel_slice(g.per_group_in, pymath.prod(g.kernel), rows + width, element_bytes)
+    slices = g.per_group_in // slice_
     with b.loop(outer * chunks, "parallel") as flat:
         n, group, panel, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(panel, width))
         panel_at = arith.addi(b.mul(group, per_group), panel)
 
-        def block(index: ir.Value | int, short: int, columns: int) -> None:
+        def block(index: ir.Value | int, short: int, columns: int,
+                  part: ir.Value | None) -> None:
             count = short or rows
             if short:  # pixels past the full blocks, from pixel `index` on
                 flats = [b.index(index + j) for j in range(short)]
@@ -253,6 +271,8 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
             def run(masked: list[int]) -> None:
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     *ks, c = ivs
+                    if part is not None:
+                        c = arith.addi(b.mul(part, slice_), c)
                     channel = arith.addi(first_in, c)
                     if packed:
                         ys = [b.load(weight, [panel_at, *ks, c, b.index(t)])
@@ -267,19 +287,34 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                                   arith.select(inside, value, b.float(0.0)))
                     return _multiply_add(acc, xs, ys)
 
-                sums = b.fold([*g.kernel, g.per_group_in], [b.float(0.0)] * (count * columns),
-                              step)
-                for j, o in enumerate(outs):
-                    for t, m in enumerate(channels):
-                        at = [n, m, *o]
-                        value = sums[j * columns + t]
+                places = [[n, m, *o] for o in outs for m in channels]
+                inits = [b.float(0.0)] * (count * columns)
+                if part is not None:  # the sums so far, from the slices before
+                    first = arith.cmpi(arith.CmpIPredicate.eq, part, b.index(0))
+                    inits = [arith.select(first, b.float(0.0), b.load(out, at))
+                             for at in places]
+                sums = b.fold([*g.kernel, slice_], inits, step)
+                last = None if part is None else \
+                    arith.cmpi(arith.CmpIPredicate.eq, part, b.index(slices - 1))
+                if part is not None:
+                    with b.guard(arith.cmpi(arith.CmpIPredicate.ne, part,
+                                            b.index(slices - 1))):
+                        for value, at in zip(sums, places, strict=True):
+                            b.store(value, out, at)
+                with b.guard(last):
+                    for value, at in zip(sums, places, strict=True):
                         b.store(value if epilogue is None else epilogue(b, value, at), out, at)
 
             _split_interior(b, g, bases, range(len(g.out)), run)
 
         def blocks(columns: int) -> None:
-            _blocks_of(b, chunk, chunks, full, rows, remainder,
-                       lambda index, short: block(index, short, columns))
+            if slices == 1:
+                _blocks_of(b, chunk, chunks, full, rows, remainder,
+                           lambda index, short: block(index, short, columns, None))
+                return
+            with b.loop(slices, "serial") as part:
+                _blocks_of(b, chunk, chunks, full, rows, remainder,
+                           lambda index, short: block(index, short, columns, part))
 
         if tail == width:
             blocks(width)
