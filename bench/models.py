@@ -18,6 +18,7 @@ figure is the median of the per-call times of its blocks, and each ratio is hexi
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import subprocess
@@ -38,6 +39,7 @@ sys.stdout.buffer.write(hexir_compiler.compile(sys.argv[1], target=target))
 """
 
 
+@functools.cache
 def _torchvision():
     """torchvision with its C ops declared (TOOLCHAIN.md: its build expects CUDA torch) and,
     where Pillow is not installed, an empty `PIL.Image` for its datasets' imports (the model
