@@ -19,13 +19,15 @@ the group's operands from outside it, a contraction's two first (`tir.fusion`).
 `hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as
 they are, but for one rewrite: a cpu matmul or linear whose rhs is a constant matrix, where
 the schedule packs it (`schedule.panel_width`), reads a new constant, that matrix in column
-panels (`contraction.PANEL`), made once per constant and width; the old one goes when nothing
-else reads it. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
+panels (`contraction.PANEL`), and so does a cpu conv with a constant weight that the
+channel-panel schedule reads (`convolution.pack_weight`), each made once per constant,
+layout and width; the old one goes when nothing else reads it. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import numpy as np
@@ -38,7 +40,7 @@ from hexir_compiler.mlir import ir
 from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
 from hexir_compiler.target import host
 from hexir_compiler.transforms.hexir_fuse import GROUP
-from hexir_compiler.transforms.tir import PLANS, GraphOp, fusion
+from hexir_compiler.transforms.tir import PLANS, GraphOp, convolution, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL
 from hexir_compiler.transforms.tir.schedule import panel_width
@@ -72,7 +74,7 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
         if "sym_name" in op.attributes
     }
     counter = 0
-    packed: dict = {}  # (constant, width) -> its packed copy
+    packed: dict = {}  # (constant, layout, width) -> its packed copy
     ops = _compute_ops(module)
     groups: dict[tuple, list[ir.Operation]] = {}
     for op in ops:
@@ -197,36 +199,55 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
               packed: dict) -> GraphOp:
     """`graph_op` marked PANEL, its rhs (`inputs[1]`) replaced by the packed constant, where
     the schedule packs it (see the module docstring); else `graph_op` unchanged."""
-    if graph_op.mnemonic not in ("matmul", "linear") or len(graph_op.inputs[1]) != 2:
+    if graph_op.mnemonic not in ("conv", "matmul", "linear"):
         return graph_op
     rhs = op.operands[1]
     if not isinstance(rhs, ir.OpResult) or rhs.owner.name != "hexir.constant":
         return graph_op
-    (depth, cols), element = graph_op.inputs[1], ir.RankedTensorType(rhs.type).element_type
-    macs = math.prod(graph_op.inputs[0][:-1]) * depth * cols
-    width = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
-    if width is None:
+    element = ir.RankedTensorType(rhs.type).element_type
+    if graph_op.mnemonic == "conv":
+        if _device(op) != "cpu" or not convolution.uses_panels(graph_op):
+            return graph_op
+        group = graph_op.int_attr("group")
+        width = convolution.panel_columns(level, ir.FloatType(element).width // 8,
+                                          graph_op.inputs[1][0] // group)
+        pack = functools.partial(convolution.pack_weight, group=group, width=width)
+    elif len(graph_op.inputs[1]) == 2:
+        depth, cols = graph_op.inputs[1]
+        macs = math.prod(graph_op.inputs[0][:-1]) * depth * cols
+        width = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
+        if width is None:
+            return graph_op
+        pack = functools.partial(_column_panels, width=width)
+    else:
         return graph_op
-    if (rhs, width) not in packed:
+    key = (rhs, graph_op.mnemonic == "conv", width)
+    if key not in packed:
         value = ir.DenseElementsAttr(rhs.owner.attributes["value"])
         dtype = np.dtype(str(element).replace("f", "float"))
-        matrix = np.full((depth, cols), ir.FloatAttr(value.get_splat_value()).value, dtype) \
-            if value.is_splat else np.array(value)
-        panels = -(-cols // width)
-        padded = np.zeros((depth, panels * width), dtype)
-        padded[:, :cols] = matrix
-        array = np.ascontiguousarray(padded.reshape(depth, panels, width).transpose(1, 0, 2))
+        shape = graph_op.inputs[1]
+        array = pack(np.full(shape, ir.FloatAttr(value.get_splat_value()).value, dtype)
+                     if value.is_splat else np.array(value).reshape(shape))
         with rhs.owner.location:
             type_ = ir.RankedTensorType.get(list(array.shape), element)
-            packed[rhs, width] = ir.Operation.create(
+            packed[key] = ir.Operation.create(
                 "hexir.constant", results=[type_],
                 attributes={**{n: rhs.owner.attributes[n] for n in rhs.owner.attributes},
                             "value": ir.DenseElementsAttr.get(array, type=type_)},
                 ip=ir.InsertionPoint(rhs.owner)).result
-    inputs[1] = packed[rhs, width]
+    inputs[1] = packed[key]
     attributes = {**graph_op.attributes, PANEL: ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                                    width)}
     return dataclasses.replace(graph_op, attributes=attributes)
+
+
+def _column_panels(matrix: np.ndarray, width: int) -> np.ndarray:
+    """A [K, N] matrix as [ceil(N / width), K, width] column panels, zeros past N."""
+    depth, cols = matrix.shape
+    panels = -(-cols // width)
+    padded = np.zeros((depth, panels * width), matrix.dtype)
+    padded[:, :cols] = matrix
+    return np.ascontiguousarray(padded.reshape(depth, panels, width).transpose(1, 0, 2))
 
 
 def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:

@@ -137,6 +137,28 @@ def panel_groups(panels: int, row_blocks: int) -> int:
     return max(1, min(row_blocks, -(-PANEL_GRID // max(panels, 1))))
 
 
+#: The register tile of a cpu conv's channel panels (`convolution`), by x86-64 level:
+#: (output pixels, bytes of output channels), a power-of-two count of sums (`convolution`
+#: says why): 4 x 2 ymm at v3 (eight accumulators, four broadcasts, two weight loads of 16
+#: registers), 4 x 2 xmm at v2, 8 x 1 zmm at v4 (of 32 registers; compiled, not timed: this
+#: machine has no AVX-512).
+CONV_TILES = {4: (8, 64), 3: (4, 64), 2: (4, 32), 1: (4, 32)}
+#: Bytes of output pixels a depthwise conv's block sums in registers, by level: four of the
+#: level's vector registers (ymm at v3, zmm at v4, xmm below).
+DEPTHWISE_BYTES = {4: 256, 3: 128, 2: 64, 1: 64}
+
+
+def conv_tile(level: int, element_bytes: int) -> tuple[int, int]:
+    """(pixels, output channels) of a conv block at x86-64 `level` (CONV_TILES)."""
+    rows, width = CONV_TILES[level]
+    return rows, max(1, width // element_bytes)
+
+
+def depthwise_pixels(level: int, element_bytes: int) -> int:
+    """Output pixels of a depthwise conv block at x86-64 `level` (DEPTHWISE_BYTES)."""
+    return max(1, DEPTHWISE_BYTES[level] // element_bytes)
+
+
 VECTOR_BYTES = 16
 HOST_VECTOR_BYTES = 64
 

@@ -1,6 +1,7 @@
 """Kernels that slide a window over spatial dimensions: conv and pool (max, average).
 
-One iteration of the parallel space owns one output element [n, m, o...] and walks its
+A cpu conv is register-tiled (`convolution`: its schedules and weight packing). Elsewhere
+(pools; a conv on cuda) one iteration of the parallel space owns one output element [n, m, o...] and walks its
 window with serial loops carrying the accumulator (for conv, the input channels of its group
 too). Input position p = o * stride - pad_begin + k * dilation; a position in the padding is
 never read: its load goes to a clamped address inside the input and the step keeps the
@@ -15,6 +16,7 @@ from collections.abc import Sequence
 from hexir_format import signatures
 
 from hexir_compiler.mlir import arith, ir
+from hexir_compiler.transforms.tir import convolution
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel
 from hexir_compiler.transforms.tir.schedule import parallel
@@ -62,6 +64,10 @@ def plan_conv(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
 
     def emit(b: KernelBuilder) -> None:
         data, weight, *_, out = b.args
+        if b.device == "cpu":
+            with b.building():
+                convolution.emit_cpu(b, op, epilogue)
+            return
         with b.building(), parallel(b, op.output) as coords:
             n, m, outs = coords[0], coords[1], coords[2:]
             first_channel = b.mul(arith.divui(m, b.index(per_group_out)), per_group_in) \

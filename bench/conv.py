@@ -1,0 +1,143 @@
+"""One conv (+ bias + relu) at a time: Hexir's cpu kernel against ONNX Runtime, in one process.
+
+    python bench/conv.py [--target=x86-64-v3] [--rounds=5] [--block=5] [--threads=N]
+                         [--shapes=NAME,...]
+
+The shapes are the convolutions ResNet-18 and MobileNetV2 spend their time in (f32, batch 1,
+the weight a constant). Each is compiled as a one-op Hexir module and built as a one-node ONNX
+model with the same weights, checked against each other, then timed in interleaved blocks of
+`--block` calls, `--rounds` times (medians of the per-call times). Prints ms per call, the
+achieved G multiply-adds/s and hexir / ORT: where a model's conv time goes, kernel by kernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+#: name: (input [C, H, W], output channels, kernel, stride, pad, group)
+SHAPES = {
+    "r18-stem-7x7": ((3, 224, 224), 64, 7, 2, 3, 1),
+    "r18-l1-3x3": ((64, 56, 56), 64, 3, 1, 1, 1),
+    "r18-l2-3x3": ((128, 28, 28), 128, 3, 1, 1, 1),
+    "r18-l2-down-3x3s2": ((64, 56, 56), 128, 3, 2, 1, 1),
+    "r18-l3-3x3": ((256, 14, 14), 256, 3, 1, 1, 1),
+    "r18-l4-3x3": ((512, 7, 7), 512, 3, 1, 1, 1),
+    "r18-l4-1x1s2": ((256, 14, 14), 512, 1, 2, 0, 1),
+    "mv2-1x1-expand": ((24, 56, 56), 144, 1, 1, 0, 1),
+    "mv2-dw-3x3": ((144, 56, 56), 144, 3, 1, 1, 144),
+    "mv2-dw-3x3s2": ((144, 56, 56), 144, 3, 2, 1, 144),
+    "mv2-1x1-project": ((144, 28, 28), 32, 1, 1, 0, 1),
+}
+
+
+def _out(size: int, k: int, s: int, p: int) -> int:
+    return (size + 2 * p - k) // s + 1
+
+
+def hexir_program(shape, w: np.ndarray, bias: np.ndarray) -> str:
+    (c, h, width), m, k, s, p, group = shape
+    oh, ow = _out(h, k, s, p), _out(width, k, s, p)
+    t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"
+    dense = lambda name, a: (f'  %{name} = "hexir.constant"() {{value = dense<"0x{a.tobytes().hex()}">'
+                             f" : {t(*a.shape)}}} : () -> {t(*a.shape)}")
+    o = t(1, m, oh, ow)
+    return "\n".join([
+        f"func.func @main(%x: {t(1, c, h, width)}) -> {o} {{",
+        dense("w", w), dense("b", bias),
+        (f'  %c = "hexir.conv"(%x, %w) {{strides = array<i64: {s}, {s}>, pads = array<i64: '
+         f"{p}, {p}, {p}, {p}>, dilations = array<i64: 1, 1>, group = {group} : i64}} : "
+         f"({t(1, c, h, width)}, {t(*w.shape)}) -> {o}"),
+        f'  %a = "hexir.add"(%c, %b) : ({o}, {t(*bias.shape)}) -> {o}',
+        f'  %r = "hexir.relu"(%a) : ({o}) -> {o}', f"  return %r : {o}", "}"]) + "\n"
+
+
+def onnx_model(shape, w: np.ndarray, bias: np.ndarray) -> bytes:
+    from onnx import TensorProto, helper, numpy_helper
+
+    (c, h, width), _, _, s, p, group = shape
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[s, s], pads=[p] * 4,
+                              group=group),
+             helper.make_node("Relu", ["c"], ["y"])]
+    graph = helper.make_graph(
+        nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "w"), numpy_helper.from_array(bias.reshape(-1), "b")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _ort_options(onnxruntime, threads: int):
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    return options
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--target", default="x86-64-v3")
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
+                        help="cpu: the process's CPU time (with --threads=1, what a busy "
+                             "machine's other processes barely disturb)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="threads for both runtimes (default: each its own default)")
+    parser.add_argument("--block", type=int, default=5)
+    args = parser.parse_args(argv)
+    if args.threads:  # read by the runtime's pool when it is made
+        os.environ["HEXIR_CPU_THREADS"] = str(args.threads)
+    import hexir_runtime
+    import onnxruntime
+
+    clock = time.process_time if args.clock == "cpu" else time.perf_counter
+    from hexir_compiler.pipeline import compile as compile_source
+
+    print(f"hexir -target=cpu:{args.target} against onnxruntime {onnxruntime.__version__}")
+    print("| conv | hexir ms | ORT ms | hexir GMAC/s | ORT GMAC/s | hexir / ORT |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    for name in args.shapes.split(","):
+        shape = SHAPES[name]
+        (c, h, width), m, k, s, p, group = shape
+        rng = np.random.default_rng(0)
+        w = (rng.standard_normal((m, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(
+            np.float32)
+        bias = rng.standard_normal((m, 1, 1)).astype(np.float32)
+        x = rng.standard_normal((1, c, h, width)).astype(np.float32)
+        with tempfile.TemporaryDirectory() as tmp:
+            source = Path(tmp) / "conv.mlir"
+            source.write_text(hexir_program(shape, w, bias))
+            image = compile_source(source, "hxb", target=f"cpu:{args.target}")
+        session = onnxruntime.InferenceSession(onnx_model(shape, w, bias),
+                                               _ort_options(onnxruntime, args.threads),
+                                               providers=["CPUExecutionProvider"])
+        with hexir_runtime.load(image) as module:
+            want = session.run(None, {"x": x})[0]
+            got = module.main(x)
+            assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), name
+            engines = {"hexir": lambda m=module, x=x: m.main(x),
+                       "ort": lambda s=session, x=x: s.run(None, {"x": x})}
+            times = {e: [] for e in engines}
+            for _ in range(args.rounds):
+                for engine, call in engines.items():
+                    call()
+                    start = clock()
+                    for _ in range(args.block):
+                        call()
+                    times[engine].append((clock() - start) / args.block)
+        ours, theirs = (statistics.median(times[e]) for e in engines)
+        macs = m * _out(h, k, s, p) * _out(width, k, s, p) * (c // group) * k * k
+        print(f"| {name} | {ours * 1e3:.3f} | {theirs * 1e3:.3f} | {macs / ours / 1e9:.1f} | "
+              f"{macs / theirs / 1e9:.1f} | {ours / theirs:.2f} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

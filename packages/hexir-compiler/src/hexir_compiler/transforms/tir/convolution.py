@@ -1,0 +1,394 @@
+"""The cpu schedules of `hexir.conv`: register tiles of fused multiply-adds, no per-element
+branches in the inner loop.
+
+Two schedules, by how many output channels a group has (Mg = M / group):
+
+- channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows
+  are output pixels and whose columns are a group's output channels. A block is `rows`
+  pixels (the output's spatial positions flattened, so a 7x7 map wastes nothing) by `width`
+  channels (`schedule.conv_tile`: 4 x 16 f32 at x86-64-v3, eight ymm accumulators), summed
+  in registers over the kernel window (outer loops) and the group's input channels (the
+  innermost loop): each step loads `width` weights (a vector), one input value per pixel
+  (broadcast), and does rows x width multiply-adds (`contract`: FMA where the level has
+  it). A constant weight is packed at compile time by hexir-lower-to-tir
+  (`pack_weight`: [group x panels, *kernel, Cg, width], zeros past the group's channels),
+  so a step's weights are one contiguous vector; an input weight is read where it lies.
+  A 1x1 conv is this GEMM with a window of one offset. Block i takes pixels i, i + B,
+  i + 2B, ... (B blocks): were they neighbours, LLVM's SLP vectorizer would see their input
+  loads as one vector and vectorize along the pixels, broadcasting every weight (measured:
+  xmm vectors, accumulators spilled to the stack), instead of along the channels. The sums
+  of a block are a power-of-two count (4 x 16, the pixels past the full blocks in blocks of
+  2 and 1): LLVM makes them one wide vector, which its code generator keeps in whole
+  registers only at a power of two (5 x 16 was split into scalars rebuilt on the stack at
+  every loop edge: ResNet-18's 56x56 3x3 conv took 104 against 54 ms, timed in one run on a
+  loaded machine).
+- pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
+  depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
+  weight a broadcast scalar, the window unrolled: each step loads a run of the input (a
+  vector when the stride is 1) and does a multiply-add per pixel. A row is split at compile
+  time into its border runs and its interior run (the innermost axis's windows inside the
+  input), each in power-of-two blocks.
+
+Padding: a block whose every window lies inside the input (its "interior", decided once per
+block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
+masks at all; a border block runs a copy where each pixel's position per kernel offset is
+clamped into the input and its value replaced by 0 outside (a select, invariant in the
+channel loop): padding adds 0, as the reference's zero padding does. Strides and dilations
+are affine index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel
+panels x chunks of pixel blocks (TARGET_ITERATIONS), or batch x channels x rows; the sums go
+through the fused epilogue (bias, activation, residual add) at the store. No output is
+computed twice.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math as pymath
+from collections.abc import Callable, Sequence
+
+from hexir_compiler.mlir import arith, ir
+from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
+from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
+from hexir_compiler.transforms.tir.schedule import conv_tile, depthwise_pixels
+
+#: The most window offsets a pixel-vector block unrolls (5 x 5): its steps are a few vector
+#: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
+#: window loops ran 1 step of 4 vectors per iteration).
+MAX_UNROLLED_WINDOW = 25
+#: Bytes of a channel slice's weights and input lines that should stay in the L1 data cache
+#: (32 KiB on Zen 3) while a chunk's blocks walk it: each block then reads the input lines
+#: its neighbour block just read from L1 instead of L2. Without slicing, a ResNet 3x3 conv's
+#: block touched 4 pixels x 3 rows x 64 channels of input lines (48 KiB) and 36 KiB of
+#: weights per pass, streaming both from L2 at every step.
+L1_BUDGET = 24 * 1024
+#: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
+#: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
+TARGET_ITERATIONS = 32
+MIN_CHUNK_BLOCKS = 4
+
+
+class Geometry:
+    """Shapes and window parameters of one conv (`op`'s, checked by the caller)."""
+
+    def __init__(self, op: GraphOp) -> None:
+        x, w = op.inputs[:2]
+        self.batch, self.channels, self.spatial = x[0], x[1], list(x[2:])
+        self.group = op.int_attr("group")
+        self.strides, self.pads = op.ints_attr("strides"), op.ints_attr("pads")
+        self.dilations = op.ints_attr("dilations")
+        self.kernel = list(w[2:])
+        self.per_group_in, self.per_group_out = w[1], w[0] // self.group
+        self.out = list(op.output[2:])
+        rank = len(self.spatial)
+        # which bounds a window can cross: low where there is begin padding, high where the
+        # last output's window reaches past the input's end
+        self.low = [self.pads[d] > 0 for d in range(rank)]
+        self.high = [(self.out[d] - 1) * self.strides[d] - self.pads[d]
+                     + (self.kernel[d] - 1) * self.dilations[d] >= self.spatial[d]
+                     for d in range(rank)]
+        self.padded = any(self.low) or any(self.high)
+
+    def inside_range(self, d: int) -> tuple[int, int]:
+        """[first, end) of the output positions along dim `d` whose windows lie inside the
+        input along it (first <= end)."""
+        size, s, p = self.out[d], self.strides[d], self.pads[d]
+        first = min(size, -(-p // s)) if self.low[d] else 0
+        if not self.high[d]:
+            return first, size
+        last = self.spatial[d] - 1 - (self.kernel[d] - 1) * self.dilations[d] + p
+        return first, max(first, min(size, last // s + 1 if last >= 0 else 0))
+
+    def base(self, b: KernelBuilder, outs: Sequence[ir.Value]) -> list[ir.Value]:
+        """The input position of kernel offset 0 for output position `outs` (may be < 0)."""
+        return [arith.subi(b.mul(o, s), b.index(p)) if p else b.mul(o, s)
+                for o, s, p in zip(outs, self.strides, self.pads, strict=False)]
+
+    def interior(self, b: KernelBuilder, bases: Sequence[Sequence[ir.Value]],
+                 dims: Sequence[int]) -> ir.Value | None:
+        """Whether every window at `bases` (one per pixel) lies inside the input along
+        `dims`; None when none can cross."""
+        checks = []
+        for base in bases:
+            for d in dims:
+                at = base[d]
+                if self.low[d]:
+                    checks.append(arith.cmpi(arith.CmpIPredicate.sge, at, b.index(0)))
+                if self.high[d]:
+                    last = self.spatial[d] - 1 - (self.kernel[d] - 1) * self.dilations[d]
+                    checks.append(arith.cmpi(arith.CmpIPredicate.sle, at, b.index(last)))
+        return b.all_of(checks)
+
+    def position(self, b: KernelBuilder, base: Sequence[ir.Value], ks: Sequence[ir.Value],
+                 masked: Sequence[int]) -> tuple[list[ir.Value], ir.Value | None]:
+        """(input position at kernel offsets `ks`, clamped into the input along the `masked`
+        dims; whether it is inside, when it can be outside along them)."""
+        at, inside = [], []
+        for d, (start, k) in enumerate(zip(base, ks, strict=True)):
+            pos = arith.addi(start, b.mul(k, self.dilations[d]))
+            if d in masked and (self.low[d] or self.high[d]):
+                if self.low[d]:
+                    inside.append(arith.cmpi(arith.CmpIPredicate.sge, pos, b.index(0)))
+                    pos_low = arith.maxsi(pos, b.index(0))
+                else:
+                    pos_low = pos
+                if self.high[d]:
+                    inside.append(arith.cmpi(arith.CmpIPredicate.slt, pos,
+                                             b.index(self.spatial[d])))
+                    pos = arith.minsi(pos_low, b.index(self.spatial[d] - 1))
+                else:
+                    pos = pos_low
+            at.append(pos)
+        return at, b.all_of(inside)
+
+
+def uses_panels(op: GraphOp) -> bool:
+    """Whether `op` takes the channel-panel schedule (else pixel vectors)."""
+    w = op.inputs[1]
+    return w[0] // op.int_attr("group") > 1
+
+
+def panel_columns(level: int, element_bytes: int, per_group_out: int) -> int:
+    """Output channels per panel: the level's tile width, or a group's channels when fewer."""
+    return max(1, min(conv_tile(level, element_bytes)[1], per_group_out))
+
+
+def pack_weight(weight, group: int, width: int):
+    """A conv weight [M, Cg, *K] as the channel-panel schedule reads it: [group x panels,
+    *K, Cg, width], panel g * panels + q holding channels g * Mg + q * width + t, zeros
+    past the group's Mg (numpy in, numpy out)."""
+    import numpy as np
+
+    m, cg, *kernel = weight.shape
+    mg = m // group
+    panels = -(-mg // width)
+    padded = np.zeros((group, panels * width, cg, *kernel), weight.dtype)
+    padded[:, :mg] = weight.reshape(group, mg, cg, *kernel)
+    tiles = padded.reshape(group * panels, width, cg, *kernel)
+    order = (0, *range(3, 3 + len(kernel)), 2, 1)  # [P, *K, Cg, width]
+    return np.ascontiguousarray(tiles.transpose(order))
+
+
+def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
+    """The cpu conv of `op` (see the module docstring), inside `b.building()`."""
+    g = Geometry(op)
+    if 0 in (g.batch, g.per_group_out, pymath.prod(g.out), g.group):
+        return  # no outputs
+    if uses_panels(op):
+        _panels(b, op, g, epilogue)
+    else:
+        _pixel_vectors(b, g, epilogue)
+
+
+def channel_slice(channels: int, window: int, lanes: int, element_bytes: int) -> int:
+    """Input channels a channel-panel block sums before the next block takes over: the most
+    that divides `channels` whose weights and input lines (about `window` x (pixels +
+    width) elements a channel) fit in L1_BUDGET."""
+    most = max(1, L1_BUDGET // (window * lanes * element_bytes))
+    return max(d for d in range(1, min(channels, most) + 1) if channels % d == 0) \
+        if channels else 1
+
+
+def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
+    """Chunks of pixel blocks per outer iteration (batch x panels)."""
+    if blocks == 0:
+        return 1
+    wanted = -(-TARGET_ITERATIONS // max(1, outer))
+    return max(1, min(wanted, blocks // MIN_CHUNK_BLOCKS))
+
+
+def _blocks_of(b: KernelBuilder, chunk: ir.Value, chunks: int, full: int, rows: int,
+               remainder: int, body: Callable[[ir.Value | int, int], None]) -> None:
+    """Run `body(block index, 0)` for this chunk's full blocks (contiguous ranges of `full`),
+    and for the last chunk `body(first pixel, count)` for the `remainder` pixels past them,
+    in blocks of decreasing powers of two (see `_runs`)."""
+    per = -(-full // chunks) if full else 0
+    if per:
+        with b.loop(per, "serial") as i:
+            block = arith.addi(b.mul(chunk, per), i)
+            with b.guard(b.less_than(block, full) if per * chunks > full else None):
+                body(block, 0)
+    if remainder:
+        last = arith.cmpi(arith.CmpIPredicate.eq, chunk, b.index(chunks - 1))
+        with b.guard(last if chunks > 1 else None):
+            at, rest = full * rows, remainder
+            while rest:
+                count = 1 << (rest.bit_length() - 1)
+                body(at, count)
+                at, rest = at + count, rest - count
+
+
+def _split_interior(b: KernelBuilder, g: Geometry, bases: Sequence[Sequence[ir.Value]],
+                    dims: Sequence[int], run: Callable[[list[int]], None]) -> None:
+    """`run(masked dims)`: none of `dims` masked when every window of the block lies inside
+    the input along them, all of them otherwise."""
+    inside = g.interior(b, bases, dims)
+    if inside is None:
+        run([])
+        return
+    outside = arith.cmpi(arith.CmpIPredicate.eq, inside,
+                         b.constant(0, ir.IntegerType.get_signless(1)))
+    with b.guard(inside):
+        run([])
+    with b.guard(outside):
+        run(list(dims))
+
+
+def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | None) -> None:
+    data, weight, *_, out = b.args
+    packed = PANEL in op.attributes
+    element_bytes = ir.FloatType(b.element).width // 8
+    rows, _ = conv_tile(b.host_level, element_bytes)
+    width = ir.MemRefType(weight.type).shape[-1] if packed else \
+        panel_columns(b.host_level, element_bytes, g.per_group_out)
+    per_group = -(-g.per_group_out // width)
+    tail = g.per_group_out - (per_group - 1) * width  # the last panel's columns
+    pixels = pymath.prod(g.out)
+    rows = max(1, min(rows, pixels))
+    full, remainder = divmod(pixels, rows)
+    outer = g.batch * g.group * per_group
+    chunks = _chunks(b, outer, full)
+    slice_ = channel_slice(g.per_group_in, pymath.prod(g.kernel), rows + width, element_bytes)
+    slices = g.per_group_in // slice_
+    with b.loop(outer * chunks, "parallel") as flat:
+        n, group, panel, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
+        first_in = b.mul(group, g.per_group_in)
+        first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(panel, width))
+        panel_at = arith.addi(b.mul(group, per_group), panel)
+
+        def block(index: ir.Value | int, short: int, columns: int,
+                  part: ir.Value | None) -> None:
+            count = short or rows
+            if short:  # pixels past the full blocks, from pixel `index` on
+                flats = [b.index(index + j) for j in range(short)]
+            else:  # pixels index, index + full, ...: never adjacent (see the docstring)
+                flats = [index, *(arith.addi(index, b.index(j * full)) for j in range(1, rows))]
+            outs = [b.delinearize(p, g.out) for p in flats]
+            bases = [g.base(b, o) for o in outs]
+            channels = [first_out, *(arith.addi(first_out, b.index(t))
+                                     for t in range(1, columns))]
+
+            def run(masked: list[int]) -> None:
+                def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                    *ks, c = ivs
+                    if part is not None:
+                        c = arith.addi(b.mul(part, slice_), c)
+                    channel = arith.addi(first_in, c)
+                    if packed:
+                        ys = [b.load(weight, [panel_at, *ks, c, b.index(t)])
+                              for t in range(columns)]
+                    else:
+                        ys = [b.load(weight, [m, c, *ks]) for m in channels]
+                    xs = []
+                    for base in bases:
+                        at, inside = g.position(b, base, ks, masked)
+                        value = b.load(data, [n, channel, *at])
+                        xs.append(value if inside is None else
+                                  arith.select(inside, value, b.float(0.0)))
+                    return _multiply_add(acc, xs, ys)
+
+                places = [[n, m, *o] for o in outs for m in channels]
+                inits = [b.float(0.0)] * (count * columns)
+                if part is not None:  # the sums so far, from the slices before
+                    first = arith.cmpi(arith.CmpIPredicate.eq, part, b.index(0))
+                    inits = [arith.select(first, b.float(0.0), b.load(out, at))
+                             for at in places]
+                sums = b.fold([*g.kernel, slice_], inits, step)
+                last = None if part is None else \
+                    arith.cmpi(arith.CmpIPredicate.eq, part, b.index(slices - 1))
+                if part is not None:
+                    with b.guard(arith.cmpi(arith.CmpIPredicate.ne, part,
+                                            b.index(slices - 1))):
+                        for value, at in zip(sums, places, strict=True):
+                            b.store(value, out, at)
+                with b.guard(last):
+                    for value, at in zip(sums, places, strict=True):
+                        b.store(value if epilogue is None else epilogue(b, value, at), out, at)
+
+            _split_interior(b, g, bases, range(len(g.out)), run)
+
+        def blocks(columns: int) -> None:
+            if slices == 1:
+                _blocks_of(b, chunk, chunks, full, rows, remainder,
+                           lambda index, short: block(index, short, columns, None))
+                return
+            with b.loop(slices, "serial") as part:
+                _blocks_of(b, chunk, chunks, full, rows, remainder,
+                           lambda index, short: block(index, short, columns, part))
+
+        if tail == width:
+            blocks(width)
+            return
+        # a group's last panel has fewer channels (then there are several: width < Mg)
+        with b.guard(b.less_than(panel, per_group - 1)):
+            blocks(width)
+        with b.guard(arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(per_group - 1))):
+            blocks(tail)
+
+
+def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:
+    data, weight, *_, out = b.args
+    element_bytes = ir.FloatType(b.element).width // 8
+    inner = len(g.out) - 1
+    lanes = depthwise_pixels(b.host_level, element_bytes)
+    first, end = g.inside_range(inner)
+    rows = g.out[:-1]
+    with b.loop(g.batch * g.group * pymath.prod(rows), "parallel") as flat:
+        n, m, *row = b.delinearize(flat, [g.batch, g.group, *rows])
+        first_in = b.mul(m, g.per_group_in)
+        row_base = g.base(b, row)
+
+        def block(start: ir.Value, count: int, masked_inner: bool) -> None:
+            outs = [[*row, start if j == 0 else arith.addi(start, b.index(j))]
+                    for j in range(count)]
+            bases = [g.base(b, o) for o in outs]
+
+            def run(masked: list[int]) -> None:
+                masked = [*masked, inner] if masked_inner else masked
+
+                def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                    *ks, c = ivs
+                    y = b.load(weight, [m, c, *ks])
+                    channel = arith.addi(first_in, c)
+                    xs = []
+                    for base in bases:
+                        at, inside = g.position(b, base, ks, masked)
+                        value = b.load(data, [n, channel, *at])
+                        xs.append(value if inside is None else
+                                  arith.select(inside, value, b.float(0.0)))
+                    return _multiply_add(acc, xs, [y])
+
+                def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                    for ks in itertools.product(*(range(k) for k in g.kernel)):
+                        acc = step([*(b.index(k) for k in ks), c[0]], acc)
+                    return acc
+
+                inits = [b.float(0.0)] * count
+                sums = b.fold([*g.kernel, g.per_group_in], inits, step) \
+                    if pymath.prod(g.kernel) > MAX_UNROLLED_WINDOW else \
+                    b.fold([g.per_group_in], inits, channel)
+                for value, o in zip(sums, outs, strict=True):
+                    at = [n, m, *o]
+                    b.store(value if epilogue is None else epilogue(b, value, at), out, at)
+
+            _split_interior(b, g, [row_base], range(inner), run)
+
+        for lo, hi, masked_inner in ((0, first, True), (first, end, False),
+                                     (end, g.out[-1], True)):
+            _runs(b, lo, hi - lo, lanes, lambda start, count, edge=masked_inner:
+                  block(start, count, edge))
+
+
+def _runs(b: KernelBuilder, start: int, length: int, lanes: int,
+          body: Callable[[ir.Value, int], None]) -> None:
+    """`body(first, count)` over [start, start + length) in blocks of `lanes` (a loop), then
+    the rest in blocks of decreasing powers of two: every block's sums are a power-of-two
+    vector, which LLVM keeps in whole registers (a <24 x float> it splits into scalars)."""
+    if length >= lanes:
+        with b.loop(length // lanes, "serial") as i:
+            body(arith.addi(b.mul(i, lanes), b.index(start)) if start else b.mul(i, lanes), lanes)
+    at, rest = start + length - length % lanes, length % lanes
+    while rest:
+        count = 1 << (rest.bit_length() - 1)
+        body(b.index(at), count)
+        at, rest = at + count, rest - count

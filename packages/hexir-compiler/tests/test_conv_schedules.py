@@ -1,0 +1,153 @@
+"""The cpu conv schedules (`transforms/tir/convolution.py`) against torch, at every x86-64
+level this CPU runs.
+
+Each case is a conv (and, fused, + bias -> relu -> + residual) compiled with its weight a
+constant (packed at compile time: the channel-panel schedule's [panels, *K, Cg, width]) and
+with its weight an input (read where it lies), run through the runtime and compared with
+`torch.nn.functional.conv{1,2,3}d` in f64. The shapes reach the schedules' every branch: a
+pixel count the block does not divide (a short block), output channels the panel width does
+not divide (a group's short last panel), groups, depthwise (the pixel-vector schedule),
+channel multipliers, 1x1 (the plain GEMM: no window, no padding), input channels summed in
+slices (`convolution.channel_slice`: the partial sums kept in the destination between them), padding on one side only,
+strides, dilations, windows wider than the input, 1-D and 3-D.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import hexir_runtime
+import numpy as np
+import pytest
+import torch
+from hexir_runtime.hal.hostcode import host_level
+
+from hexir_compiler.pipeline import compile as compile_source
+
+DTYPES = {"f32": np.float32, "f64": np.float64}
+LEVELS = [level for level in (2, 3, 4) if level <= host_level()]
+
+CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), dilations)
+    "3x3-pad1": ((1, 5, 11, 9), (20, 5, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+    "3x3-stride2": ((2, 3, 13, 12), (17, 3, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+    "7x7-stride2-pad3": ((1, 3, 23, 23), (16, 3, 7, 7), 1, (2, 2), (3, 3, 3, 3), (1, 1)),
+    "1x1": ((1, 24, 7, 7), (40, 24, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+    "deep-3x3": ((1, 96, 6, 5), (20, 96, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+    "1x1-stride2": ((1, 8, 9, 9), (16, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+    "dilation2": ((1, 4, 12, 10), (9, 4, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
+    "uneven-pads": ((1, 3, 8, 9), (5, 3, 3, 2), 1, (1, 2), (0, 2, 1, 0), (1, 1)),
+    "groups": ((1, 8, 7, 7), (12, 4, 3, 3), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
+    "groups-wide": ((1, 64, 5, 5), (64, 16, 3, 3), 4, (1, 1), (1, 1, 1, 1), (1, 1)),
+    "depthwise": ((1, 6, 19, 37), (6, 1, 3, 3), 6, (1, 1), (1, 1, 1, 1), (1, 1)),
+    "depthwise-stride2": ((2, 5, 14, 15), (5, 1, 3, 3), 5, (2, 2), (1, 1, 1, 1), (1, 1)),
+    "depthwise-5x5": ((1, 3, 9, 9), (3, 1, 5, 5), 3, (1, 1), (2, 2, 2, 2), (1, 1)),
+    "multiplier2": ((1, 3, 6, 6), (6, 1, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
+    "window-past-input": ((1, 2, 3, 3), (4, 2, 5, 5), 1, (1, 1), (2, 2, 2, 2), (1, 1)),
+    "conv1d": ((2, 4, 50), (10, 4, 5), 1, (2,), (2, 1), (1,)),
+    "conv1d-depthwise": ((1, 8, 70), (8, 1, 3), 8, (1,), (1, 1), (2,)),
+    "conv3d": ((1, 3, 5, 6, 7), (18, 3, 3, 3, 3), 1, (1, 2, 1), (1, 1, 1, 1, 0, 1), (1, 1, 1)),
+}
+
+
+def _t(shape, element: str) -> str:
+    return f"tensor<{'x'.join(map(str, shape))}x{element}>"
+
+
+def _out_shape(x, w, strides, pads, dilations) -> tuple[int, ...]:
+    rank = len(x) - 2
+    return (x[0], w[0], *((x[2 + d] + pads[d] + pads[rank + d] - dilations[d] * (w[2 + d] - 1)
+                           - 1) // strides[d] + 1 for d in range(rank)))
+
+
+def _program(case, element: str, w: np.ndarray, constant: bool, fused: bool) -> str:
+    x_shape, w_shape, group, strides, pads, dilations = case
+    out = _out_shape(x_shape, w_shape, strides, pads, dilations)
+    bias_shape = (w_shape[0], *([1] * (len(x_shape) - 2)))
+    args = [f"%x: {_t(x_shape, element)}"]
+    lines = []
+    if constant:
+        lines.append(f'  %w = "hexir.constant"() {{value = dense<"0x{w.tobytes().hex()}"> : '
+                     f"{_t(w_shape, element)}}} : () -> {_t(w_shape, element)}")
+    else:
+        args.append(f"%w: {_t(w_shape, element)}")
+    if fused:
+        args += [f"%b: {_t(bias_shape, element)}", f"%r: {_t(out, element)}"]
+    ints = lambda v: f"array<i64: {', '.join(map(str, v))}>"
+    lines.append(f'  %c = "hexir.conv"(%x, %w) {{strides = {ints(strides)}, pads = {ints(pads)}, '
+                 f"dilations = {ints(dilations)}, group = {group} : i64}} : "
+                 f"({_t(x_shape, element)}, {_t(w_shape, element)}) -> {_t(out, element)}")
+    result = "%c"
+    if fused:
+        o = _t(out, element)
+        lines += [f'  %s = "hexir.add"(%c, %b) : ({o}, {_t(bias_shape, element)}) -> {o}',
+                  f'  %a = "hexir.relu"(%s) : ({o}) -> {o}',
+                  f'  %y = "hexir.add"(%a, %r) : ({o}, {o}) -> {o}']
+        result = "%y"
+    head = f"func.func @main({', '.join(args)}) -> {_t(out, element)} {{"
+    return "\n".join([head, *lines, f"  return {result} : {_t(out, element)}", "}"]) + "\n"
+
+
+def _reference(x, w, group, strides, pads, dilations) -> np.ndarray:
+    rank = x.ndim - 2
+    padding = []
+    for d in reversed(range(rank)):  # torch's F.pad: last axis first, (begin, end) pairs
+        padding += [pads[d], pads[rank + d]]
+    xt = torch.nn.functional.pad(torch.from_numpy(x.astype(np.float64)), padding)
+    conv = (torch.nn.functional.conv1d, torch.nn.functional.conv2d,
+            torch.nn.functional.conv3d)[rank - 1]
+    return conv(xt, torch.from_numpy(w.astype(np.float64)), stride=strides,
+                dilation=dilations, groups=group).numpy()
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda v: f"v{v}")
+@pytest.mark.parametrize("element", ["f32", "f64"])
+@pytest.mark.parametrize(("weight", "fused"), [("constant", True), ("input", False)],
+                         ids=["packed-bias-relu-residual", "input-weight-plain"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_cpu_conv_matches_torch(tmp_path, name, weight, fused, element, level) -> None:
+    case = CASES[name]
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    dtype = DTYPES[element]
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    source = tmp_path / "conv.mlir"
+    source.write_text(_program(case, element, w, weight == "constant", fused))
+    target = f"cpu:x86-64-v{level}"
+    want = _reference(x, w, group, strides, pads, dilations)
+    args = [x] if weight == "constant" else [x, w]
+    if fused:
+        bias = rng.standard_normal((w_shape[0], *([1] * (len(x_shape) - 2)))).astype(dtype)
+        residual = rng.standard_normal(want.shape).astype(dtype)
+        args += [bias, residual]
+        want = np.maximum(want + bias, 0) + residual
+    with hexir_runtime.load(compile_source(source, "hxb", target=target)) as module:
+        got = module.main(*args)
+    assert got.shape == want.shape
+    scale = max(np.abs(want).max(initial=0), 1.0)
+    assert np.abs(got - want).max(initial=0) / scale <= (1e-5 if element == "f32" else 1e-12)
+
+
+def test_a_constant_conv_weight_is_packed_into_channel_panels(tmp_path) -> None:
+    """At v3 a 20-channel weight [20, 5, 3, 3] becomes two 16-channel panels [2, 3, 3, 5, 16]
+    (zeros past channel 20) and the original constant goes; a depthwise weight stays as it
+    is (its schedule broadcasts one weight at a time)."""
+    case = CASES["3x3-pad1"]
+    w = np.ones(case[1], np.float32)
+    source = tmp_path / "conv.mlir"
+    source.write_text(_program(case, "f32", w, True, False))
+    tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v3")
+    assert "tensor<2x3x3x5x16xf32>" in tir and "tensor<20x5x3x3xf32>" not in tir
+    case = CASES["depthwise"]
+    source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, False))
+    tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v3")
+    assert "tensor<6x1x3x3xf32>" in tir
+
+
+def test_v4_conv_kernels_compile(tmp_path) -> None:
+    """Every schedule has an x86-64-v4 form (run above where the CPU has AVX-512)."""
+    for name in ("3x3-pad1", "depthwise", "conv3d"):
+        case = CASES[name]
+        source = tmp_path / "conv.mlir"
+        source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
+        assert compile_source(source, "hxb", target="cpu:x86-64-v4")
