@@ -245,14 +245,19 @@ def _attribute(value) -> ir.Attribute:
     return ir.DenseI64ArrayAttr.get([int(v) for v in value])
 
 
+def known(t: Tensor, what: str) -> np.ndarray:
+    """The value of an operand that must be known at compile time."""
+    if not t.is_const:
+        raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
+                        "Constant, or an input fixed with -fix-input)")
+    return np.asarray(t.const)
+
+
 def const_ints(t: Tensor | None, what: str) -> list[int] | None:
     """The values of a shape or axes operand, which must be known at compile time."""
     if t is None:
         return None
-    if not t.is_const:
-        raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
-                        "Constant, or an input fixed with -fix-input)")
-    return [int(v) for v in np.asarray(t.const).reshape(-1)]
+    return [int(v) for v in known(t, what).reshape(-1)]
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -283,10 +288,77 @@ for _onnx, _hexir, _versions in (("Equal", "equal", (13, 19)), ("Less", "less", 
     handles(_onnx, *_versions)(_compare)
 
 _UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
-          "Erf": "erf", "Neg": "neg", "Abs": "abs"}
+          "Erf": "erf", "Neg": "neg", "Abs": "abs", "Sign": "sign", "Floor": "floor",
+          "Ceil": "ceil"}
 for _onnx, _hexir in _UNARY.items():
-    handles(_onnx, 13, floats=_hexir not in ("neg", "abs"))(
+    handles(_onnx, 13, floats=_hexir not in ("neg", "abs", "sign"))(
         lambda e, xs, a, v, _hexir=_hexir: [e.elementwise(_hexir, xs[0])])
+for _onnx, _versions in (("Sin", (7, 22)), ("Cos", (7, 22)), ("Tan", (7, 22)),
+                         ("Asin", (7, 22)), ("Acos", (7, 22)), ("Atan", (7, 22)),
+                         ("Sinh", (9, 22)), ("Cosh", (9, 22)), ("Asinh", (9, 22)),
+                         ("Acosh", (9, 22)), ("Atanh", (9, 22)), ("Round", (11, 22)),
+                         ("Mish", (18, 22))):
+    handles(_onnx, *_versions, floats=True)(
+        lambda e, xs, a, v, _hexir=_onnx.lower(): [e.elementwise(_hexir, xs[0])])
+# ONNX's And/Or/Xor/Not take bools, its Bitwise* integers: one hexir op each for both.
+for _onnx, _hexir, _versions, _kind in (
+        ("And", "and", (7,), "b"), ("Or", "or", (7,), "b"), ("Xor", "xor", (7,), "b"),
+        ("Not", "not", (1,), "b"), ("BitwiseAnd", "and", (18,), "i"),
+        ("BitwiseOr", "or", (18,), "i"), ("BitwiseXor", "xor", (18,), "i"),
+        ("BitwiseNot", "not", (18,), "i")):
+    def _bitwise(e, xs, a, v, _onnx=_onnx, _hexir=_hexir, _kind=_kind):
+        if xs[0].dtype.kind != _kind:
+            raise NodeError(f"{_onnx} of {xs[0].dtype} is not supported; Hexir computes it on "
+                            f"{'bool' if _kind == 'b' else 'int32 and int64'}")
+        return [e.binary(_hexir, *xs) if len(xs) == 2 else e.elementwise(_hexir, xs[0])]
+    handles(_onnx, *_versions)(_bitwise)
+
+
+@handles("Mod", 13)
+def _mod(e, xs, a, v):
+    x, y = xs
+    if a.get("fmod", 0):
+        return [e.binary("fmod", x, y)]
+    if x.dtype.kind == "f":
+        raise NodeError(f"Mod of {x.dtype} needs fmod=1 (ONNX defines only C's fmod on floats)")
+    return [e.binary("mod", x, y)]
+
+
+@handles("IsNaN", 13, 20, floats=True)
+def _is_nan(e, xs, a, v):
+    x = xs[0]
+    return [e.elementwise("not", e.elementwise("equal", x, x, dtype=np.bool_))]
+
+
+@handles("IsInf", 10, 20, floats=True)
+def _is_inf(e, xs, a, v):
+    x = xs[0]
+    positive, negative = a.get("detect_positive", 1), a.get("detect_negative", 1)
+    if positive and negative:
+        x = e.elementwise("abs", x)
+    elif not (positive or negative):
+        return [constant(np.zeros(x.shape, np.bool_))]
+    infinity = e.scalar(np.inf if positive else -np.inf, x.dtype)
+    return [e.elementwise("equal", x, infinity, dtype=np.bool_)]
+
+
+@handles("Softsign", 1, 22, floats=True)
+def _softsign(e, xs, a, v):
+    x = xs[0]  # x / (1 + |x|): no overflow short of |x| = inf
+    return [e.binary("div", x, e.binary("add", e.scalar(1, x.dtype), e.elementwise("abs", x)))]
+
+
+@handles("Dropout", 13, 22, floats=True)
+def _dropout(e, xs, a, v):
+    """Inference: the input unchanged and the optional mask all true; so is training mode with
+    a ratio of 0, which drops nothing."""
+    x, ratio, training = (xs + [None, None])[:3]
+    if training is not None and np.any(known(training, "training_mode")):
+        dropped = 0.5 if ratio is None else float(known(ratio, "ratio").reshape(-1)[0])
+        if dropped != 0:
+            raise NodeError(f"training_mode is true (ratio {dropped:g}); Hexir compiles "
+                            "inference, where Dropout passes its input through")
+    return [x, constant(np.ones(x.shape, np.bool_))]
 
 
 @handles("Relu", 13, 14)
@@ -326,6 +398,11 @@ def _hard_sigmoid(e, xs, a, v):
     line = e.binary("add", e.binary("mul", x, e.scalar(a.get("alpha", 0.2), x.dtype)),
                     e.scalar(a.get("beta", 0.5), x.dtype))
     return [e.binary("max", e.binary("min", line, e.scalar(1, x.dtype)), e.scalar(0, x.dtype))]
+
+
+@handles("HardSwish", 14, 22, floats=True)
+def _hard_swish(e, xs, a, v):
+    return [e.binary("mul", xs[0], _hard_sigmoid(e, xs, {"alpha": 1 / 6}, v)[0])]
 
 
 @handles("Softplus", 1, 22, floats=True)
