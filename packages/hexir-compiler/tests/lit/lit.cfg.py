@@ -26,7 +26,7 @@ def tool(name: str, module: str) -> str:
 
 
 config.environment["PATH"] = os.pathsep.join([str(bindir), os.environ.get("PATH", "")])
-for var in ("CUDA_ROOT", "CUDA_HOME", "CUDA_PATH", "HOME"):
+for var in ("CUDA_ROOT", "CUDA_HOME", "CUDA_PATH", "HOME", "PYTHONPATH"):
     if var in os.environ:
         config.environment[var] = os.environ[var]
 

@@ -49,43 +49,80 @@ class Emitter:
         self.onnx = importer.onnx
         # id(array) -> (array, its hexir.constant); holding the array keeps its id unique.
         self._consts: dict[int, tuple[np.ndarray, ir.Value]] = {}
+        #: The values of nodes that were refused (or that read one): none of their readers is
+        #: translated, and none of them is refused again for it.
+        self.unknown: set[str] = set()
 
     # ---- nodes ---------------------------------------------------------------------------
 
     def node(self, node, index: int) -> None:
-        label = f"node '{node.name}' ({node.op_type})" if node.name else \
-            f"node {index} ({node.op_type})"
-        where = f"{self.importer.name}: {label}"
-        if node.domain not in DOMAINS:
-            raise ModelError(f"{where}: domain '{node.domain}' is not one Hexir reads")
-        values = self.importer.values
-        for name in node.input:
-            if name and name not in values:
-                raise ModelError(f"{where}: input '{name}' is computed by no earlier node and "
-                                 "is not a graph input or initializer")
-        inputs = [values[name] if name else None for name in node.input]
-        with ir.Location.name(where):  # what a later pass's error about its ops names
-            outputs = self._translate(node, inputs, where)
-        for name, tensor in zip(node.output, outputs, strict=False):
-            if name:
-                values[name] = tensor
-
-    def _translate(self, node, inputs: list, where: str) -> list[Tensor]:
-        known = all(t is not None and t.is_const for t in inputs)
-        if node.op_type in ("Shape", "Size") or (known and (
-                inputs or node.op_type == "ConstantOfShape")):
-            return self._fold(node, inputs, where)
-        if node.op_type not in HANDLERS:
-            raise ModelError(f"{where}: {node.op_type} is not an op Hexir imports")
+        """Translate `node`, or add why not to the importer's refusals and mark its outputs
+        unknown: the nodes after it are still read, so that one run names every problem."""
+        name = f"'{node.name}'" if node.name else f"node {index}"
+        where = f"{self.importer.name}: {f'node {name}' if node.name else name} ({node.op_type})"
         try:
-            schema = self.onnx.defs.get_schema(node.op_type, self.importer.opset, node.domain)
+            outputs = self._node(node, name, where)
+        except ModelError as err:
+            self.importer.refusals.refuse(str(err))
+            outputs = None
+        if outputs is None:
+            self.unknown.update(n for n in node.output if n)
+            return
+        for output, tensor in zip(node.output, outputs, strict=False):
+            if output:
+                self.importer.values[output] = tensor
+
+    def _node(self, node, name: str, where: str) -> list[Tensor] | None:
+        """Its outputs; None once its refusal is recorded, or when an input is unknown."""
+        values = self.importer.values
+        for input_ in node.input:
+            if input_ and input_ not in values and input_ not in self.unknown:
+                raise ModelError(f"{where}: input '{input_}' is computed by no earlier node and "
+                                 "is not a graph input or initializer")
+        blocked = any(input_ in self.unknown for input_ in node.input)
+        inputs = [values.get(input_) if input_ else None for input_ in node.input]
+        problem, schema = self._support(node)
+        if node.domain in DOMAINS and not blocked and self._folds(node, inputs):
+            return self._fold(node, inputs, where)
+        if problem is not None:
+            self.importer.refusals.unsupported(*problem, name)
+            return None
+        if blocked:
+            return None
+        with ir.Location.name(where):  # what a later pass's error about its ops names
+            return self._translate(node, inputs, where, schema)
+
+    @staticmethod
+    def _folds(node, inputs: list) -> bool:
+        """Whether the node is computed at import: every input known (Shape and Size need only
+        the shape; ConstantOfShape may have no input)."""
+        known = all(t is not None and t.is_const for t in inputs)
+        return node.op_type in ("Shape", "Size") or (
+            known and bool(inputs or node.op_type == "ConstantOfShape"))
+
+    def _support(self, node):
+        """(None, its schema) for a node Hexir translates, else (the kind of problem and the
+        key it is listed under, as `Refusals.unsupported` takes them, None)."""
+        opset = self.importer.opset
+        if node.domain not in DOMAINS:
+            return (("domain Hexir does not read", "domains Hexir does not read"),
+                    f"'{node.domain}'", None), None
+        if node.op_type not in HANDLERS:
+            return (("op Hexir does not import", "ops Hexir does not import"), node.op_type,
+                    None), None
+        try:
+            schema = self.onnx.defs.get_schema(node.op_type, opset, node.domain)
         except Exception:
-            raise ModelError(f"{where}: {node.op_type} is not an op of opset "
-                             f"{self.importer.opset}") from None
+            return ((f"op that is not an op of opset {opset}",
+                     f"ops that are not ops of opset {opset}"), node.op_type, None), None
         if schema.since_version not in VERSIONS[node.op_type]:
-            raise ModelError(f"{where}: version {schema.since_version} of {node.op_type} (opset "
-                             f"{self.importer.opset}) is not one Hexir implements; it has "
-                             f"{', '.join(map(str, VERSIONS[node.op_type]))}")
+            return ((f"op version (of opset {opset}) Hexir does not implement",
+                     f"op versions (of opset {opset}) Hexir does not implement"),
+                    f"{node.op_type} {schema.since_version}",
+                    f"Hexir has {', '.join(map(str, VERSIONS[node.op_type]))}"), None
+        return None, schema
+
+    def _translate(self, node, inputs: list, where: str, schema) -> list[Tensor]:
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
         try:
             if node.op_type in FLOATS_ONLY:
@@ -298,8 +335,9 @@ for _onnx, _versions in (("Sin", (7, 22)), ("Cos", (7, 22)), ("Tan", (7, 22)),
                          ("Sinh", (9, 22)), ("Cosh", (9, 22)), ("Asinh", (9, 22)),
                          ("Acosh", (9, 22)), ("Atanh", (9, 22)), ("Round", (11, 22)),
                          ("Mish", (18, 22))):
+    _hexir = _onnx.lower()
     handles(_onnx, *_versions, floats=True)(
-        lambda e, xs, a, v, _hexir=_onnx.lower(): [e.elementwise(_hexir, xs[0])])
+        lambda e, xs, a, v, _hexir=_hexir: [e.elementwise(_hexir, xs[0])])
 # ONNX's And/Or/Xor/Not take bools, its Bitwise* integers: one hexir op each for both.
 for _onnx, _hexir, _versions, _kind in (
         ("And", "and", (7,), "b"), ("Or", "or", (7,), "b"), ("Xor", "xor", (7,), "b"),

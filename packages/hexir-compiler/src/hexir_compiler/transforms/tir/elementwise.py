@@ -160,6 +160,12 @@ def _mish(b: KernelBuilder, x: ir.Value) -> ir.Value:
     return arith.mulf(x, arith.select(positive, above, below))
 
 
+def _math(name: str) -> Scalar:
+    """The math dialect's op `name` of x (libm or libdevice's function of that name)."""
+    op = getattr(math, name)
+    return lambda b, x: op(x)
+
+
 def _compare(on_float: arith.CmpFPredicate, on_int: arith.CmpIPredicate) -> Scalar:
     """x <op> y as an i1: ordered on floats (NaN compares false), signed on integers."""
     return _typed(lambda x, y: arith.cmpf(on_float, x, y), lambda x, y: arith.cmpi(on_int, x, y))
@@ -182,7 +188,7 @@ UNARY: dict[str, Elementwise] = {
     "mish": Elementwise(_mish),
     # bitwise on integers, logical on bools (true is the i1 of all ones)
     "not": Elementwise(lambda b, x: arith.xori(x, b.constant(-1, x.type)), BITS),
-    **{name: Elementwise(lambda b, x, f=getattr(math, name): f(x)) for name in (
+    **{name: Elementwise(_math(name)) for name in (
         "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
 }
 
