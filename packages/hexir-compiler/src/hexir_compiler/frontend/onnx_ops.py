@@ -2,9 +2,10 @@
 
 A handler takes the node's inputs (`Tensor`s; None for an omitted optional one) and its
 attributes with their ONNX defaults, and returns its outputs. An ONNX op that is a
-composition of hexir ops is decomposed here (Gemm, LeakyRelu, HardSigmoid, Softplus,
-Reciprocal, Clip, LogSoftmax, BatchNormalization, LayerNormalization over several axes, Sum,
-Flatten/Squeeze/Unsqueeze as reshapes); the rest map onto one hexir op each. `VERSIONS` lists
+composition of hexir ops is decomposed here (Gemm, LeakyRelu, HardSigmoid, HardSwish,
+Softplus, Softsign, IsNaN, IsInf, Reciprocal, Clip, LogSoftmax, BatchNormalization,
+LayerNormalization over several axes, Sum, Flatten/Squeeze/Unsqueeze as reshapes); the rest
+map onto one hexir op each. `VERSIONS` lists
 the op versions each handler implements; a node selecting another is refused by name.
 """
 
