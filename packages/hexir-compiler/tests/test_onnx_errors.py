@@ -143,14 +143,16 @@ def _refused(model, tmp_path, capsys) -> list[str]:
 
 def test_every_refusal_of_a_model_is_listed_in_one_run(tmp_path, capsys):
     # Five Det nodes (one unnamed), a Unique that reads one, a Reshape whose shape does not
-    # fit, a node of a domain Hexir does not read and an Add that reads only refused values:
-    # each problem once, the unsupported ops grouped with (at most three of) their nodes.
+    # fit, a node of a domain Hexir does not read, and an Add and a Shape that read refused
+    # values (neither is a problem of its own): each problem once, the unsupported ops grouped
+    # with (at most three of) their nodes.
     shape = numpy_helper.from_array(np.array([5, 5], np.int64), "shape")
     nodes = [helper.make_node("Det", ["x"], [f"d{i}"], name=f"det{i}") for i in range(4)]
     nodes += [helper.make_node("Unique", ["d0"], ["u"], name="unique"),
               helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
               helper.make_node("FusedGemm", ["x"], ["f"], name="fused", domain="com.microsoft"),
               helper.make_node("Add", ["u", "f"], ["y"], name="add"),
+              helper.make_node("Shape", ["u"], ["s"], name="shape"),
               helper.make_node("Det", ["x"], ["e"])]
     model = _model(nodes, [X], [Y, helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
                                 helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],

@@ -5,8 +5,8 @@ attributes with their ONNX defaults, and returns its outputs. An ONNX op that is
 composition of hexir ops is decomposed here (Gemm, LeakyRelu, HardSigmoid, HardSwish,
 Softplus, Softsign, IsNaN, IsInf, Reciprocal, Clip, LogSoftmax, BatchNormalization,
 LayerNormalization over several axes, Sum, Flatten/Squeeze/Unsqueeze as reshapes); the rest
-map onto one hexir op each. `VERSIONS` lists
-the op versions each handler implements; a node selecting another is refused by name.
+map onto one hexir op each. `VERSIONS` lists the op versions each handler implements; a node
+selecting another is refused by name.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ from hexir_compiler.frontend.onnx import DOMAINS, DTYPES, MLIR, ModelError, Tens
 from hexir_compiler.mlir import ir
 
 Handler = Callable[..., list[Tensor]]
+#: The ops that need only their input's shape: always folded at import, never handled.
+SHAPE_OPS = ("Shape", "Size")
 HANDLERS: dict[str, Handler] = {}
 VERSIONS: dict[str, tuple[int, ...]] = {}
 #: The ops whose first input must be float32 or float64, checked before the handler runs.
@@ -59,8 +61,9 @@ class Emitter:
     def node(self, node, index: int) -> None:
         """Translate `node`, or add why not to the importer's refusals and mark its outputs
         unknown: the nodes after it are still read, so that one run names every problem."""
-        name = f"'{node.name}'" if node.name else f"node {index}"
-        where = f"{self.importer.name}: {f'node {name}' if node.name else name} ({node.op_type})"
+        label = f"node '{node.name}'" if node.name else f"node {index}"
+        name = f"'{node.name}'" if node.name else label  # as a list of refused nodes names it
+        where = f"{self.importer.name}: {label} ({node.op_type})"
         try:
             outputs = self._node(node, name, where)
         except ModelError as err:
@@ -98,7 +101,7 @@ class Emitter:
         """Whether the node is computed at import: every input known (Shape and Size need only
         the shape; ConstantOfShape may have no input)."""
         known = all(t is not None and t.is_const for t in inputs)
-        return node.op_type in ("Shape", "Size") or (
+        return node.op_type in SHAPE_OPS or (
             known and bool(inputs or node.op_type == "ConstantOfShape"))
 
     def _support(self, node):
@@ -108,6 +111,8 @@ class Emitter:
         if node.domain not in DOMAINS:
             return (("domain Hexir does not read", "domains Hexir does not read"),
                     f"'{node.domain}'", None), None
+        if node.op_type in SHAPE_OPS:
+            return None, None  # folded whenever its input's shape is known
         if node.op_type not in HANDLERS:
             return (("op Hexir does not import", "ops Hexir does not import"), node.op_type,
                     None), None
