@@ -3,7 +3,7 @@
 A handler takes the node's inputs (`Tensor`s; None for an omitted optional one) and its
 attributes with their ONNX defaults, and returns its outputs. An ONNX op that is a
 composition of hexir ops is decomposed here (Gemm, LeakyRelu, HardSigmoid, HardSwish,
-Softplus, Softsign, IsNaN, IsInf, Reciprocal, Clip, LogSoftmax, BatchNormalization,
+Softsign, IsNaN, IsInf, Reciprocal, Clip, LogSoftmax, BatchNormalization,
 LayerNormalization over several axes, Sum, Flatten/Squeeze/Unsqueeze as reshapes); the rest
 map onto one hexir op each. `VERSIONS` lists the op versions each handler implements; a node
 selecting another is refused by name.
@@ -340,7 +340,7 @@ for _onnx, _versions in (("Sin", (7, 22)), ("Cos", (7, 22)), ("Tan", (7, 22)),
                          ("Asin", (7, 22)), ("Acos", (7, 22)), ("Atan", (7, 22)),
                          ("Sinh", (9, 22)), ("Cosh", (9, 22)), ("Asinh", (9, 22)),
                          ("Acosh", (9, 22)), ("Atanh", (9, 22)), ("Round", (11, 22)),
-                         ("Mish", (18, 22))):
+                         ("Mish", (18, 22)), ("Softplus", (1, 22))):
     _hexir = _onnx.lower()
     handles(_onnx, *_versions, floats=True)(
         lambda e, xs, a, v, _hexir=_hexir: [e.elementwise(_hexir, xs[0])])
@@ -447,12 +447,6 @@ def _hard_sigmoid(e, xs, a, v):
 @handles("HardSwish", 14, 22, floats=True)
 def _hard_swish(e, xs, a, v):
     return [e.binary("mul", xs[0], _hard_sigmoid(e, xs, {"alpha": 1 / 6}, v)[0])]
-
-
-@handles("Softplus", 1, 22, floats=True)
-def _softplus(e, xs, a, v):
-    x = xs[0]
-    return [e.elementwise("log", e.binary("add", e.elementwise("exp", x), e.scalar(1, x.dtype)))]
 
 
 @handles("Gelu", 20, floats=True)

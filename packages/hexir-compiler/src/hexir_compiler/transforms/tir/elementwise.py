@@ -146,6 +146,19 @@ def _sign(b: KernelBuilder, x: ir.Value) -> ir.Value:
     return arith.select(positive, one, arith.select(negative, minus_one, rest))
 
 
+def _softplus(b: KernelBuilder, x: ir.Value) -> ir.Value:
+    """log(1 + e^x) = max(x, 0) + log1p(e) for e = e^-|x|, so exp never overflows. log1p(e)
+    is log(u) e / (u - 1) for u = 1 + e rounded (Goldberg's), or e where u rounds to 1: exact
+    for the tiny results of very negative x, where log(1 + e) would be 0 (and the math
+    dialect's log1p is that on the cpu)."""
+    zero, one = b.constant(0.0, x.type), b.constant(1.0, x.type)
+    e = math.exp(arith.negf(math.absf(x)))
+    u = arith.addf(one, e)
+    scaled = arith.mulf(math.log(u), arith.divf(e, arith.subf(u, one)))
+    log1p = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, one), e, scaled)
+    return arith.addf(arith.maximumf(x, zero), log1p)
+
+
 def _mish(b: KernelBuilder, x: ir.Value) -> ir.Value:
     """x tanh(softplus(x)), which is x n (n + 2) / (n (n + 2) + 2) for n = e^x; for x >= 0 the
     same divided through by n^2, in e = e^-x: x (1 + 2e) / (1 + 2e + 2e^2). exp's argument is
@@ -185,6 +198,7 @@ UNARY: dict[str, Elementwise] = {
     "floor": Elementwise(lambda b, x: math.floor(x)),
     "ceil": Elementwise(lambda b, x: math.ceil(x)),
     "round": Elementwise(lambda b, x: math.roundeven(x)),  # halves to even, as numpy
+    "softplus": Elementwise(_softplus),
     "mish": Elementwise(_mish),
     # bitwise on integers, logical on bools (true is the i1 of all ones)
     "not": Elementwise(lambda b, x: arith.xori(x, b.constant(-1, x.type)), BITS),
