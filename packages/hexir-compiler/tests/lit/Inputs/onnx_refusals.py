@@ -16,6 +16,7 @@ nodes = [helper.make_node("Det", ["x"], ["d1"], name="det1"),
          helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape")]
 initializers = [numpy_helper.from_array(np.array([True, False]), "keep"),
                 numpy_helper.from_array(np.array([4, 2], np.int64), "shape")]
-outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("u1", "u2", "c", "r")]
+outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None)
+           for n in ("u1", "u2", "c", "r")]
 graph = helper.make_graph(nodes, "refusals", [x], outputs, initializers)
 onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), sys.argv[1])

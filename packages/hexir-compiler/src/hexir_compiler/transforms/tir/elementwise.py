@@ -1,12 +1,13 @@
 """Kernels with one output element per iteration and no reduction.
 
 Unary math, numpy-broadcast binary arithmetic, comparisons and bitwise/logical ops, where,
-cast, expand, gelu, and the data movers (transpose, reshape). `UNARY` and `BINARY` are the whole definition of a
-plain element-wise op: an entry (mnemonic -> `Elementwise`: the scalar formula, the element
-types it takes, the one it gives) is the dialect's op `hexir.<mnemonic>` (`dialects/hexir.py`
-makes it, with those type rules), its placement, its kernel on both devices and its `.hxb`
-kind (its own, or `map`). Each is a map over the output's index space (`schedule.parallel`),
-with numpy's meaning of each formula (ONNX's where numpy has none: integer division truncates).
+cast, expand, gelu, and the data movers (transpose, reshape). `UNARY` and `BINARY` are the
+whole definition of a plain element-wise op: an entry (mnemonic -> `Elementwise`: the scalar
+formula, the element types it takes, the one it gives) is the dialect's op `hexir.<mnemonic>`
+(`dialects/hexir.py` makes it, with those type rules), its placement, its kernel on both
+devices and its `.hxb` kind (its own, or `map`). Each is a map over the output's index space
+(`schedule.parallel`), with numpy's meaning of each formula (ONNX's where numpy has none:
+integer division truncates).
 """
 
 from __future__ import annotations
@@ -195,15 +196,14 @@ UNARY: dict[str, Elementwise] = {
     "neg": Elementwise(_neg, NUMBERS),
     "abs": Elementwise(_abs, NUMBERS),
     "sign": Elementwise(_sign, NUMBERS),
-    "floor": Elementwise(lambda b, x: math.floor(x)),
-    "ceil": Elementwise(lambda b, x: math.ceil(x)),
-    "round": Elementwise(lambda b, x: math.roundeven(x)),  # halves to even, as numpy
+    "round": Elementwise(_math("roundeven")),  # halves to even, as numpy
     "softplus": Elementwise(_softplus),
     "mish": Elementwise(_mish),
     # bitwise on integers, logical on bools (true is the i1 of all ones)
     "not": Elementwise(lambda b, x: arith.xori(x, b.constant(-1, x.type)), BITS),
     **{name: Elementwise(_math(name)) for name in (
-        "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh")},
+        "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+        "acosh", "atanh")},
 }
 
 BINARY: dict[str, Elementwise] = {
