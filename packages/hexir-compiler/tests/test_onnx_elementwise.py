@@ -35,8 +35,9 @@ def _model(op: str, inputs: list[np.ndarray], opset: int = 20, **attrs):
 
 
 def _check(op: str, inputs: list, expected, device: str, rtol: float = 0, **attrs) -> None:
-    import hexir_compiler
     import hexir_runtime
+
+    import hexir_compiler
 
     inputs = [np.asarray(a) for a in inputs]
     model = _model(op, inputs, **attrs)
@@ -174,8 +175,9 @@ def test_hardswish(device):
 
 
 def test_dropout_is_the_identity_with_an_all_true_mask():
-    import hexir_compiler
     import hexir_runtime
+
+    import hexir_compiler
 
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     graph = helper.make_graph(
