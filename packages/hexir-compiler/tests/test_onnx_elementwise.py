@@ -189,3 +189,21 @@ def test_dropout_is_the_identity_with_an_all_true_mask():
     y, mask = hexir_runtime.load(hexir_compiler.compile(model)).main(x)
     np.testing.assert_array_equal(y, x)
     assert mask.dtype == np.bool_ and mask.shape == x.shape and mask.all()
+
+
+@pytest.mark.parametrize("dtype, symbol", [(np.float32, "roundevenf"), (np.float64, "roundeven")])
+def test_round_below_sse4_calls_libm_roundeven_which_the_runtime_loads(dtype, symbol):
+    # x86-64 without SSE4.1 has no rounding instruction: the kernel calls libm, and the
+    # runtime's loader must accept that symbol.
+    import hexir_format as hf
+    import hexir_runtime
+    from hexir_format import elf
+
+    import hexir_compiler
+
+    x = np.array([0.5, 1.5, 2.5, -2.5, 3.7], dtype)
+    hxb = hexir_compiler.compile(_model("Round", [x]), target="cpu:x86-64")
+    (image,) = [e.image for e in hf.parse(hxb).executables if e.device is hf.Device.CPU]
+    assert symbol in elf.parse_object(image).undefined
+    np.testing.assert_array_equal(hexir_runtime.load(hxb).main(x), np.array([0, 2, 2, -2, 4],
+                                                                             dtype))
