@@ -23,10 +23,12 @@ ROOT = Path(__file__).resolve().parents[3]
 WHEEL = "onnx==1.22.0"
 PREFIX = "onnx/backend/test/data/node/"
 TYPES = {1, 11, 6, 7, 9}  # FLOAT, DOUBLE, INT32, INT64, BOOL
-#: (op, operand index) pairs that are shapes or axes: fixed at compile time from the test data.
+#: (op, operand index) pairs that are shapes, axes or modes: fixed at compile time from the
+#: test data.
 STATIC_OPERANDS = {("Reshape", 1), ("Expand", 1), ("Squeeze", 1), ("Unsqueeze", 1),
                    ("ConstantOfShape", 0), *(("Slice", i) for i in range(1, 5)),
                    ("CumSum", 1), ("TopK", 1),
+                   ("Dropout", 1), ("Dropout", 2),
                    *((op, 1) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"))}
 #: Tolerances by dtype (the issue's): float32, float64; ints and bools are exact.
 TOLERANCE = {np.dtype("float32"): (1e-4, 1e-5), np.dtype("float64"): (1e-7, 1e-9)}

@@ -36,6 +36,15 @@ EXCEPTIONS: dict[str, tuple[str, str]] = {
     r"test_maxpool_with_argmax_\w+": (
         "MaxPool's optional Indices output is not computed",
         r"output 'z' \(optional output 1\) is not one Hexir computes"),
+    r"test_(and|or|xor)(\d|_bcast)\w*|test_not_\dd": (
+        "IR version 3 models (opset 7; Not's, opset 1), older than the IR 7-14 and opsets "
+        "13-25 Hexir reads (refused by name); the attention tests and test_onnx_elementwise "
+        "run And, Or, Xor and Not", r"IR version 3 is outside"),
+    r"test_dropout_(default|random)_old": (
+        "IR version 6 models (opset 11), older than Hexir reads", r"IR version 6 is outside"),
+    r"test_training_dropout(_default)?(_mask)?": (
+        "training mode with a nonzero ratio drops elements at random: not inference",
+        r"training_mode is true \(ratio 0\.[0-9]+\)"),
     "test_averagepool_2d_ceil_last_window_starts_on_pad": (
         "the expected values are rounded to 4 decimals (0.1511); Hexir gives the exact mean "
         "1.3595 / 9 = 0.151056, within 6e-5 of it", "ROUNDED"),

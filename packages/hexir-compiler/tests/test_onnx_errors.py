@@ -33,8 +33,8 @@ def _short_initializer():
 BAD = {
     "missing input": (_model([helper.make_node("Relu", ["nope"], ["y"], name="r")], [X], [Y]),
                       "node 'r' (Relu): input 'nope' is computed by no earlier node"),
-    "unknown op": (_model([helper.make_node("Sin", ["x"], ["y"], name="s")], [X], [Y]),
-                   "node 's' (Sin): Sin is not an op Hexir imports"),
+    "unknown op": (_model([helper.make_node("Det", ["x"], ["y"], name="d")], [X], [Y]),
+                   "bad.onnx: 1 op Hexir does not import: Det (1 node: 'd')"),
     "IR version too old": (_model([helper.make_node("Relu", ["x"], ["y"])], [X], [Y],
                                   ir_version=6), "IR version 6 is outside the 7-14"),
     "IR version too new": (_model([helper.make_node("Relu", ["x"], ["y"])], [X], [Y],
@@ -59,7 +59,15 @@ BAD = {
         "node 'eq' (Equal): shapes [2, 3] and [4, 3] do not broadcast"),
     "version newer than any handler": (
         _model([helper.make_node("Gelu", ["x"], ["y"], name="g")], [X], [Y], opset=17),
-        "node 'g' (Gelu): Gelu is not an op of opset 17"),
+        "1 op that is not an op of opset 17: Gelu (1 node: 'g')"),
+    "domain it does not read": (
+        _model([helper.make_node("FusedGemm", ["x"], ["y"], name="f", domain="com.microsoft")],
+               [X], [Y]), "1 domain Hexir does not read: 'com.microsoft' (1 node: 'f')"),
+    "Dropout in training mode": (
+        _model([helper.make_node("Dropout", ["x", "r", "t"], ["y"], name="d")], [X], [Y],
+               [numpy_helper.from_array(np.array(0.25, np.float32), "r"),
+                numpy_helper.from_array(np.array(True), "t")]),
+        "node 'd' (Dropout): training_mode is true (ratio 0.25); Hexir compiles inference"),
 }
 
 
@@ -119,3 +127,63 @@ def test_input_shape_binds_a_symbolic_dimension_and_fix_input_fixes_an_axes_oper
 def test_malformed_flags_are_usage_errors(flag, message, capsys):
     assert cli.main(["-emit=mlir", flag, "m.onnx"]) == 2
     assert message in capsys.readouterr().err
+
+
+def _refused(model, tmp_path, capsys) -> list[str]:
+    """The lines `hexir` prints for `model`, checked to leave no output file and exit 255."""
+    path = tmp_path / "model.onnx"
+    path.write_bytes(model.SerializeToString())
+    out = tmp_path / "out.hxb"
+    assert cli.main(["-emit=hxb", "-o", str(out), str(path)]) == cli.EXIT_INPUT
+    assert not out.exists()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return [line.replace(f"{path}: ", "") for line in err.splitlines()]
+
+
+def test_every_refusal_of_a_model_is_listed_in_one_run(tmp_path, capsys):
+    # Five Det nodes (one unnamed), a Unique that reads one, a Reshape whose shape does not
+    # fit, a node of a domain Hexir does not read, and an Add and a Shape that read refused
+    # values (neither is a problem of its own): each problem once, the unsupported ops grouped
+    # with (at most three of) their nodes.
+    shape = numpy_helper.from_array(np.array([5, 5], np.int64), "shape")
+    nodes = [helper.make_node("Det", ["x"], [f"d{i}"], name=f"det{i}") for i in range(4)]
+    nodes += [helper.make_node("Unique", ["d0"], ["u"], name="unique"),
+              helper.make_node("Reshape", ["x", "shape"], ["r"], name="reshape"),
+              helper.make_node("FusedGemm", ["x"], ["f"], name="fused", domain="com.microsoft"),
+              helper.make_node("Add", ["u", "f"], ["y"], name="add"),
+              helper.make_node("Shape", ["u"], ["s"], name="shape"),
+              helper.make_node("Det", ["x"], ["e"])]
+    model = _model(nodes, [X], [Y, helper.make_tensor_value_info("r", TensorProto.FLOAT, None),
+                                helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+                   [shape])
+    assert _refused(model, tmp_path, capsys) == [
+        ("error: 2 ops Hexir does not import: Det (5 nodes: 'det0', 'det1', 'det2', ...), "
+         "Unique (1 node: 'unique')"),
+        "error: node 'reshape' (Reshape): cannot reshape [2, 3] (6 elements) to [5, 5]",
+        "error: 1 domain Hexir does not read: 'com.microsoft' (1 node: 'fused')",
+    ]
+
+
+def test_an_op_hexir_does_not_import_is_no_refusal_where_it_folds():
+    import hexir_runtime
+
+    import hexir_compiler
+
+    # Det of an initializer is computed at import; so is the Unique of that.
+    m = numpy_helper.from_array(np.array([[2, 1], [1, 3]], np.float32), "m")
+    model = _model([helper.make_node("Det", ["m"], ["d"]),
+                    helper.make_node("Unique", ["d"], ["u"]),
+                    helper.make_node("Mul", ["x", "u"], ["y"])], [X], [Y], [m])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_allclose(hexir_runtime.load(hexir_compiler.compile(model)).main(x), x * 5)
+
+
+def test_an_op_version_without_a_handler_is_refused_by_version(monkeypatch, tmp_path, capsys):
+    from hexir_compiler.frontend import onnx_ops
+
+    monkeypatch.setitem(onnx_ops.VERSIONS, "Relu", (13,))
+    model = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [X], [Y], opset=14)
+    assert _refused(model, tmp_path, capsys) == [
+        ("error: 1 op version (of opset 14) Hexir does not implement: Relu 14 (Hexir has 13; "
+         "1 node: 'r')")]

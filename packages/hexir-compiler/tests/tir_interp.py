@@ -545,6 +545,13 @@ def _divsi(a, b):
     return type(a)(q if (a < 0) == (b < 0) else -q)
 
 
+def _remsi(a, b):
+    """The remainder of `_divsi`, the sign of the dividend; traps where division does."""
+    if b == 0 or (b == -1 and a == np.iinfo(type(a)).min):
+        raise InterpError(f"arith.remsi {a} % {b} traps")
+    return np.fmod(a, b)
+
+
 def _int_op(fn):
     """An integer op in the operands' width, wrapping as the hardware does."""
     def run(*xs):
@@ -603,8 +610,10 @@ _SCALAR: dict[str, Callable] = {
     "arith.muli": _int_op(lambda a, b: a * b),
     "arith.divui": _divui,
     "arith.remui": _remui,
-    "arith.andi": lambda a, b: a and b,
-    "arith.ori": lambda a, b: a or b,
+    "arith.remsi": _remsi,
+    "arith.andi": lambda a, b: a & b,  # on integers bitwise, on i1 (Python bools) logical
+    "arith.ori": lambda a, b: a | b,
+    "arith.xori": lambda a, b: a ^ b,
     "arith.select": lambda c, a, b: a if c else b,
     "arith.addf": lambda a, b: a + b,
     "arith.subf": lambda a, b: a - b,
@@ -618,4 +627,19 @@ _SCALAR: dict[str, Callable] = {
     "math.tanh": np.tanh,
     "math.sqrt": np.sqrt,
     "math.erf": _erf,
+    "arith.remf": np.fmod,
+    "math.floor": np.floor,
+    "math.ceil": np.ceil,
+    "math.roundeven": np.rint,  # halves to even
+    "math.sin": np.sin,
+    "math.cos": np.cos,
+    "math.tan": np.tan,
+    "math.asin": np.arcsin,
+    "math.acos": np.arccos,
+    "math.atan": np.arctan,
+    "math.sinh": np.sinh,
+    "math.cosh": np.cosh,
+    "math.asinh": np.arcsinh,
+    "math.acosh": np.arccosh,
+    "math.atanh": np.arctanh,
 }

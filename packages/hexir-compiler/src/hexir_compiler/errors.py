@@ -35,7 +35,8 @@ def where(location) -> str | None:
 
 
 def diagnostic(err: Exception) -> str:
-    """The one line a CLI prints for `err`."""
+    """What a CLI prints for `err`: one line, or one per problem where it names several (an
+    ONNX model's refusals), each rendered alike."""
     message = str(err)
     location = getattr(err, "location", None)
     if location is None and getattr(err, "op", None) is not None:
@@ -43,4 +44,5 @@ def diagnostic(err: Exception) -> str:
     place = where(location)
     if place is None and re.match(r"^\S+:\d+:\d+: error: ", message):
         return message  # already rendered with its location
-    return f"{place}: error: {message}" if place else f"error: {message}"
+    return "\n".join(f"{place}: error: {line}" if place else f"error: {line}"
+                     for line in getattr(err, "lines", ()) or (message,))

@@ -38,7 +38,7 @@ ALLOWED_SYMBOLS = (
     "fma", "fmaf", "fabs", "fabsf", "fmod", "fmodf", "remainder", "remainderf",
     "fmin", "fminf", "fmax", "fmaxf", "copysign", "copysignf", "ldexp", "ldexpf",
     "floor", "floorf", "ceil", "ceilf", "trunc", "truncf", "round", "roundf",
-    "rint", "rintf", "nearbyint", "nearbyintf",
+    "rint", "rintf", "nearbyint", "nearbyintf", "roundeven", "roundevenf",
     "memset", "memcpy", "memmove",
 )
 #: The prefix of the routines older runtimes offered kernels (`hexir_rt_matmul`, the BLAS

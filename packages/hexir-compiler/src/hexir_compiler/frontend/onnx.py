@@ -14,7 +14,9 @@ ONNX reference implementation, so shape arithmetic (Shape, Size, ConstantOfShape
 Gather/Concat/Slice of shapes, Cast of constants) never reaches a kernel. A constant that a
 runtime op uses becomes a `hexir.constant` made straight from the array's buffer.
 
-Every refusal is a `ModelError`, one line naming the node or tensor.
+Every refusal is a `ModelError`, one line naming the node or tensor. A refused node does not
+stop the import: the nodes after it are read too (those that need its outputs are skipped),
+and the error lists every refusal, unsupported ops grouped (`Refusals`).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from hexir_format import printable
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
@@ -41,7 +44,52 @@ MLIR = {np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("int32"
 
 
 class ModelError(CompileError):
-    """A model Hexir cannot import; the message names the node or tensor."""
+    """A model Hexir cannot import; the message names the node or tensor. One that refuses
+    the model for several reasons has `lines`, one per reason (its message joins them)."""
+
+    lines: tuple[str, ...] = ()
+
+
+class Refusals:
+    """Every reason the import refuses a model, gathered over the whole graph so that one run
+    names them all: a kind of unsupported node (an op Hexir does not import, an op version it
+    does not implement, a domain it does not read) is one line that lists each op and the
+    nodes that use it; any other refusal is a line of its own."""
+
+    MAX_NODES = 3  # the nodes named for one op; the rest are counted
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        # (singular, plural) -> {key: (note, node names)}, or a whole line -> None, in the
+        # order first met
+        self._entries: dict = {}
+
+    def unsupported(self, nouns: tuple[str, str], key: str, note: str | None, node: str) -> None:
+        self._entries.setdefault(nouns, {}).setdefault(key, (note, []))[1].append(node)
+
+    def refuse(self, line: str) -> None:
+        self._entries.setdefault(line, None)
+
+    def check(self) -> None:
+        """Raise the one `ModelError` that holds every refusal, if any."""
+        lines = [printable(self._line(e, g)) for e, g in self._entries.items()]
+        if lines:
+            err = ModelError("; ".join(lines))
+            err.lines = tuple(lines) if len(lines) > 1 else ()
+            raise err
+
+    def _line(self, entry, groups: dict | None) -> str:
+        if groups is None:
+            return entry
+        singular, plural = entry
+        listed = []
+        for key, (note, nodes) in groups.items():
+            named = ", ".join(nodes[:self.MAX_NODES]) + (", ..." if len(nodes) > self.MAX_NODES
+                                                         else "")
+            count = f"{len(nodes)} node{'s' if len(nodes) > 1 else ''}: {named}"
+            listed.append(f"{key} ({f'{note}; ' if note else ''}{count})")
+        return (f"{self.name}: {len(groups)} {singular if len(groups) == 1 else plural}: "
+                f"{', '.join(listed)}")
 
 
 @dataclass
@@ -109,6 +157,7 @@ class Importer:
         self.model, self.name = model, name
         self.shapes, self.fixed = shapes, fixed
         self.values: dict[str, Tensor] = {}
+        self.refusals = Refusals(name)
 
     # ---- checks of the model as a whole -------------------------------------------------
 
@@ -166,9 +215,10 @@ class Importer:
                 for index, node in enumerate(graph.node):
                     emitter.node(node, index)
                 for vi in graph.output:
-                    if vi.name not in self.values:
-                        raise ModelError(f"{self.name}: graph output '{vi.name}' is computed by "
-                                         "no node")
+                    if vi.name not in self.values and vi.name not in emitter.unknown:
+                        self.refusals.refuse(f"{self.name}: graph output '{vi.name}' is "
+                                             "computed by no node")
+                self.refusals.check()
                 results = [emitter.tensor(self.values[vi.name]) for vi in graph.output]
                 ir.Operation.create("func.return", operands=results)
             func.attributes["function_type"] = ir.TypeAttr.get(

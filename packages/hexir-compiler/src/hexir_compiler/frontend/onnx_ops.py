@@ -2,10 +2,11 @@
 
 A handler takes the node's inputs (`Tensor`s; None for an omitted optional one) and its
 attributes with their ONNX defaults, and returns its outputs. An ONNX op that is a
-composition of hexir ops is decomposed here (Gemm, LeakyRelu, HardSigmoid, Softplus,
-Reciprocal, Clip, LogSoftmax, BatchNormalization, LayerNormalization over several axes, Sum,
-Flatten/Squeeze/Unsqueeze as reshapes); the rest map onto one hexir op each. `VERSIONS` lists
-the op versions each handler implements; a node selecting another is refused by name.
+composition of hexir ops is decomposed here (Gemm, LeakyRelu, HardSigmoid, HardSwish,
+Softsign, IsNaN, IsInf, Reciprocal, Clip, LogSoftmax, BatchNormalization,
+LayerNormalization over several axes, Sum, Flatten/Squeeze/Unsqueeze as reshapes); the rest
+map onto one hexir op each. `VERSIONS` lists the op versions each handler implements; a node
+selecting another is refused by name.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from hexir_compiler.frontend.onnx import DOMAINS, DTYPES, MLIR, ModelError, Tens
 from hexir_compiler.mlir import ir
 
 Handler = Callable[..., list[Tensor]]
+#: The ops that need only their input's shape: always folded at import, never handled.
+SHAPE_OPS = ("Shape", "Size")
 HANDLERS: dict[str, Handler] = {}
 VERSIONS: dict[str, tuple[int, ...]] = {}
 #: The ops whose first input must be float32 or float64, checked before the handler runs.
@@ -49,43 +52,83 @@ class Emitter:
         self.onnx = importer.onnx
         # id(array) -> (array, its hexir.constant); holding the array keeps its id unique.
         self._consts: dict[int, tuple[np.ndarray, ir.Value]] = {}
+        #: The values of nodes that were refused (or that read one): none of their readers is
+        #: translated, and none of them is refused again for it.
+        self.unknown: set[str] = set()
 
     # ---- nodes ---------------------------------------------------------------------------
 
     def node(self, node, index: int) -> None:
-        label = f"node '{node.name}' ({node.op_type})" if node.name else \
-            f"node {index} ({node.op_type})"
-        where = f"{self.importer.name}: {label}"
-        if node.domain not in DOMAINS:
-            raise ModelError(f"{where}: domain '{node.domain}' is not one Hexir reads")
-        values = self.importer.values
-        for name in node.input:
-            if name and name not in values:
-                raise ModelError(f"{where}: input '{name}' is computed by no earlier node and "
-                                 "is not a graph input or initializer")
-        inputs = [values[name] if name else None for name in node.input]
-        with ir.Location.name(where):  # what a later pass's error about its ops names
-            outputs = self._translate(node, inputs, where)
-        for name, tensor in zip(node.output, outputs, strict=False):
-            if name:
-                values[name] = tensor
-
-    def _translate(self, node, inputs: list, where: str) -> list[Tensor]:
-        known = all(t is not None and t.is_const for t in inputs)
-        if node.op_type in ("Shape", "Size") or (known and (
-                inputs or node.op_type == "ConstantOfShape")):
-            return self._fold(node, inputs, where)
-        if node.op_type not in HANDLERS:
-            raise ModelError(f"{where}: {node.op_type} is not an op Hexir imports")
+        """Translate `node`, or add why not to the importer's refusals and mark its outputs
+        unknown: the nodes after it are still read, so that one run names every problem."""
+        label = f"node '{node.name}'" if node.name else f"node {index}"
+        name = f"'{node.name}'" if node.name else label  # as a list of refused nodes names it
+        where = f"{self.importer.name}: {label} ({node.op_type})"
         try:
-            schema = self.onnx.defs.get_schema(node.op_type, self.importer.opset, node.domain)
+            outputs = self._node(node, name, where)
+        except ModelError as err:
+            self.importer.refusals.refuse(str(err))
+            outputs = None
+        if outputs is None:
+            self.unknown.update(n for n in node.output if n)
+            return
+        for output, tensor in zip(node.output, outputs, strict=False):
+            if output:
+                self.importer.values[output] = tensor
+
+    def _node(self, node, name: str, where: str) -> list[Tensor] | None:
+        """Its outputs; None once its refusal is recorded, or when an input is unknown."""
+        values = self.importer.values
+        for input_ in node.input:
+            if input_ and input_ not in values and input_ not in self.unknown:
+                raise ModelError(f"{where}: input '{input_}' is computed by no earlier node and "
+                                 "is not a graph input or initializer")
+        blocked = any(input_ in self.unknown for input_ in node.input)
+        inputs = [values.get(input_) if input_ else None for input_ in node.input]
+        problem, schema = self._support(node)
+        if node.domain in DOMAINS and not blocked and self._folds(node, inputs):
+            return self._fold(node, inputs, where)
+        if problem is not None:
+            self.importer.refusals.unsupported(*problem, name)
+            return None
+        if blocked:
+            return None
+        with ir.Location.name(where):  # what a later pass's error about its ops names
+            return self._translate(node, inputs, where, schema)
+
+    @staticmethod
+    def _folds(node, inputs: list) -> bool:
+        """Whether the node is computed at import: every input known (Shape and Size need only
+        the shape; ConstantOfShape may have no input)."""
+        known = all(t is not None and t.is_const for t in inputs)
+        return node.op_type in SHAPE_OPS or (
+            known and bool(inputs or node.op_type == "ConstantOfShape"))
+
+    def _support(self, node):
+        """(None, its schema) for a node Hexir translates, else (the kind of problem and the
+        key it is listed under, as `Refusals.unsupported` takes them, None)."""
+        opset = self.importer.opset
+        if node.domain not in DOMAINS:
+            return (("domain Hexir does not read", "domains Hexir does not read"),
+                    f"'{node.domain}'", None), None
+        if node.op_type in SHAPE_OPS:
+            return None, None  # folded whenever its input's shape is known
+        if node.op_type not in HANDLERS:
+            return (("op Hexir does not import", "ops Hexir does not import"), node.op_type,
+                    None), None
+        try:
+            schema = self.onnx.defs.get_schema(node.op_type, opset, node.domain)
         except Exception:
-            raise ModelError(f"{where}: {node.op_type} is not an op of opset "
-                             f"{self.importer.opset}") from None
+            return ((f"op that is not an op of opset {opset}",
+                     f"ops that are not ops of opset {opset}"), node.op_type, None), None
         if schema.since_version not in VERSIONS[node.op_type]:
-            raise ModelError(f"{where}: version {schema.since_version} of {node.op_type} (opset "
-                             f"{self.importer.opset}) is not one Hexir implements; it has "
-                             f"{', '.join(map(str, VERSIONS[node.op_type]))}")
+            return ((f"op version (of opset {opset}) Hexir does not implement",
+                     f"op versions (of opset {opset}) Hexir does not implement"),
+                    f"{node.op_type} {schema.since_version}",
+                    f"Hexir has {', '.join(map(str, VERSIONS[node.op_type]))}"), None
+        return None, schema
+
+    def _translate(self, node, inputs: list, where: str, schema) -> list[Tensor]:
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
         try:
             if node.op_type in FLOATS_ONLY:
@@ -245,14 +288,19 @@ def _attribute(value) -> ir.Attribute:
     return ir.DenseI64ArrayAttr.get([int(v) for v in value])
 
 
+def known(t: Tensor, what: str) -> np.ndarray:
+    """The value of an operand that must be known at compile time."""
+    if not t.is_const:
+        raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
+                        "Constant, or an input fixed with -fix-input)")
+    return np.asarray(t.const)
+
+
 def const_ints(t: Tensor | None, what: str) -> list[int] | None:
     """The values of a shape or axes operand, which must be known at compile time."""
     if t is None:
         return None
-    if not t.is_const:
-        raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
-                        "Constant, or an input fixed with -fix-input)")
-    return [int(v) for v in np.asarray(t.const).reshape(-1)]
+    return [int(v) for v in known(t, what).reshape(-1)]
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -283,10 +331,78 @@ for _onnx, _hexir, _versions in (("Equal", "equal", (13, 19)), ("Less", "less", 
     handles(_onnx, *_versions)(_compare)
 
 _UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
-          "Erf": "erf", "Neg": "neg", "Abs": "abs"}
+          "Erf": "erf", "Neg": "neg", "Abs": "abs", "Sign": "sign", "Floor": "floor",
+          "Ceil": "ceil"}
 for _onnx, _hexir in _UNARY.items():
-    handles(_onnx, 13, floats=_hexir not in ("neg", "abs"))(
+    handles(_onnx, 13, floats=_hexir not in ("neg", "abs", "sign"))(
         lambda e, xs, a, v, _hexir=_hexir: [e.elementwise(_hexir, xs[0])])
+for _onnx, _versions in (("Sin", (7, 22)), ("Cos", (7, 22)), ("Tan", (7, 22)),
+                         ("Asin", (7, 22)), ("Acos", (7, 22)), ("Atan", (7, 22)),
+                         ("Sinh", (9, 22)), ("Cosh", (9, 22)), ("Asinh", (9, 22)),
+                         ("Acosh", (9, 22)), ("Atanh", (9, 22)), ("Round", (11, 22)),
+                         ("Mish", (18, 22)), ("Softplus", (1, 22))):
+    _hexir = _onnx.lower()
+    handles(_onnx, *_versions, floats=True)(
+        lambda e, xs, a, v, _hexir=_hexir: [e.elementwise(_hexir, xs[0])])
+# ONNX's And/Or/Xor/Not take bools, its Bitwise* integers: one hexir op each for both.
+for _onnx, _hexir, _versions, _kind in (
+        ("And", "and", (7,), "b"), ("Or", "or", (7,), "b"), ("Xor", "xor", (7,), "b"),
+        ("Not", "not", (1,), "b"), ("BitwiseAnd", "and", (18,), "i"),
+        ("BitwiseOr", "or", (18,), "i"), ("BitwiseXor", "xor", (18,), "i"),
+        ("BitwiseNot", "not", (18,), "i")):
+    def _bitwise(e, xs, a, v, _onnx=_onnx, _hexir=_hexir, _kind=_kind):
+        if xs[0].dtype.kind != _kind:
+            raise NodeError(f"{_onnx} of {xs[0].dtype} is not supported; Hexir computes it on "
+                            f"{'bool' if _kind == 'b' else 'int32 and int64'}")
+        return [e.binary(_hexir, *xs) if len(xs) == 2 else e.elementwise(_hexir, xs[0])]
+    handles(_onnx, *_versions)(_bitwise)
+
+
+@handles("Mod", 13)
+def _mod(e, xs, a, v):
+    x, y = xs
+    if a.get("fmod", 0):
+        return [e.binary("fmod", x, y)]
+    if x.dtype.kind == "f":
+        raise NodeError(f"Mod of {x.dtype} needs fmod=1 (ONNX defines only C's fmod on floats)")
+    return [e.binary("mod", x, y)]
+
+
+@handles("IsNaN", 13, 20, floats=True)
+def _is_nan(e, xs, a, v):
+    x = xs[0]
+    return [e.elementwise("not", e.elementwise("equal", x, x, dtype=np.bool_))]
+
+
+@handles("IsInf", 10, 20, floats=True)
+def _is_inf(e, xs, a, v):
+    x = xs[0]
+    positive, negative = a.get("detect_positive", 1), a.get("detect_negative", 1)
+    if positive and negative:
+        x = e.elementwise("abs", x)
+    elif not (positive or negative):
+        return [constant(np.zeros(x.shape, np.bool_))]
+    infinity = e.scalar(np.inf if positive else -np.inf, x.dtype)
+    return [e.elementwise("equal", x, infinity, dtype=np.bool_)]
+
+
+@handles("Softsign", 1, 22, floats=True)
+def _softsign(e, xs, a, v):
+    x = xs[0]  # x / (1 + |x|): no overflow short of |x| = inf
+    return [e.binary("div", x, e.binary("add", e.scalar(1, x.dtype), e.elementwise("abs", x)))]
+
+
+@handles("Dropout", 13, 22, floats=True)
+def _dropout(e, xs, a, v):
+    """Inference: the input unchanged and the optional mask all true; so is training mode with
+    a ratio of 0, which drops nothing."""
+    x, ratio, training = (xs + [None, None])[:3]
+    if training is not None and np.any(known(training, "training_mode")):
+        dropped = 0.5 if ratio is None else float(known(ratio, "ratio").reshape(-1)[0])
+        if dropped != 0:
+            raise NodeError(f"training_mode is true (ratio {dropped:g}); Hexir compiles "
+                            "inference, where Dropout passes its input through")
+    return [x, constant(np.ones(x.shape, np.bool_))]
 
 
 @handles("Relu", 13, 14)
@@ -328,10 +444,9 @@ def _hard_sigmoid(e, xs, a, v):
     return [e.binary("max", e.binary("min", line, e.scalar(1, x.dtype)), e.scalar(0, x.dtype))]
 
 
-@handles("Softplus", 1, 22, floats=True)
-def _softplus(e, xs, a, v):
-    x = xs[0]
-    return [e.elementwise("log", e.binary("add", e.elementwise("exp", x), e.scalar(1, x.dtype)))]
+@handles("HardSwish", 14, 22, floats=True)
+def _hard_swish(e, xs, a, v):
+    return [e.binary("mul", xs[0], _hard_sigmoid(e, xs, {"alpha": 1 / 6}, v)[0])]
 
 
 @handles("Gelu", 20, floats=True)

@@ -1,12 +1,13 @@
 """Kernels with one output element per iteration and no reduction.
 
-Unary math, numpy-broadcast binary arithmetic and comparisons, where, cast, expand, gelu,
-and the data movers (transpose, reshape). `UNARY` and `BINARY` are the whole definition of a
-plain element-wise op: an entry (mnemonic -> `Elementwise`: the scalar formula, the element
-types it takes, the one it gives) is the dialect's op `hexir.<mnemonic>` (`dialects/hexir.py`
-makes it, with those type rules), its placement, its kernel on both devices and its `.hxb`
-kind (its own, or `map`). Each is a map over the output's index space (`schedule.parallel`),
-with numpy's meaning of each formula (ONNX's where numpy has none: integer division truncates).
+Unary math, numpy-broadcast binary arithmetic, comparisons and bitwise/logical ops, where,
+cast, expand, gelu, and the data movers (transpose, reshape). `UNARY` and `BINARY` are the
+whole definition of a plain element-wise op: an entry (mnemonic -> `Elementwise`: the scalar
+formula, the element types it takes, the one it gives) is the dialect's op `hexir.<mnemonic>`
+(`dialects/hexir.py` makes it, with those type rules), its placement, its kernel on both
+devices and its `.hxb` kind (its own, or `map`). Each is a map over the output's index space
+(`schedule.parallel`), with numpy's meaning of each formula (ONNX's where numpy has none:
+integer division truncates).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 from hexir_format import KernelKind, signatures
 
-from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS
+from hexir_compiler.element_types import BITS, ELEMENTS, FLOATS, INTEGERS, NUMBERS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
@@ -104,6 +105,81 @@ def _div(b: KernelBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
     return arith.select(by_zero, zero, quotient)
 
 
+def _safe_divisor(b: KernelBuilder, y: ir.Value) -> ir.Value:
+    """y, with 0 and -1 replaced by 1: an integer remainder by either is 0 (numpy's x % 0 is
+    0), and the hardware traps on x % 0 and MIN % -1."""
+    one = b.constant(1, y.type)
+    eq = arith.CmpIPredicate.eq
+    trap = arith.ori(arith.cmpi(eq, y, b.constant(0, y.type)),
+                     arith.cmpi(eq, y, b.constant(-1, y.type)))
+    return arith.select(trap, one, y)
+
+
+def _fmod(b: KernelBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """C's fmod: x - trunc(x / y) y, the sign of the dividend (numpy's fmod)."""
+    return arith.remf(x, y) if is_float(x) else arith.remsi(x, _safe_divisor(b, y))
+
+
+def _mod(b: KernelBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
+    """Python's x % y on integers, the sign of the divisor: the truncated remainder, plus y
+    where it is nonzero and its sign differs from y's (numpy's mod)."""
+    r = _fmod(b, x, y)
+    zero = b.constant(0, x.type)
+    slt = arith.CmpIPredicate.slt
+    differ = arith.xori(arith.cmpi(slt, r, zero), arith.cmpi(slt, y, zero))
+    adjust = arith.andi(differ, arith.cmpi(arith.CmpIPredicate.ne, r, zero))
+    return arith.select(adjust, arith.addi(r, y), r)
+
+
+def _sign(b: KernelBuilder, x: ir.Value) -> ir.Value:
+    """1, -1 or 0 as x is positive, negative or zero; NaN stays NaN (numpy's sign). A float
+    zero is x + 0.0, which is +0.0 for -0.0 too, as numpy gives."""
+    one, minus_one, zero = (b.constant(float(v) if is_float(x) else v, x.type)
+                            for v in (1, -1, 0))
+    if is_float(x):
+        positive = arith.cmpf(arith.CmpFPredicate.OGT, x, zero)
+        negative = arith.cmpf(arith.CmpFPredicate.OLT, x, zero)
+        rest = arith.addf(x, zero)
+    else:
+        positive = arith.cmpi(arith.CmpIPredicate.sgt, x, zero)
+        negative = arith.cmpi(arith.CmpIPredicate.slt, x, zero)
+        rest = zero
+    return arith.select(positive, one, arith.select(negative, minus_one, rest))
+
+
+def _softplus(b: KernelBuilder, x: ir.Value) -> ir.Value:
+    """log(1 + e^x) = max(x, 0) + log1p(e) for e = e^-|x|, so exp never overflows. log1p(e)
+    is log(u) e / (u - 1) for u = 1 + e rounded (Goldberg's), or e where u rounds to 1: exact
+    for the tiny results of very negative x, where log(1 + e) would be 0 (and the math
+    dialect's log1p is that on the cpu)."""
+    zero, one = b.constant(0.0, x.type), b.constant(1.0, x.type)
+    e = math.exp(arith.negf(math.absf(x)))
+    u = arith.addf(one, e)
+    scaled = arith.mulf(math.log(u), arith.divf(e, arith.subf(u, one)))
+    log1p = arith.select(arith.cmpf(arith.CmpFPredicate.OEQ, u, one), e, scaled)
+    return arith.addf(arith.maximumf(x, zero), log1p)
+
+
+def _mish(b: KernelBuilder, x: ir.Value) -> ir.Value:
+    """x tanh(softplus(x)), which is x n (n + 2) / (n (n + 2) + 2) for n = e^x; for x >= 0 the
+    same divided through by n^2, in e = e^-x: x (1 + 2e) / (1 + 2e + 2e^2). exp's argument is
+    -|x|, so it never overflows (as in `_sigmoid`), and no difference cancels."""
+    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    e = math.exp(arith.negf(math.absf(x)))
+    p = arith.addf(c(1.0), arith.mulf(c(2.0), e))
+    above = arith.divf(p, arith.addf(p, arith.mulf(c(2.0), arith.mulf(e, e))))
+    q = arith.mulf(e, arith.addf(e, c(2.0)))
+    below = arith.divf(q, arith.addf(q, c(2.0)))
+    positive = arith.cmpf(arith.CmpFPredicate.OGE, x, c(0.0))
+    return arith.mulf(x, arith.select(positive, above, below))
+
+
+def _math(name: str) -> Scalar:
+    """The math dialect's op `name` of x (libm or libdevice's function of that name)."""
+    op = getattr(math, name)
+    return lambda b, x: op(x)
+
+
 def _compare(on_float: arith.CmpFPredicate, on_int: arith.CmpIPredicate) -> Scalar:
     """x <op> y as an i1: ordered on floats (NaN compares false), signed on integers."""
     return _typed(lambda x, y: arith.cmpf(on_float, x, y), lambda x, y: arith.cmpi(on_int, x, y))
@@ -119,6 +195,15 @@ UNARY: dict[str, Elementwise] = {
     "erf": Elementwise(lambda b, x: math.erf(x)),
     "neg": Elementwise(_neg, NUMBERS),
     "abs": Elementwise(_abs, NUMBERS),
+    "sign": Elementwise(_sign, NUMBERS),
+    "round": Elementwise(_math("roundeven")),  # halves to even, as numpy
+    "softplus": Elementwise(_softplus),
+    "mish": Elementwise(_mish),
+    # bitwise on integers, logical on bools (true is the i1 of all ones)
+    "not": Elementwise(lambda b, x: arith.xori(x, b.constant(-1, x.type)), BITS),
+    **{name: Elementwise(_math(name)) for name in (
+        "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
+        "acosh", "atanh")},
 }
 
 BINARY: dict[str, Elementwise] = {
@@ -130,6 +215,11 @@ BINARY: dict[str, Elementwise] = {
     "max": Elementwise(_typed(arith.maximumf, arith.maxsi), NUMBERS),
     "min": Elementwise(_typed(arith.minimumf, arith.minsi), NUMBERS),
     "pow": Elementwise(lambda b, x, y: math.powf(x, y)),
+    "mod": Elementwise(_mod, INTEGERS),
+    "fmod": Elementwise(_fmod, NUMBERS),
+    "and": Elementwise(lambda b, x, y: arith.andi(x, y), BITS),
+    "or": Elementwise(lambda b, x, y: arith.ori(x, y), BITS),
+    "xor": Elementwise(lambda b, x, y: arith.xori(x, y), BITS),
     "equal": Elementwise(_compare(arith.CmpFPredicate.OEQ, arith.CmpIPredicate.eq), ELEMENTS,
                          "i1"),
     "less": Elementwise(_compare(arith.CmpFPredicate.OLT, arith.CmpIPredicate.slt), NUMBERS,
