@@ -87,6 +87,7 @@ class Emitter:
                              f"{self.importer.opset}) is not one Hexir implements; it has "
                              f"{', '.join(map(str, VERSIONS[node.op_type]))}")
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+        self.outputs = len(node.output)  # what an output count decides (Split's parts) reads
         try:
             if node.op_type in FLOATS_ONLY:
                 _floats(inputs[0], node.op_type)
@@ -731,3 +732,8 @@ def _pool(kind: str):
 
 handles("MaxPool", 12, 22, floats=True)(_pool("max"))
 handles("AveragePool", 11, 19, 22, floats=True)(_pool("average"))
+
+
+# ---- ops composed of the above (their own module; each registers itself here) -------------
+
+from hexir_compiler.frontend import onnx_ops_composite  # noqa: E402, F401

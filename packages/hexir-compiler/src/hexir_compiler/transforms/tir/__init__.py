@@ -33,7 +33,7 @@ PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
     "layer_norm": plan_layer_norm,
     "transpose": plan_transpose,
     "reshape": plan_reshape,
-    **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "reduce_min"), plan_reduce),
+    **dict.fromkeys(("reduce_sum", "reduce_prod", "reduce_mean", "reduce_max", "reduce_min"), plan_reduce),
     "concat": plan_concat,
     "slice": plan_slice,
     "gather": plan_gather,
