@@ -32,11 +32,11 @@ EXCEPTIONS: dict[str, tuple[str, str]] = {
     r"test_(causal_conv_with_state|flexattention|range_\w+_type)_.*": (
         _NEWER, r"opset 2[6-9] is outside"),
     r"test_einsum_\w+": (
-        "opset 12 models, older than the 13-25 Hexir reads (refused by name); "
-        "test_onnx_composite.py runs them at opset 13", r"opset 12 is outside"),
+        ("opset 12 models, older than the 13-25 Hexir reads (refused by name); "
+         "test_onnx_composite.py runs them at opset 13"), r"opset 12 is outside"),
     r"test_onehot_\w+": (
-        "IR version 6 models (opset 11), older than Hexir reads (refused by name); "
-        "test_onnx_composite.py runs them at opset 13", r"IR version 6 is outside"),
+        ("IR version 6 models (opset 11), older than Hexir reads (refused by name); "
+         "test_onnx_composite.py runs them at opset 13"), r"IR version 6 is outside"),
     r"test_resize_\w+_antialias": (
         "Resize's antialias (a filter widened by the downscale) is not implemented",
         r"antialias=1 is not supported"),

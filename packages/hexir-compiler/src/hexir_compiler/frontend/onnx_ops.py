@@ -736,4 +736,4 @@ handles("AveragePool", 11, 19, 22, floats=True)(_pool("average"))
 
 # ---- ops composed of the above (their own module; each registers itself here) -------------
 
-from hexir_compiler.frontend import onnx_ops_composite  # noqa: E402, F401
+from hexir_compiler.frontend import onnx_ops_composite  # noqa: F401

@@ -31,7 +31,6 @@ from hexir_compiler.frontend.onnx_ops import (
     handles,
 )
 
-
 # ---- helpers -------------------------------------------------------------------------------
 
 def _slice(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
@@ -106,7 +105,7 @@ def _split(e, xs, a, v):
     extent = x.shape[axis]
     sizes = const_ints(xs[1] if len(xs) > 1 else None, "split")
     if sizes is None:
-        count = a["num_outputs"] if "num_outputs" in a else e.outputs
+        count = a.get("num_outputs", e.outputs)
         if count < 1:
             raise NodeError(f"splits into {count} parts")
         chunk = -(-extent // count)  # the last part is smaller when the extent does not divide
