@@ -9,13 +9,12 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+import hexir_runtime
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
-import hexir_runtime  # noqa: E402
-import onnx_node_tests as node  # noqa: E402
-
-import hexir_compiler  # noqa: E402
+import hexir_compiler
+import onnx_node_tests as node
 
 RNG = np.random.default_rng(7)
 
