@@ -15,6 +15,8 @@ from onnx.reference import ReferenceEvaluator
 
 import hexir_compiler
 import onnx_node_tests as node
+import tir_graph
+from hexir_compiler.pipeline import Options
 
 RNG = np.random.default_rng(7)
 
@@ -30,15 +32,21 @@ def _model(op: str, inputs: dict, opset: int, outputs: int = 1, **attrs):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def check(op: str, inputs: dict, fixed=(), opset: int = 18, outputs: int = 1, **attrs):
+def check(op: str, inputs: dict, fixed=(), opset: int = 18, outputs: int = 1,
+          device: str = "cpu", **attrs):
     """Compile the one-node model with the `fixed` inputs known at compile time, run it on
-    the rest, and compare each output with the reference's (float32 rtol 1e-4 / atol 1e-5,
-    float64 1e-7 / 1e-9, others exact)."""
+    the rest (on the cpu, or every op on cuda with its kernels interpreted thread by thread),
+    and compare each output with the reference's (float32 rtol 1e-4 / atol 1e-5, float64
+    1e-7 / 1e-9, others exact)."""
     model = _model(op, inputs, opset, outputs, **attrs)
     given = {n: a for n, a in inputs.items() if a is not None}
     expected = ReferenceEvaluator(model).run(None, given)
-    module = hexir_compiler.compile(model, fixed_inputs={n: given[n] for n in fixed})
-    got = hexir_runtime.load(module).main(*(a for n, a in given.items() if n not in fixed))
+    fixed = {n: given[n] for n in fixed}
+    rest = [a for n, a in given.items() if n not in fixed]
+    if device == "cuda":
+        got = tir_graph.run(model, rest, Options("mlir-tir", {"*": "cuda"}, fixed_inputs=fixed))
+    else:
+        got = hexir_runtime.load(hexir_compiler.compile(model, fixed_inputs=fixed)).main(*rest)
     got = got if isinstance(got, tuple | list) else (got,)
     assert len(got) == len(expected)
     for g, want in zip(got, expected, strict=True):
@@ -287,3 +295,28 @@ def test_resize_refusals_are_one_line():
 def test_range_of_unknown_bounds_is_refused_in_one_line():
     refused("Range", {"a": np.array(0, np.int64), "b": np.array(5, np.int64),
                       "c": np.array(1, np.int64)}, fixed=["a", "c"], match="known at compile")
+
+
+# ---- every op on cuda, its kernels interpreted thread by thread ----------------------------
+
+@pytest.mark.parametrize("op, inputs, fixed, attrs", [
+    ("Resize", {"x": floats(1, 2, 5, 7), "roi": None,
+                "s": np.array([1, 1, 1.7, 0.6], np.float32)}, ["s"], {"mode": "cubic"}),
+    ("Einsum", {"a": floats(2, 1, 3, 4), "b": floats(5, 4, 2)}, [], {"equation": "...ij,...jk"}),
+    ("Einsum", {"a": floats(3, 4, 4)}, [], {"equation": "bii->ib"}),
+    ("Pad", {"x": floats(2, 3, 4), "p": ints(1, 5, 0, 2, 7, 0)}, ["p"], {"mode": "reflect"}),
+    ("GroupNormalization", {"x": floats(2, 6, 3, 5), "s": floats(2), "b": floats(2)}, [],
+     {"num_groups": 2}),
+    ("OneHot", {"i": ints(1, -1, 7), "d": np.array(5, np.int64),
+                "v": np.array([0, 9], np.int32)}, ["d"], {}),
+    ("Tile", {"x": floats(2, 3, 1, 2), "r": ints(2, 3, 4, 2)}, ["r"], {}),
+    ("ReduceLogSumExp", {"x": floats(3, 70), "a": ints(1)}, ["a"], {}),
+    ("ReduceProd", {"x": floats(3, 4), "a": ints(0)}, ["a"], {"keepdims": 0}),
+    ("Trilu", {"x": floats(2, 4, 5)}, [], {"upper": 0}),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_on_cuda_interpreted(op, inputs, fixed, attrs):
+    check(op, inputs, fixed, device="cuda", **attrs)
+
+
+def test_split_on_cuda_interpreted():
+    check("Split", {"x": floats(7, 3)}, outputs=3, num_outputs=3, device="cuda")

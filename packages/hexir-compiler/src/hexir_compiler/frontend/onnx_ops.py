@@ -6,6 +6,8 @@ composition of hexir ops is decomposed here (Gemm, LeakyRelu, HardSigmoid, Softp
 Reciprocal, Clip, LogSoftmax, BatchNormalization, LayerNormalization over several axes, Sum,
 Flatten/Squeeze/Unsqueeze as reshapes); the rest map onto one hexir op each. `VERSIONS` lists
 the op versions each handler implements; a node selecting another is refused by name.
+The ops composed of several hexir ops with constant index tables or masks (Split, Pad,
+Resize, Einsum, ...) are in `onnx_ops_composite`, which registers them here on import.
 """
 
 from __future__ import annotations

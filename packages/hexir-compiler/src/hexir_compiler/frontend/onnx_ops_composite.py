@@ -358,6 +358,9 @@ def _channels(x: Tensor, op: str) -> None:
 def _instance_norm(e, xs, a, v):
     x, scale, bias = xs
     _channels(x, "InstanceNormalization")
+    if scale.shape != x.shape[1:2] or bias.shape != x.shape[1:2]:
+        raise NodeError(f"scale and bias have shapes {list(scale.shape)} and "
+                        f"{list(bias.shape)}; expected [{x.shape[1]}]")
     per_channel = (x.shape[1],) + (1,) * (len(x.shape) - 2)
     y = _normalized(e, x, x.shape[0] * x.shape[1], a.get("epsilon", 1e-5))
     y = e.binary("mul", y, e.reshape(scale, per_channel))
