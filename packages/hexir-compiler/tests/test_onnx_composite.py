@@ -125,6 +125,14 @@ def test_trilu_batched_with_an_offset(upper, k):
     check("Trilu", {"x": RNG.random((3, 2)) > 0.5}, upper=upper)
 
 
+def test_a_large_fill_is_an_expand_not_a_constant_of_its_size():
+    x = floats(2, 64, 64)
+    check("Trilu", {"x": x})
+    text = hexir_compiler.compile(_model("Trilu", {"x": x}, 18), "mlir")
+    constants = [line for line in text.splitlines() if '"hexir.constant"' in line]
+    assert '"hexir.expand"' in text and not any("2x64x64" in c for c in constants)
+
+
 def test_one_hot_axis_0_float_indices_and_values_at_run_time():
     indices = np.array([[0, -1, 2], [5, 1, -4]], np.float32)
     check("OneHot", {"i": indices, "d": np.array(4, np.int64),

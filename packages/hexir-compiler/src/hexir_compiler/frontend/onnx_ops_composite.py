@@ -69,9 +69,14 @@ def _concat(e, parts: list[Tensor], axis: int) -> Tensor:
     return result
 
 
+#: The most elements a fill of a known value is a constant of; a larger one (Trilu's zeros
+#: beside a whole tensor) is an expand kernel, so the file holds no megabytes of one value.
+FILL_CONSTANT_MAX = 4096
+
+
 def _fill(e, value: Tensor, shape) -> Tensor:
     """A tensor of `shape` holding the scalar `value` everywhere."""
-    if value.is_const:
+    if value.is_const and math.prod(shape) <= FILL_CONSTANT_MAX:
         return constant(np.full(shape, value.const, value.dtype))
     return e.op("expand", [value], shape, value.dtype)
 
