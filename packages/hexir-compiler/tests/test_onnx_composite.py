@@ -328,3 +328,13 @@ def test_on_cuda_interpreted(op, inputs, fixed, attrs):
 
 def test_split_on_cuda_interpreted():
     check("Split", {"x": floats(7, 3)}, outputs=3, num_outputs=3, device="cuda")
+
+
+def test_shape_and_type_refusals_are_one_line():
+    refused("InstanceNormalization", {"x": floats(2, 3, 4), "s": floats(2), "b": floats(3)},
+            match=r"expected \[3\]")
+    refused("ReduceLogSum", {"x": np.ones((2, 3), np.int32)}, match="float32 and float64")
+    refused("DepthToSpace", {"x": floats(1, 6, 2, 2)}, blocksize=2, match="do not divide")
+    refused("Tile", {"x": floats(2, 3), "r": ints(2)}, fixed=["r"], match="per axis")
+    refused("OneHot", {"i": ints(1), "d": np.array(3, np.int64), "v": ints(0, 1, 2)},
+            fixed=["d"], match=r"expected \[off, on\]")
