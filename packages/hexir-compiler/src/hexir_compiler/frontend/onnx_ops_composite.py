@@ -38,7 +38,7 @@ def _slice(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     if (start, stop) == (0, x.shape[axis]):
         return x
     if x.is_const:
-        return constant(np.ascontiguousarray(np.take(x.const, range(start, stop), axis=axis)))
+        return constant(np.ascontiguousarray(np.take(np.asarray(x.const), range(start, stop), axis=axis)))
     starts = [start if d == axis else 0 for d in range(len(x.shape))]
     shape = [stop - start if d == axis else n for d, n in enumerate(x.shape)]
     return e.op("slice", [x], shape, x.dtype, starts=starts, steps=[1] * len(x.shape))
@@ -54,7 +54,7 @@ def _take(e, x: Tensor, indices: np.ndarray, axis: int) -> Tensor:
     if np.array_equal(indices, np.arange(x.shape[axis])):
         return x
     if x.is_const:
-        return constant(np.ascontiguousarray(np.take(x.const, indices, axis=axis)))
+        return constant(np.ascontiguousarray(np.take(np.asarray(x.const), indices, axis=axis)))
     shape = [len(indices) if d == axis else n for d, n in enumerate(x.shape)]
     return e.op("gather", [x, constant(indices)], shape, x.dtype, axis=axis)
 
@@ -87,12 +87,12 @@ def _on_axis(values: np.ndarray, axis: int, rank: int) -> np.ndarray:
 
 
 def _const_floats(t: Tensor | None, what: str) -> list[float] | None:
-    if t is None or (t.is_const and t.const.size == 0):
+    if t is None or (t.is_const and np.asarray(t.const).size == 0):
         return None
     if not t.is_const:
         raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
                         "Constant, or an input fixed with -fix-input)")
-    return [float(v) for v in t.const.reshape(-1)]
+    return [float(v) for v in np.asarray(t.const).reshape(-1)]
 
 
 def _scalar_of(e, t: Tensor, what: str) -> Tensor:
@@ -139,7 +139,8 @@ def _tile(e, xs, a, v):
 def _tile_axes(e, x: Tensor, repeats: list[int]) -> Tensor:
     """[d0, d1, d2] with repeats [r0, 1, r2] -> [1, d0 * d1, 1, d2] -> broadcast
     [r0, d0 * d1, r2, d2] -> [r0 * d0, d1, r2 * d2]."""
-    single, spread = [], []
+    single: list[int] = []
+    spread: list[int] = []
     for r, n in zip(repeats, x.shape):
         if r == 1 and single:
             single[-1] *= n
