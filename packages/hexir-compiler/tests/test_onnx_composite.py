@@ -226,11 +226,17 @@ def test_reduce_l1_and_l2_of_integers():
 
 @pytest.mark.parametrize("mode", ["reflect", "edge", "wrap"])
 def test_pad_modes_past_the_extent_and_cropping(mode):
-    # the reference's np.pad takes no negative pads: the crop of the last axis is done first
-    x = floats(2, 3, 4)
-    pads = ints(1, 5, 0, 2, 7, -1)
-    got = run(_model("Pad", {"x": x, "p": pads}, 19, mode=mode), {"p": pads}, x)
-    np.testing.assert_array_equal(got, np.pad(x[:, :, :-1], [(1, 2), (5, 7), (0, 0)], mode))
+    # the reference's np.pad takes no negative pads: a negative pad crops the input first,
+    # then the other end pads
+    x = floats(2, 3, 5)
+    pads = ints(1, 5, -1, 0, 2, 2)
+    got = run(_model("Pad", {"x": x, "p": pads, "v": None, "a": ints(0, 1, 2)}, 19, mode=mode),
+              {"p": pads, "a": ints(0, 1, 2)}, x)
+    np.testing.assert_array_equal(got, np.pad(x[:, :, 1:], [(1, 0), (5, 2), (0, 2)], mode))
+    pads = ints(3, -1)
+    got = run(_model("Pad", {"x": x, "p": pads, "v": None, "a": ints(1)}, 19, mode=mode),
+              {"p": pads, "a": ints(1)}, x)
+    np.testing.assert_array_equal(got, np.pad(x[:, :-1], [(0, 0), (3, 0), (0, 0)], mode))
 
 
 def test_pad_constant_with_a_run_time_value_negative_pads_and_axes():

@@ -481,21 +481,24 @@ def _pad(e, xs, a, v):
         if n + before + after < 0 or min(before, 0) + n < 0:
             raise NodeError(f"pads {before}, {after} remove more than axis {axis}'s {n} "
                             "elements")
+        # a negative pad crops the input first (as ONNX Runtime does), a positive one pads
+        crop = max(0, -before)
+        kept = n - crop - max(0, -after)
+        before, after = max(0, before), max(0, after)
         if mode == "constant":
-            x = _slice(e, x, axis, max(0, -before), n - max(0, -after))
-            sides = [[d if k != axis else max(0, p) for k, d in enumerate(x.shape)]
+            x = _slice(e, x, axis, crop, crop + kept)
+            sides = [[d if k != axis else p for k, d in enumerate(x.shape)]
                      for p in (before, after)]
             x = _concat(e, [_fill(e, fill, sides[0]), x, _fill(e, fill, sides[1])], axis)
-        elif (before, after) != (0, 0):
-            if n == 0:
+        elif kept != n or before or after:
+            if kept == 0 and before + after:
                 raise NodeError(f"{mode} padding of axis {axis}, which is empty")
-            x = _take(e, x, _pad_table(mode, n, before, after), axis)
+            x = _take(e, x, crop + _pad_table(mode, kept, before, after), axis)
     return [x]
 
 
 def _pad_table(mode: str, n: int, before: int, after: int) -> np.ndarray:
-    """Which input element each padded position along an axis of `n` reads (np.pad's modes;
-    negative pads crop)."""
+    """Which element of an axis of `n` each padded position reads (np.pad's modes)."""
     at = np.arange(-before, n + after)
     if mode == "edge" or (mode == "reflect" and n == 1):
         return np.clip(at, 0, n - 1)
