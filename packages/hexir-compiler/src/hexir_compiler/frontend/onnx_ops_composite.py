@@ -596,17 +596,17 @@ def _resize_taps(n: int, m: int, scale: float, coordinates: str, box, mode: str,
     is the extrapolation value): the reference's coordinate transforms and coefficients."""
     y = np.arange(m, dtype=np.float64)
     width = scale * n
-    if coordinates == "align_corners":
-        x = np.zeros(m) if width == 1 else y * (n - 1) / (width - 1)
+    if coordinates == "align_corners":  # over the output's whole length, as ONNX Runtime
+        x = np.zeros(m) if m == 1 else y * (n - 1) / (m - 1)
     elif coordinates == "asymmetric":
         x = y / scale
     elif coordinates == "tf_crop_and_resize":
         start, end = box
-        x = np.full(m, (end - start) * (n - 1) / 2) if width == 1 else \
-            y * (end - start) * (n - 1) / (width - 1)
+        x = np.full(m, (end - start) * (n - 1) / 2) if m == 1 else \
+            y * (end - start) * (n - 1) / (m - 1)
         x = x + start * (n - 1)
     elif coordinates == "pytorch_half_pixel":
-        x = np.full(m, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+        x = np.full(m, -0.5) if m == 1 else (y + 0.5) / scale - 0.5
     elif coordinates == "half_pixel":
         x = (y + 0.5) / scale - 0.5
     else:  # half_pixel_symmetric
