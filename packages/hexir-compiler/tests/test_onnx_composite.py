@@ -360,3 +360,54 @@ def test_shape_and_type_refusals_are_one_line():
     refused("Tile", {"x": floats(2, 3), "r": ints(2)}, fixed=["r"], match="per axis")
     refused("OneHot", {"i": ints(1), "d": np.array(3, np.int64), "v": ints(0, 1, 2)},
             fixed=["d"], match=r"expected \[off, on\]")
+
+
+# ---- as PyTorch exports them ---------------------------------------------------------------
+
+def _exported_module():
+    torch = pytest.importorskip("torch")
+    F = torch.nn.functional
+
+    class Composed(torch.nn.Module):
+        """The composed ops as torch.onnx.export (TorchScript) writes them, with the Shape,
+        ConstantOfShape and Concat arithmetic around Resize's scales and Pad's pads."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.group = torch.nn.GroupNorm(2, 4)
+            self.instance = torch.nn.InstanceNorm2d(4, affine=True)
+            with torch.no_grad():
+                for p in (*self.group.parameters(), *self.instance.parameters()):
+                    p.normal_()
+
+        def forward(self, x):
+            resized = (F.interpolate(x, scale_factor=2, mode="bilinear").sum()
+                       + F.interpolate(x, size=(7, 5), mode="nearest").mean()
+                       + F.interpolate(x, scale_factor=1.5, mode="bicubic",
+                                       align_corners=True).sum())
+            padded = F.pad(x, (1, 2, 2, 1), mode="reflect") + F.pad(x, (1, 2, 2, 1),
+                                                                     mode="replicate")
+            q, k, v = torch.split(self.group(x), [1, 1, 2], dim=1)
+            mixed = torch.einsum("bchw,bdhw->bcd", self.instance(x), v)
+            masked = torch.tril(x[0, 0]) + torch.triu(x[0, 1], 1)
+            steps = torch.arange(x.shape[-1]).float()
+            return (resized, padded, mixed, masked, F.pixel_shuffle(x, 2),
+                    x.repeat(1, 2, 1, 1) * steps, torch.logsumexp(x, 1), x.prod(2),
+                    x.norm(dim=3), q + k)
+
+    torch.manual_seed(0)
+    return torch, Composed().eval()
+
+
+@pytest.mark.parametrize("opset", [14, 18])
+def test_a_pytorch_export_of_the_composed_ops_matches_eager(opset, tmp_path):
+    torch, module = _exported_module()
+    x = torch.randn(2, 4, 6, 6)
+    path = tmp_path / "composed.onnx"
+    torch.onnx.export(module, (x,), str(path), dynamo=False, opset_version=opset,
+                      input_names=["x"])
+    with torch.no_grad():
+        expected = [t.numpy() for t in module(x)]
+    got = hexir_runtime.load(hexir_compiler.compile(path)).main(x.numpy())
+    for g, want in zip(got, expected, strict=True):
+        np.testing.assert_allclose(g, want, rtol=1e-4, atol=1e-4)
