@@ -38,7 +38,8 @@ def _slice(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     if (start, stop) == (0, x.shape[axis]):
         return x
     if x.is_const:
-        return constant(np.ascontiguousarray(np.take(np.asarray(x.const), range(start, stop), axis=axis)))
+        kept = np.take(np.asarray(x.const), range(start, stop), axis=axis)
+        return constant(np.ascontiguousarray(kept))
     starts = [start if d == axis else 0 for d in range(len(x.shape))]
     shape = [stop - start if d == axis else n for d, n in enumerate(x.shape)]
     return e.op("slice", [x], shape, x.dtype, starts=starts, steps=[1] * len(x.shape))

@@ -13,8 +13,9 @@ Two schedules (`schedule`):
 
 Softmax subtracts the row maximum before exponentiating (as the numpy reference does);
 layer_norm uses the biased variance over the last dimension. A
-reduction over no elements gives its identity (0 for a sum, 1 for a product, -inf / the least integer / false
-for a max, the opposite for a min), as ONNX defines it, and a mean of nothing is NaN (0 / 0).
+reduction over no elements gives its identity (0 for a sum, 1 for a product, -inf / the least
+integer / false for a max, the opposite for a min), as ONNX defines it, and a mean of nothing
+is NaN (0 / 0).
 """
 
 from __future__ import annotations
