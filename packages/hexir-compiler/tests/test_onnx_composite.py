@@ -167,6 +167,7 @@ def test_depth_and_space_reshuffles_are_inverses():
     ("ij,ij->", [(3, 4), (3, 4)]),
     ("abc,cd->bd", [(2, 3, 4), (4, 5)]),
     ("ab,b...->a...", [(2, 3), (3, 4, 5)]),
+    ("...ij,...jk->ik", [(3, 2, 4), (1, 4, 5)]),
 ])
 def test_einsum(equation, shapes):
     check("Einsum", {f"x{i}": floats(*s) for i, s in enumerate(shapes)}, equation=equation)

@@ -143,12 +143,14 @@ def _tile_axes(e, x: Tensor, repeats: list[int]) -> Tensor:
     single: list[int] = []
     spread: list[int] = []
     for r, n in zip(repeats, x.shape):
-        if r == 1 and single:
+        if r != 1:
+            single += [1, n]
+            spread += [r, n]
+        elif single:
             single[-1] *= n
             spread[-1] *= n
         else:
-            single += [1, n]
-            spread += [r, n]
+            single, spread = [n], [n]
     tiled = e.expand(e.reshape(x, single), spread)
     return e.reshape(tiled, [r * n for r, n in zip(repeats, x.shape)])
 
@@ -316,10 +318,11 @@ def _einsum_pair(e, ta: str, a: Tensor, tb: str, b: Tensor, needed: str):
     if a.dtype != b.dtype:
         raise NodeError(f"operands are {a.dtype} and {b.dtype}; expected one type")
     summed = [c for c in ta if c in tb and c not in needed]
-    if summed and a.dtype.kind == "f":
+    # a summed index of extent 1 on one side only (a broadcast) is no matmul's inner dimension
+    inner = all(a.shape[ta.index(c)] == b.shape[tb.index(c)] for c in summed)
+    if summed and inner and a.dtype.kind == "f":
         batch = [c for c in ta if c in tb and c not in summed]
         rows, cols = [c for c in ta if c not in tb], [c for c in tb if c not in ta]
-
         left = _permute(e, a, [ta.index(c) for c in batch + rows + summed])
         right = _permute(e, b, [tb.index(c) for c in batch + summed + cols])
         nb = len(batch)
