@@ -597,9 +597,10 @@ def _resize_taps(n: int, m: int, scale: float, coordinates: str, box, mode: str,
                  cubic_a: float, exclude_outside: bool):
     """For each of the `m` output positions along an axis of `n`: the input indices it reads
     ([m, taps]), their weights ([m, taps]) and whether it lies outside the crop box (then it
-    is the extrapolation value): the reference's coordinate transforms and coefficients."""
+    is the extrapolation value). The coordinate transforms are the spec's, as ONNX Runtime
+    computes them (the reference takes scale x n for the output length where the spec has
+    the length itself), the coefficients and neighbour choice the reference's."""
     y = np.arange(m, dtype=np.float64)
-    width = scale * n
     if coordinates == "align_corners":  # over the output's whole length, as ONNX Runtime
         x = np.zeros(m) if m == 1 else y * (n - 1) / (m - 1)
     elif coordinates == "asymmetric":
@@ -610,11 +611,11 @@ def _resize_taps(n: int, m: int, scale: float, coordinates: str, box, mode: str,
             y * (end - start) * (n - 1) / (m - 1)
         x = x + start * (n - 1)
     elif coordinates == "pytorch_half_pixel":
-        x = np.full(m, -0.5) if m == 1 else (y + 0.5) / scale - 0.5
+        x = np.zeros(m) if m == 1 else (y + 0.5) / scale - 0.5  # the spec's 0, not -0.5
     elif coordinates == "half_pixel":
         x = (y + 0.5) / scale - 0.5
     else:  # half_pixel_symmetric
-        x = n / 2 * (1 - m / width) + (y + 0.5) / scale - 0.5
+        x = n / 2 * (1 - m / (scale * n)) + (y + 0.5) / scale - 0.5
     outside = (x < 0) | (x > n - 1) if coordinates == "tf_crop_and_resize" else np.zeros(m, bool)
     floor = np.floor(x)
     ratio = np.where(x == floor, 1.0, x - floor)  # in (0, 1]: the left neighbour preferred
