@@ -174,6 +174,26 @@ def test_reductions_of_integers_and_bools(op, element, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("element, shape", [("i32", (3, 5, 2)), ("i64", (2, 90, 3)),
+                                            ("f32", (4, 7, 2)), ("f64", (2, 200, 1))])
+def test_reduce_prod_short_and_long_rows(element, shape, device):
+    """Rows of 90 and 200 run a block per row on cuda (the shared-memory tree of products);
+    the values are near 1 (or small integers, which wrap as numpy's do) so no product
+    overflows to infinity."""
+    if element[0] == "i":
+        x = RNG.integers(-3, 4, shape).astype(NUMPY[element])
+    else:
+        x = RNG.uniform(0.9, 1.1, shape).astype(NUMPY[element])
+    got = _run("reduce_prod", [x], (shape[0], shape[2]), element, device,
+               f"axes = {_ints([1])}, keepdims = false")
+    want = np.prod(x, axis=1, dtype=x.dtype)
+    if element[0] == "i":
+        np.testing.assert_array_equal(got, want)
+    else:
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_reductions_of_nothing_are_their_identity(device):
     x = np.zeros((2, 0), np.float32)
     attrs = f"axes = {_ints([1])}, keepdims = false"
@@ -183,6 +203,7 @@ def test_reductions_of_nothing_are_their_identity(device):
                                   [np.inf, np.inf])
     np.testing.assert_array_equal(_run("reduce_sum", [x.astype(np.int32)], (2,), "i32", device,
                                        attrs), [0, 0])
+    np.testing.assert_array_equal(_run("reduce_prod", [x], (2,), "f32", device, attrs), [1, 1])
 
 
 @pytest.mark.parametrize("device", DEVICES)

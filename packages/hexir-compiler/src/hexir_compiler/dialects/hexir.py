@@ -551,6 +551,10 @@ class ReduceSumOp(_Reduce, name="reduce_sum"):
     pass
 
 
+class ReduceProdOp(_Reduce, name="reduce_prod"):
+    pass
+
+
 class ReduceMeanOp(_Reduce, name="reduce_mean"):
     takes = FLOATS
 

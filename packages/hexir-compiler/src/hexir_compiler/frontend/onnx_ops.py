@@ -7,6 +7,8 @@ Softsign, IsNaN, IsInf, Reciprocal, Clip, LogSoftmax, BatchNormalization,
 LayerNormalization over several axes, Sum, Flatten/Squeeze/Unsqueeze as reshapes); the rest
 map onto one hexir op each. `VERSIONS` lists the op versions each handler implements; a node
 selecting another is refused by name.
+The ops composed of several hexir ops with constant index tables or masks (Split, Pad,
+Resize, Einsum, ...) are in `onnx_ops_composite`, which registers them here on import.
 """
 
 from __future__ import annotations
@@ -130,6 +132,7 @@ class Emitter:
 
     def _translate(self, node, inputs: list, where: str, schema) -> list[Tensor]:
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+        self.outputs = len(node.output)  # what an output count decides (Split's parts) reads
         try:
             if node.op_type in FLOATS_ONLY:
                 _floats(inputs[0], node.op_type)
@@ -957,3 +960,8 @@ def _scatter_nd(e, xs, a, v):
     _indices(indices, data.shape[:indices.shape[-1]])
     return [e.op("scatter_nd", [data, indices, updates], shape, data.dtype,
                  reduction=_scatter_reduction(a, data))]
+
+
+# ---- ops composed of the above (their own module; each registers itself here) -------------
+
+from hexir_compiler.frontend import onnx_ops_composite  # noqa: F401

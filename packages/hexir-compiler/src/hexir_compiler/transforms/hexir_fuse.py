@@ -33,8 +33,8 @@ from hexir_compiler.transforms.tir.fusion import CONTRACTIONS
 PASS_NAME = "hexir-fuse"
 GROUP = "hexir.group"
 ELEMENTWISE = frozenset({*elementwise.UNARY, *elementwise.BINARY, "where", "cast", "gelu"})
-REDUCTIONS = frozenset({"softmax", "layer_norm", "reduce_sum", "reduce_mean", "reduce_max",
-                        "reduce_min"})
+REDUCTIONS = frozenset({"softmax", "layer_norm", "reduce_sum", "reduce_prod", "reduce_mean",
+                        "reduce_max", "reduce_min"})
 
 
 def mnemonic(op: ir.Operation) -> str:

@@ -33,8 +33,8 @@ HEADS = {"matmul": plan_matmul, "linear": plan_matmul, "conv": plan_conv}
 CONTRACTIONS = frozenset(HEADS)
 #: The reductions that take a prologue, and their planners.
 REDUCTIONS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
-              **dict.fromkeys(("reduce_sum", "reduce_mean", "reduce_max", "reduce_min"),
-                              plan_reduce)}
+              **dict.fromkeys(("reduce_sum", "reduce_prod", "reduce_mean", "reduce_max",
+                               "reduce_min"), plan_reduce)}
 
 
 @dataclass(frozen=True)

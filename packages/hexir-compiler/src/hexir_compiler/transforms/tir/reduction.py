@@ -1,4 +1,4 @@
-"""Kernels that reduce along axes: softmax, layer_norm, reduce_sum/mean/max/min.
+"""Kernels that reduce along axes: softmax, layer_norm, reduce_sum/prod/mean/max/min.
 
 Two schedules (`schedule`):
 
@@ -13,8 +13,9 @@ Two schedules (`schedule`):
 
 Softmax subtracts the row maximum before exponentiating (as the numpy reference does);
 layer_norm uses the biased variance over the last dimension. A
-reduction over no elements gives its identity (0 for a sum, -inf / the least integer / false
-for a max, the opposite for a min), as ONNX defines it, and a mean of nothing is NaN (0 / 0).
+reduction over no elements gives its identity (0 for a sum, 1 for a product, -inf / the least
+integer / false for a max, the opposite for a min), as ONNX defines it, and a mean of nothing
+is NaN (0 / 0).
 """
 
 from __future__ import annotations
@@ -144,7 +145,8 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
             with owner.first_thread() if by_row else contextlib.nullcontext():
                 b.store(value, out, at if keepdims else coords)
 
-    kind = "generic" if op.mnemonic == "reduce_min" else op.mnemonic  # min has no kind
+    # min and prod have no format kind
+    kind = "generic" if op.mnemonic in ("reduce_min", "reduce_prod") else op.mnemonic
     return _kernel(kind, emit, (float(keepdims), *axes), prologue)
 
 
@@ -215,9 +217,11 @@ def _monoid(mnemonic: str, element: str):
     if element in ("i32", "i64"):
         bits = int(element[1:])
         least, most = -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
-        return {"reduce_sum": (arith.addi, 0), "reduce_max": (arith.maxsi, least),
+        return {"reduce_sum": (arith.addi, 0), "reduce_prod": (arith.muli, 1),
+                "reduce_max": (arith.maxsi, least),
                 "reduce_min": (arith.minsi, most)}[mnemonic]
-    return {"reduce_sum": (arith.addf, 0.0), "reduce_mean": (arith.addf, 0.0),
+    return {"reduce_sum": (arith.addf, 0.0), "reduce_prod": (arith.mulf, 1.0),
+            "reduce_mean": (arith.addf, 0.0),
             "reduce_max": (arith.maximumf, NEG_INF),
             "reduce_min": (arith.minimumf, float("inf"))}[mnemonic]
 
