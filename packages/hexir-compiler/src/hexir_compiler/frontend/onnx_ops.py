@@ -378,7 +378,7 @@ def _where(e, xs, a, v):
                  shape, x.dtype)]
 
 
-@handles("Cast", 13, 19, 21, 23, 24, 25)
+@handles("Cast", 13, 19, 21, 23, 24, 25, 28)
 def _cast(e, xs, a, v):
     to = a["to"]
     if to not in DTYPES:
