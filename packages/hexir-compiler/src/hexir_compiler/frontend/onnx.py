@@ -128,6 +128,7 @@ class Importer:
         if opset not in OPSETS:
             raise ModelError(f"{self.name}: opset {opset} is outside the {OPSETS[0]}-"
                              f"{OPSETS[-1]} Hexir reads")
+        self.declared_opset = opset  # what a handler reads for a meaning the upgrade misses
         if opset < UPGRADE_TO:
             self.model = self._upgrade(opset)
             return UPGRADE_TO

@@ -27,6 +27,13 @@ VERSIONS: dict[str, tuple[int, ...]] = {}
 FLOATS_ONLY: set[str] = set()
 
 
+#: Ops that draw random values: never folded (the values would be numpy's, not those of the
+#: runtime that made the test data; even with a seed, ONNX Runtime's generator differs), so
+#: refused by name -- a model whose weights are drawn so cannot be compared with anything.
+RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "Bernoulli", "Multinomial"})
+
+
 def handles(op_type: str, *versions: int, floats: bool = False):
     def register(fn: Handler) -> Handler:
         HANDLERS[op_type] = fn
@@ -71,6 +78,10 @@ class Emitter:
                 values[name] = tensor
 
     def _translate(self, node, inputs: list, where: str) -> list[Tensor]:
+        if node.op_type in RANDOM:
+            raise ModelError(f"{where}: {node.op_type} draws random values, which Hexir does "
+                             "not fold or compute (seeded or not, they would not be ONNX "
+                             "Runtime's)")
         known = all(t is not None and t.is_const for t in inputs)
         if node.op_type in ("Shape", "Size") or (known and (
                 inputs or node.op_type == "ConstantOfShape")):
@@ -345,9 +356,24 @@ handles("ThresholdedRelu", 10, 22, floats=True)(lambda e, xs, a, v: [
     e.binary("thresholded_relu", xs[0], e.scalar(a.get("alpha", 1.0), xs[0].dtype))])
 
 
+@handles("Shrink", 9, floats=True)
+def _shrink(e, xs, a, v):
+    x = xs[0]
+    lambd, bias = a.get("lambd", 0.5), e.scalar(a.get("bias", 0.0), x.dtype)
+    low = e.elementwise("less", x, e.scalar(-lambd, x.dtype), dtype=np.bool_)
+    high = e.elementwise("greater", x, e.scalar(lambd, x.dtype), dtype=np.bool_)
+    inside = e.op("where", [high, e.binary("sub", x, bias), e.expand(e.scalar(0, x.dtype),
+                                                                   x.shape)], x.shape, x.dtype)
+    return [e.op("where", [low, e.binary("add", x, bias), inside], x.shape, x.dtype)]
+
+
 @handles("PRelu", 9, 16, floats=True)
 def _prelu(e, xs, a, v):
     x, slope = xs
+    if e.importer.declared_opset < 7 and slope.shape == x.shape[1:2] and len(x.shape) > 2:
+        # PRelu-1 and -6 take one slope per channel (axis 1); the version converter leaves
+        # the slope as it is, which broadcasting from opset 7 on would read on the last axis
+        slope = e.reshape(slope, (*slope.shape, *(1,) * (len(x.shape) - 2)))
     try:
         fits = np.broadcast_shapes(x.shape, slope.shape) == x.shape
     except ValueError:
