@@ -3,8 +3,9 @@
 `node_tests()` fetches the wheel once (`pip download onnx==1.22.0 --no-deps`) into `build/`
 and unpacks only `onnx/backend/test/data/node`; `HEXIR_ONNX_NODE_TESTS` names an unpacked
 copy instead. `suite(name)` does the same for the wheel's model suites (`simple`,
-`pytorch-converted`, `pytorch-operator`, `light`), found beside that copy when it has them. In scope: every test whose nodes are all ops Hexir imports (`onnx_ops.HANDLERS`)
-and whose tensors are all f32, f64, i32, i64 or bool -- the `_expanded` ones included.
+`pytorch-converted`, `pytorch-operator`, `light`), found beside that copy when it has them.
+In scope: every test whose nodes are all ops Hexir imports (`onnx_ops.HANDLERS`) and whose
+tensors are all f32, f64, i32, i64 or bool -- the `_expanded` ones included.
 `run()` compiles one with its shape and axes operands fixed from the test's own inputs (they
 are graph inputs there), runs it with the others and compares with the expected outputs.
 """

@@ -1,4 +1,4 @@
-"""Each ONNX op as hexir ops: a handler per op, for the op versions of opsets 13-25.
+"""Each ONNX op as hexir ops: a handler per op, for the op versions of opsets 13-28.
 
 A handler takes the node's inputs (`Tensor`s; None for an omitted optional one) and its
 attributes with their ONNX defaults, and returns its outputs. An ONNX op that is a
