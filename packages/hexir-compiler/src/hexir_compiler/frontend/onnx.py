@@ -1,8 +1,8 @@
 """The ONNX frontend: a model file (or an `onnx.ModelProto`) -> a `hexir` graph module.
 
-What it accepts: IR versions 3-14, the default domain at opsets 7-28 (the newest the onnx
+What it accepts: IR versions 3-14, the default domain at opsets 1-28 (the newest the onnx
 1.23 package defines), static shapes (a symbolic dimension is bound with `input_shapes`, the
-`-input-shape` flag), element types f32, f64, i32, i64 and bool. A model at opset 7-12 is
+`-input-shape` flag), element types f32, f64, i32, i64 and bool. A model at opset 1-12 is
 first upgraded to opset 13 by `onnx.version_converter` (ONNX's own adapters between op
 versions), so the handlers need know only the op versions of opsets 13-28; an upgrade that
 fails is refused naming the node it failed on. Each node is translated by its handler in

@@ -842,11 +842,12 @@ def _conv_transpose(e, xs, a, v):
 
 def _transposed_pads(a, auto_pad: str, full, sizes, strides, spatial):
     """(the pads before each spatial axis, the output's spatial shape) of a ConvTranspose,
-    as the ONNX reference computes them: explicit pads; else, with an output_shape or
-    SAME_* auto_pad, the padding that gives that shape (or input x stride), split by
-    auto_pad; else none."""
+    as the ONNX reference computes them: explicit pads (and output_shape, where given, as the
+    shape); else SAME_* auto_pad: the padding that gives output_shape (default: input x
+    stride), split as auto_pad says; else none before, the output cut or extended after to
+    output_shape where given."""
     given = list(a.get("output_shape", []))[-spatial:] if "output_shape" in a else None
-    if "pads" in a and auto_pad not in ("SAME_UPPER", "SAME_LOWER"):
+    if "pads" in a:
         pads = list(a["pads"])
         return pads[:spatial], given or [f - b - e for f, b, e in zip(full, pads[:spatial],
                                                                       pads[spatial:])]
