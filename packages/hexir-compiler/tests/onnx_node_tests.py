@@ -2,8 +2,10 @@
 
 `node_tests()` fetches the wheel once (`pip download onnx==1.22.0 --no-deps`) into `build/`
 and unpacks only `onnx/backend/test/data/node`; `HEXIR_ONNX_NODE_TESTS` names an unpacked
-copy instead. In scope: every test whose nodes are all ops Hexir imports (`onnx_ops.HANDLERS`)
-and whose tensors are all f32, f64, i32, i64 or bool -- the `_expanded` ones included.
+copy instead. `suite(name)` does the same for the wheel's model suites (`simple`,
+`pytorch-converted`, `pytorch-operator`, `light`), found beside that copy when it has them.
+In scope: every test whose nodes are all ops Hexir imports (`onnx_ops.HANDLERS`) and whose
+tensors are all f32, f64, i32, i64 or bool -- the `_expanded` ones included.
 `run()` compiles one with its shape and axes operands fixed from the test's own inputs (they
 are graph inputs there), runs it with the others and compares with the expected outputs.
 """
@@ -21,7 +23,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[3]
 WHEEL = "onnx==1.22.0"
-PREFIX = "onnx/backend/test/data/node/"
+DATA = "onnx/backend/test/data/"
 TYPES = {1, 11, 6, 7, 9}  # FLOAT, DOUBLE, INT32, INT64, BOOL
 #: (op, operand index) pairs that are shapes, axes or modes: fixed at compile time from the
 #: test data.
@@ -43,8 +45,18 @@ def node_tests() -> Path:
     """The directory of unpacked node tests."""
     if "HEXIR_ONNX_NODE_TESTS" in os.environ:
         return Path(os.environ["HEXIR_ONNX_NODE_TESTS"])
+    return suite("node")
+
+
+def suite(name: str) -> Path:
+    """The directory of the wheel's `onnx/backend/test/data/<name>`: beside the node tests
+    `HEXIR_ONNX_NODE_TESTS` names where it is there, else unpacked into `build/` once."""
+    if "HEXIR_ONNX_NODE_TESTS" in os.environ:
+        beside = Path(os.environ["HEXIR_ONNX_NODE_TESTS"]).parent / name
+        if beside.is_dir():
+            return beside
     home = ROOT / "build" / "onnx-node"
-    target = home / "node"
+    target = home / name
     if (target / ".complete").exists():
         return target
     home.mkdir(parents=True, exist_ok=True)
@@ -53,12 +65,13 @@ def node_tests() -> Path:
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", WHEEL, "-d",
                         str(home)], check=True)
         wheels = sorted(home.glob("onnx-1.22.0-*.whl"))
+    prefix = f"{DATA}{name}/"
     with zipfile.ZipFile(wheels[0]) as wheel:
-        for name in wheel.namelist():
-            if name.startswith(PREFIX) and not name.endswith("/"):
-                out = target / name[len(PREFIX):]
+        for member in wheel.namelist():
+            if member.startswith(prefix) and not member.endswith("/"):
+                out = target / member[len(prefix):]
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(wheel.read(name))
+                out.write_bytes(wheel.read(member))
     (target / ".complete").touch()
     return target
 

@@ -26,17 +26,8 @@ from hexir_compiler.pipeline import Options
 
 CASES = node.cases(set(onnx_ops.HANDLERS) | {"Shape", "Size", "ConstantOfShape"})
 
-_NEWER = "its opset is newer than the 13-25 Hexir reads (refused by name, as it should be)"
 #: name (or regex) -> (why, the refusal or failure it must show).
 EXCEPTIONS: dict[str, tuple[str, str]] = {
-    r"test_(causal_conv_with_state|flexattention|range_\w+_type)_.*": (
-        _NEWER, r"opset 2[6-9] is outside"),
-    r"test_einsum_\w+": (
-        ("opset 12 models, older than the 13-25 Hexir reads (refused by name); "
-         "test_onnx_composite.py runs them at opset 13"), r"opset 12 is outside"),
-    r"test_onehot_\w+": (
-        ("IR version 6 models (opset 11), older than Hexir reads (refused by name); "
-         "test_onnx_composite.py runs them at opset 13"), r"IR version 6 is outside"),
     r"test_resize_\w+_antialias": (
         "Resize's antialias (a filter widened by the downscale) is not implemented",
         r"antialias=1 is not supported"),
@@ -50,12 +41,6 @@ EXCEPTIONS: dict[str, tuple[str, str]] = {
     r"test_maxpool_with_argmax_\w+": (
         "MaxPool's optional Indices output is not computed",
         r"output 'z' \(optional output 1\) is not one Hexir computes"),
-    r"test_(and|or|xor)(\d|_bcast)\w*|test_not_\dd": (
-        "IR version 3 models (opset 7; Not's, opset 1), older than the IR 7-14 and opsets "
-        "13-25 Hexir reads (refused by name); the attention tests and test_onnx_elementwise "
-        "run And, Or, Xor and Not", r"IR version 3 is outside"),
-    r"test_dropout_(default|random)_old": (
-        "IR version 6 models (opset 11), older than Hexir reads", r"IR version 6 is outside"),
     r"test_training_dropout(_default)?(_mask)?": (
         "training mode with a nonzero ratio drops elements at random: not inference",
         r"training_mode is true \(ratio 0\.[0-9]+\)"),
@@ -171,12 +156,14 @@ def test_node_on_cuda(case):
         np.testing.assert_allclose(np.asarray(got), want, rtol=rtol, atol=atol, equal_nan=True)
 
 
-def test_every_handler_covers_the_op_versions_of_opsets_13_to_25():
+def test_every_handler_covers_the_op_versions_of_opsets_13_to_28():
     import onnx
+
+    from hexir_compiler.frontend.onnx import OPSETS, UPGRADE_TO
 
     for op, versions in onnx_ops.VERSIONS.items():
         reachable = set()
-        for opset in range(13, 26):
+        for opset in range(UPGRADE_TO, OPSETS[-1] + 1):
             try:
                 reachable.add(onnx.defs.get_schema(op, opset, "").since_version)
             except onnx.defs.SchemaError:

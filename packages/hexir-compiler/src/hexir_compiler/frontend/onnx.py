@@ -1,11 +1,14 @@
 """The ONNX frontend: a model file (or an `onnx.ModelProto`) -> a `hexir` graph module.
 
-What it accepts: IR versions 7-13 (and 14, which onnx 1.23's `helper.make_model` writes
-whatever the opset: it adds nothing an opset 13-25 graph can use), the default domain at
-opsets 13-25, static shapes (a
-symbolic dimension is bound with `input_shapes`, the `-input-shape` flag), element types f32,
-f64, i32, i64 and bool. Each node is translated by its handler in `onnx_ops` for the op
-version the model's opset selects; a version no handler knows is refused by name.
+What it accepts: IR versions 3-14, the default domain at opsets 1-28 (the newest the onnx
+1.23 package defines), static shapes (a symbolic dimension is bound with `input_shapes`, the
+`-input-shape` flag), element types f32, f64, i32, i64 and bool. A model at opset 1-12 is
+first upgraded to opset 13 by `onnx.version_converter` (ONNX's own adapters between op
+versions), so the handlers need know only the op versions of opsets 13-28; an upgrade that
+fails is refused naming the node it failed on. Each node is translated by its handler in
+`onnx_ops` for the op version the model's opset selects; a version no handler knows is
+refused by name. A graph input that has an initializer (IR 3, where every initializer is also
+listed as an input) is that constant, as in ONNX Runtime.
 
 Values are either runtime tensors (MLIR values) or compile-time constants (numpy arrays):
 initializers, Constant nodes, inputs fixed with `fixed_inputs` (`-fix-input`), and anything
@@ -32,8 +35,10 @@ from hexir_format import printable
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 
-IR_VERSIONS = range(7, 15)
-OPSETS = range(13, 26)
+IR_VERSIONS = range(3, 15)
+OPSETS = range(1, 29)
+#: The opset the handlers start at; an older model is upgraded to it first.
+UPGRADE_TO = 13
 DOMAINS = ("", "ai.onnx")
 
 #: ONNX TensorProto element type -> numpy dtype, for the types Hexir has.
@@ -172,7 +177,65 @@ class Importer:
         if opset not in OPSETS:
             raise ModelError(f"{self.name}: opset {opset} is outside the {OPSETS[0]}-"
                              f"{OPSETS[-1]} Hexir reads")
+        self.declared_opset = opset  # what a handler reads for a meaning the upgrade misses
+        if opset < UPGRADE_TO:
+            self.model = self._upgrade(opset)
+            return UPGRADE_TO
         return opset
+
+    def _upgrade(self, opset: int):
+        """The model converted from `opset` to `UPGRADE_TO` by ONNX's version converter; its
+        failure names the first node that fails to convert on its own."""
+        from onnx import version_converter
+
+        try:
+            return version_converter.convert_version(self.model, UPGRADE_TO)
+        except Exception as err:  # the converter raises RuntimeError with a C++ assertion text
+            whole = _converter_reason(err)
+        types = self._types()
+        for index, node in enumerate(self.model.graph.node):
+            label = f"node '{node.name}' ({node.op_type})" if node.name else \
+                f"node {index} ({node.op_type})"
+            where = f"{self.name}: {label}: cannot upgrade it from opset {opset} to {UPGRADE_TO}"
+            if node.domain not in DOMAINS:
+                continue  # the converter leaves other domains alone; the emitter refuses them
+            try:
+                self.onnx.defs.get_schema(node.op_type, opset, node.domain)
+            except self.onnx.defs.SchemaError:
+                raise ModelError(f"{where}: {node.op_type} is not an op of opset {opset}") \
+                    from None
+            try:
+                version_converter.convert_version(self._alone(node, opset, types), UPGRADE_TO)
+            except Exception as err:
+                raise ModelError(f"{where}: {_converter_reason(err)}") from None
+        raise ModelError(f"{self.name}: cannot upgrade the model from opset {opset} to "
+                         f"{UPGRADE_TO}: {whole}")
+
+    def _types(self) -> dict:
+        """Each tensor's type as shape inference gives it (empty where inference fails)."""
+        try:
+            graph = self.onnx.shape_inference.infer_shapes(self.model).graph
+        except Exception:  # inference's own errors; the node models then guess float
+            return {}
+        types = {v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)}
+        types.update({t.name: self.onnx.helper.make_tensor_type_proto(t.data_type, t.dims)
+                      for t in graph.initializer})
+        return types
+
+    def _alone(self, node, opset: int, types: dict):
+        """A model of `node` alone, its inputs typed as `types` says (float where it does not
+        know), for finding the node an upgrade fails on."""
+        helper = self.onnx.helper
+        inputs = []
+        for name in dict.fromkeys(n for n in node.input if n):
+            vi = helper.make_tensor_value_info(name, self.onnx.TensorProto.FLOAT, None)
+            if name in types:
+                vi.type.CopyFrom(types[name])
+            inputs.append(vi)
+        outputs = [helper.make_empty_tensor_value_info(n) for n in node.output if n]
+        graph = helper.make_graph([node], "alone", inputs, outputs)
+        return helper.make_model(graph, ir_version=self.model.ir_version,
+                                 opset_imports=[helper.make_opsetid("", opset)])
 
     # ---- building ------------------------------------------------------------------------
 
@@ -294,6 +357,12 @@ class Importer:
                 raise ModelError(f"{self.name}: input '{vi.name}' dimension {d}{label} is "
                                  f"symbolic; bind it with -input-shape={vi.name}=<d0>x<d1>...")
         return tuple(dim.dim_value for dim in t.shape.dim), dtype
+
+
+def _converter_reason(err: Exception) -> str:
+    """The version converter's message without its C++ file and assertion prefix."""
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text.split(" failed: ", 1)[-1]
 
 
 def _drop_dead(block: ir.Block) -> None:

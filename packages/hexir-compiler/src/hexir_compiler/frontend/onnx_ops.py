@@ -1,4 +1,4 @@
-"""Each ONNX op as hexir ops: a handler per op, for the op versions of opsets 13-25.
+"""Each ONNX op as hexir ops: a handler per op, for the op versions of opsets 13-28.
 
 A handler takes the node's inputs (`Tensor`s; None for an omitted optional one) and its
 attributes with their ONNX defaults, and returns its outputs. An ONNX op that is a
@@ -30,6 +30,13 @@ HANDLERS: dict[str, Handler] = {}
 VERSIONS: dict[str, tuple[int, ...]] = {}
 #: The ops whose first input must be float32 or float64, checked before the handler runs.
 FLOATS_ONLY: set[str] = set()
+
+
+#: Ops that draw random values: never folded (the values would be numpy's, not those of the
+#: runtime that made the test data; even with a seed, ONNX Runtime's generator differs), so
+#: refused by name -- a model whose weights are drawn so cannot be compared with anything.
+RANDOM = frozenset({"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
+                    "Bernoulli", "Multinomial"})
 
 
 def handles(op_type: str, *versions: int, floats: bool = False):
@@ -85,6 +92,10 @@ class Emitter:
             if input_ and input_ not in values and input_ not in self.unknown:
                 raise ModelError(f"{where}: input '{input_}' is computed by no earlier node and "
                                  "is not a graph input or initializer")
+        if node.op_type in RANDOM:
+            raise ModelError(f"{where}: {node.op_type} draws random values, which Hexir does "
+                             "not fold or compute (seeded or not, they would not be ONNX "
+                             "Runtime's)")
         blocked = any(input_ in self.unknown for input_ in node.input)
         inputs = [values.get(input_) if input_ else None for input_ in node.input]
         problem, schema = self._support(node)
@@ -452,6 +463,45 @@ def _hard_swish(e, xs, a, v):
     return [e.binary("mul", xs[0], _hard_sigmoid(e, xs, {"alpha": 1 / 6}, v)[0])]
 
 
+# Activations with parameters: a hexir op whose second operand is the parameter.
+handles("Elu", 6, 22, floats=True)(lambda e, xs, a, v: [
+    e.binary("elu", xs[0], e.scalar(a.get("alpha", 1.0), xs[0].dtype))])
+handles("Selu", 6, 22, floats=True)(lambda e, xs, a, v: [e.binary(
+    "mul", e.binary("elu", xs[0], e.scalar(a.get("alpha", 1.67326319217681884765625),
+                                           xs[0].dtype)),
+    e.scalar(a.get("gamma", 1.05070102214813232421875), xs[0].dtype))])
+handles("ThresholdedRelu", 10, 22, floats=True)(lambda e, xs, a, v: [
+    e.binary("thresholded_relu", xs[0], e.scalar(a.get("alpha", 1.0), xs[0].dtype))])
+
+
+@handles("Shrink", 9, floats=True)
+def _shrink(e, xs, a, v):
+    x = xs[0]
+    lambd, bias = a.get("lambd", 0.5), e.scalar(a.get("bias", 0.0), x.dtype)
+    low = e.elementwise("less", x, e.scalar(-lambd, x.dtype), dtype=np.bool_)
+    high = e.elementwise("greater", x, e.scalar(lambd, x.dtype), dtype=np.bool_)
+    inside = e.op("where", [high, e.binary("sub", x, bias), e.expand(e.scalar(0, x.dtype),
+                                                                   x.shape)], x.shape, x.dtype)
+    return [e.op("where", [low, e.binary("add", x, bias), inside], x.shape, x.dtype)]
+
+
+@handles("PRelu", 9, 16, floats=True)
+def _prelu(e, xs, a, v):
+    x, slope = xs
+    if e.importer.declared_opset < 7 and slope.shape == x.shape[1:2] and len(x.shape) > 2:
+        # PRelu-1 and -6 take one slope per channel (axis 1); the version converter leaves
+        # the slope as it is, which broadcasting from opset 7 on would read on the last axis
+        slope = e.reshape(slope, (*slope.shape, *(1,) * (len(x.shape) - 2)))
+    try:
+        fits = np.broadcast_shapes(x.shape, slope.shape) == x.shape
+    except ValueError:
+        fits = False
+    if not fits:  # ONNX broadcasts the slope to the input, never the other way
+        raise NodeError(f"slope of shape {list(slope.shape)} does not broadcast to the input's "
+                        f"{list(x.shape)}")
+    return [e.binary("prelu", x, slope)]
+
+
 @handles("Gelu", 20, floats=True)
 def _gelu(e, xs, a, v):
     x = xs[0]
@@ -496,7 +546,7 @@ def _where(e, xs, a, v):
                  shape, x.dtype)]
 
 
-@handles("Cast", 13, 19, 21, 23, 24, 25)
+@handles("Cast", 13, 19, 21, 23, 24, 25, 28)
 def _cast(e, xs, a, v):
     to = a["to"]
     if to not in DTYPES:
@@ -568,6 +618,29 @@ def _layer_norm(e, xs, a, v):
         if bias is not None:
             y = e.binary("add", y, bias)
     return [y, mean, inverse]
+
+
+@handles("LRN", 13, floats=True)
+def _lrn(e, xs, a, v):
+    """x / (bias + alpha / size * (the sum of x^2 over `size` neighbouring channels)) ^ beta:
+    the sum is an average pool (padding counted) over the channels of x^2 seen as one
+    [N, 1, C, spatial] image, times `size`, which cancels alpha's 1 / size."""
+    x = xs[0]
+    if len(x.shape) < 3:
+        raise NodeError(f"input has rank {len(x.shape)}; expected [N, C, D1, ...]")
+    size = int(a["size"])
+    if size < 1:
+        raise NodeError(f"size {size} is not positive")
+    n, c = x.shape[:2]
+    image = (n, 1, c, math.prod(x.shape[2:]))
+    squares = e.reshape(e.binary("mul", x, x), image)
+    window = e.op("pool", [squares], image, x.dtype, kind="average", kernel=[size, 1],
+                  strides=[1, 1], pads=[(size - 1) // 2, 0, size // 2, 0], dilations=[1, 1],
+                  ceil_mode=False, count_include_pad=True)
+    scaled = e.binary("add", e.binary("mul", e.reshape(window, x.shape),
+                                      e.scalar(a.get("alpha", 1e-4), x.dtype)),
+                      e.scalar(a.get("bias", 1.0), x.dtype))
+    return [e.binary("div", x, e.binary("pow", scaled, e.scalar(a.get("beta", 0.75), x.dtype)))]
 
 
 @handles("BatchNormalization", 9, 14, 15, floats=True)
@@ -832,6 +905,99 @@ def _conv(e, xs, a, v):
     if bias is not None:
         y = e.binary("add", y, e.reshape(bias, (w.shape[0],) + (1,) * (len(x.shape) - 2)))
     return [y]
+
+
+@handles("ConvTranspose", 11, 22, floats=True)
+def _conv_transpose(e, xs, a, v):
+    """A convolution of the input with zeros inserted between its elements (strides - 1 of
+    them per step), padded by (kernel - 1) x dilation less the transposed pads, with the
+    weight's two channel axes swapped (per group) and its kernel flipped."""
+    x, w, bias = (xs + [None])[:3]
+    rank = len(x.shape)
+    if rank < 3 or len(w.shape) != rank:
+        raise NodeError(f"expected an input [N, C, spatial...] and a weight of its rank, got "
+                        f"{list(x.shape)} and {list(w.shape)}")
+    group = int(a.get("group", 1))
+    channels, per_group = w.shape[:2]
+    if group < 1 or x.shape[1] != channels or channels % group:
+        raise NodeError(f"group {group}: the weight {list(w.shape)} needs {channels} input "
+                        f"channels, a multiple of group; the input has {x.shape[1]}")
+    kernel = list(w.shape[2:])
+    if list(a.get("kernel_shape", kernel)) != kernel:
+        raise NodeError(f"kernel_shape {list(a['kernel_shape'])} differs from the weight's "
+                        f"{kernel}")
+    spatial = rank - 2
+    strides = list(a.get("strides", [1] * spatial))
+    dilations = list(a.get("dilations", [1] * spatial))
+    extra = list(a.get("output_padding", [0] * spatial))
+    sizes = x.shape[2:]
+    reach = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    full = [s * (n - 1) + o + r for s, n, o, r in zip(strides, sizes, extra, reach)]
+    auto_pad = _string(a, "auto_pad", "NOTSET")
+    starts, out = _transposed_pads(a, auto_pad, full, sizes, strides, spatial)
+    # The zero-inserted input, n * s long (its last s - 1 zeros count as padding below).
+    for d, step in enumerate(strides):
+        if step > 1:
+            x = _spread(e, x, 2 + d, step)
+    lows = [r - 1 - b for r, b in zip(reach, starts)]
+    highs = [o + b - n * s for o, b, n, s in zip(out, starts, sizes, strides)]
+    kernels = e.reshape(w, (group, channels // group, per_group, *kernel))
+    kernels = e.reshape(e.transpose(kernels, (0, 2, 1, *range(3, rank + 1))),
+                        (group * per_group, channels // group, *kernel))
+    kernels = _flip(e, kernels, range(2, rank))
+    pads = [max(0, p) for p in lows + highs]
+    shape = signatures.conv(x.shape, kernels.shape, group, [1] * spatial, pads, dilations)
+    y = e.op("conv", [x, kernels], shape, x.dtype, strides=[1] * spatial, pads=pads,
+             dilations=dilations, group=group)
+    crop = [max(0, -p) for p in lows]
+    if crop != [0] * spatial or list(shape[2:]) != out:
+        y = e.op("slice", [y], (*shape[:2], *out), x.dtype, starts=[0, 0, *crop],
+                 steps=[1] * rank)
+    if bias is not None:
+        y = e.binary("add", y, e.reshape(bias, (shape[1],) + (1,) * spatial))
+    return [y]
+
+
+def _transposed_pads(a, auto_pad: str, full, sizes, strides, spatial):
+    """(the pads before each spatial axis, the output's spatial shape) of a ConvTranspose,
+    as the ONNX reference computes them: explicit pads (and output_shape, where given, as the
+    shape); else SAME_* auto_pad: the padding that gives output_shape (default: input x
+    stride), split as auto_pad says; else none before, the output cut or extended after to
+    output_shape where given."""
+    given = list(a.get("output_shape", []))[-spatial:] if "output_shape" in a else None
+    if "pads" in a:
+        pads = list(a["pads"])
+        return pads[:spatial], given or [f - b - e for f, b, e in zip(full, pads[:spatial],
+                                                                      pads[spatial:])]
+    if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
+        raise NodeError(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    if auto_pad in ("NOTSET", "VALID"):
+        return [0] * spatial, given or full
+    out = given or [n * s for n, s in zip(sizes, strides)]
+    totals = [f - o for f, o in zip(full, out)]
+    return [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals], out
+
+
+def _spread(e, x: Tensor, axis: int, step: int) -> Tensor:
+    """`x` with step - 1 zeros after each element along `axis` (its extent times step)."""
+    shape = list(x.shape)
+    column = e.reshape(x, (*shape[:axis + 1], 1, *shape[axis + 1:]))
+    zeros = e.op("expand", [constant(np.zeros((1,) * (len(shape) + 1), x.dtype))],
+                 (*shape[:axis + 1], step - 1, *shape[axis + 1:]), x.dtype)
+    both = e.op("concat", [column, zeros], (*shape[:axis + 1], step, *shape[axis + 1:]),
+                x.dtype, axis=axis + 1)
+    shape[axis] *= step
+    return e.reshape(both, shape)
+
+
+def _flip(e, t: Tensor, axes) -> Tensor:
+    """`t` reversed along `axes`."""
+    axes = list(axes)
+    if t.is_const:
+        return constant(np.ascontiguousarray(np.flip(t.const, axes)))
+    return e.op("slice", [t], t.shape, t.dtype,
+                starts=[n - 1 if d in axes else 0 for d, n in enumerate(t.shape)],
+                steps=[-1 if d in axes else 1 for d in range(len(t.shape))])
 
 
 def _pool(kind: str):

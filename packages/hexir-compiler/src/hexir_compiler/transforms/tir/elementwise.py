@@ -185,6 +185,23 @@ def _compare(on_float: arith.CmpFPredicate, on_int: arith.CmpIPredicate) -> Scal
     return _typed(lambda x, y: arith.cmpf(on_float, x, y), lambda x, y: arith.cmpi(on_int, x, y))
 
 
+def _elu(b: KernelBuilder, x: ir.Value, alpha: ir.Value) -> ir.Value:
+    # x < 0 ? alpha * (exp(x) - 1) : x, as ONNX's Elu (and its reference) computes it
+    negative = arith.cmpf(arith.CmpFPredicate.OLT, x, b.constant(0.0, x.type))
+    return arith.select(negative, arith.mulf(alpha, arith.subf(math.exp(x),
+                                                               b.constant(1.0, x.type))), x)
+
+
+def _prelu(b: KernelBuilder, x: ir.Value, slope: ir.Value) -> ir.Value:
+    negative = arith.cmpf(arith.CmpFPredicate.OLT, x, b.constant(0.0, x.type))
+    return arith.select(negative, arith.mulf(slope, x), x)
+
+
+def _thresholded_relu(b: KernelBuilder, x: ir.Value, alpha: ir.Value) -> ir.Value:
+    return arith.select(arith.cmpf(arith.CmpFPredicate.OGT, x, alpha), x,
+                        b.constant(0.0, x.type))
+
+
 UNARY: dict[str, Elementwise] = {
     "relu": Elementwise(_relu),
     "sigmoid": Elementwise(_sigmoid),
@@ -226,6 +243,10 @@ BINARY: dict[str, Elementwise] = {
                         "i1"),
     "greater": Elementwise(_compare(arith.CmpFPredicate.OGT, arith.CmpIPredicate.sgt), NUMBERS,
                            "i1"),
+    # activations whose parameter is the second operand (a scalar, or PRelu's slope)
+    "elu": Elementwise(_elu),
+    "prelu": Elementwise(_prelu),
+    "thresholded_relu": Elementwise(_thresholded_relu),
 }
 
 GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}
