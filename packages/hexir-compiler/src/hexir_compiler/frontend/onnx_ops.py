@@ -731,3 +731,8 @@ def _pool(kind: str):
 
 handles("MaxPool", 12, 22, floats=True)(_pool("max"))
 handles("AveragePool", 11, 19, 22, floats=True)(_pool("average"))
+
+
+# The recurrent layers (RNN, GRU, LSTM) have their own module; importing it here registers
+# them wherever the handlers are read.
+from hexir_compiler.frontend import onnx_rnn  # noqa: F401
