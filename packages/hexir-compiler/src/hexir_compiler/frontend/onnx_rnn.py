@@ -87,6 +87,8 @@ class _Step:
 
 def _take(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     """x[start:stop] along `axis` (a constant is sliced now)."""
+    if (start, stop) == (0, x.shape[axis]):
+        return x
     if x.is_const:
         return constant(np.ascontiguousarray(np.take(x.const, range(start, stop), axis=axis)))
     shape = list(x.shape)
@@ -245,9 +247,14 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
         return a if b is None else step.bin("add", a, b)
 
     f, g, h = (functions + [None, None])[:3]
+    # each sequence's length broadcast over the hidden axis once: a step's mask is then one
+    # comparison of the state's shape
+    lengths = None if lens is None or lens.is_const else \
+        e.expand(e.reshape(lens, (batch, 1)), (batch, hidden))
     ys = [None] * seq
     for t in (reversed(range(seq)) if reverse else range(seq)):
-        x = e.reshape(_take(e, xproj, 0, t, t + 1), (batch, gates * hidden))
+        x = e.op("gather", [xproj, constant(np.array(t, np.int64))], (batch, gates * hidden),
+                 dtype, axis=0)
         if op == "RNN":
             H_new = step.activate(f, plus(x, times_R(H, 0, 1)), clip)
         elif op == "GRU":
@@ -279,7 +286,7 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
             o = step.activate(f, po, clip)
             # ONNX Runtime leaves h's input unclipped (the spec's words allow either)
             H_new = step.bin("mul", o, step.activate(h, C_new, None))
-        live = _live(e, lens, t, batch)
+        live = _live(e, lens, lengths, t)
         if live is None:
             ys[t], H = H_new, H_new
             if op == "LSTM":
@@ -290,25 +297,27 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
             if op == "LSTM":
                 C = step.where(live, C_new, C)
     if lens is not None:  # ONNX Runtime's final states of an empty sequence are zeros
-        started = _live(e, lens, 0, batch)
+        started = _live(e, lens, lengths, 0)
         if started is not None:
             H = step.where(started, H, step.s(0))
             C = step.where(started, C, step.s(0)) if op == "LSTM" else C
-    if seq:
-        Y = _join(e, [e.reshape(y, (1, 1, batch, hidden)) for y in ys], 0)
+    if seq:  # the steps side by side, [batch, seq * hidden], then as [seq, 1, batch, hidden]
+        Y = e.reshape(_join(e, ys, 1), (batch, seq, hidden))
+        Y = e.reshape(e.transpose(Y, (1, 0, 2)), (seq, 1, batch, hidden))
     else:
         Y = constant(np.zeros((0, 1, batch, hidden), dtype))
     return (Y, H, C) if op == "LSTM" else (Y, H)
 
 
-def _live(e, lens: Tensor | None, t: int, batch: int) -> Tensor | None:
-    """Which sequences step `t` belongs to, as a [batch, 1] bool (None: all of them)."""
+def _live(e, lens: Tensor | None, lengths: Tensor | None, t: int) -> Tensor | None:
+    """Where step `t` is within its sequence, as a bool of the state's shape or [batch, 1]
+    for constant lengths (None: everywhere). `lengths`: runtime `lens` as [batch, hidden]."""
     if lens is None:
         return None
     if lens.is_const:
         live = lens.const > t
-        return None if live.all() else constant(live.reshape(batch, 1))
-    return e.reshape(e.binary("less", e.scalar(t, np.int32), lens, dtype=np.bool_), (batch, 1))
+        return None if live.all() else constant(live.reshape(-1, 1))
+    return e.binary("less", e.scalar(t, np.int32), lengths, dtype=np.bool_)
 
 
 for _op in KINDS:
