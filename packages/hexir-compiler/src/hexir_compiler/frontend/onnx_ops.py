@@ -1131,3 +1131,8 @@ def _scatter_nd(e, xs, a, v):
 # ---- ops composed of the above (their own module; each registers itself here) -------------
 
 from hexir_compiler.frontend import onnx_ops_composite  # noqa: F401
+
+
+# The recurrent layers (RNN, GRU, LSTM) have their own module; importing it here registers
+# them wherever the handlers are read.
+from hexir_compiler.frontend import onnx_rnn  # noqa: F401
