@@ -52,7 +52,7 @@ BAD = {
     "old opset, an op it does not define (the converter passes it on)": (
         _model([helper.make_node("Gelu", ["x"], ["y"], name="g")], [X], [Y], opset=9,
                ir_version=4),
-        "node 'g' (Gelu): Gelu is not an op of opset 13"),
+        "1 op that is not an op of opset 13: Gelu (1 node: 'g')"),
     "symbolic dimension": (_model([helper.make_node("Relu", ["x"], ["y"])],
                                   [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                  ["batch", 3])], [Y]),

@@ -146,6 +146,17 @@ def test_unwritable_output_is_refused_before_anything_runs(tmp_path):
                   f"{tmp_path / 'no'}: no such directory\n"
 
 
+def _threads() -> str:
+    """The banner's count of the cpu pool's threads (HEXIR_CPU_THREADS, else the cores)."""
+    from hexir_runtime.hal import threads
+
+    n = threads.cpu_threads()
+    return f"{n} thread" + ("s" if n != 1 else "")
+
+
+_THREADS = _threads()
+
+
 def test_banner_is_byte_exact(builtin_hxb):
     code, _, err = run(builtin_hxb)
     assert code == 0
@@ -154,7 +165,7 @@ def test_banner_is_byte_exact(builtin_hxb):
         "  [1] program      offset=160        size=176",
         "  [2] rodata       offset=336        size=64",
         "  [3] executables  offset=400        size=88",
-        "device        : cpu",
+        f"device        : cpu, {_THREADS}",
     ]
 
 
@@ -177,7 +188,8 @@ def test_cuda_paths_of_the_cli_over_the_fake_driver(monkeypatch, builtin_hxb):
     monkeypatch.setattr(cuda_backend, "load_driver", lambda: fake)
     code, out, err = run("--device=cuda", path)
     assert code == 0 and out == "8.000000 17.000000 \n12.000000 14.000000 \n"
-    assert err.splitlines()[-3:] == ["device        : cpu", "device        : cuda (Fake GPU)",
+    assert err.splitlines()[-3:] == [f"device        : cpu, {_THREADS}",
+                                     "device        : cuda (Fake GPU)",
                                      "--"]
     assert run("--selftest", "--device=cuda") == (
         0, "device        : cuda (Fake GPU)\nhal roundtrip : ok (32 bytes)\n", "")

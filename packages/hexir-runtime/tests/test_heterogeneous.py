@@ -55,12 +55,13 @@ def test_mlp_with_its_layers_on_cuda_and_softmax_on_cpu():
                            "cuMemcpyDtoDAsync": 0}
 
 
-@pytest.mark.parametrize(("name", "inputs"), [("linear-relu-split.hxb", []),
-                                              ("mlp-f32-mixed.hxb", ["--input=8x784xf32=0"])])
-def test_split_module_on_cpu_only_is_refused_naming_the_first_cuda_kernel(name, inputs):
+@pytest.mark.parametrize(("name", "inputs", "kernel"), [
+    ("linear-relu-split.hxb", [], "linear_0"),
+    ("mlp-f32-mixed.hxb", ["--input=8x784xf32=0"], "linear_add_relu_0")])
+def test_split_module_on_cpu_only_is_refused_naming_the_first_cuda_kernel(name, inputs, kernel):
     proc = subprocess.run([sys.executable, "-m", "hexir_runtime", "--device=cpu", "--quiet",
                            str(FIXTURES / name), *inputs], capture_output=True, text=True)
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr == ("hexir-run: kernel 'linear_0' is placed on cuda but the active "
+    assert proc.stderr == (f"hexir-run: kernel '{kernel}' is placed on cuda but the active "
                            "device is cpu: run it with --device=cuda (device='cuda' in Python), "
                            "or compile it for the cpu\n")

@@ -341,9 +341,10 @@ def test_the_pool_object_is_what_its_ir_builds():
 
 
 def _mlp_with_a_damaged_image(damage) -> bytes:
-    """fixtures/mlp-f32.hxb with `damage(image)` applied to its first kernel's host image."""
-    data = bytearray((FIXTURES / "mlp-f32.hxb").read_bytes())
-    image = hf.parse(bytes(data)).executables[0].image
+    """fixtures/mlp-f64.hxb with `damage(image)` applied to the host image of its softmax,
+    the kernel that calls libm (`exp`) and so has relocations and an undefined symbol."""
+    data = bytearray((FIXTURES / "mlp-f64.hxb").read_bytes())
+    image = next(e.image for e in hf.parse(bytes(data)).executables if e.name == "softmax_3")
     at = bytes(data).find(bytes(image))
     data[at:at + len(image)] = damage(bytes(image))
     return bytes(data)
@@ -374,7 +375,7 @@ def test_an_image_the_loader_would_refuse_is_refused_by_the_validator_at_load(da
     """What linking checks without an address is the one validator's: the module is refused
     when it is validated (hxb-dump, `load`), not at its first call."""
     data = _mlp_with_a_damaged_image(damage)
-    with pytest.raises(hf.ValidationError, match="executable 0 .*, image: host image of "
+    with pytest.raises(hf.ValidationError, match="executable 3 .*, image: host image of "
                                                  f"kernel .*{re.escape(needle)}"):
         hf.validate.check(hf.parse(data))
     with pytest.raises(hr.ValidationError, match=re.escape(needle)):

@@ -14,7 +14,7 @@ def test_the_mlp_profile_times_every_kernel_and_counts_the_matmuls_work():
     x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
     with hr.load(FIXTURES / "mlp-f32.hxb") as m:
         p = m.profile("main", x, calls=5)
-        kernels = [e.name for e in m._live().plan.module.executables]
+        kernels = [e.name for e in m._resident.plan.module.executables]
     assert [k.name for k in p.kernels] == kernels  # one per DISPATCH, in order
     assert p.calls == 5 and p.call_seconds > 0 and all(k.seconds > 0 for k in p.kernels)
     assert p.overhead_seconds == max(0.0, p.call_seconds - p.kernel_seconds)
@@ -48,5 +48,5 @@ def test_cpu_threads_is_hexir_cpu_threads(monkeypatch):
         monkeypatch.setenv("HEXIR_CPU_THREADS", "3")
         assert m.cpu_threads == 3
         monkeypatch.setenv("HEXIR_CPU_THREADS", "0")
-        with pytest.raises(hr.DeviceError, match="HEXIR_CPU_THREADS='0', expected a positive"):
+        with pytest.raises(hr.DeviceError, match="HEXIR_CPU_THREADS='0': expected an integer from 1 to 1024"):
             m.cpu_threads  # noqa: B018

@@ -149,31 +149,35 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
             warmup: int = 3) -> Profile:
     """Profile `calls` calls of `entry` of the loaded `module` (a `Module`) on `checked`
     (its inputs as `api.check_inputs` returns them; see the module docstring)."""
-    program = module._live().program(module.prepare(entry)._plan)
-    for _ in range(warmup):
-        module.execute(entry, checked)
-    arena = program._take()
-    steps = list(arena.steps)
-    devices = program.resident.devices
-    per_step: list[list[float]] = [[] for _ in steps]
-    whole: list[float] = []
+    resident = module._enter()  # counted as a call in flight: close() waits for it
     try:
-        arena.call = Call(checked, None)
+        program = resident.program(module.prepare(entry)._plan)
+        for _ in range(warmup):
+            module.execute(entry, checked)
+        arena = program._take()
+        steps = list(arena.steps)
+        devices = program.resident.devices
+        per_step: list[list[float]] = [[] for _ in steps]
+        whole: list[float] = []
+        try:
+            arena.call = Call(checked, None)
+            for _ in range(calls):
+                for i, step in enumerate(steps):
+                    start = time.perf_counter()
+                    step.run()
+                    if step.device is not None:
+                        devices[step.device].wait()
+                    per_step[i].append(time.perf_counter() - start)
+            arena.call = None
+        finally:
+            arena.call = None
+            program._free.append(arena)
         for _ in range(calls):
-            for i, step in enumerate(steps):
-                start = time.perf_counter()
-                step.run()
-                if step.device is not None:
-                    devices[step.device].wait()
-                per_step[i].append(time.perf_counter() - start)
-        arena.call = None
+            start = time.perf_counter()
+            module.execute(entry, checked)
+            whole.append(time.perf_counter() - start)
     finally:
-        arena.call = None
-        program._free.append(arena)
-    for _ in range(calls):
-        start = time.perf_counter()
-        module.execute(entry, checked)
-        whole.append(time.perf_counter() - start)
+        module._leave()
     result = Profile(entry, calls, threads.cpu_threads(), statistics.median(whole))
     result.clock_hz, result.clock_source = _clock()
     result.peak_bytes = _copy_bandwidth()
