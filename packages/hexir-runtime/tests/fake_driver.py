@@ -7,8 +7,10 @@ runtime loaded, on that memory (`ptx_exec`): its parameters unpacked from kernel
 kernel's signature lays them out, its grid and block as given, its loads and stores checked
 (a fault is reported at the next synchronize, as CUDA_ERROR_ILLEGAL_ADDRESS or
 CUDA_ERROR_MISALIGNED_ADDRESS; `faults` says what each did). So end-to-end results compare
-the compiled device code with the cpu backend; a race, a divergent barrier or an instruction
-the executor does not know fails the test with `ptx_exec`'s error. `calls` counts every call by name; `fail` makes the next calls
+the compiled device code with the cpu backend; a race or a divergent barrier fails the test
+with `ptx_exec`'s error, and PTX the executor cannot parse or run (damaged, or an instruction
+it does not know) is refused as the driver refuses bad PTX, CUDA_ERROR_INVALID_PTX, with the
+executor's reason, naming the instruction, in `image_errors`. `calls` counts every call by name; `fail` makes the next calls
 of a name fail.
 
 Streams, events, graphs and pinned memory behave as the driver's do, as far as a host-only
@@ -45,6 +47,7 @@ class CUresult(IntEnum):
     CUDA_ERROR_OUT_OF_MEMORY = 2
     CUDA_ERROR_INVALID_DEVICE = 101
     CUDA_ERROR_INVALID_IMAGE = 200
+    CUDA_ERROR_INVALID_PTX = 218
     CUDA_ERROR_INVALID_HANDLE = 400
     CUDA_ERROR_NOT_FOUND = 500
     CUDA_ERROR_ILLEGAL_ADDRESS = 700
@@ -77,6 +80,7 @@ class FakeDriver:
         self.modules: dict[int, ptx_exec.Module] = {}
         self.functions: dict[int, tuple[ptx_exec.Module, str]] = {}
         self.faults: list[str] = []  # what each faulting launch did, for the test's message
+        self.image_errors: list[str] = []  # why each refused PTX image was refused
         self.launches: list[tuple[str, tuple[int, ...], tuple[int, ...]]] = []
         self.context_refs = 0
         self.fault: CUresult | None = None  # surfaced at the next synchronize
@@ -356,12 +360,18 @@ class FakeDriver:
         data = bytes(image)
         if not data.rstrip(b"\0") or data.startswith(b"BAD"):
             return (CUresult.CUDA_ERROR_INVALID_IMAGE,)
-        try:  # an unknown instruction raises ptx_exec.UnsupportedError: loud, by design
+        try:
             program = ptx_exec.Module(data)
         except ptx_exec.UnsupportedError as err:
-            if "neither PTX" not in str(err) and "no PTX" not in str(err):
-                raise
-            return (CUresult.CUDA_ERROR_INVALID_IMAGE,)
+            if "neither PTX" in str(err) or "no PTX" in str(err):
+                return (CUresult.CUDA_ERROR_INVALID_IMAGE,)
+            # PTX the executor cannot run (damaged, or an instruction it does not know): the
+            # driver's refusal of bad PTX; `image_errors` says what, for the failing test
+            self.image_errors.append(str(err))
+            return (CUresult.CUDA_ERROR_INVALID_PTX,)
+        except Exception as err:  # a damaged image breaks the parser anywhere: still bad PTX
+            self.image_errors.append(f"{type(err).__name__}: {err}")
+            return (CUresult.CUDA_ERROR_INVALID_PTX,)
         handle = 0x1000 + len(self.modules)
         self.modules[handle] = program
         return (OK, handle)
