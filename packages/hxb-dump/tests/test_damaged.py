@@ -207,12 +207,13 @@ def test_a_plan_offset_past_the_allocation_cap_is_refused(dump, tmp_path):
 
 
 def test_a_host_image_the_loader_would_refuse_is_refused(dump, tmp_path):
-    """An unsupported relocation type in the mlp's first kernel: the runtime's loader would
-    refuse it at the first call, so the dump (the same validator) refuses the file."""
+    """An unsupported relocation type in the mlp's first kernel that has relocations (its
+    softmax calls libm): the runtime's loader would refuse it at the first call, so the dump
+    (the same validator) refuses the file."""
     data = bytearray((dump_samples.BUILTIN.parent / "mlp-f32.hxb").read_bytes())
-    image = bytes(hf.parse(bytes(data)).executables[0].image)
-    obj = hf.elf.parse_object(image)
-    table = next(t for t in obj.relocations if t.relocations)
+    images = (bytes(e.image) for e in hf.parse(bytes(data)).executables)
+    image, obj, table = next((i, o, t) for i, o in ((i, hf.elf.parse_object(i)) for i in images)
+                             for t in o.relocations if t.relocations)
     at = bytes(data).find(image) + obj.sections[table.index].offset + 8  # r_info's type
     data[at:at + 4] = (23).to_bytes(4, "little")  # R_X86_64_TPOFF32
     path = tmp_path / "tpoff.hxb"

@@ -20,9 +20,20 @@ def test_the_builtin_fixture_is_there():
     assert FIXTURES / "builtin.hxb" in MODULES
 
 
+# Checked-in modules that today's validator refuses, with the line it must print: a module of
+# the time when a big cpu matmul called back into the runtime (fixtures/README.md).
+REFUSED = {
+    "matmul-callback.hxb": "calls 'hexir_rt_matmul', the runtime routine that modules "
+                           "compiled before hexir-compiler 0.2.0 used",
+}
+
+
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: p.name)
 def test_fixture_lists(dump, path):
     r = dump(path)
+    if path.name in REFUSED:
+        assert r.rc == 1 and r.err.count("\n") == 1 and REFUSED[path.name] in r.err, r.err
+        return
     assert (r.rc, r.err) == (0, "")
     facts = json.loads(dump(path, "--json").out)
     assert facts["size"] == path.stat().st_size
