@@ -67,6 +67,27 @@ def test_shape_arithmetic_folds_and_no_kernel_computes_it():
     assert '"hexir.reshape"' in text and "tensor<2x12xf32>" in text
 
 
+def test_a_gather_elements_of_known_values_along_a_long_axis_folds():
+    """As a BERT embedding picks its buffered token type ids (1 x 128) for 40 positions;
+    onnx.reference's GatherElements fails past 64 along the axis, so this is numpy's."""
+    data = np.arange(2 * 128, dtype=np.int64).reshape(2, 128)
+    index = np.array([list(range(40)), [-1 - i for i in range(40)]], np.int64)
+    nodes = [helper.make_node("GatherElements", ["d", "i"], ["g"], axis=1),
+             helper.make_node("Add", ["x", "g"], ["y"])]
+    inits = [numpy_helper.from_array(data, "d"), numpy_helper.from_array(index, "i")]
+    model = _model(nodes, [_value("x", TensorProto.INT64, [2, 40])],
+                   [_value("y", TensorProto.INT64, None)], inits)
+    assert "gather_elements" not in hexir_compiler.compile(model, "mlir")
+    x = np.ones((2, 40), np.int64)
+    np.testing.assert_array_equal(hexir_runtime.load(hexir_compiler.compile(model)).main(x),
+                                  x + np.take_along_axis(data, index % 128, 1))
+    bad = np.array([[0, 128]], np.int64)
+    model.graph.initializer[1].CopyFrom(numpy_helper.from_array(bad, "i"))
+    with pytest.raises(hexir_compiler.CompileError, match=r"GatherElements.*index 128 is out "
+                                                          r"of range for an axis of extent 128"):
+        hexir_compiler.compile(model)
+
+
 def test_outputs_that_are_inputs_or_constants_and_unused_inputs():
     nodes = [helper.make_node("Identity", ["x"], ["same"]),
              helper.make_node("Constant", [], ["seven"], value_int=7)]

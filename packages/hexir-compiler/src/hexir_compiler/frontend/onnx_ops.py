@@ -169,6 +169,20 @@ class Emitter:
             return [constant(shape[attrs.get("start", 0):attrs.get("end")])]
         if node.op_type == "Size":
             return [constant(np.array(math.prod(inputs[0].shape), np.int64))]
+        if node.op_type == "GatherElements" and node.domain in ("", "ai.onnx"):
+            # onnx.reference's GatherElements fails once an axis has more than 64 elements
+            # (np.choose's limit; its fallback is wrong), as a BERT embedding's buffered
+            # token type ids of a longer context do: numpy's take_along_axis is the op
+            data, indices = inputs
+            try:
+                axis = _axis(next((a.i for a in node.attribute if a.name == "axis"), 0),
+                             len(data.shape))
+                signatures.gather_elements(data.shape, indices.shape, axis)
+                _indices(indices, [data.shape[axis]])
+            except (NodeError, signatures.ShapeError) as err:
+                raise ModelError(f"{where}: {err}") from None
+            index = np.where(indices.const < 0, indices.const + data.shape[axis], indices.const)
+            return [constant(np.take_along_axis(data.const, index.astype(np.int64), axis))]
         from onnx.reference import ReferenceEvaluator
 
         helper = self.onnx.helper
