@@ -10,13 +10,14 @@ kernels sum in another order than the host code, and deep CNNs grow that roundin
 normwise (max |cuda - cpu| / max |cpu|), mobilenet_v2 1.3e-5 and shufflenet_v2 1.0e-5; the
 transformers, recurrent taggers and the other CNNs 1e-8 to 4e-6. Integers match exactly.
 
-Cost, measured on the loaded 2-core machine (compiling the cpu and the cuda module, then the
-fake run): by default the six cheapest models that still cover each family -- bert (masks
-through bool `where`), gpt2 with its KV cache, the Whisper-style encoder (conv1d), ViT,
-squeezenet and resnet18 -- 10-30 s each, about 2 minutes together. HEXIR_FULL_MODELS=1 runs
-the whole corpus: llama, gpt2, T5, CLIP, mobilenet_v2 25-45 s; shufflenet_v2, efficientnet_b0
-and the LSTM and GRU taggers 50-100 s (most of it compiling: their many small kernels); and the
-bigger configurations, the wide BERT and resnet18 at 224x224 (its PTX run alone minutes).
+Cost, measured on the 2-core machine under a load of 5-7 (compiling the cpu and the cuda
+module, then the fake run): by default the six cheapest models that still cover each family
+-- bert (masks through bool `where`), gpt2 with its KV cache, the Whisper-style encoder
+(conv1d), ViT, squeezenet and resnet18 -- 19-55 s each, 3 minutes together (70 s of CPU).
+HEXIR_FULL_MODELS=1 runs the whole corpus, about 16 minutes so: T5, CLIP, gpt2, llama,
+mobilenet_v2 and shufflenet_v2 20-47 s each; the LSTM and GRU taggers, efficientnet_b0 and the
+wide BERT 60-72 s (mostly compiling their many small kernels); resnet18 at 224x224 about 5.5
+minutes, 4.5 of them its PTX run.
 """
 
 from __future__ import annotations
