@@ -752,6 +752,9 @@ def _compile(kernel: Kernel, ins: Instruction) -> None:
             out(st, sel, np.where(n == 0, unsigned.type(0), field).view(dtype))
         ins.run = extract
         return
+    if base == "prmt":
+        _prmt(ins, ops, mods)
+        return
     if base == "shfl":
         _shfl(kernel, ins, ops, mods, types)
         return
@@ -1006,6 +1009,45 @@ def _store_race(addresses: np.ndarray, data: np.ndarray, where: str) -> None:
     if same.any() and (d[1:][same] != d[:-1][same]).any():
         bad = int(a[1:][same][0])
         raise RaceError(f"{where}: two threads store different values to {bad:#x} at once")
+
+
+#: prmt's modes: for c[1:0] = 0..3, the source bytes of d's bytes 0..3 (the PTX ISA's table,
+#: which lists them from d.b3 down).
+_PRMT_MODES = {
+    "f4e": ((0, 1, 2, 3), (1, 2, 3, 4), (2, 3, 4, 5), (3, 4, 5, 6)),
+    "b4e": ((0, 7, 6, 5), (1, 0, 7, 6), (2, 1, 0, 7), (3, 2, 1, 0)),
+    "rc8": ((0, 0, 0, 0), (1, 1, 1, 1), (2, 2, 2, 2), (3, 3, 3, 3)),
+    "ecl": ((0, 1, 2, 3), (1, 1, 2, 3), (2, 2, 2, 3), (3, 3, 3, 3)),
+    "ecr": ((0, 0, 0, 0), (0, 1, 1, 1), (0, 1, 2, 2), (0, 1, 2, 3)),
+    "rc16": ((0, 1, 0, 1), (2, 3, 2, 3), (0, 1, 0, 1), (2, 3, 2, 3)),
+}
+
+
+def _prmt(ins, ops, mods) -> None:
+    """prmt.b32{.mode} d, a, b, c: d's four bytes picked from the eight of {b, a} (a's are
+    bytes 0-3). Without a mode each of c's low four nibbles picks one: its low three bits the
+    byte, its top bit replicating that byte's sign bit instead."""
+    args = ins.operands
+    a, b, c = (ops.get(x, np.uint32) for x in args[1:4])
+    out = ops.set(args[0], np.uint32)
+    mode = next((m for m in mods if m in _PRMT_MODES), None)
+    if mods - {mode}:
+        raise ops.fail(f"prmt mode '.{'.'.join(sorted(mods - {mode}))}'")
+    table = np.array(_PRMT_MODES[mode], np.int64) if mode else None
+    shifts = np.arange(0, 16, 4, dtype=np.uint32)
+
+    def permute(st, sel):
+        source = np.stack([a(st, sel), b(st, sel)], axis=1).view(np.uint8)  # (n, 8)
+        control = c(st, sel)
+        if table is not None:
+            picks, sign = table[control & 3], np.zeros((len(control), 4), bool)
+        else:
+            nibbles = (control[:, None] >> shifts) & 0xF
+            picks, sign = (nibbles & 7).astype(np.int64), (nibbles & 8) != 0
+        chosen = np.take_along_axis(source, picks, axis=1)
+        chosen = np.where(sign, np.where(chosen & 0x80, 0xFF, 0).astype(np.uint8), chosen)
+        out(st, sel, np.ascontiguousarray(chosen).view(np.uint32).reshape(-1))
+    ins.run = permute
 
 
 def _shfl(kernel, ins, ops, mods, types) -> None:

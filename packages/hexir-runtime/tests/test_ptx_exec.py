@@ -199,6 +199,33 @@ ret;
     assert out[3:].view(np.uint32)[0] == 0x4B400001
 
 
+def test_byte_permutes():
+    """prmt picks d's bytes from {b, a}: by selector nibbles (the top bit replicating the
+    picked byte's sign; the compiler's i1/i8 loads take a byte out of a word so) and by each
+    mode's table."""
+    body = """
+ld.param.u64 %rd1, [p0];
+mov.b32 %r1, 0x44332211;
+mov.b32 %r2, 0x88776655;
+prmt.b32 %r3, %r1, %r2, 0x7773U;
+st.global.u32 [%rd1], %r3;
+prmt.b32 %r3, %r1, %r2, 0x0F08;
+st.global.u32 [%rd1+4], %r3;
+prmt.b32.f4e %r3, %r1, %r2, 1;
+st.global.u32 [%rd1+8], %r3;
+prmt.b32.b4e %r3, %r1, %r2, 0;
+st.global.u32 [%rd1+12], %r3;
+prmt.b32.rc16 %r3, %r1, %r2, 1;
+st.global.u32 [%rd1+16], %r3;
+prmt.b32.ecr %r3, %r1, %r2, 2;
+st.global.u32 [%rd1+20], %r3;
+ret;
+"""
+    (out,) = launch(kernel(body), [np.zeros(6, np.uint32)], block=(1, 1, 1))
+    assert [hex(v) for v in out] == ["0x88888844", "0x11ff1100", "0x55443322", "0x66778811",
+                                     "0x44334433", "0x33332211"]
+
+
 # ---- the compiled kernels ------------------------------------------------------------------
 
 def _mutate(path, kernel_name: str, old: bytes, new: bytes) -> bytes:

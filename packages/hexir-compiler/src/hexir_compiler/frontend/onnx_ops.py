@@ -169,12 +169,20 @@ class Emitter:
             return [constant(shape[attrs.get("start", 0):attrs.get("end")])]
         if node.op_type == "Size":
             return [constant(np.array(math.prod(inputs[0].shape), np.int64))]
-        if node.op_type in _NUMPY_FOLDS:
-            attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
+        if node.op_type == "GatherElements" and node.domain in ("", "ai.onnx"):
+            # onnx.reference's GatherElements fails once an axis has more than 64 elements
+            # (np.choose's limit; its fallback is wrong), as a BERT embedding's buffered
+            # token type ids of a longer context do: numpy's take_along_axis is the op
+            data, indices = inputs
             try:
-                return [constant(_NUMPY_FOLDS[node.op_type]([t.const for t in inputs], attrs))]
-            except (IndexError, ValueError) as err:
-                raise ModelError(f"{where}: folding it at import failed: {err}") from None
+                axis = _axis(next((a.i for a in node.attribute if a.name == "axis"), 0),
+                             len(data.shape))
+                signatures.gather_elements(data.shape, indices.shape, axis)
+                _indices(indices, [data.shape[axis]])
+            except (NodeError, signatures.ShapeError) as err:
+                raise ModelError(f"{where}: {err}") from None
+            index = np.where(indices.const < 0, indices.const + data.shape[axis], indices.const)
+            return [constant(np.take_along_axis(data.const, index.astype(np.int64), axis))]
         from onnx.reference import ReferenceEvaluator
 
         helper = self.onnx.helper
@@ -289,24 +297,6 @@ class Emitter:
         shape = [1 if d in axes else e for d, e in enumerate(x.shape)] if keepdims else \
             [e for d, e in enumerate(x.shape) if d not in axes]
         return self.op(name, [x], shape, x.dtype, axes=list(axes), keepdims=bool(keepdims))
-
-
-def _fold_gather_elements(xs: list[np.ndarray], attrs: dict) -> np.ndarray:
-    data, indices = xs
-    axis = attrs.get("axis", 0)
-    axis = axis + data.ndim if axis < 0 else axis
-    if not -data.shape[axis] <= indices.min(initial=0) <= indices.max(initial=0) < data.shape[axis]:
-        raise IndexError(f"an index is outside [-{data.shape[axis]}, {data.shape[axis]})")
-    return np.take_along_axis(data, np.where(indices < 0, indices + data.shape[axis], indices),
-                              axis)
-
-
-#: Folds computed here rather than by onnx.reference, whose forms of these are wrong: its
-#: GatherElements of a 2-D tensor with 64 or more entries along the axis takes one element
-#: per row (ALBERT's and ELECTRA's token-type ids fold through it).
-_NUMPY_FOLDS: dict[str, Callable[[list[np.ndarray], dict], np.ndarray]] = {
-    "GatherElements": _fold_gather_elements,
-}
 
 
 def constant(array: np.ndarray) -> Tensor:
