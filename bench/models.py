@@ -148,8 +148,9 @@ class Job:
 def measure(job: Job) -> dict:
     """Check every image against ORT, then time the engines interleaved (module docstring).
     Runs in its own process: HEXIR_CPU_THREADS is set before the runtime makes its pool."""
-    import hexir_runtime
     import onnxruntime
+
+    import hexir_runtime
 
     with np.load(job.inputs) as saved:
         feeds = {name: saved[name] for name in job.names}
@@ -291,8 +292,9 @@ def _model(name: str, spec: Spec, args, settings: list[int], scratch: Path) -> N
             images[label].write_bytes(image)
     results = []
     for threads in settings:
-        job = Job(str(path), str(feeds), [i.name for i in spec.inputs], {k: str(v) for k, v in images.items()}, threads,
-                  args.calls, args.block, args.budget, args.clock)
+        job = Job(str(path), str(feeds), [i.name for i in spec.inputs],
+                  {k: str(v) for k, v in images.items()}, threads, args.calls, args.block,
+                  args.budget, args.clock)
         try:
             results.append(run_job(job)["engines"])
         except RuntimeError as err:
