@@ -87,6 +87,9 @@ def test_the_per_kernel_profile_covers_every_kernel(name):
     assert [k.name for k in p.kernels] == dispatched and dispatched
     assert all(exe.kind is KernelKind.RESHAPE for i, exe in dispatches if i in views)
     assert all(k.seconds > 0 and k.nbytes > 0 for k in p.kernels)
+    # every convolution's work is counted (GFLOP/s against the peak), whatever its layout
+    assert all(k.flops for k in p.kernels if k.name.startswith("conv")), \
+        [(k.name, [a.shape for a in k.exe.args]) for k in p.kernels if not k.flops]
     assert p.call_seconds > 0 and p.calls == CALLS
     # Each kernel timed alone, the call timed whole: together they account for the call (a
     # kernel timed twice, or steps of the runtime's own counted as kernels, would not). Two
