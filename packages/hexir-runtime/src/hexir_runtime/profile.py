@@ -6,8 +6,8 @@ the entry's steps once, as a call does, then runs them `calls` times, timing eac
 ordinary way. Per kernel: the median time, its share of the median call, and what it
 achieved -- GFLOP/s for the kernels whose work the profile can count from their arguments (a
 matmul or linear: 2 M N K; a convolution, its weight in ONNX's layout or packed by the
-compiler: 2 x outputs x C/g x kernel), GB/s (the bytes of its arguments, each read or written once: a lower bound
-of its traffic) for every kernel -- each as a fraction of the machine's peak, and which roof
+compiler: 2 x outputs x C/g x kernel), GB/s (the bytes of its arguments, each read or
+written once: a lower bound of its traffic) for every kernel -- each as a fraction of the machine's peak, and which roof
 bounds it (roofline framing): compute when its FLOPs per byte reach the ridge point (peak
 FLOP/s over peak bytes/s), else memory. A kernel whose data stays in the caches can pass
 the memory peak, which is DRAM's. The runtime's own
