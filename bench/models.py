@@ -13,7 +13,8 @@ outputs) at benchmark sizes:
   x 128 tokens with padding in the mask: BERT, GPT-2, a Llama-style decoder (rotary, RMSNorm,
   grouped-query attention), T5's encoder; a Whisper-style encoder on 80 mels x 400 frames.
 `--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
-64x64 images, 8 tokens), a minute or two in all.
+64x64 images, 8 tokens): most of its time is compiling. The full corpus took 42 minutes on a
+loaded 2-core machine (bench/README.md), compiling included; `--models=` narrows either.
 
 Each model is exported once into `build/models/<key>/` (the key hashes this file, real_models
 and the torch/transformers versions), compiled for every `--targets` entry (`default` is the
