@@ -1,177 +1,318 @@
-"""Real CNNs (torchvision, random weights) on Hexir's cpu against ONNX Runtime, in one process.
+"""The model corpus: real architectures on Hexir's cpu against ONNX Runtime, in one run.
 
-    python bench/models.py [--models=resnet18,mobilenet_v2,squeezenet1_1] [--rounds=7]
-                           [--block=3] [--targets=x86-64-v3,default] [--baseline=DIR]
-                           [--threads=N]
+    python bench/models.py [--models=NAME,...] [--quick] [--threads=default,1]
+                           [--targets=default,x86-64-v3] [--calls=200] [--block=10]
+                           [--budget=20] [--baseline=DIR] [--clock=wall|cpu]
 
-Each model is exported from torchvision (`weights=None`, BatchNorm statistics randomised by a
-few seeded batches in train mode, so the logits are not degenerate) at 1x3x224x224 with
-`torch.onnx.export` into `build/models/` (kept between runs), then, in one process per model:
-an ONNX Runtime session (default threads) and a Hexir module per `--targets` entry
-(`default` is the compiler's default target), plus, with `--baseline=DIR`, the same targets
-compiled by another checkout's compiler (DIR/packages/*/src on PYTHONPATH, in a subprocess)
-and run by this runtime: before/after in the same run. Every result is checked against ORT
-first. The engines are timed in interleaved blocks of `--block` calls, `--rounds` times; a
-figure is the median of the per-call times of its blocks, and each ratio is hexir / ORT.
+The corpus (random weights: nothing can be downloaded), built by the test suite's
+`packages/hexir-compiler/tests/real_models.py` (its builders, its fixes for degenerate random
+outputs) at benchmark sizes:
+- torchvision at 1x3x224x224: ResNet-18, MobileNetV2, SqueezeNet 1.1, EfficientNet-B0,
+  ShuffleNetV2 x1.0, ConvNeXt-Tiny, ViT-B/16;
+- Hugging Face, small random configs (hidden 256, 4 layers, a 96-token vocabulary), batch 1
+  x 128 tokens with padding in the mask: BERT, GPT-2, a Llama-style decoder (rotary, RMSNorm,
+  grouped-query attention), T5's encoder; a Whisper-style encoder on 80 mels x 400 frames.
+`--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
+64x64 images, 8 tokens): most of its time is compiling. The full corpus took 42 minutes on a
+loaded 2-core machine (bench/README.md), compiling included; `--models=` narrows either.
+
+Each model is exported once into `build/models/<key>/` (the key hashes this file, real_models
+and the torch/transformers versions), compiled for every `--targets` entry (`default` is the
+compiler's default target; with `--baseline=DIR` also by another checkout's compiler: before
+and after in one run), and then, for every `--threads` entry (`default`: each runtime its own
+default, `N`: HEXIR_CPU_THREADS=N and ORT's intra-op threads N), measured in a fresh process
+(the cpu pool's size is fixed per process): every Hexir result is checked against ONNX
+Runtime's first (within rtol 1e-3 / atol 1e-4, as the tests hold them), then the engines run
+in interleaved blocks -- one untimed call, then `--block` calls each timed -- until each has
+`--calls` timed calls or the model's `--budget` seconds are spent. A figure is the median of
+an engine's calls, its ratio hexir / ORT, and its stability the slowest call over the median
+(issue 24's target: <= 1.5 over 200 calls on a quiet machine).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
+import json
+import math
 import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-CACHE = REPO / "build" / "models"
-MODELS = ("resnet18", "mobilenet_v2", "squeezenet1_1")
+TESTS = REPO / "packages" / "hexir-compiler" / "tests"
+sys.path.insert(0, str(TESTS))
+import real_models  # noqa: E402  (the test suite's corpus builders)
+from real_models import Input, Spec  # noqa: E402
+
 COMPILE = r"""
-import sys
+import sys, time
 import hexir_compiler
 target = None if sys.argv[2] == "default" else "cpu:" + sys.argv[2]
-sys.stdout.buffer.write(hexir_compiler.compile(sys.argv[1], target=target))
+start = time.perf_counter()
+image = hexir_compiler.compile(sys.argv[1], target=target)
+sys.stderr.write(f"compile-seconds {time.perf_counter() - start:.3f}\n")
+sys.stdout.buffer.write(image)
 """
+RTOL, ATOL = 1e-3, 1e-4
+
+_IMAGE = (Input("pixel_values", (1, 3, 224, 224)),)
+_TEXT = (Input("input_ids", (1, 128), "ids"), Input("attention_mask", (1, 128), "mask"))
+MELS, FRAMES = 80, 400
+_HIDDEN = {"max_position_embeddings": 128}
 
 
-@functools.cache
-def _torchvision():
-    """torchvision with its C ops declared (TOOLCHAIN.md: its build expects CUDA torch) and,
-    where Pillow is not installed, an empty `PIL.Image` for its datasets' imports (the model
-    zoo never uses it)."""
-    import importlib.util
-    import types
-
-    import torch
-
-    if importlib.util.find_spec("PIL") is None:
-        class Stub(types.ModuleType):
-            def __getattr__(self, name: str):
-                if name.startswith("__"):
-                    raise AttributeError(name)
-                return type(name, (), {})
-
-        pil = Stub("PIL")
-        pil.__version__ = "0"
-        for part in ("Image", "ImageColor", "ImageDraw", "ImageFont", "ImageOps", "ImageEnhance"):
-            setattr(pil, part, Stub(f"PIL.{part}"))
-            sys.modules[f"PIL.{part}"] = getattr(pil, part)
-        sys.modules["PIL"] = pil
-
-    try:
-        import torchvision
-    except (RuntimeError, ImportError):
-        lib = torch.library.Library("torchvision", "DEF")
-        lib.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-        lib.define("qnms(Tensor qdets, Tensor scores, float iou_threshold) -> Tensor")
-        _torchvision.lib = lib  # keep the definitions alive
-        import torchvision
-    import torchvision
-
-    return torchvision
+def _vision(name: str) -> Spec:
+    return Spec(real_models._vision(name), _IMAGE, ("logits",))
 
 
-def export(name: str) -> Path:
-    """`build/models/<name>.onnx`, exported once."""
-    path = CACHE / f"{name}.onnx"
-    if path.exists():
-        return path
-    import torch
+#: name: the model at benchmark size.
+CORPUS: dict[str, Spec] = {
+    "resnet18": _vision("resnet18"),
+    "mobilenet_v2": _vision("mobilenet_v2"),
+    "squeezenet1_1": _vision("squeezenet1_1"),
+    "efficientnet_b0": _vision("efficientnet_b0"),
+    "shufflenet_v2": _vision("shufflenet_v2_x1_0"),
+    "convnext_tiny": _vision("convnext_tiny"),
+    "vit_b_16": _vision("vit_b_16"),
+    "bert": Spec(functools.partial(real_models._bert, hidden_size=256, num_hidden_layers=4,
+                                   num_attention_heads=4, intermediate_size=1024, **_HIDDEN),
+                 _TEXT, ("last_hidden_state", "pooler_output")),
+    "gpt2": Spec(functools.partial(real_models._gpt2, n_embd=256, n_layer=4, n_head=4,
+                                   n_positions=128),
+                 _TEXT, ("logits",), options={"use_cache": False}),
+    "llama": Spec(functools.partial(real_models._llama, hidden_size=256, intermediate_size=688,
+                                    num_hidden_layers=4, num_attention_heads=8,
+                                    num_key_value_heads=4, **_HIDDEN),
+                  _TEXT, ("logits",), options={"use_cache": False}),
+    "t5_encoder": Spec(functools.partial(real_models._t5_encoder, d_model=256, d_kv=32,
+                                         d_ff=1024, num_layers=4, num_heads=8),
+                       _TEXT, ("last_hidden_state",)),
+    "whisper_encoder": Spec(functools.partial(
+        real_models._whisper_encoder, num_mel_bins=MELS, d_model=256, encoder_layers=4,
+        encoder_attention_heads=4, encoder_ffn_dim=1024, max_source_positions=FRAMES // 2),
+        (Input("input_features", (1, MELS, FRAMES)),), ("last_hidden_state",)),
+}
 
-    torchvision = _torchvision()
-    torch.manual_seed(0)
-    model = getattr(torchvision.models, name)(weights=None)
-    model.train()
-    with torch.no_grad():
-        for _ in range(3):
-            model(torch.randn(4, 3, 224, 224))
-    model.eval()
-    CACHE.mkdir(parents=True, exist_ok=True)
-    torch.onnx.export(model, (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
-                      opset_version=17, input_names=["x"], output_names=["y"])
-    return path
+
+def corpus(quick: bool) -> dict[str, Spec]:
+    if quick:
+        return {name: real_models.MODELS[name] for name in real_models.selected()}
+    return CORPUS
 
 
-def compile_with(path: Path, target: str, packages: Path | None) -> bytes:
-    """The .hxb of `path` for `target`, by this checkout's compiler or the one under
-    `packages` (another checkout's packages/ directory)."""
+def export(name: str, spec: Spec, quick: bool) -> Path:
+    """The model's ONNX file, exported once (the tiny ones into the test suite's cache)."""
+    if quick:
+        return real_models.export(name)
+    key = real_models.key(Path(__file__))
+    return real_models.export_spec(spec, REPO / "build" / "models" / key / f"{name}.onnx")
+
+
+def compile_with(path: Path, target: str, packages: Path | None) -> tuple[bytes, float]:
+    """The .hxb of `path` for `target` by this checkout's compiler or the one under
+    `packages` (another checkout's packages/ directory), and the seconds it took."""
     env = dict(os.environ)
     if packages is not None:
         env["PYTHONPATH"] = os.pathsep.join(str(p) for p in sorted(packages.glob("*/src")))
-    return subprocess.run([sys.executable, "-c", COMPILE, str(path), target], env=env,
-                          check=True, capture_output=True).stdout
+    done = subprocess.run([sys.executable, "-c", COMPILE, str(path), target], env=env,
+                          capture_output=True)
+    if done.returncode:
+        lines = done.stderr.decode(errors="replace").strip().splitlines() or ["(no message)"]
+        raise RuntimeError(lines[-1])
+    seconds = float(done.stderr.decode().rsplit("compile-seconds ", 1)[1].split()[0])
+    return done.stdout, seconds
 
 
-def _ort_options(onnxruntime, threads: int):
+@dataclasses.dataclass
+class Job:
+    """What one measuring process does (sent to it as JSON)."""
+
+    onnx: str
+    inputs: str  # an .npz of the feeds, by input name
+    names: list[str]  # the model's inputs in order
+    images: dict[str, str]  # label: .hxb path
+    threads: int  # 0: each runtime's default
+    calls: int
+    block: int
+    budget: float
+    clock: str
+
+
+def measure(job: Job) -> dict:
+    """Check every image against ORT, then time the engines interleaved (module docstring).
+    Runs in its own process: HEXIR_CPU_THREADS is set before the runtime makes its pool."""
+    import onnxruntime
+
+    import hexir_runtime
+
+    with np.load(job.inputs) as saved:
+        feeds = {name: saved[name] for name in job.names}
     options = onnxruntime.SessionOptions()
-    if threads:
-        options.intra_op_num_threads = threads
-    return options
+    if job.threads:
+        options.intra_op_num_threads = job.threads
+    session = onnxruntime.InferenceSession(job.onnx, options, providers=["CPUExecutionProvider"])
+    want = session.run(None, feeds)
+    engines = {"ORT": lambda: session.run(None, feeds)}
+    checks: dict[str, dict] = {"ORT": {"max_abs_diff": 0.0, "ok": True}}
+    modules = []
+    for label, path in job.images.items():
+        module = hexir_runtime.load(path)
+        modules.append(module)
+        args = tuple(feeds.values())
+        got = module.main(*args)
+        got = got if isinstance(got, tuple | list) else (got,)
+        diff, ok = 0.0, len(got) == len(want)
+        for g, w in zip(got, want, strict=False):
+            g = np.asarray(g)
+            ok = ok and g.shape == w.shape
+            if ok and w.dtype.kind == "f":
+                diff = max(diff, float(np.abs(g - w).max()))
+                ok = ok and bool(np.allclose(g, w, rtol=RTOL, atol=ATOL))
+            elif ok:
+                ok = bool(np.array_equal(g, w))
+        checks[label] = {"max_abs_diff": diff, "ok": ok}
+        engines[label] = lambda m=module, a=args: m.main(*a)
+    clock = time.process_time if job.clock == "cpu" else time.perf_counter
+    times: dict[str, list[float]] = {label: [] for label in engines}
+    order = list(engines)
+    start = time.perf_counter()
+    rounds = 0
+    while min(len(t) for t in times.values()) < job.calls and (
+            rounds < 2 or time.perf_counter() - start < job.budget):
+        for label in order[rounds % len(order):] + order[:rounds % len(order)]:
+            call = engines[label]
+            call()  # the other engine's threads may still spin: this call absorbs it
+            for _ in range(min(job.block, job.calls - len(times[label]))):
+                before = clock()
+                call()
+                times[label].append(clock() - before)
+        rounds += 1
+    for module in modules:
+        module.close()
+    return {"engines": {label: {"calls": len(t), "median": statistics.median(t),
+                                "slowest": max(t), **checks[label]}
+                        for label, t in times.items()}}
+
+
+def run_job(job: Job) -> dict:
+    """`measure(job)` in a fresh process with the job's thread setting."""
+    env = dict(os.environ)
+    env.pop("HEXIR_CPU_THREADS", None)
+    if job.threads:
+        env["HEXIR_CPU_THREADS"] = str(job.threads)
+    done = subprocess.run([sys.executable, __file__, "--measure"],
+                          input=json.dumps(dataclasses.asdict(job)), env=env, text=True,
+                          capture_output=True)
+    if done.returncode:
+        lines = done.stderr.strip().splitlines() or ["(no message)"]
+        raise RuntimeError(lines[-1])
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def main(argv: list[str]) -> int:
+    if argv == ["--measure"]:
+        print(json.dumps(measure(Job(**json.loads(sys.stdin.read())))))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--targets", default="x86-64-v3,default")
+    parser.add_argument("--models", default=None, help="comma-separated names (default: all)")
+    parser.add_argument("--quick", action="store_true",
+                        help="the test suite's tiny configurations instead")
+    parser.add_argument("--targets", default="default,x86-64-v3")
+    parser.add_argument("--threads", default="default,1",
+                        help="thread settings, each measured in its own process")
     parser.add_argument("--baseline", type=Path, default=None)
-    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=200, help="timed calls per engine")
+    parser.add_argument("--block", type=int, default=10)
+    parser.add_argument("--budget", type=float, default=20.0,
+                        help="seconds of timing per model and thread setting (at least two "
+                             "rounds of blocks run)")
     parser.add_argument("--clock", choices=("wall", "cpu"), default="wall",
                         help="cpu: the process's CPU time (with --threads=1, what a busy "
                              "machine's other processes barely disturb)")
-    parser.add_argument("--threads", type=int, default=0,
-                        help="threads for both runtimes (default: each its own default)")
-    parser.add_argument("--block", type=int, default=3)
     args = parser.parse_args(argv)
-    if args.threads:  # read by the runtime's pool when it is made
-        os.environ["HEXIR_CPU_THREADS"] = str(args.threads)
-    import hexir_runtime
+    models = corpus(args.quick)
+    names = args.models.split(",") if args.models else list(models)
+    unknown = [n for n in names if n not in models]
+    if unknown:
+        parser.error(f"--models: unknown {', '.join(unknown)}; expected some of "
+                     f"{', '.join(models)}")
+    settings = [0 if t == "default" else int(t) for t in args.threads.split(",")]
     import onnxruntime
 
-    clock = time.process_time if args.clock == "cpu" else time.perf_counter
-
-    print(f"onnxruntime {onnxruntime.__version__}; {os.cpu_count()} cores; rounds "
-          f"{args.rounds} x blocks of {args.block} calls, engines interleaved")
-    print("| model | engine | ms / call | / ORT | max abs diff |")
-    print("| --- | --- | ---: | ---: | ---: |")
-    for name in args.models.split(","):
-        path = export(name)
-        x = np.random.default_rng(0).standard_normal((1, 3, 224, 224)).astype(np.float32)
-        session = onnxruntime.InferenceSession(str(path), _ort_options(onnxruntime, args.threads),
-                                               providers=["CPUExecutionProvider"])
-        want = session.run(None, {"x": x})[0]
-        engines = {"ORT": lambda s=session, x=x: s.run(None, {"x": x})}
-        diffs = {"ORT": 0.0}
-        images = {}
-        for target in args.targets.split(","):
-            images[f"hexir {target}"] = compile_with(path, target, None)
-            if args.baseline is not None:
-                images[f"before {target}"] = compile_with(path, target,
-                                                          args.baseline / "packages")
-        modules = [hexir_runtime.load(image) for image in images.values()]
-        for label, module in zip(images, modules, strict=True):
-            diffs[label] = float(np.abs(module.main(x) - want).max())
-            engines[label] = lambda m=module, x=x: m.main(x)
-        times: dict[str, list[float]] = {label: [] for label in engines}
-        for _ in range(args.rounds):
-            for label, call in engines.items():
-                call()
-                start = clock()
-                for _ in range(args.block):
-                    call()
-                times[label].append((clock() - start) / args.block)
-        ort = statistics.median(times["ORT"])
-        for label, samples in times.items():
-            median = statistics.median(samples)
-            print(f"| {name} | {label} | {median * 1e3:.2f} | {median / ort:.2f} | "
-                  f"{diffs[label]:.1e} |", flush=True)
-        for module in modules:
-            module.close()
+    load = os.getloadavg()
+    print(f"onnxruntime {onnxruntime.__version__}; {os.cpu_count()} cores; load average "
+          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; OPENBLAS_NUM_THREADS="
+          f"{os.environ.get('OPENBLAS_NUM_THREADS', 'unset')}; up to {args.calls} calls per "
+          f"engine in blocks of {args.block}, engines interleaved, {args.budget:g} s per "
+          f"model and setting")
+    header = "| model | engine | compile s |"
+    rule = "| --- | --- | ---: |"
+    for t in settings:
+        name = "default threads" if not t else f"{t} thread{'s' * (t != 1)}"
+        header += f" {name}: ms | / ORT | slowest / median | calls |"
+        rule += " ---: | ---: | ---: | ---: |"
+    print(header + " max abs diff |")
+    print(rule + " ---: |", flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        for name in names:
+            _model(name, models[name], args, settings, Path(scratch))
     return 0
+
+
+def _model(name: str, spec: Spec, args, settings: list[int], scratch: Path) -> None:
+    """Export, compile, measure and print one model's rows."""
+    try:
+        path = export(name, spec, args.quick)
+    except Exception as err:  # noqa: BLE001  (an export failure is a row, not the end)
+        print(f"| {name} | export failed: {str(err).splitlines()[0]} |", flush=True)
+        return
+    rng = np.random.default_rng(1)
+    feeds = scratch / f"{name}.npz"
+    np.savez(feeds, **{i.name: i.draw(rng) for i in spec.inputs})
+    images, compile_s = {}, {"ORT": math.nan}
+    compilers = [("hexir", None)]
+    if args.baseline is not None:
+        compilers.append(("before", args.baseline / "packages"))
+    for target in args.targets.split(","):
+        for who, packages in compilers:
+            label = f"{who} {target}"
+            try:
+                image, compile_s[label] = compile_with(path, target, packages)
+            except RuntimeError as err:
+                print(f"| {name} | {label} | compile failed: {err} |", flush=True)
+                continue
+            images[label] = scratch / f"{name}.{label.replace(' ', '.')}.hxb"
+            images[label].write_bytes(image)
+    results = []
+    for threads in settings:
+        job = Job(str(path), str(feeds), [i.name for i in spec.inputs],
+                  {k: str(v) for k, v in images.items()}, threads, args.calls, args.block,
+                  args.budget, args.clock)
+        try:
+            results.append(run_job(job)["engines"])
+        except RuntimeError as err:
+            print(f"| {name} | measuring failed ({threads or 'default'} threads): {err} |",
+                  flush=True)
+            return
+    for label in ["ORT", *images]:
+        row = f"| {name} | {label} | " + ("-" if label == "ORT" else f"{compile_s[label]:.1f}")
+        for engines in results:
+            e, ort = engines[label], engines["ORT"]["median"]
+            row += (f" | {e['median'] * 1e3:.2f} | {e['median'] / ort:.2f} | "
+                    f"{e['slowest'] / e['median']:.2f} | {e['calls']}")
+        e = results[0][label]
+        row += f" | {e['max_abs_diff']:.1e}{'' if e['ok'] else ' WRONG'} |"
+        print(row, flush=True)
+    for image in images.values():
+        image.unlink()
 
 
 if __name__ == "__main__":

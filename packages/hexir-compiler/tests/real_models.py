@@ -15,6 +15,7 @@ each path).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import sys
@@ -110,11 +111,12 @@ def _settle(model, inputs: tuple[Input, ...]):
 
 # ---- Hugging Face ------------------------------------------------------------------------
 
-def _bert():
+def _bert(**config):
     t = _transformers()
-    return t.BertModel(t.BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2,
-                                    num_attention_heads=4, intermediate_size=64,
-                                    max_position_embeddings=32))
+    return t.BertModel(t.BertConfig(**{
+        "vocab_size": VOCAB, "hidden_size": 32, "num_hidden_layers": 2,
+        "num_attention_heads": 4, "intermediate_size": 64, "max_position_embeddings": 32,
+        **config}))
 
 
 def _keywords(model, spec: Spec):
@@ -134,13 +136,14 @@ def _keywords(model, spec: Spec):
     return Keywords().eval()
 
 
-def _gpt2_config(t):
-    return t.GPT2Config(vocab_size=VOCAB, n_positions=32, n_embd=32, n_layer=2, n_head=4)
+def _gpt2_config(t, **config):
+    return t.GPT2Config(**{"vocab_size": VOCAB, "n_positions": 32, "n_embd": 32, "n_layer": 2,
+                           "n_head": 4, **config})
 
 
-def _gpt2():
+def _gpt2(**config):
     t = _transformers()
-    return t.GPT2LMHeadModel(_gpt2_config(t))
+    return t.GPT2LMHeadModel(_gpt2_config(t, **config))
 
 
 GPT2_PAST = 5
@@ -174,17 +177,19 @@ def _gpt2_cached():
     return Step().eval()
 
 
-def _llama():
+def _llama(**config):
     t = _transformers()
-    return t.LlamaForCausalLM(t.LlamaConfig(
-        vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=32))
+    return t.LlamaForCausalLM(t.LlamaConfig(**{
+        "vocab_size": VOCAB, "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "max_position_embeddings": 32, **config}))
 
 
-def _t5_encoder():
+def _t5_encoder(**config):
     t = _transformers()
-    return t.T5EncoderModel(t.T5Config(vocab_size=VOCAB, d_model=32, d_kv=8, d_ff=64,
-                                       num_layers=2, num_heads=4))
+    return t.T5EncoderModel(t.T5Config(**{"vocab_size": VOCAB, "d_model": 32, "d_kv": 8,
+                                          "d_ff": 64, "num_layers": 2, "num_heads": 4,
+                                          **config}))
 
 
 def _clip_text():
@@ -198,21 +203,24 @@ def _clip_text():
 WHISPER_MELS, WHISPER_FRAMES = 16, 16
 
 
-def _whisper_encoder():
+def _whisper_encoder(**config):
+    """Whisper's encoder (two stride-1/stride-2 Conv1d over mel frames, then a transformer
+    encoder); its input has `num_mel_bins` x 2 `max_source_positions` frames."""
     t = _transformers()
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
-    return WhisperEncoder(t.WhisperConfig(
-        vocab_size=VOCAB, num_mel_bins=WHISPER_MELS, d_model=32, encoder_layers=2,
-        encoder_attention_heads=4, encoder_ffn_dim=64, decoder_layers=1,
-        decoder_attention_heads=4, decoder_ffn_dim=64, max_source_positions=WHISPER_FRAMES // 2))
+    return WhisperEncoder(t.WhisperConfig(**{
+        "vocab_size": VOCAB, "num_mel_bins": WHISPER_MELS, "d_model": 32, "encoder_layers": 2,
+        "encoder_attention_heads": 4, "encoder_ffn_dim": 64, "decoder_layers": 1,
+        "decoder_attention_heads": 4, "decoder_ffn_dim": 64,
+        "max_source_positions": WHISPER_FRAMES // 2, **config}))
 
 
-def _vit():
+def _vit(**config):
     t = _transformers()
-    return t.ViTModel(t.ViTConfig(image_size=32, patch_size=8, hidden_size=32,
-                                  num_hidden_layers=2, num_attention_heads=4,
-                                  intermediate_size=64))
+    return t.ViTModel(t.ViTConfig(**{"image_size": 32, "patch_size": 8, "hidden_size": 32,
+                                     "num_hidden_layers": 2, "num_attention_heads": 4,
+                                     "intermediate_size": 64, **config}))
 
 
 # ---- torchvision and recurrent models ----------------------------------------------------
@@ -276,9 +284,8 @@ MODELS: dict[str, Spec] = {
     # bigger ones, with HEXIR_FULL_MODELS=1
     "resnet18_224": Spec(_vision("resnet18"), (Input("pixel_values", (1, 3, 224, 224)),),
                          ("logits",), full=True),
-    "bert_wide": Spec(lambda: _transformers().BertModel(_transformers().BertConfig(
-        vocab_size=VOCAB, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-        intermediate_size=512, max_position_embeddings=64)),
+    "bert_wide": Spec(functools.partial(_bert, hidden_size=128, num_hidden_layers=4,
+                                        intermediate_size=512, max_position_embeddings=64),
         (Input("input_ids", (2, 32), "ids"), Input("attention_mask", (2, 32), "mask")),
         ("last_hidden_state", "pooler_output"), full=True),
 }
@@ -289,10 +296,14 @@ def selected() -> list[str]:
     return [name for name, spec in MODELS.items() if full or not spec.full]
 
 
-def _key() -> str:
+def key(*also: Path) -> str:
+    """The cache key of exports: this file, the files `also` names (where their callers'
+    configurations live), torch's and transformers' versions."""
     import torch
 
     digest = hashlib.sha256(Path(__file__).read_bytes())
+    for path in also:
+        digest.update(path.read_bytes())
     digest.update(torch.__version__.encode())
     try:
         import transformers
@@ -305,12 +316,16 @@ def _key() -> str:
 
 def export(name: str) -> Path:
     """The ONNX file of model `name`, exported on first use and cached."""
+    return export_spec(MODELS[name], ROOT / "build" / "real-models" / key() / f"{name}.onnx")
+
+
+def export_spec(spec: Spec, path: Path) -> Path:
+    """`spec`'s model exported to `path`, unless that file exists (the caller keys the path
+    by what the model depends on); bench/models.py exports its larger configurations here."""
     import torch
 
-    path = ROOT / "build" / "real-models" / _key() / f"{name}.onnx"
     if path.exists():
         return path
-    spec = MODELS[name]
     model = spec.build()
     if hasattr(model, "config"):  # a Hugging Face model
         model = _keywords(model, spec)

@@ -30,7 +30,7 @@ def test_the_mlp_profile_times_every_kernel_and_counts_the_matmuls_work():
     assert [line.split()[0] for line in text[-len(kernels):]] == kernels
 
 
-def test_work_is_counted_for_matmuls_and_onnx_layout_convolutions_only():
+def test_work_is_counted_for_matmuls_and_convolutions_only():
     def exe(name, *shapes):
         return Executable(name, KernelKind.GENERIC, Device.CPU,
                           tuple(TensorType(DType.F32, s) for s in shapes))
@@ -40,7 +40,15 @@ def test_work_is_counted_for_matmuls_and_onnx_layout_convolutions_only():
     assert prof.work(exe("conv_add_relu_1", (1, 3, 8, 8), (4, 3, 3, 3), (4,), (1, 4, 6, 6))) \
         == 2 * 4 * 36 * 27
     assert prof.work(exe("relu_2", (4,), (4,))) is None
+    # the weight packed by the compiler: [panels, *kernel, C/g, lanes], here 20 channels in
+    # two panels of 16 (ResNet-18's convolutions, all of them, carry such weights)
+    assert prof.work(exe("conv_add_relu_4", (1, 3, 8, 8), (2, 3, 3, 3, 16), (20, 1, 1),
+                         (1, 20, 6, 6))) == 2 * 20 * 36 * 27
+    assert prof.work(exe("conv_add_7", (1, 64, 8, 8), (8, 1, 1, 64, 16), (128, 1, 1),
+                         (1, 128, 4, 4))) == 2 * 128 * 16 * 64
+    # neither layout: panels that could not hold the channels, or one panel too many
     assert prof.work(exe("conv_9", (1, 3, 8, 8), (2, 4, 3, 3, 8), (1, 4, 6, 6))) is None
+    assert prof.work(exe("conv_9", (1, 3, 8, 8), (1, 3, 3, 3, 16), (1, 20, 6, 6))) is None
 
 
 def test_cpu_threads_is_hexir_cpu_threads(monkeypatch):

@@ -5,9 +5,9 @@ the entry's steps once, as a call does, then runs them `calls` times, timing eac
 (a device step waited for, so its time is its own) and, in between, times whole calls the
 ordinary way. Per kernel: the median time, its share of the median call, and what it
 achieved -- GFLOP/s for the kernels whose work the profile can count from their arguments (a
-matmul or linear: 2 M N K; a convolution with its weight in ONNX's layout: 2 x outputs x
-C/g x kernel), GB/s (the bytes of its arguments, each read or written once: a lower bound
-of its traffic) for every kernel -- each as a fraction of the machine's peak, and which roof
+matmul or linear: 2 M N K; a convolution, its weight in ONNX's layout or packed by the
+compiler: 2 x outputs x C/g x kernel), GB/s (the bytes of its arguments, each read or
+written once: a lower bound of its traffic) for every kernel -- each as a fraction of the machine's peak, and which roof
 bounds it (roofline framing): compute when its FLOPs per byte reach the ridge point (peak
 FLOP/s over peak bytes/s), else memory. A kernel whose data stays in the caches can pass
 the memory peak, which is DRAM's. The runtime's own
@@ -134,14 +134,18 @@ class Profile:
 def work(exe: Executable) -> int | None:
     """The FLOPs of one run of `exe`, where its arguments say: a matmul or linear (named by
     the compiler after the ops it covers) 2 x outputs x K, K the lhs's last axis; a
-    convolution whose weight is ONNX's [M, C/g, *kernel] 2 x outputs x C/g x kernel."""
+    convolution 2 x outputs x C/g x kernel, its weight either ONNX's [M, C/g, *kernel] (as
+    depthwise kernels read it) or packed at compile time into panels of output channels,
+    [panels, *kernel, C/g, lanes] with the M channels filling the last panel partly."""
     out = exe.args[-1].shape
     if re.match(r"(matmul|linear)(_|$)", exe.name) and exe.args[0].shape:
         return 2 * math.prod(out) * exe.args[0].shape[-1]
-    if exe.name.startswith("conv") and len(exe.args) >= 3:
+    if exe.name.startswith("conv") and len(exe.args) >= 3 and len(out) >= 3:
         w = exe.args[1].shape
-        if len(w) == len(out) >= 3 and w[0] == out[1]:
+        if len(w) == len(out) and w[0] == out[1]:
             return 2 * math.prod(out) * math.prod(w[1:])
+        if len(w) == len(out) + 1 and (w[0] - 1) * w[-1] < out[1] <= w[0] * w[-1]:
+            return 2 * math.prod(out) * math.prod(w[1:-1])
     return None
 
 
