@@ -19,8 +19,10 @@ with no GPU and no runtime:
   recorded too, so a write after another thread's read in the same phase is a race as
   well as a read after another's write.
 - Every access is bounds-checked (numpy would silently wrap a negative index), every op
-  must be one the device lowering accepts (hextir, arith, math), and floats are computed in
-  the buffers' precision (numpy f32 or f64 scalars).
+  must be one the device lowering accepts (hextir, arith, math; on the cpu also the vector
+  ops of `KernelBuilder`'s cpu vectors: load, broadcast, from_elements, extract, a vector
+  being a 1-D numpy array), and floats are computed in the buffers' precision (numpy f32 or
+  f64 scalars).
 
 The body is compiled once into closures over a slot array, so a launch of a few thousand
 threads over small shapes takes well under a second.
@@ -293,6 +295,8 @@ class Kernel(StepCompiler):
             return self._compile_alloc(op, outs[0])
         if name in ("hextir.buffer_load", "hextir.buffer_store"):
             return self._compile_access(op, ins, outs)
+        if name.startswith("vector."):
+            return self._compile_vector(op, ins, outs)
         if name == "arith.constant":
             value = _constant(op)
             out = outs[0]
@@ -379,6 +383,48 @@ class Kernel(StepCompiler):
             t.env[out] = t.shared[out]
 
         return alloc
+
+    def _compile_vector(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
+        """The cpu vector ops: a load of `lanes` elements along the innermost axis (bounds-
+        checked, recorded as reads of each), a broadcast, a vector of scalars, a lane."""
+        if self.device != "cpu":
+            raise InterpError(f"{self.name}: a {self.device} kernel has '{op.name}'")
+        out = outs[0]
+        if op.name == "vector.broadcast":
+            lanes, (a,) = ir.VectorType(op.results[0].type).shape[0], ins
+            return lambda t: t.env.__setitem__(out, np.full(lanes, t.env[a]))
+        if op.name == "vector.from_elements":
+            return lambda t: t.env.__setitem__(out, np.array([t.env[i] for i in ins]))
+        if op.name == "vector.extract":
+            position = list(ir.DenseI64ArrayAttr(op.attributes["static_position"]))
+            if len(ins) != 1 or len(position) != 1:
+                raise InterpError(f"{self.name}: vector.extract of one static lane only")
+            lane, (a,) = position[0], ins
+            return lambda t: t.env.__setitem__(out, t.env[a][lane])
+        if op.name != "vector.load":
+            raise InterpError(f"no semantics for '{op.name}' (not an op the cpu lowering takes)")
+        buffer, *indices = ins
+        if buffer not in self._args:
+            raise InterpError(f"{self.name}: a vector load from a buffer that is not an argument")
+        number = self._args.index(buffer)
+        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        lanes = ir.VectorType(op.results[0].type).shape[0]
+        tracked = buffer in self._stored
+
+        def load(t: _Thread) -> None:
+            index = tuple([t.env[i] for i in indices])
+            if len(index) != len(shape) or not all(
+                    0 <= i < n for i, n in zip(index, shape, strict=True)) \
+                    or index[-1] + lanes > shape[-1]:
+                raise InterpError(f"buffer #{number} of shape {shape}: {lanes} lanes from "
+                                  f"{index}")
+            row = t.env[buffer][index[:-1]]
+            if tracked:
+                for i in range(index[-1], index[-1] + lanes):
+                    t.launch.touch(t, number, (*index[:-1], i), False)
+            t.env[out] = row[index[-1]:index[-1] + lanes].copy()
+
+        return load
 
     def _compile_access(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
         write = op.name == "hextir.buffer_store"
