@@ -20,7 +20,7 @@ with no GPU and no runtime:
   well as a read after another's write.
 - Every access is bounds-checked (numpy would silently wrap a negative index), every op
   must be one the device lowering accepts (hextir, arith, math; on the cpu also the vector
-  ops of `KernelBuilder`'s cpu vectors: load, broadcast, from_elements, extract, a vector
+  ops of `KernelBuilder`'s cpu vectors: load, broadcast, from_elements, shuffle, extract, a vector
   being a 1-D numpy array), and floats are computed in the buffers' precision (numpy f32 or
   f64 scalars).
 
@@ -386,7 +386,8 @@ class Kernel(StepCompiler):
 
     def _compile_vector(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
         """The cpu vector ops: a load of `lanes` elements along the innermost axis (bounds-
-        checked, recorded as reads of each), a broadcast, a vector of scalars, a lane."""
+        checked, recorded as reads of each), a broadcast, a vector of scalars, a shuffle, a
+        lane."""
         if self.device != "cpu":
             raise InterpError(f"{self.name}: a {self.device} kernel has '{op.name}'")
         out = outs[0]
@@ -395,6 +396,10 @@ class Kernel(StepCompiler):
             return lambda t: t.env.__setitem__(out, np.full(lanes, t.env[a]))
         if op.name == "vector.from_elements":
             return lambda t: t.env.__setitem__(out, np.array([t.env[i] for i in ins]))
+        if op.name == "vector.shuffle":
+            mask = list(ir.DenseI64ArrayAttr(op.attributes["mask"]))
+            a, b = ins
+            return lambda t: t.env.__setitem__(out, np.concatenate([t.env[a], t.env[b]])[mask])
         if op.name == "vector.extract":
             position = list(ir.DenseI64ArrayAttr(op.attributes["static_position"]))
             if len(ins) != 1 or len(position) != 1:

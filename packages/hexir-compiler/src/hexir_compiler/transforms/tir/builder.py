@@ -176,6 +176,10 @@ class KernelBuilder:
         return vector.from_elements(ir.VectorType.get([len(values)], values[0].type),
                                     list(values))
 
+    def shuffle(self, value: ir.Value, lanes: Sequence[int]) -> ir.Value:
+        """The vector of `value`'s lanes `lanes`, in that order (every other one: a stride)."""
+        return vector.shuffle(value, value, list(lanes))
+
     def lane(self, value: ir.Value, index: int) -> ir.Value:
         """Lane `index` of the vector `value`."""
         return vector.extract(value, [], [index])
