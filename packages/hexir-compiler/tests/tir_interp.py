@@ -537,7 +537,9 @@ def _constant_operand(op: ir.Operation, i: int) -> int:
 
 
 _FLOAT = {"f32": np.float32, "f64": np.float64}
-_INT = {"i8": np.int8, "i32": np.int32, "i64": np.int64}
+_INT = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64}
+#: The numpy type of a bitcast's operand, by its MLIR type.
+_BITS = {"f16": np.float16, "f32": np.float32, "f64": np.float64, **_INT}
 _CMPI = {0: "eq", 1: "ne", 2: "lt", 3: "le", 4: "gt", 5: "ge", 6: "lt", 7: "le", 8: "gt", 9: "ge"}
 _COMPARE = {
     "eq": lambda a, b: a == b,
@@ -550,6 +552,7 @@ _COMPARE = {
 # Ordered float predicates (false when either side is NaN), by arith.cmpf's numbering.
 _CMPF = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le", 6: "ne"}
 _UNE = 13  # unordered or not equal: true when either side is NaN
+_UNO = 14  # unordered: true when either side is NaN
 
 
 def _cmpi(op: ir.Operation):
@@ -560,6 +563,8 @@ def _cmpf(op: ir.Operation):
     predicate = ir.IntegerAttr(op.attributes["predicate"]).value
     if predicate == _UNE:
         return lambda a, b: bool(np.isnan(a) or np.isnan(b) or a != b)
+    if predicate == _UNO:
+        return lambda a, b: bool(np.isnan(a) or np.isnan(b))
     if predicate not in _CMPF:
         raise InterpError(f"arith.cmpf predicate {predicate} is not supported here")
     compare = _COMPARE[_CMPF[predicate]]
@@ -612,8 +617,8 @@ def _int_op(fn):
 
 
 # Conversions: the result type decides the value's numpy type.
-_CONVERSIONS = {"arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp", "arith.uitofp",
-                "arith.fptosi", "arith.extf", "arith.truncf", "arith.index_cast"}
+_CONVERSIONS = {"arith.bitcast", "arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp",
+                "arith.uitofp", "arith.fptosi", "arith.extf", "arith.truncf", "arith.index_cast"}
 
 
 def _conversion(op: ir.Operation):
@@ -631,6 +636,8 @@ def _conversion(op: ir.Operation):
                 raise InterpError(f"arith.fptosi of {x} to {text} is poison")
             return cast(math.trunc(float(x)))
         return fptosi
+    if name == "arith.bitcast":  # the same bits, read as the result type
+        return lambda x: np.array(x, _BITS[str(op.operands[0].type)]).view(cast)[()]
     if name == "arith.extui":
         return lambda x: cast(int(x) & ((1 << ir.IntegerType(op.operands[0].type).width) - 1))
     if name == "arith.trunci":
