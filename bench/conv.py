@@ -3,7 +3,7 @@
     python bench/conv.py [--target=x86-64-v3] [--rounds=5] [--block=5] [--threads=N]
                          [--shapes=NAME,...]
 
-The shapes are the convolutions ResNet-18 and MobileNetV2 spend their time in (f32, batch 1,
+The shapes are the convolutions ResNet-18, MobileNetV2 and SqueezeNet 1.1 spend their time in (f32, batch 1,
 the weight a constant). Each is compiled as a one-op Hexir module and built as a one-node ONNX
 model with the same weights, checked against each other, then timed in interleaved blocks of
 `--block` calls, `--rounds` times (medians of the per-call times). Prints ms per call, the
@@ -35,6 +35,9 @@ SHAPES = {
     "mv2-dw-3x3": ((144, 56, 56), 144, 3, 1, 1, 144),
     "mv2-dw-3x3s2": ((144, 56, 56), 144, 3, 2, 1, 144),
     "mv2-1x1-project": ((144, 28, 28), 32, 1, 1, 0, 1),
+    "mv2-1x1-112": ((16, 112, 112), 96, 1, 1, 0, 1),
+    "sq-1x1-expand": ((16, 55, 55), 64, 1, 1, 0, 1),
+    "sq-3x3-expand": ((16, 55, 55), 64, 3, 1, 1, 1),
 }
 
 

@@ -7,9 +7,8 @@ with its weight an input (read where it lies), run through the runtime and compa
 `torch.nn.functional.conv{1,2,3}d` in f64. The shapes reach the schedules' every branch: a
 pixel count the block does not divide (a short block), output channels the panel width does
 not divide (a group's short last panel), groups, depthwise (the pixel-vector schedule),
-channel multipliers, 1x1 (the plain GEMM: no window, no padding), input channels summed in
-slices (`convolution.channel_slice`: the partial sums kept in the destination between them), padding on one side only,
-strides, dilations, windows wider than the input, 1-D and 3-D.
+channel multipliers, 1x1 (the plain GEMM: no window, no padding), a deep channel sum, padding
+on one side only, strides, dilations, windows wider than the input, 1-D and 3-D.
 """
 
 from __future__ import annotations

@@ -19,8 +19,10 @@ with no GPU and no runtime:
   recorded too, so a write after another thread's read in the same phase is a race as
   well as a read after another's write.
 - Every access is bounds-checked (numpy would silently wrap a negative index), every op
-  must be one the device lowering accepts (hextir, arith, math), and floats are computed in
-  the buffers' precision (numpy f32 or f64 scalars).
+  must be one the device lowering accepts (hextir, arith, math; on the cpu also the vector
+  ops of `KernelBuilder`'s cpu vectors: load, broadcast, from_elements, shuffle, extract, a vector
+  being a 1-D numpy array), and floats are computed in the buffers' precision (numpy f32 or
+  f64 scalars).
 
 The body is compiled once into closures over a slot array, so a launch of a few thousand
 threads over small shapes takes well under a second.
@@ -293,6 +295,8 @@ class Kernel(StepCompiler):
             return self._compile_alloc(op, outs[0])
         if name in ("hextir.buffer_load", "hextir.buffer_store"):
             return self._compile_access(op, ins, outs)
+        if name.startswith("vector."):
+            return self._compile_vector(op, ins, outs)
         if name == "arith.constant":
             value = _constant(op)
             out = outs[0]
@@ -379,6 +383,53 @@ class Kernel(StepCompiler):
             t.env[out] = t.shared[out]
 
         return alloc
+
+    def _compile_vector(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
+        """The cpu vector ops: a load of `lanes` elements along the innermost axis (bounds-
+        checked, recorded as reads of each), a broadcast, a vector of scalars, a shuffle, a
+        lane."""
+        if self.device != "cpu":
+            raise InterpError(f"{self.name}: a {self.device} kernel has '{op.name}'")
+        out = outs[0]
+        if op.name == "vector.broadcast":
+            lanes, (a,) = ir.VectorType(op.results[0].type).shape[0], ins
+            return lambda t: t.env.__setitem__(out, np.full(lanes, t.env[a]))
+        if op.name == "vector.from_elements":
+            return lambda t: t.env.__setitem__(out, np.array([t.env[i] for i in ins]))
+        if op.name == "vector.shuffle":
+            mask = list(ir.DenseI64ArrayAttr(op.attributes["mask"]))
+            a, b = ins
+            return lambda t: t.env.__setitem__(out, np.concatenate([t.env[a], t.env[b]])[mask])
+        if op.name == "vector.extract":
+            position = list(ir.DenseI64ArrayAttr(op.attributes["static_position"]))
+            if len(ins) != 1 or len(position) != 1:
+                raise InterpError(f"{self.name}: vector.extract of one static lane only")
+            lane, (a,) = position[0], ins
+            return lambda t: t.env.__setitem__(out, t.env[a][lane])
+        if op.name != "vector.load":
+            raise InterpError(f"no semantics for '{op.name}' (not an op the cpu lowering takes)")
+        buffer, *indices = ins
+        if buffer not in self._args:
+            raise InterpError(f"{self.name}: a vector load from a buffer that is not an argument")
+        number = self._args.index(buffer)
+        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        lanes = ir.VectorType(op.results[0].type).shape[0]
+        tracked = buffer in self._stored
+
+        def load(t: _Thread) -> None:
+            index = tuple([t.env[i] for i in indices])
+            if len(index) != len(shape) or not all(
+                    0 <= i < n for i, n in zip(index, shape, strict=True)) \
+                    or index[-1] + lanes > shape[-1]:
+                raise InterpError(f"buffer #{number} of shape {shape}: {lanes} lanes from "
+                                  f"{index}")
+            row = t.env[buffer][index[:-1]]
+            if tracked:
+                for i in range(index[-1], index[-1] + lanes):
+                    t.launch.touch(t, number, (*index[:-1], i), False)
+            t.env[out] = row[index[-1]:index[-1] + lanes].copy()
+
+        return load
 
     def _compile_access(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
         write = op.name == "hextir.buffer_store"
@@ -486,7 +537,9 @@ def _constant_operand(op: ir.Operation, i: int) -> int:
 
 
 _FLOAT = {"f32": np.float32, "f64": np.float64}
-_INT = {"i8": np.int8, "i32": np.int32, "i64": np.int64}
+_INT = {"i8": np.int8, "i16": np.int16, "i32": np.int32, "i64": np.int64}
+#: The numpy type of a bitcast's operand, by its MLIR type.
+_BITS = {"f16": np.float16, "f32": np.float32, "f64": np.float64, **_INT}
 _CMPI = {0: "eq", 1: "ne", 2: "lt", 3: "le", 4: "gt", 5: "ge", 6: "lt", 7: "le", 8: "gt", 9: "ge"}
 _COMPARE = {
     "eq": lambda a, b: a == b,
@@ -499,6 +552,7 @@ _COMPARE = {
 # Ordered float predicates (false when either side is NaN), by arith.cmpf's numbering.
 _CMPF = {1: "eq", 2: "gt", 3: "ge", 4: "lt", 5: "le", 6: "ne"}
 _UNE = 13  # unordered or not equal: true when either side is NaN
+_UNO = 14  # unordered: true when either side is NaN
 
 
 def _cmpi(op: ir.Operation):
@@ -509,6 +563,8 @@ def _cmpf(op: ir.Operation):
     predicate = ir.IntegerAttr(op.attributes["predicate"]).value
     if predicate == _UNE:
         return lambda a, b: bool(np.isnan(a) or np.isnan(b) or a != b)
+    if predicate == _UNO:
+        return lambda a, b: bool(np.isnan(a) or np.isnan(b))
     if predicate not in _CMPF:
         raise InterpError(f"arith.cmpf predicate {predicate} is not supported here")
     compare = _COMPARE[_CMPF[predicate]]
@@ -561,8 +617,8 @@ def _int_op(fn):
 
 
 # Conversions: the result type decides the value's numpy type.
-_CONVERSIONS = {"arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp", "arith.uitofp",
-                "arith.fptosi", "arith.extf", "arith.truncf", "arith.index_cast"}
+_CONVERSIONS = {"arith.bitcast", "arith.extsi", "arith.extui", "arith.trunci", "arith.sitofp",
+                "arith.uitofp", "arith.fptosi", "arith.extf", "arith.truncf", "arith.index_cast"}
 
 
 def _conversion(op: ir.Operation):
@@ -580,6 +636,8 @@ def _conversion(op: ir.Operation):
                 raise InterpError(f"arith.fptosi of {x} to {text} is poison")
             return cast(math.trunc(float(x)))
         return fptosi
+    if name == "arith.bitcast":  # the same bits, read as the result type
+        return lambda x: np.array(x, _BITS[str(op.operands[0].type)]).view(cast)[()]
     if name == "arith.extui":
         return lambda x: cast(int(x) & ((1 << ir.IntegerType(op.operands[0].type).width) - 1))
     if name == "arith.trunci":

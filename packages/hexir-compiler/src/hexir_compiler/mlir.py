@@ -10,9 +10,19 @@ churn there.
 """
 
 from numba_cuda_mlir._mlir import ir, passmanager
-from numba_cuda_mlir._mlir.dialects import arith, ext, func, gpu, llvm, math, memref, scf
+from numba_cuda_mlir._mlir.dialects import (
+    arith,
+    ext,
+    func,
+    gpu,
+    llvm,
+    math,
+    memref,
+    scf,
+    vector,
+)
 
 PROVIDER = "numba_cuda_mlir._mlir"
 
 __all__ = ["PROVIDER", "arith", "ext", "func", "gpu", "ir", "llvm", "math", "memref",
-           "passmanager", "scf"]
+           "passmanager", "scf", "vector"]

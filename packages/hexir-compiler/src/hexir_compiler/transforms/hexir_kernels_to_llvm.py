@@ -4,7 +4,8 @@
   bare pointer per buffer and its range (`i64 lo, i64 hi`), and a routine it calls an
   `llvm.func` declaration: f32 exp, erf and tanh to arithmetic LLVM can vectorize
   (`target.host_math`), scf to cf, math to LLVM intrinsics (and libm calls, `erf`, ...,
-  where LLVM has no intrinsic), memref, arith, cf and func to LLVM with the
+  where LLVM has no intrinsic), the vector ops a schedule writes (loads, broadcasts, lane
+  extracts: `KernelBuilder.load_vector`), memref, arith, cf and func to LLVM with the
   bare-pointer calling convention.
 - A cuda kernel (a `gpu.module`) gets its NVVM targets (`sm_75`, and the chip the compile
   targets when that is newer, e.g. `sm_90`: the PTX is generated for each, so an sm_90
@@ -36,6 +37,7 @@ HOST = (
     "expand-strided-metadata",
     "convert-math-to-llvm",
     "convert-math-to-libm",
+    "convert-vector-to-llvm",
     "finalize-memref-to-llvm",
     "convert-arith-to-llvm",
     "convert-index-to-llvm",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
 from hexir_compiler.dialects.hextir import WORKGROUP
-from hexir_compiler.mlir import arith, ir
+from hexir_compiler.mlir import arith, ir, vector
 
 Fold = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 
@@ -157,6 +157,32 @@ class KernelBuilder:
         if storage(self.elements[buffer]) != self.elements[buffer]:
             value = arith.extui(storage(self.elements[buffer]), value)
         ir.Operation.create("hextir.buffer_store", operands=[value, buffer, *indices])
+
+    # -- cpu vectors (a schedule that names its registers instead of leaving them to LLVM's
+    # SLP vectorizer, which gives up on a large block of sums: see `convolution`) ----------
+
+    def load_vector(self, buffer: ir.Value, indices: Sequence[ir.Value], lanes: int) -> ir.Value:
+        """buffer[indices], ... buffer[indices + lanes - 1] along the innermost axis as one
+        vector<lanes x element> (a float buffer's)."""
+        return vector.load(ir.VectorType.get([lanes], self.elements[buffer]), buffer,
+                           list(indices))
+
+    def splat(self, value: ir.Value, lanes: int) -> ir.Value:
+        """A vector<lanes> of `value` (a broadcast)."""
+        return vector.broadcast(ir.VectorType.get([lanes], value.type), value)
+
+    def vector_of(self, values: Sequence[ir.Value]) -> ir.Value:
+        """The vector whose lanes are `values`."""
+        return vector.from_elements(ir.VectorType.get([len(values)], values[0].type),
+                                    list(values))
+
+    def shuffle(self, value: ir.Value, lanes: Sequence[int]) -> ir.Value:
+        """The vector of `value`'s lanes `lanes`, in that order (every other one: a stride)."""
+        return vector.shuffle(value, value, list(lanes))
+
+    def lane(self, value: ir.Value, index: int) -> ir.Value:
+        """Lane `index` of the vector `value`."""
+        return vector.extract(value, [], [index])
 
     def shared(self, shape: Sequence[int], element: ir.Type | None = None) -> ir.Value:
         """A buffer of `shape` in the block's shared memory (a cuda kernel's staging area)."""

@@ -5,29 +5,36 @@ Two schedules, by how many output channels a group has (Mg = M / group):
 
 - channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows
   are output pixels and whose columns are a group's output channels. A block is `rows`
-  pixels (the output's spatial positions flattened, so a 7x7 map wastes nothing) by `width`
-  channels (`schedule.conv_tile`: 4 x 16 f32 at x86-64-v3, eight ymm accumulators), summed
-  in registers over the kernel window (outer loops) and the group's input channels (the
-  innermost loop): each step loads `width` weights (a vector), one input value per pixel
-  (broadcast), and does rows x width multiply-adds (`contract`: FMA where the level has
-  it). A constant weight is packed at compile time by hexir-lower-to-tir
-  (`pack_weight`: [group x panels, *kernel, Cg, width], zeros past the group's channels),
-  so a step's weights are one contiguous vector; an input weight is read where it lies.
-  A 1x1 conv is this GEMM with a window of one offset. Block i takes pixels i, i + B,
-  i + 2B, ... (B blocks): were they neighbours, LLVM's SLP vectorizer would see their input
-  loads as one vector and vectorize along the pixels, broadcasting every weight (measured:
-  xmm vectors, accumulators spilled to the stack), instead of along the channels. The sums
-  of a block are a power-of-two count (4 x 16, the pixels past the full blocks in blocks of
-  2 and 1): LLVM makes them one wide vector, which its code generator keeps in whole
-  registers only at a power of two (5 x 16 was split into scalars rebuilt on the stack at
-  every loop edge: ResNet-18's 56x56 3x3 conv took 104 against 54 ms, timed in one run on a
-  loaded machine).
+  neighbouring pixels (the output's spatial positions flattened, so a 7x7 map wastes
+  nothing) by `width` channels (`schedule.conv_tile`: 6 x 16 f32 at x86-64-v3, twelve ymm
+  accumulators), summed in registers over the kernel window (outer loops) and the group's
+  input channels (the innermost loop): each step loads the panel's weights (`width / lanes`
+  vectors), broadcasts one input value per pixel and does rows x vectors vector
+  multiply-adds (`contract`: FMA where the level has it). The vectors are written out
+  (`KernelBuilder.load_vector`, `splat`, `lane`), not left to LLVM's SLP vectorizer: that
+  one vectorized the same loops or gave up on them by what followed them (ResNet-18's
+  56x56 3x3 conv with a residual add in its epilogue ran as scalar FMAs with the sums on the
+  stack: 88.8 against 13.9 ms for the conv without it, one profile at x86-64-v3; explicit
+  vectors, 19.9 and 16.7 on the same loaded machine). A constant weight is packed at
+  compile time by hexir-lower-to-tir (`pack_weight`: [group x panels, *kernel, Cg, width],
+  zeros past the group's channels), so a step's weights are whole vectors (a group's last
+  panel computes its zero columns and stores only its own); an input weight is read where
+  it lies. A 1x1 conv is this GEMM with a window of one offset. A block's pixels are
+  neighbours, so its broadcasts read one or two cache lines a step and the next block
+  reads them again from L1; the whole channel sum stays in registers (one thread, cpu
+  time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a block apart against 2.30x;
+  summing the channels in L1-sized slices with the partial sums kept in the destination
+  cost 2.56x against 1.36x without).
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
   depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
-  weight a broadcast scalar, the window unrolled: each step loads a run of the input (a
-  vector when the stride is 1) and does a multiply-add per pixel. A row is split at compile
-  time into its border runs and its interior run (the innermost axis's windows inside the
-  input), each in power-of-two blocks.
+  weight a broadcast scalar, the window unrolled: each step loads the pixels' inputs as
+  register-wide vectors (one load of the run they lie in; at a stride s, a run of
+  s x (lanes - 1) + 1 elements and a shuffle of every s-th) and does a vector multiply-add
+  each. A row is split at compile time into its border runs (their inputs gathered lane by
+  lane, clamped and masked) and its interior run (the innermost axis's windows inside the
+  input), each in power-of-two blocks. Written as vectors for the reason the panels are:
+  LLVM compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread:
+  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x).
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
@@ -50,18 +57,12 @@ from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
-from hexir_compiler.transforms.tir.schedule import conv_tile, depthwise_pixels
+from hexir_compiler.transforms.tir.schedule import conv_tile, depthwise_pixels, register_lanes
 
 #: The most window offsets a pixel-vector block unrolls (5 x 5): its steps are a few vector
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
 #: window loops ran 1 step of 4 vectors per iteration).
 MAX_UNROLLED_WINDOW = 25
-#: Bytes of a channel slice's weights and input lines that should stay in the L1 data cache
-#: (32 KiB on Zen 3) while a chunk's blocks walk it: each block then reads the input lines
-#: its neighbour block just read from L1 instead of L2. Without slicing, a ResNet 3x3 conv's
-#: block touched 4 pixels x 3 rows x 64 channels of input lines (48 KiB) and 36 KiB of
-#: weights per pass, streaming both from L2 at every step.
-L1_BUDGET = 24 * 1024
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -180,15 +181,6 @@ def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         _pixel_vectors(b, g, epilogue)
 
 
-def channel_slice(channels: int, window: int, lanes: int, element_bytes: int) -> int:
-    """Input channels a channel-panel block sums before the next block takes over: the most
-    that divides `channels` whose weights and input lines (about `window` x (pixels +
-    width) elements a channel) fit in L1_BUDGET."""
-    most = max(1, L1_BUDGET // (window * lanes * element_bytes))
-    return max(d for d in range(1, min(channels, most) + 1) if channels % d == 0) \
-        if channels else 1
-
-
 def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
     """Chunks of pixel blocks per outer iteration (batch x panels)."""
     if blocks == 0:
@@ -200,8 +192,7 @@ def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
 def _blocks_of(b: KernelBuilder, chunk: ir.Value, chunks: int, full: int, rows: int,
                remainder: int, body: Callable[[ir.Value | int, int], None]) -> None:
     """Run `body(block index, 0)` for this chunk's full blocks (contiguous ranges of `full`),
-    and for the last chunk `body(first pixel, count)` for the `remainder` pixels past them,
-    in blocks of decreasing powers of two (see `_runs`)."""
+    and for the last chunk `body(first pixel, remainder)` for the pixels past them."""
     per = -(-full // chunks) if full else 0
     if per:
         with b.loop(per, "serial") as i:
@@ -211,11 +202,7 @@ def _blocks_of(b: KernelBuilder, chunk: ir.Value, chunks: int, full: int, rows: 
     if remainder:
         last = arith.cmpi(arith.CmpIPredicate.eq, chunk, b.index(chunks - 1))
         with b.guard(last if chunks > 1 else None):
-            at, rest = full * rows, remainder
-            while rest:
-                count = 1 << (rest.bit_length() - 1)
-                body(at, count)
-                at, rest = at + count, rest - count
+            body(full * rows, remainder)
 
 
 def _split_interior(b: KernelBuilder, g: Geometry, bases: Sequence[Sequence[ir.Value]],
@@ -241,6 +228,10 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     rows, _ = conv_tile(b.host_level, element_bytes)
     width = ir.MemRefType(weight.type).shape[-1] if packed else \
         panel_columns(b.host_level, element_bytes, g.per_group_out)
+    lanes = register_lanes(b.host_level, element_bytes)
+    if width % lanes:
+        lanes = width  # one vector of a narrow panel's columns
+    vectors = width // lanes
     per_group = -(-g.per_group_out // width)
     tail = g.per_group_out - (per_group - 1) * width  # the last panel's columns
     pixels = pymath.prod(g.out)
@@ -248,73 +239,59 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     full, remainder = divmod(pixels, rows)
     outer = g.batch * g.group * per_group
     chunks = _chunks(b, outer, full)
-    slice_ = channel_slice(g.per_group_in, pymath.prod(g.kernel), rows + width, element_bytes)
-    slices = g.per_group_in // slice_
     with b.loop(outer * chunks, "parallel") as flat:
         n, group, panel, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(panel, width))
         panel_at = arith.addi(b.mul(group, per_group), panel)
 
-        def block(index: ir.Value | int, short: int, columns: int,
-                  part: ir.Value | None) -> None:
+        def block(index: ir.Value | int, short: int, columns: int) -> None:
             count = short or rows
             if short:  # pixels past the full blocks, from pixel `index` on
                 flats = [b.index(index + j) for j in range(short)]
-            else:  # pixels index, index + full, ...: never adjacent (see the docstring)
-                flats = [index, *(arith.addi(index, b.index(j * full)) for j in range(1, rows))]
+            else:  # neighbouring pixels: their inputs share cache lines
+                first_pixel = b.mul(index, rows)
+                flats = [first_pixel, *(arith.addi(first_pixel, b.index(j))
+                                        for j in range(1, rows))]
             outs = [b.delinearize(p, g.out) for p in flats]
             bases = [g.base(b, o) for o in outs]
             channels = [first_out, *(arith.addi(first_out, b.index(t))
                                      for t in range(1, columns))]
+            zero = b.float(0.0)
 
             def run(masked: list[int]) -> None:
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     *ks, c = ivs
-                    if part is not None:
-                        c = arith.addi(b.mul(part, slice_), c)
                     channel = arith.addi(first_in, c)
-                    if packed:
-                        ys = [b.load(weight, [panel_at, *ks, c, b.index(t)])
-                              for t in range(columns)]
+                    if packed:  # the whole panel: zeros past a last panel's columns
+                        ys = [b.load_vector(weight, [panel_at, *ks, c, b.index(v * lanes)],
+                                            lanes) for v in range(vectors)]
                     else:
-                        ys = [b.load(weight, [m, c, *ks]) for m in channels]
+                        ys = [b.vector_of([b.load(weight, [channels[t], c, *ks])
+                                           if t < columns else zero
+                                           for t in range(v * lanes, (v + 1) * lanes)])
+                              for v in range(vectors)]
                     xs = []
                     for base in bases:
                         at, inside = g.position(b, base, ks, masked)
                         value = b.load(data, [n, channel, *at])
-                        xs.append(value if inside is None else
-                                  arith.select(inside, value, b.float(0.0)))
+                        xs.append(b.splat(value if inside is None else
+                                          arith.select(inside, value, zero), lanes))
                     return _multiply_add(acc, xs, ys)
 
-                places = [[n, m, *o] for o in outs for m in channels]
-                inits = [b.float(0.0)] * (count * columns)
-                if part is not None:  # the sums so far, from the slices before
-                    first = arith.cmpi(arith.CmpIPredicate.eq, part, b.index(0))
-                    inits = [arith.select(first, b.float(0.0), b.load(out, at))
-                             for at in places]
-                sums = b.fold([*g.kernel, slice_], inits, step)
-                last = None if part is None else \
-                    arith.cmpi(arith.CmpIPredicate.eq, part, b.index(slices - 1))
-                if part is not None:
-                    with b.guard(arith.cmpi(arith.CmpIPredicate.ne, part,
-                                            b.index(slices - 1))):
-                        for value, at in zip(sums, places, strict=True):
-                            b.store(value, out, at)
-                with b.guard(last):
-                    for value, at in zip(sums, places, strict=True):
+                sums = b.fold([*g.kernel, g.per_group_in], [b.splat(zero, lanes)] *
+                              (count * vectors), step)
+                for r, o in enumerate(outs):
+                    for t in range(columns):
+                        at = [n, channels[t], *o]
+                        value = b.lane(sums[r * vectors + t // lanes], t % lanes)
                         b.store(value if epilogue is None else epilogue(b, value, at), out, at)
 
             _split_interior(b, g, bases, range(len(g.out)), run)
 
         def blocks(columns: int) -> None:
-            if slices == 1:
-                _blocks_of(b, chunk, chunks, full, rows, remainder,
-                           lambda index, short: block(index, short, columns, None))
-                return
-            with b.loop(slices, "serial") as part:
-                _blocks_of(b, chunk, chunks, full, rows, remainder,
-                           lambda index, short: block(index, short, columns, part))
+            _blocks_of(b, chunk, chunks, full, rows, remainder,
+                       lambda index, short: block(index, short, columns))
 
         if tail == width:
             blocks(width)
@@ -331,6 +308,7 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
     element_bytes = ir.FloatType(b.element).width // 8
     inner = len(g.out) - 1
     lanes = depthwise_pixels(b.host_level, element_bytes)
+    register = register_lanes(b.host_level, element_bytes)
     first, end = g.inside_range(inner)
     rows = g.out[:-1]
     with b.loop(g.batch * g.group * pymath.prod(rows), "parallel") as flat:
@@ -342,33 +320,49 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
             outs = [[*row, start if j == 0 else arith.addi(start, b.index(j))]
                     for j in range(count)]
             bases = [g.base(b, o) for o in outs]
+            width = min(count, register)  # lanes of a vector of the block's pixels
+            zero = b.float(0.0)
 
             def run(masked: list[int]) -> None:
-                masked = [*masked, inner] if masked_inner else masked
+                def pixels(channel: ir.Value, ks: Sequence[ir.Value], j: int) -> ir.Value:
+                    """The inputs of pixels j*width ... at window offset `ks`, a vector."""
+                    mine = bases[j * width:(j + 1) * width]
+                    if not masked_inner:  # every window inside along the innermost axis
+                        at, inside = g.position(b, mine[0], ks, masked)
+                        step = g.strides[inner]
+                        span = step * (width - 1) + 1  # the run the pixels' inputs lie in
+                        run_ = b.load_vector(data, [n, channel, *at], span)
+                        if step > 1:
+                            run_ = b.shuffle(run_, list(range(0, span, step)))
+                        return run_ if inside is None else \
+                            arith.select(inside, run_, b.splat(zero, width))
+                    values = []
+                    for base in mine:
+                        at, inside = g.position(b, base, ks, [*masked, inner])
+                        value = b.load(data, [n, channel, *at])
+                        values.append(value if inside is None else
+                                      arith.select(inside, value, zero))
+                    return b.vector_of(values)
 
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     *ks, c = ivs
-                    y = b.load(weight, [m, c, *ks])
+                    y = b.splat(b.load(weight, [m, c, *ks]), width)
                     channel = arith.addi(first_in, c)
-                    xs = []
-                    for base in bases:
-                        at, inside = g.position(b, base, ks, masked)
-                        value = b.load(data, [n, channel, *at])
-                        xs.append(value if inside is None else
-                                  arith.select(inside, value, b.float(0.0)))
-                    return _multiply_add(acc, xs, [y])
+                    return _multiply_add(acc, [pixels(channel, ks, j)
+                                               for j in range(count // width)], [y])
 
                 def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     for ks in itertools.product(*(range(k) for k in g.kernel)):
                         acc = step([*(b.index(k) for k in ks), c[0]], acc)
                     return acc
 
-                inits = [b.float(0.0)] * count
+                inits = [b.splat(zero, width)] * (count // width)
                 sums = b.fold([*g.kernel, g.per_group_in], inits, step) \
                     if pymath.prod(g.kernel) > MAX_UNROLLED_WINDOW else \
                     b.fold([g.per_group_in], inits, channel)
-                for value, o in zip(sums, outs, strict=True):
+                for j, o in enumerate(outs):
                     at = [n, m, *o]
+                    value = b.lane(sums[j // width], j % width)
                     b.store(value if epilogue is None else epilogue(b, value, at), out, at)
 
             _split_interior(b, g, [row_base], range(inner), run)
