@@ -22,7 +22,6 @@ import tir_graph
 from hexir_compiler import CompileError
 from hexir_compiler.frontend import onnx_ops
 from hexir_compiler.pipeline import Options
-from hexir_compiler.pipeline import Options
 
 CASES = node.cases(set(onnx_ops.HANDLERS) | {"Shape", "Size", "ConstantOfShape"})
 
@@ -44,6 +43,10 @@ EXCEPTIONS: dict[str, tuple[str, str]] = {
     r"test_training_dropout(_default)?(_mask)?": (
         "training mode with a nonzero ratio drops elements at random: not inference",
         r"training_mode is true \(ratio 0\.[0-9]+\)"),
+    r"test_nllloss_NCd1d2d3d4d5_\w+_expanded": (
+        "the expanded form's one-hot intermediate has rank 7 (N, 1, C, d1..d4, ...); a .hxb "
+        "tensor has at most rank 6 (the fused NegativeLogLikelihoodLoss is not imported)",
+        r"has rank 7; a \.hxb holds at most rank 6"),
     "test_averagepool_2d_ceil_last_window_starts_on_pad": (
         "the expected values are rounded to 4 decimals (0.1511); Hexir gives the exact mean "
         "1.3595 / 9 = 0.151056, within 6e-5 of it", "ROUNDED"),
