@@ -36,8 +36,6 @@ from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host
 from hexir_compiler.transforms.hextir_to_loops import is_kernel
 
-MAX_NAME = 31  # bytes of a symbol or kernel name (NUL-terminated in a 32-byte field)
-
 
 class SerializeError(CompileError):
     """An op the host program cannot express; `location` says where."""
@@ -144,8 +142,8 @@ def _call_types(entries: list[ir.Operation]) -> dict[str, list[ir.Type]]:
 
 def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.Executable:
     name = _attr_str(kernel, "sym_name")
-    if len(name.encode()) > MAX_NAME:
-        raise SerializeError(f"kernel name '{name}' is longer than {MAX_NAME} bytes",
+    if len(name.encode()) > hf.MAX_NAME:
+        raise SerializeError(f"kernel name '{name}' is longer than {hf.MAX_NAME} bytes",
                              kernel.location)
     image = images.get(name)
     if image is None:
@@ -195,9 +193,9 @@ class _Writer:
 
     def function(self, func: ir.Operation) -> hf.Function:
         name = _attr_str(func, "sym_name")
-        if len(name.encode()) > MAX_NAME:
+        if len(name.encode()) > hf.MAX_NAME:
             raise SerializeError(
-                f"function name '{name}' is longer than {MAX_NAME} bytes", func.location
+                f"function name '{name}' is longer than {hf.MAX_NAME} bytes", func.location
             )
         if not len(func.regions[0].blocks):
             raise SerializeError(

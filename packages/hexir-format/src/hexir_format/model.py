@@ -18,10 +18,18 @@ MAX_RANK = 6
 #: x86-64 psABI levels a host image is compiled for, by the number a v5 executable records.
 CPU_LEVELS = {1: "x86-64", 2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
 NAME_BYTES = 32
+#: The longest symbol or kernel name, in UTF-8 bytes: NUL-terminated in a NAME_BYTES field.
+MAX_NAME = NAME_BYTES - 1
 #: The longest input or output name (version 5's names section), in UTF-8 bytes.
 MAX_IO_NAME = 4096
 #: The most bytes an array may span (numpy's limit), counting a zero dimension as 1.
 MAX_BYTES = 2**63 - 1
+#: CUDA's launch limits (every architecture since sm_30): threads per block, and the grid's
+#: and the block's extent per dimension (x, y, z). The validator refuses a launch outside
+#: them; the compiler never emits one.
+MAX_BLOCK_THREADS = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
 
 
 class Device(IntEnum):

@@ -23,7 +23,10 @@ from dataclasses import dataclass, field, replace
 from hexir_format import elf, hostlink, plan
 from hexir_format.errors import FormatError, ValidationError
 from hexir_format.model import (
+    MAX_BLOCK,
+    MAX_BLOCK_THREADS,
     MAX_BYTES,
+    MAX_GRID,
     Command,
     Device,
     Executable,
@@ -38,9 +41,6 @@ from hexir_format.signatures import signature_problem
 #: `max_alloc_bytes`; hxb-dump applies it too, so that it refuses what a call would refuse).
 DEFAULT_MAX_ALLOC_BYTES = 16 << 30
 MAX_V3_SLOTS = 1 << 16  # v3 has no slot table; its slot indices must stay below this
-MAX_BLOCK_THREADS = 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_BLOCK = (1024, 1024, 64)
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from hexir_format import layout as L
 from hexir_format.errors import FormatError
 from hexir_format.model import (
     MAX_IO_NAME,
+    MAX_NAME,
     MAX_RANK,
     NAME_BYTES,
     V3_OPS,
@@ -142,8 +143,8 @@ def _names(module: Module) -> bytes:
 
 def _name(name: str, what: str) -> bytes:
     raw = name.encode("utf-8")
-    if not raw or len(raw) >= NAME_BYTES or b"\0" in raw:
-        raise FormatError(f"{what} name '{name}' must be 1 to {NAME_BYTES - 1} bytes")
+    if not raw or len(raw) > MAX_NAME or b"\0" in raw:
+        raise FormatError(f"{what} name '{name}' must be 1 to {MAX_NAME} bytes")
     return raw.ljust(NAME_BYTES, b"\0")
 
 

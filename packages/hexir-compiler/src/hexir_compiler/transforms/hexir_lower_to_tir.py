@@ -31,6 +31,7 @@ import functools
 import math
 
 import numpy as np
+from hexir_format import MAX_NAME
 from hexir_format.signatures import ShapeError
 
 from hexir_compiler.dialects.hexir import segment_sizes
@@ -46,7 +47,6 @@ from hexir_compiler.transforms.tir.contraction import PANEL
 from hexir_compiler.transforms.tir.schedule import panel_width
 
 PASS_NAME = "hexir-lower-to-tir"
-MAX_NAME = 31  # bytes of a kernel name in a .hxb
 
 
 def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
