@@ -1,7 +1,7 @@
 """The element types of Hexir's tensors, as MLIR writes them, grouped the way ops take them.
 
-Here rather than in the dialect package so the kernel tables that declare ops
-(`transforms/tir/elementwise.py`) and the dialect that makes ops of them share one list.
+Here rather than in the dialect package so the op registry (`ops.py`), the dialect and the
+kernel generators share one list.
 """
 
 FLOATS = ("f32", "f64")

@@ -26,7 +26,7 @@ from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.target import cuda, host
+from hexir_compiler.target import cuda, host, parse_targets
 from hexir_compiler.transforms import (
     hexir_fuse,
     hexir_insert_transfers,
@@ -253,12 +253,7 @@ def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | N
         placement = placement_.parse_placement([placement])
     chip = cpu = None
     if target:
-        from hexir_compiler.cli import UsageError, parse_targets
-
-        try:
-            chip, cpu = parse_targets([target])
-        except UsageError as err:
-            raise CompileError(str(err)) from None
+        chip, cpu = parse_targets([target])
     options = Options(emit, dict(placement or {}), chip, cpu, dict(input_shapes or {}),
                       dict(fixed_inputs or {}), fuse)
     try:

@@ -13,8 +13,7 @@ from hexir_format.signatures import ShapeError, fmt
 
 from hexir_compiler.element_types import ELEMENTS, STORAGE
 from hexir_compiler.mlir import ir
-
-DEVICES = ("cpu", "cuda")
+from hexir_compiler.placement import DEVICES
 
 
 class Invalid(Exception):

@@ -29,7 +29,7 @@ from hexir_compiler.dialects._verify import (
 )
 from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE
 from hexir_compiler.mlir import ext, ir
-from hexir_compiler.transforms.tir import elementwise
+from hexir_compiler.ops import BINARY, GELU_APPROXIMATIONS, UNARY, Elementwise
 
 
 class Hexir(ext.Dialect, name="hexir"):
@@ -136,7 +136,7 @@ class _Unary(HexirOp):
             )
 
 
-def _elementwise(base: type, mnemonic: str, spec: elementwise.Elementwise) -> type:
+def _elementwise(base: type, mnemonic: str, spec: Elementwise) -> type:
     """The op class `hexir.<mnemonic>` on `base`'s rules with `spec`'s element types (a class
     statement, made by name)."""
     camel = "".join(part.title() for part in mnemonic.split("_"))
@@ -145,11 +145,11 @@ def _elementwise(base: type, mnemonic: str, spec: elementwise.Elementwise) -> ty
                            lambda ns: ns.update(body))
 
 
-# The plain element-wise ops are declared by their kernels' tables (transforms/tir/
-# elementwise.py): an entry there is the op's meaning, and this makes it an op of the dialect.
-ELEMENTWISE = {
-    **{m: _elementwise(_Unary, m, spec) for m, spec in elementwise.UNARY.items()},
-    **{m: _elementwise(_Binary, m, spec) for m, spec in elementwise.BINARY.items()},
+# The plain element-wise ops are declared by the op registry's tables (`ops.py`): an entry
+# there is the op's type rule, and this makes it an op of the dialect.
+ELEMENTWISE_OPS = {
+    **{m: _elementwise(_Unary, m, spec) for m, spec in UNARY.items()},
+    **{m: _elementwise(_Binary, m, spec) for m, spec in BINARY.items()},
 }
 
 
@@ -470,7 +470,7 @@ class GeluOp(_Unary, name="gelu"):
         attrs = self.operation.attributes
         if "approximate" in attrs:
             mode = string_attr(attrs["approximate"], "approximate")
-            if mode not in elementwise.GELU_APPROXIMATIONS:
+            if mode not in GELU_APPROXIMATIONS:
                 raise Invalid(f'approximate must be "none" or "tanh", got "{mode}"')
 
 
@@ -629,7 +629,7 @@ class CallTirOp(HexirOp, name="call_tir"):
                           "each input its own group, first to last")
         name = ir.FlatSymbolRefAttr(attrs["callee"]).value
         kernel = lookup_symbol(self.operation, name)
-        if kernel is None or kernel.name not in KERNEL_OPS or (
+        if kernel is None or kernel.name not in KERNEL_SYMBOLS or (
             kernel.name != "hextir.prim_func" and "hexir.kernel" not in kernel.attributes
         ):
             raise Invalid(f"'{name}' does not reference a kernel (a hextir.prim_func or its "
@@ -649,7 +649,8 @@ class CallTirOp(HexirOp, name="call_tir"):
                 raise Invalid(f"{value.type} does not match buffer #{i} of @{name}, {buf}")
 
 
-KERNEL_OPS = ("hextir.prim_func", "func.func", "gpu.module", "llvm.func")
+#: The ops a call_tir's callee may be, at each stage.
+KERNEL_SYMBOLS = ("hextir.prim_func", "func.func", "gpu.module", "llvm.func")
 
 
 def _kernel_buffers(kernel: ir.Operation, name: str) -> list[ir.Type] | None:

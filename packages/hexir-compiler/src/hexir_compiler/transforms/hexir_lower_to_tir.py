@@ -38,7 +38,8 @@ from hexir_compiler.dialects.hexir import segment_sizes
 from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
+from hexir_compiler.ops import CONTRACTIONS
+from hexir_compiler.placement import DEVICES, device_of
 from hexir_compiler.target import host
 from hexir_compiler.transforms.hexir_fuse import GROUP
 from hexir_compiler.transforms.tir import PLANS, GraphOp, convolution, fusion
@@ -122,7 +123,7 @@ def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level:
     sink, lone = members[-1], len(members) == 1
     produced = {m.results[0]: i for i, m in enumerate(members)}
     head = next((m for m in members
-                 if lone or m.name.removeprefix("hexir.") in fusion.CONTRACTIONS), None)
+                 if lone or m.name.removeprefix("hexir.") in CONTRACTIONS), None)
     inputs: list[ir.Value] = list(head.operands) if head is not None else []
     steps = []
     for member in members:
@@ -270,9 +271,7 @@ def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:
 
 
 def _device(op: ir.Operation) -> str:
-    if "device" not in op.attributes:
-        return DEFAULT_DEVICE
-    device = ir.StringAttr(op.attributes["device"]).value
+    device = device_of(op)
     if device not in DEVICES:
         raise CompileError(
             f'{op.name}: device must be "cpu" or "cuda", found "{device}"', op.location

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
+from hexir_compiler.ops import CONTRACTIONS, REDUCTIONS
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import plan_matmul
 from hexir_compiler.transforms.tir.elementwise import formula
@@ -28,13 +29,11 @@ from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce
 from hexir_compiler.transforms.tir.schedule import lanes
 from hexir_compiler.transforms.tir.window import plan_conv
 
-#: The ops that can head a group, and their planners (each takes an epilogue).
+#: The planners of the ops that can head a group (`ops.CONTRACTIONS`; each takes an epilogue).
 HEADS = {"matmul": plan_matmul, "linear": plan_matmul, "conv": plan_conv}
-CONTRACTIONS = frozenset(HEADS)
-#: The reductions that take a prologue, and their planners.
-REDUCTIONS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
-              **dict.fromkeys(("reduce_sum", "reduce_prod", "reduce_mean", "reduce_max",
-                               "reduce_min"), plan_reduce)}
+#: The planners of the reductions (`ops.REDUCTIONS`; each takes a prologue).
+SINKS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
+         **dict.fromkeys(REDUCTIONS - {"softmax", "layer_norm"}, plan_reduce)}
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                output: tuple[int, ...]) -> Kernel:
     """The kernel of a group whose inputs have shapes `inputs` (a contraction's two first)."""
     sink = steps[-1]
-    reduction = REDUCTIONS.get(sink.op.mnemonic)
+    reduction = SINKS.get(sink.op.mnemonic)
     chain = steps[:-1] if reduction else steps
     shape = sink.op.inputs[0] if reduction else output  # where the chain's values live
     head = next((i for i, s in enumerate(chain) if s.op.mnemonic in CONTRACTIONS), None)
