@@ -568,7 +568,7 @@ class ReduceMinOp(_Reduce, name="reduce_min"):
 
 
 class PrintOp(HexirOp, name="print"):
-    """Print a tensor on the host (a memref once the linalg path has bufferized it)."""
+    """Print a tensor on the host; a memref (a function's buffer argument) prints the same."""
 
     input: ext.Operand[Any]
 
