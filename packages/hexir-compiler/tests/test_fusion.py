@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import hexir_format as hf
 import numpy as np
 import pytest
-import tir_graph
 
 import hexir_compiler
+import hexir_format as hf
 import hexir_runtime
+import tir_graph
 from hexir_compiler.pipeline import Options
 
 REPO = Path(__file__).resolve().parents[3]

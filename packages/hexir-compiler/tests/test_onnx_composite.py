@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-import hexir_runtime
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
 import hexir_compiler
+import hexir_runtime
 import onnx_node_tests as node
 import tir_graph
 from hexir_compiler.pipeline import Options

@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import re
 
-import hexir_format as hf
 import numpy as np
 import pytest
 
+import hexir_format as hf
 import onnx_node_tests as node
 import tir_graph
 from hexir_compiler import CompileError
 from hexir_compiler.frontend import onnx_ops
-from hexir_compiler.pipeline import Options
 from hexir_compiler.pipeline import Options
 
 CASES = node.cases(set(onnx_ops.HANDLERS) | {"Shape", "Size", "ConstantOfShape"})

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-import hexir_format as hf
 import numpy as np
 import pytest
 
+import hexir_format as hf
 from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError, diagnostic

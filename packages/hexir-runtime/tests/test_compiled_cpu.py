@@ -12,13 +12,13 @@ from __future__ import annotations
 import io
 import sys
 
-import hexir_format as hf
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from fake_driver import FakeDriver
-
-import hexir_runtime as hr
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import cpu, hostcode, threads
 

@@ -1,12 +1,12 @@
 """The cuda backend's logic on a CPU machine: the fake driver counts and emulates."""
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
-from fake_driver import CUresult, FakeDriver
 
+import hexir_format as hf
 import hexir_runtime as hr
+import modules
+from fake_driver import CUresult, FakeDriver
 
 
 def load(tmp_path, module, **kw):

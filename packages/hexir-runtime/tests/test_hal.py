@@ -6,15 +6,14 @@ import sys
 
 import numpy as np
 import pytest
+
 from conftest import FIXTURES
 from fake_driver import CUresult, FakeDriver
 from hexir_format.plan import ARENA_ALIGNMENT
-
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import MemoryKind
 from hexir_runtime.hal import cuda as cuda_backend
-
 
 #: `cuda` is marked gpu: bench/gpu-session.sh runs it, unchanged, on a lent GPU.
 BACKENDS = ["cpu", "cuda-fake", pytest.param("cuda", marks=pytest.mark.gpu)]

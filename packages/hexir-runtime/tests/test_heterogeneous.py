@@ -5,13 +5,12 @@ module's. The fake driver stands in for the GPU and counts every copy."""
 import subprocess
 import sys
 
-import hexir_format as hf
 import numpy as np
 import pytest
-from conftest import FIXTURES
-from fake_driver import FakeDriver
 
 import hexir_runtime as hr
+from conftest import FIXTURES
+from fake_driver import FakeDriver
 
 CALLS = 4
 

@@ -3,12 +3,12 @@ exit 1 from hexir-run and a HexirError from the API, on the cpu and on a (fake) 
 
 import io
 
-import hexir_format as hf
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from fake_driver import FakeDriver
-
-import hexir_runtime as hr
 from hexir_runtime.cli import main
 
 HOSTILE = FIXTURES / "hostile"

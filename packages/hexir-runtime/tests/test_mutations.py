@@ -29,10 +29,11 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import hexir_format as hf
-import hexir_runtime as hr
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from hexir_format import layout as L
 from hexir_runtime.cli import main as hexir_run

@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import io
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
+import modules
 from hexir_format import Command, Device, DType, Function, Slot
 from hexir_format import TensorType as T
-
-import hexir_runtime as hr
 from hexir_runtime.cli import main, print_result, print_rows
 
 TOKENS = np.arange(6, dtype=np.int64).reshape(2, 3) - 2**40

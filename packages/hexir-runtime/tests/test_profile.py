@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import hexir_runtime as hr
 import numpy as np
 import pytest
+
+import hexir_runtime as hr
 from conftest import FIXTURES
 from hexir_format import Device, DType, Executable, KernelKind, TensorType
 from hexir_runtime import profile as prof

@@ -13,7 +13,6 @@ import struct
 from typing import NamedTuple
 
 import hexir_format as hf
-
 from hxb_dump.facts import module_facts
 
 

@@ -13,7 +13,6 @@ Hexir cannot import included); 4 a pass that fails; 1 no .hxb could be written.
 from __future__ import annotations
 
 import os
-import re
 import select
 import stat
 import sys

@@ -27,14 +27,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-import hexir_format as hf
 import numpy as np
-from hexir_format import plan
 
+import hexir_format as hf
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host
 from hexir_compiler.transforms.hextir_to_loops import is_kernel
+from hexir_format import plan
 
 
 class SerializeError(CompileError):

@@ -23,9 +23,9 @@ import numpy as np
 
 from hexir_format import Device, DType, TensorType
 from hexir_runtime import hal
-from hexir_runtime.hal import threads
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
+from hexir_runtime.hal import threads
 from hexir_runtime.interpreter import Execution, Printer, Resident
 from hexir_runtime.loader import MappedModule, Source
 from hexir_runtime.profile import Profile, profile

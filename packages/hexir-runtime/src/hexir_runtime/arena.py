@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hexir_format import Device
 
+from hexir_format import Device
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError, ExecutionError
 

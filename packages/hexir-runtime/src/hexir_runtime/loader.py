@@ -27,7 +27,6 @@ from dataclasses import replace
 
 import hexir_format as hf
 from hexir_format.files import open_regular
-
 from hexir_runtime.errors import LoadError
 
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview

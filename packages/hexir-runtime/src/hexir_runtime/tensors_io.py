@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
 from hexir_format import DType, TensorType
 from hexir_format.files import atomic_write, open_regular
-
 from hexir_runtime.errors import InputError
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES
 

@@ -20,7 +20,6 @@ from hexir_format import (
     plan,
     signature_problem,
 )
-
 from hxb_dump import images, params, rodata
 
 Facts = dict[str, object]

@@ -16,7 +16,6 @@ from pathlib import Path
 
 from hexir_format import FormatError, elf
 from hexir_format.images import cubin_arch, flavour, parts, ptx_target
-
 from hxb_dump.errors import DumpError
 
 

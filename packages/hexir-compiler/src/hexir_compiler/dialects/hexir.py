@@ -11,9 +11,7 @@ located message that says what was expected and what was found. Optional attribu
 """
 
 import types
-from typing import Any, Optional
-
-from hexir_format import signatures
+from typing import Any
 
 from hexir_compiler.dialects._verify import (
     DEVICES,
@@ -30,6 +28,7 @@ from hexir_compiler.dialects._verify import (
 from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE
 from hexir_compiler.mlir import ext, ir
 from hexir_compiler.ops import BINARY, GELU_APPROXIMATIONS, UNARY, Elementwise
+from hexir_format import signatures
 
 
 class Hexir(ext.Dialect, name="hexir"):
@@ -606,14 +605,14 @@ class CallTirOp(HexirOp, name="call_tir"):
     """
 
     callee: ir.FlatSymbolRefAttr
-    in0: Optional[ext.Operand[Any]]
-    in1: Optional[ext.Operand[Any]]
-    in2: Optional[ext.Operand[Any]]
-    in3: Optional[ext.Operand[Any]]
-    in4: Optional[ext.Operand[Any]]
-    in5: Optional[ext.Operand[Any]]
-    in6: Optional[ext.Operand[Any]]
-    in7: Optional[ext.Operand[Any]]
+    in0: ext.Operand[Any] | None
+    in1: ext.Operand[Any] | None
+    in2: ext.Operand[Any] | None
+    in3: ext.Operand[Any] | None
+    in4: ext.Operand[Any] | None
+    in5: ext.Operand[Any] | None
+    in6: ext.Operand[Any] | None
+    in7: ext.Operand[Any] | None
     result: ext.Result[Any]
 
     def check(self) -> None:

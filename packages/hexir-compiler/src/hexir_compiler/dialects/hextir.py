@@ -13,8 +13,6 @@ cannot.
 from collections.abc import Sequence
 from typing import Any
 
-from hexir_format import KernelKind
-
 from hexir_compiler.dialects._verify import (
     DEVICES,
     Invalid,
@@ -23,6 +21,7 @@ from hexir_compiler.dialects._verify import (
     verify,
 )
 from hexir_compiler.mlir import ext, ir
+from hexir_format import KernelKind
 
 LOOP_KINDS = ("serial", "parallel", "thread_binding")
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")

@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from hexir_format import printable
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
+from hexir_format import printable
 
 IR_VERSIONS = range(3, 15)
 OPSETS = range(1, 29)

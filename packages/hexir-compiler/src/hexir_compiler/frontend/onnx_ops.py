@@ -18,10 +18,10 @@ import math
 from collections.abc import Callable
 
 import numpy as np
-from hexir_format import signatures
 
 from hexir_compiler.frontend.onnx import DOMAINS, DTYPES, MLIR, ModelError, Tensor, _tensor_type
 from hexir_compiler.mlir import ir
+from hexir_format import signatures
 
 Handler = Callable[..., list[Tensor]]
 #: The ops that need only their input's shape: always folded at import, never handled.
@@ -1128,11 +1128,8 @@ def _scatter_nd(e, xs, a, v):
                  reduction=_scatter_reduction(a, data))]
 
 
-# ---- ops composed of the above (their own module; each registers itself here) -------------
-
-from hexir_compiler.frontend import onnx_ops_composite  # noqa: F401
-
-
-# The recurrent layers (RNN, GRU, LSTM) have their own module; importing it here registers
-# them wherever the handlers are read.
-from hexir_compiler.frontend import onnx_rnn  # noqa: F401
+# ---- ops in their own modules, each registering itself here -------------------------------
+# The ops composed of the above, and the recurrent layers (RNN, GRU, LSTM). Imported last, as
+# they import this module's registry: importing it registers them wherever the handlers are
+# read.
+from hexir_compiler.frontend import onnx_ops_composite, onnx_rnn  # noqa: E402, F401

@@ -22,10 +22,9 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hexir_format import CPU_LEVELS
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, llvm
+from hexir_format import CPU_LEVELS
 
 TRIPLE = "x86_64-unknown-linux-gnu"
 DEFAULT_CPU = "x86-64-v2"

@@ -24,13 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hexir_format import MAX_BLOCK, MAX_BLOCK_THREADS, MAX_GRID
-from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
-
 from hexir_compiler.dialects.hextir import WORKGROUP
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, gpu, ir
 from hexir_compiler.transforms.hextir_to_loops import KERNEL_ATTRIBUTES, is_kernel, move_body
+from hexir_format import MAX_BLOCK, MAX_BLOCK_THREADS, MAX_GRID
+from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
 
 PASS_NAME = "hexir-kernels-to-gpu"
 

@@ -31,8 +31,6 @@ import functools
 import math
 
 import numpy as np
-from hexir_format import MAX_NAME
-from hexir_format.signatures import ShapeError
 
 from hexir_compiler.dialects.hexir import segment_sizes
 from hexir_compiler.element_types import ELEMENTS
@@ -46,6 +44,8 @@ from hexir_compiler.transforms.tir import PLANS, GraphOp, convolution, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL
 from hexir_compiler.transforms.tir.schedule import panel_width
+from hexir_format import MAX_NAME
+from hexir_format.signatures import ShapeError
 
 PASS_NAME = "hexir-lower-to-tir"
 

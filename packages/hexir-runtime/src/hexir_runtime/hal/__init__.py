@@ -17,9 +17,9 @@ from enum import IntEnum
 from typing import Any
 
 import numpy as np
+
 from hexir_format import Device as DeviceKind
 from hexir_format import Executable, TensorType
-
 from hexir_runtime.errors import DeviceError
 
 

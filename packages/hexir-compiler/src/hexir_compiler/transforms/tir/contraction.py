@@ -23,8 +23,6 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Sequence
 
-from hexir_format import signatures
-
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
@@ -37,6 +35,7 @@ from hexir_compiler.transforms.tir.schedule import (
     panel_groups,
     vector_lanes,
 )
+from hexir_format import signatures
 
 #: The attribute hexir-lower-to-tir gives a matmul or linear whose rhs it packed into panels
 #: of this many columns (the kernel's rhs argument is then [panels, K, width]).

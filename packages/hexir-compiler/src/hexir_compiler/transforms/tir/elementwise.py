@@ -15,8 +15,6 @@ import functools
 import math as pymath
 from collections.abc import Callable
 
-from hexir_format import KernelKind, signatures
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.ops import GELU_APPROXIMATIONS
@@ -28,6 +26,7 @@ from hexir_compiler.transforms.tir.schedule import (
     tiled_transpose,
     transposes_by_tiles,
 )
+from hexir_format import KernelKind, signatures
 
 Scalar = Callable[..., ir.Value]
 
@@ -58,14 +57,14 @@ def _sigmoid(b: KernelBuilder, x: ir.Value) -> ir.Value:
 
 def _gelu_erf(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # x * 0.5 * (1 + erf(x / sqrt(2)))
-    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    c = lambda v: b.constant(v, x.type)
     erf = math.erf(arith.divf(x, c(pymath.sqrt(2.0))))
     return arith.mulf(arith.mulf(x, c(0.5)), arith.addf(c(1.0), erf))
 
 
 def _gelu_tanh(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
-    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    c = lambda v: b.constant(v, x.type)
     cube = arith.mulf(arith.mulf(x, x), x)
     inner = arith.addf(x, arith.mulf(c(0.044715), cube))
     t = math.tanh(arith.mulf(c(pymath.sqrt(2.0 / pymath.pi)), inner))
@@ -152,7 +151,7 @@ def _mish(b: KernelBuilder, x: ir.Value) -> ir.Value:
     """x tanh(softplus(x)), which is x n (n + 2) / (n (n + 2) + 2) for n = e^x; for x >= 0 the
     same divided through by n^2, in e = e^-x: x (1 + 2e) / (1 + 2e + 2e^2). exp's argument is
     -|x|, so it never overflows (as in `_sigmoid`), and no difference cancels."""
-    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    c = lambda v: b.constant(v, x.type)
     e = math.exp(arith.negf(math.absf(x)))
     p = arith.addf(c(1.0), arith.mulf(c(2.0), e))
     above = arith.divf(p, arith.addf(p, arith.mulf(c(2.0), arith.mulf(e, e))))

@@ -25,14 +25,13 @@ from __future__ import annotations
 import contextlib
 import math
 
-from hexir_format import signatures
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import GENERIC, index_in
 from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_format import signatures
 
 WALK_SHARE = 16  # scatter_nd: rows an iteration copies per index coordinate it reads
 

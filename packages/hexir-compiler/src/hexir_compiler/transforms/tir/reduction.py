@@ -23,12 +23,11 @@ from __future__ import annotations
 import contextlib
 import math as pymath
 
-from hexir_format import signatures
-
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, Prologue, Read
 from hexir_compiler.transforms.tir.schedule import Row, by_rows, parallel, rows
+from hexir_format import signatures
 
 NEG_INF = float("-inf")
 

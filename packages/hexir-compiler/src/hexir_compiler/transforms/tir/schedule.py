@@ -71,11 +71,10 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from hexir_format import MAX_GRID
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_format import MAX_GRID
 
 THREADS = 256
 WARP = 32

@@ -37,14 +37,13 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hexir_format import signatures
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import GENERIC
 from hexir_compiler.transforms.tir.schedule import Row, by_rows, parallel, rows
+from hexir_format import signatures
 
 
 @dataclass(frozen=True)

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hexir_format import signatures
-
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir import convolution
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel
 from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_format import signatures
 
 GENERIC = "generic"
 
