@@ -1,15 +1,15 @@
 """The cpu conv schedules (`transforms/tir/convolution.py`) against torch, at every x86-64
 level this CPU runs.
 
-Each case is a conv (and, fused, + bias -> relu -> + residual) compiled with its weight a
-constant (packed at compile time: the channel-panel schedule's [panels, *K, Cg, width]) and
-with its weight an input (read where it lies), run through the runtime and compared with
-`torch.nn.functional.conv{1,2,3}d` in f64. The shapes reach the schedules' every branch: a
-pixel count the block does not divide (a short block), output channels the panel width does
-not divide (a group's short last panel), groups, depthwise (the pixel-vector schedule),
-channel multipliers, 1x1 (the plain GEMM: no window, no padding), input channels summed in
-slices (`convolution.channel_slice`: the partial sums kept in the destination between them), padding on one side only,
-strides, dilations, windows wider than the input, 1-D and 3-D.
+Each case is a conv (and, fused, + bias -> relu -> + residual) compiled with its weight a constant
+(packed at compile time: the channel-panel schedule's [panels, *K, Cg, width]) and with its weight
+an input (read where it lies), run through the runtime and compared with
+`torch.nn.functional.conv{1,2,3}d` in f64. The shapes reach the schedules' every branch: a pixel
+count the block does not divide (a short block), output channels the panel width does not divide (a
+group's short last panel), groups, depthwise (the pixel-vector schedule), channel multipliers, 1x1
+(the plain GEMM: no window, no padding), input channels summed in slices
+(`convolution.channel_slice`: the partial sums kept in the destination between them), padding on one
+side only, strides, dilations, windows wider than the input, 1-D and 3-D.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ CASES = {
 
 def program(body: str, inputs: list[str], output: str) -> str:
     names = ["%x", "%y"][:len(inputs)]
-    args = ", ".join(f"{n}: tensor<{s}xf32>" for n, s in zip(names, inputs))
+    args = ", ".join(f"{n}: tensor<{s}xf32>" for n, s in zip(names, inputs, strict=True))
     return (f"func.func @main({args}) -> tensor<{output}xf32> {{\n  {body}\n"
             f"  return %r : tensor<{output}xf32>\n}}\n")
 

@@ -342,7 +342,8 @@ GPU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1][0].shape))}")
+@pytest.mark.parametrize("case", GPU_CASES,
+                         ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1][0].shape))}")
 def test_the_gpu_lowering_keeps_each_kernel(case):
     """After hextir-to-loops and hexir-kernels-to-gpu, the gpu.func (run by gpu_interp over
     the grid the pass recorded) gives exactly what the hextir kernel gives."""

@@ -108,7 +108,7 @@ def test_no_import_cycle():
         state[module] = 1
         for imported in sorted(graph.get(module, ())):
             if state.get(imported) == 1:
-                cycle = path[path.index(imported):] + [imported] if imported in path else \
+                cycle = [*path[path.index(imported):], imported] if imported in path else \
                     [*path, imported]
                 pytest.fail("import cycle: " + " -> ".join(cycle))
             if imported not in state:

@@ -176,7 +176,8 @@ def test_random_v3_modules_round_trip(data):
                        (), b"\x7fELF", (2, 3, 1), (4, 5, 1)),
             Executable("r", KernelKind.RELU, Device.CPU, (t(m, n), t(m, n))))
     ops = [o for o in hf.V3_OPS if o is not hf.Op.END]
-    cmds = tuple(Command(o, (1,) * len(hf.OPERAND_NAMES[o])) for o in ops if o is not hf.Op.DISPATCH)
+    cmds = tuple(Command(o, (1,) * len(hf.OPERAND_NAMES[o]))
+                 for o in ops if o is not hf.Op.DISPATCH)
     module = Module(3, (Function("main", cmds),), data.draw(st.binary(max_size=32)), exes)
     raw = hf.build(module)
     assert hf.parse(raw) == module and hf.build(hf.parse(raw)) == raw

@@ -156,7 +156,7 @@ def test_cuda_errors_carry_the_error_name():
                                           "CUDA_ERROR_INVALID_VALUE"):
         device.write(buf, bytes(8))
     fake.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
-    with pytest.raises(DeviceError, match="synchronize .* failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
+    with pytest.raises(DeviceError, match=r"synchronize .* failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
         device.wait()
 
 

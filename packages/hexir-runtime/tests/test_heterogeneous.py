@@ -31,7 +31,8 @@ def test_readme_example_linear_on_cuda_relu_on_cpu():
             np.testing.assert_array_equal(got, want)
     assert want.tolist() == [[8.0, 17.0], [12.0, 14.0]]
     # A and W go to the GPU once per load; the product comes back once per run, for the relu.
-    assert fake.copies == {"cuMemcpyHtoDAsync": 2, "cuMemcpyDtoHAsync": CALLS, "cuMemcpyDtoDAsync": 0}
+    assert fake.copies == {"cuMemcpyHtoDAsync": 2, "cuMemcpyDtoHAsync": CALLS,
+                           "cuMemcpyDtoDAsync": 0}
     assert [name for name, *_ in fake.launches] == ["linear_0"] * CALLS
 
 

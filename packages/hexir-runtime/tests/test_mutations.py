@@ -196,12 +196,12 @@ def same(a, b) -> bool:
     """The same answers, entry by entry in order (a damaged name is visible, not silent)."""
     if len(a) != len(b):
         return False
-    for (outs_a, printed_a), (outs_b, printed_b) in zip(a.values(), b.values()):
+    for (outs_a, printed_a), (outs_b, printed_b) in zip(a.values(), b.values(), strict=True):
         mine, theirs = [*outs_a, *printed_a], [*outs_b, *printed_b]
         if len(outs_a) != len(outs_b) or len(mine) != len(theirs):
             return False
         if any(x.shape != y.shape or x.dtype != y.dtype or
-               not np.array_equal(x, y, equal_nan=True) for x, y in zip(mine, theirs)):
+               not np.array_equal(x, y, equal_nan=True) for x, y in zip(mine, theirs, strict=True)):
             return False
     return True
 
@@ -276,7 +276,7 @@ def test_pairs_of_fields(tmp_path, source):
 def test_every_truncation_is_refused_in_one_line(source):
     data = source.read_bytes()
     for length in range(len(data)):
-        outcome, message = answer(data[:length], None)
+        outcome, _message = answer(data[:length], None)
         assert outcome == "refused", f"{source.name} cut at {length} ran"
 
 

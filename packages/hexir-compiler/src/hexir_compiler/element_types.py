@@ -8,8 +8,8 @@ FLOATS = ("f32", "f64")
 INTEGERS = ("i32", "i64")
 NUMBERS = FLOATS + INTEGERS
 #: Every element type a tensor may have (i1 is a bool).
-ELEMENTS = NUMBERS + ("i1",)
+ELEMENTS = (*NUMBERS, "i1")
 #: The types bitwise ops take: integers, and bools (where and/or/xor/not are the logical ones).
-BITS = INTEGERS + ("i1",)
+BITS = (*INTEGERS, "i1")
 #: How kernels' buffers hold them (`tir.builder.storage`): a bool as a byte.
 STORAGE = {"i1": "i8"}

@@ -278,7 +278,7 @@ class Command:
 
     def __str__(self) -> str:
         names = OPERAND_NAMES[self.op]
-        parts = [f"{n}={v}" for n, v in zip(names, self.operands)]
+        parts = [f"{n}={v}" for n, v in zip(names, self.operands, strict=False)]
         parts += [f"%{v}" for v in self.operands[len(names) :]]
         return " ".join([str(self.op), *parts])
 

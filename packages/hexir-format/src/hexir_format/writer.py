@@ -183,13 +183,13 @@ def _executables(module: Module) -> bytes:
         if module.version >= 4:
             out += b"".join(L.Param.build(p) for p in exe.params)
         placed.append([args_offset, params_offset, 0])
-    for exe, where in zip(exes, placed):  # then the images, each at an 8-byte boundary
+    for exe, where in zip(exes, placed, strict=True):  # then the images, each at an 8-byte boundary
         if exe.image is not None and len(exe.image):
             out += bytes(L.align(len(out)) - len(out))
             where[2] = len(out)
             out += exe.image
     out[:table_end] = L.ExecutablesHeader.build(dict(count=len(exes), reserved=0)) + b"".join(
-        _entry(module.version, exe, *where) for exe, where in zip(exes, placed))
+        _entry(module.version, exe, *where) for exe, where in zip(exes, placed, strict=True))
     return bytes(out)
 
 

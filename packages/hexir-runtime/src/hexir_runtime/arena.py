@@ -102,5 +102,6 @@ def graphs(arena: Arena, devices: dict[Device, hal.Device], steps: list[Step],
 
     made: list[Step] = []
     for (graph, device), run in itertools.groupby(steps, lambda s: (graphable(s), s.device)):
-        made.extend([graph_step(arena, devices[device], list(run), failed)] if graph else run)
+        group = list(run)
+        made.extend([graph_step(arena, devices[device], group, failed)] if graph else group)
     return made

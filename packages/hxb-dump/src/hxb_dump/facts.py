@@ -102,7 +102,8 @@ def _functions(module: Module) -> list[Facts]:
 def _named(names: tuple[str, ...], types: list[str]) -> str:
     """`x: 2x3xf32, mask: 3xi1` where the module names them, else `2x3xf32, 3xi1` (a count
     that does not match, which the validator refuses, names what it can)."""
-    return ", ".join([*(f"{n}: {t}" for n, t in zip(names, types)), *types[len(names):]])
+    named = (f"{n}: {t}" for n, t in zip(names, types, strict=False))
+    return ", ".join([*named, *types[len(names):]])
 
 
 def _command(pc: int, command: Command) -> Facts:
@@ -110,7 +111,7 @@ def _command(pc: int, command: Command) -> Facts:
     return {
         "offset": pc,
         "op": str(command.op),
-        "args": dict(zip(names, command.operands)),
+        "args": dict(zip(names, command.operands, strict=False)),
         "slots": list(command.operands[len(names):]),
     }
 

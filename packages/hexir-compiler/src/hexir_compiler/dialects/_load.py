@@ -1,10 +1,10 @@
 """Two workarounds that make `ext` (numba-cuda-mlir 0.6.0) dialects usable for Hexir.
 
-1. `load`: `ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an SSA
-constraint value is a variable: every operand or result constrained by the same value must
-have the *same* type. CSE merges the identical `irdl.any` constraints of all fields, so after
-it `"hextir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got
-'f64'". `load` is `ext.Dialect.load` minus that pass pipeline.
+1. `load`: `ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an
+SSA constraint value is a variable: every operand or result constrained by the same value must have
+the *same* type. CSE merges the identical `irdl.any` constraints of all fields, so after it
+`"hextir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got 'f64'".
+`load` is `ext.Dialect.load` minus that pass pipeline.
 
 2. `without_segment_sizes`: positional accessors and a builder that writes no segment-size
 attributes, for ops with at most one variadic group (see its docstring).

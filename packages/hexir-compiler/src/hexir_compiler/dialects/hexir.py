@@ -52,9 +52,10 @@ def _result(op) -> tuple[tuple[int, ...], str]:
 def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[int, ...]]:
     """The shapes of the operands, called `names` (tensors of an element type in `takes`),
     then of the result: all of one element type."""
-    operands = [tensor(value, what, takes) for value, what in zip(op.operands, names)]
+    operands = [tensor(value, what, takes) for value, what in zip(op.operands, names, strict=False)]
     result, element = _result(op)
-    same_element(*((what, e) for what, (_, e) in zip(names, operands)), ("result", element))
+    same_element(*((what, e) for what, (_, e) in zip(names, operands, strict=False)),
+                 ("result", element))
     return [*(shape for shape, _ in operands), result]
 
 
@@ -641,7 +642,8 @@ class CallTirOp(HexirOp, name="call_tir"):
                 f"expected @{name} to take {inputs + 1} buffers ({inputs} inputs + 1 "
                 f"destination), but it takes {len(buffers)}"
             )
-        for i, (value, buf) in enumerate(zip([*self.operands, self.results[0]], buffers)):
+        values = [*self.operands, self.results[0]]
+        for i, (value, buf) in enumerate(zip(values, buffers, strict=False)):
             shape, elem = tensor(value, f"operand #{i}" if i < inputs else "result")
             bshape, belem = memref(buf, f"buffer #{i} of @{name}")
             if (shape, STORAGE.get(elem, elem)) != (bshape, belem):

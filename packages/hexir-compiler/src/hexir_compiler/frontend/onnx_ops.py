@@ -131,7 +131,7 @@ class Emitter:
                     None), None
         try:
             schema = self.onnx.defs.get_schema(node.op_type, opset, node.domain)
-        except Exception:
+        except self.onnx.defs.SchemaError:
             return ((f"op that is not an op of opset {opset}",
                      f"ops that are not ops of opset {opset}"), node.op_type, None), None
         if schema.since_version not in VERSIONS[node.op_type]:
@@ -179,14 +179,15 @@ class Emitter:
         graph = helper.make_graph(
             [copy], "fold",
             [helper.make_tensor_value_info(n, self.onnx.helper.np_dtype_to_tensor_dtype(t.dtype),
-                                           t.shape) for n, t in zip(names, inputs) if n],
+                                           t.shape)
+             for n, t in zip(names, inputs, strict=False) if n],
             [helper.make_tensor_value_info(n, 0, None) for n in outs])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("",
                                                                             self.importer.opset)])
         try:
             results = ReferenceEvaluator(model).run(
-                None, {n: t.const for n, t in zip(names, inputs) if n})
-        except Exception as err:
+                None, {n: t.const for n, t in zip(names, inputs, strict=False) if n})
+        except Exception as err:  # noqa: BLE001 -- whatever the evaluator's op code raises
             raise ModelError(f"{where}: folding it at import failed: "
                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
                              ) from None
@@ -410,7 +411,7 @@ def _softsign(e, xs, a, v):
 def _dropout(e, xs, a, v):
     """Inference: the input unchanged and the optional mask all true; so is training mode with
     a ratio of 0, which drops nothing."""
-    x, ratio, training = (xs + [None, None])[:3]
+    x, ratio, training = [*xs, None, None][:3]
     if training is not None and np.any(known(training, "training_mode")):
         dropped = 0.5 if ratio is None else float(known(ratio, "ratio").reshape(-1)[0])
         if dropped != 0:
@@ -515,7 +516,7 @@ def _string(a: dict, name: str, default: str) -> str:
 
 @handles("Clip", 13)
 def _clip(e, xs, a, v):
-    x, low, high = (xs + [None, None])[:3]
+    x, low, high = [*xs, None, None][:3]
     result = x
     if low is not None:
         result = e.binary("max", result, _scalar_operand(e, low, x, "min"))
@@ -597,7 +598,7 @@ def _log_softmax(e, xs, a, v):
 
 @handles("LayerNormalization", 17, floats=True)
 def _layer_norm(e, xs, a, v):
-    x, scale, bias = (xs + [None])[:3]
+    x, scale, bias = [*xs, None][:3]
     rank = len(x.shape)
     axis = _axis(a.get("axis", -1), rank)
     epsilon = float(a.get("epsilon", 1e-5))
@@ -776,7 +777,8 @@ def _concat(e, xs, a, v):
         raise NodeError("operands differ in element type or rank")
     result = parts[0]
     for part in parts[1:]:
-        if any(p != q for d, (p, q) in enumerate(zip(result.shape, part.shape)) if d != axis):
+        if any(p != q for d, (p, q) in enumerate(zip(result.shape, part.shape, strict=False))
+               if d != axis):
             raise NodeError(f"shapes {list(result.shape)} and {list(part.shape)} differ off "
                             f"axis {axis}")
         shape = list(result.shape)
@@ -795,7 +797,7 @@ def _slice(e, xs, a, v):
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise NodeError("starts, ends, axes and steps differ in length")
     begin, stride, shape = [0] * rank, [1] * rank, list(x.shape)
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
         axis = _axis(axis, rank)
         if step == 0:
             raise NodeError("a step is 0")
@@ -847,7 +849,7 @@ def _matmul(e, xs, a, v):
 
 @handles("Gemm", 13, floats=True)
 def _gemm(e, xs, a, v):
-    A, B, C = (xs + [None])[:3]
+    A, B, C = [*xs, None][:3]
     if len(A.shape) != 2 or len(B.shape) != 2:
         raise NodeError(f"expected matrices, got {list(A.shape)} and {list(B.shape)}")
     if a.get("transA", 0):
@@ -894,7 +896,7 @@ def _window_attrs(a, x: Tensor, kernel: list[int]):
 
 @handles("Conv", 11, 22, floats=True)
 def _conv(e, xs, a, v):
-    x, w, bias = (xs + [None])[:3]
+    x, w, bias = [*xs, None][:3]
     if len(w.shape) != len(x.shape):
         raise NodeError(f"weight has rank {len(w.shape)}; the input has {len(x.shape)}")
     kernel = list(a.get("kernel_shape", w.shape[2:]))
@@ -912,7 +914,7 @@ def _conv_transpose(e, xs, a, v):
     """A convolution of the input with zeros inserted between its elements (strides - 1 of
     them per step), padded by (kernel - 1) x dilation less the transposed pads, with the
     weight's two channel axes swapped (per group) and its kernel flipped."""
-    x, w, bias = (xs + [None])[:3]
+    x, w, bias = [*xs, None][:3]
     rank = len(x.shape)
     if rank < 3 or len(w.shape) != rank:
         raise NodeError(f"expected an input [N, C, spatial...] and a weight of its rank, got "
@@ -931,16 +933,16 @@ def _conv_transpose(e, xs, a, v):
     dilations = list(a.get("dilations", [1] * spatial))
     extra = list(a.get("output_padding", [0] * spatial))
     sizes = x.shape[2:]
-    reach = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    full = [s * (n - 1) + o + r for s, n, o, r in zip(strides, sizes, extra, reach)]
+    reach = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=False)]
+    full = [s * (n - 1) + o + r for s, n, o, r in zip(strides, sizes, extra, reach, strict=False)]
     auto_pad = _string(a, "auto_pad", "NOTSET")
     starts, out = _transposed_pads(a, auto_pad, full, sizes, strides, spatial)
     # The zero-inserted input, n * s long (its last s - 1 zeros count as padding below).
     for d, step in enumerate(strides):
         if step > 1:
             x = _spread(e, x, 2 + d, step)
-    lows = [r - 1 - b for r, b in zip(reach, starts)]
-    highs = [o + b - n * s for o, b, n, s in zip(out, starts, sizes, strides)]
+    lows = [r - 1 - b for r, b in zip(reach, starts, strict=False)]
+    highs = [o + b - n * s for o, b, n, s in zip(out, starts, sizes, strides, strict=False)]
     kernels = e.reshape(w, (group, channels // group, per_group, *kernel))
     kernels = e.reshape(e.transpose(kernels, (0, 2, 1, *range(3, rank + 1))),
                         (group * per_group, channels // group, *kernel))
@@ -968,13 +970,13 @@ def _transposed_pads(a, auto_pad: str, full, sizes, strides, spatial):
     if "pads" in a:
         pads = list(a["pads"])
         return pads[:spatial], given or [f - b - e for f, b, e in zip(full, pads[:spatial],
-                                                                      pads[spatial:])]
+                                                                      pads[spatial:], strict=False)]
     if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
         raise NodeError(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     if auto_pad in ("NOTSET", "VALID"):
         return [0] * spatial, given or full
-    out = given or [n * s for n, s in zip(sizes, strides)]
-    totals = [f - o for f, o in zip(full, out)]
+    out = given or [n * s for n, s in zip(sizes, strides, strict=False)]
+    totals = [f - o for f, o in zip(full, out, strict=False)]
     return [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals], out
 
 

@@ -105,7 +105,7 @@ def _join(e, parts: list[Tensor], axis: int) -> Tensor:
         return constant(np.concatenate([p.const for p in parts], axis=axis))
     while len(parts) > 1:
         joined = []
-        for a, b in zip(parts[::2], parts[1::2]):
+        for a, b in zip(parts[::2], parts[1::2], strict=False):
             shape = list(a.shape)
             shape[axis] += b.shape[axis]
             joined.append(e.op("concat", [a, b], shape, a.dtype, axis=axis))
@@ -246,7 +246,7 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
     def plus(a, b):
         return a if b is None else step.bin("add", a, b)
 
-    f, g, h = (functions + [None, None])[:3]
+    f, g, h = [*functions, None, None][:3]
     # each sequence's length broadcast over the hidden axis once: a step's mask is then one
     # comparison of the state's shape
     lengths = None if lens is None or lens.is_const else \

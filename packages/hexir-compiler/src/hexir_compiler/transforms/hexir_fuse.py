@@ -3,7 +3,8 @@
 Runs after placement, right before hexir-lower-to-tir, which makes one kernel of each group.
 A group is a chain ending in one op (its sink, the only op whose result leaves the group):
 
-- element-wise ops (`ops.ELEMENTWISE`) join the group of the element-wise op that consumes them: `add -> relu` is one map;
+- element-wise ops (`ops.ELEMENTWISE`) join the group of the element-wise op that consumes them:
+  `add -> relu` is one map;
 - a contraction (matmul, linear, conv) heads the group of the element-wise epilogue that
   consumes it (bias, activation, residual add, scale): `linear -> add -> relu` is one
   kernel, and so is `conv -> add -> relu`;

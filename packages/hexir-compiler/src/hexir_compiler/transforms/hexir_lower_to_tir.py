@@ -16,12 +16,13 @@ group's last op and named after the ops it covers (`linear_add_relu_0`, or
 `<first>_<n>ops_<last>_<counter>` when that is too long for a kernel name); its inputs are
 the group's operands from outside it, a contraction's two first (`tir.fusion`).
 
-`hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as
-they are, but for one rewrite: a cpu matmul or linear whose rhs is a constant matrix, where
-the schedule packs it (`schedule.panel_width`), reads a new constant, that matrix in column
-panels (`contraction.PANEL`), and so does a cpu conv with a constant weight that the
-channel-panel schedule reads (`convolution.pack_weight`), each made once per constant,
-layout and width; the old one goes when nothing else reads it. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
+`hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as they are,
+but for one rewrite: a cpu matmul or linear whose rhs is a constant matrix, where the schedule packs
+it (`schedule.panel_width`), reads a new constant, that matrix in column panels
+(`contraction.PANEL`), and so does a cpu conv with a constant weight that the channel-panel schedule
+reads (`convolution.pack_weight`), each made once per constant, layout and width; the old one goes
+when nothing else reads it. An op placed nowhere (no `device`) is lowered for the default device,
+the cpu.
 """
 
 from __future__ import annotations

@@ -1,16 +1,16 @@
 """One kernel for a fusion group (`hexir-fuse`): element-wise chains, contraction epilogues,
 reduction prologues.
 
-A group's element-wise values all have one shape, so they are computed together at each
-element: the group's inputs loaded there (numpy-broadcast, each once), the ops evaluated in
-program order with their scalar formulas (`elementwise.formula`, the ones their own kernels
-use). A chain alone is one pass over the output that stores the last value. A group headed
-by a contraction (matmul, linear, conv) is its kernel with that evaluation as the epilogue of
-each output (on the cpu, where the matmul is the host BLAS, a pass over the product in place
-right after the call). A group ending in a reduction is that reduction's kernel reading its data operand
-through the chain (a `Prologue`): wherever it would load an element it evaluates the chain
-there instead, so the chain's result never goes through memory (softmax reads its row twice
-and layer_norm three times: the chain's ops are recomputed rather than stored).
+A group's element-wise values all have one shape, so they are computed together at each element: the
+group's inputs loaded there (numpy-broadcast, each once), the ops evaluated in program order with
+their scalar formulas (`elementwise.formula`, the ones their own kernels use). A chain alone is one
+pass over the output that stores the last value. A group headed by a contraction (matmul, linear,
+conv) is its kernel with that evaluation as the epilogue of each output (on the cpu, where the
+matmul is the host BLAS, a pass over the product in place right after the call). A group ending in a
+reduction is that reduction's kernel reading its data operand through the chain (a `Prologue`):
+wherever it would load an element it evaluates the chain there instead, so the chain's result never
+goes through memory (softmax reads its row twice and layer_norm three times: the chain's ops are
+recomputed rather than stored).
 """
 
 from __future__ import annotations
