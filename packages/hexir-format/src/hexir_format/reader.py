@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import mmap
 import struct
 
 import construct
@@ -43,7 +44,8 @@ from hexir_format.model import (
     TensorType,
 )
 
-Buffer = bytes | bytearray | memoryview
+#: What the reader parses: the file's bytes, or a mapping of it (the runtime's and hxb-dump's).
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 def parse_layout(buf: Buffer) -> Layout:

@@ -8,6 +8,8 @@ nothing here indexes on trust, and the verifier says what is wrong.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hexir_format import (
     CPU_LEVELS,
     OPERAND_NAMES,
@@ -22,7 +24,9 @@ from hexir_format import (
 )
 from hxb_dump import images, params, rodata
 
-Facts = dict[str, object]
+#: A JSON object of `--json`'s document: its values are of many types (numbers, strings, lists
+#: of further objects), and the listing reads each by its key, knowing what that key holds.
+Facts = dict[str, Any]
 COMMAND_HEADER = 8
 OPERAND = 8
 
