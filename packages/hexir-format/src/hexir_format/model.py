@@ -346,7 +346,8 @@ class Executable:
         """Version 3's description of the kernel, (m, n, k), where it applies: a rank-2
         matmul, add or relu whose arguments share one element type and agree in shape."""
         args = self.args
-        if self.kind not in V3_KINDS or len(args) != self.kind.arity + 1 or any(
+        arity = self.kind.arity
+        if self.kind not in V3_KINDS or arity is None or len(args) != arity + 1 or any(
                 t.rank != 2 or t.dtype is not args[-1].dtype for t in args):
             return None
         (m, n), k = args[-1].shape, args[0].shape[1] if self.kind is KernelKind.MATMUL else 0

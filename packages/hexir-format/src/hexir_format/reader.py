@@ -140,7 +140,7 @@ def parse(buf: Buffer) -> Module:
     rodata, _ = payload(SectionKind.RODATA)
     if layout.section(SectionKind.NAMES) is not None:
         functions = _names(functions, *payload(SectionKind.NAMES))
-    placements = ()
+    placements: tuple[tuple[int, int], ...] = ()
     if layout.section(SectionKind.PLAN) is not None:
         placements = _placements(len(slots), *payload(SectionKind.PLAN))
     return Module(layout.version, functions, rodata, executables, slots, layout, placements)

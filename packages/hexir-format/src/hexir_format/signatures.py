@@ -340,7 +340,7 @@ def _destination(kind: KernelKind, inputs: list[TensorType], out: TensorType,
         return x
     if kind is KernelKind.LAYER_NORM:
         _count(params, 1, "epsilon")
-        return layer_norm(*shapes, params[0])
+        return layer_norm(shapes[0], shapes[1], shapes[2], params[0])
     if kind is KernelKind.TRANSPOSE:
         _count(params, len(x), "a permutation of the input's axes")
         return transpose(x, [_axis(p, len(x), "permutation entry") for p in params])

@@ -105,10 +105,11 @@ def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYT
     """
     home = _check_executables(module)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
+    base = program.offset if program else None
     entries, offset, constants = {}, 0, _Constants()
     for function in module.functions:
-        replay = _Replay(module, function, max_alloc_bytes, home, program and program.offset,
-                         offset, constants=constants)
+        replay = _Replay(module, function, max_alloc_bytes, home, base, offset,
+                         constants=constants)
         entries[function.name] = replay.run()
         offset = replay.pc + 8  # past the END
     if module.placements:
@@ -297,6 +298,11 @@ class _Replay:
     def typed(self, slot: int) -> TensorType | None:
         return self.module.slots[slot].type if self.module.slots else None
 
+    def tensor(self, slot: int) -> TensorType:
+        """The type of `slot`, already checked to be in the slot table (the commands that
+        name a slot's type, from version 4 on, come with one)."""
+        return self.module.slots[slot].type
+
     def bind(self, name: str, slot: int, nbytes: int, *, const: bool = False) -> None:
         t = self.typed(slot)
         if t is not None and nbytes != t.nbytes:
@@ -392,7 +398,7 @@ class _Replay:
                                     f"{b.nbytes}")
 
     def _input(self, c: Command) -> None:
-        t = self.typed(self.slot("slot", c.slot))
+        t = self.tensor(self.slot("slot", c.slot))
         if c.index in self.inputs:
             raise self.fail("index", f"input {c.index} is bound twice")
         self.inputs[c.index] = t
@@ -402,12 +408,12 @@ class _Replay:
         self.used("slot", c.slot)
         if c.index in self.outputs:
             raise self.fail("index", f"output {c.index} is named twice")
-        self.outputs[c.index] = self.typed(c.slot)
+        self.outputs[c.index] = self.tensor(c.slot)
 
     def _copy(self, c: Command) -> None:
         self.slot("dst", c.dst)
         self.used("src", c.src)
-        dst, src = self.typed(c.dst), self.typed(c.src)
+        dst, src = self.tensor(c.dst), self.tensor(c.src)
         if dst != src:
             raise self.fail("dst", f"slot {c.dst} is a {dst} but its source, slot {c.src}, is "
                                    f"a {src}")
