@@ -4,8 +4,8 @@ Here rather than in the dialect package so the op registry (`ops.py`), the diale
 kernel generators share one list.
 """
 
-FLOATS = ("f32", "f64")
-INTEGERS = ("i32", "i64")
+FLOATS: tuple[str, ...] = ("f32", "f64")
+INTEGERS: tuple[str, ...] = ("i32", "i64")
 NUMBERS = FLOATS + INTEGERS
 #: Every element type a tensor may have (i1 is a bool).
 ELEMENTS = (*NUMBERS, "i1")

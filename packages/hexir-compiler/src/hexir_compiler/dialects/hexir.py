@@ -11,8 +11,9 @@ located message that says what was expected and what was found. Optional attribu
 """
 
 import types
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hexir_compiler.dialects._bases import Dialect
 from hexir_compiler.dialects._verify import (
     DEVICES,
     Invalid,
@@ -31,11 +32,17 @@ from hexir_compiler.ops import BINARY, GELU_APPROXIMATIONS, UNARY, Elementwise
 from hexir_format import signatures
 
 
-class Hexir(ext.Dialect, name="hexir"):
+class Hexir(Dialect, name="hexir"):
     pass
 
 
-class HexirOp(Hexir.Operation):
+if TYPE_CHECKING:
+    from hexir_compiler.dialects._bases import Operation as _Operation
+else:
+    _Operation = Hexir.Operation
+
+
+class HexirOp(_Operation):
     """Base of every hexir op (no name: not an op itself)."""
 
     def check(self) -> None:
@@ -301,9 +308,10 @@ class PoolOp(HexirOp, name="pool"):
                 raise Invalid(f"attribute '{flag}' must be true or false, got {a[flag]}")
         if len(x) < 3:
             raise Invalid(f"input must be [N, C, spatial...], got {signatures.fmt(x)}")
-        spatial = signatures.window(
-            x[2:], *(i64_array(a[k], k) for k in ("kernel", "strides", "pads", "dilations")),
-            ir.BoolAttr(a["ceil_mode"]).value)
+        kernel, strides, pads, dilations = (
+            i64_array(a[k], k) for k in ("kernel", "strides", "pads", "dilations"))
+        spatial = signatures.window(x[2:], kernel, strides, pads, dilations,
+                                    ir.BoolAttr(a["ceil_mode"]).value)
         expect_shape(r, (*x[:2], *spatial))
 
 

@@ -11,8 +11,9 @@ cannot.
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from hexir_compiler.dialects._bases import Dialect
 from hexir_compiler.dialects._verify import (
     DEVICES,
     Invalid,
@@ -31,11 +32,17 @@ KERNELS = tuple(str(kind) for kind in KernelKind)
 WORKGROUP = "#gpu.address_space<workgroup>"
 
 
-class Hextir(ext.Dialect, name="hextir"):
+class Hextir(Dialect, name="hextir"):
     pass
 
 
-class HextirOp(Hextir.Operation):
+if TYPE_CHECKING:
+    from hexir_compiler.dialects._bases import Operation as _Operation
+else:
+    _Operation = Hextir.Operation
+
+
+class HextirOp(_Operation):
     """Base of every hextir op (no name: not an op itself)."""
 
     def check(self) -> None:
