@@ -149,7 +149,7 @@ def load_model(source):
 
 
 def import_model(source, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 fixed_inputs: Mapping[str, np.ndarray] | None = None) -> ir.Module:
+                 fixed_inputs: Mapping[str, object] | None = None) -> ir.Module:
     """The hexir graph of the model at `source`, built in the current MLIR context."""
     model = load_model(source)
     name = os.fspath(source) if not hasattr(source, "graph") else "<model>"

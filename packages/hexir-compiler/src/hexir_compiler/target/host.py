@@ -77,8 +77,8 @@ def compile_kernels(module: ir.Module, cpu: str | None = None) -> dict[str, Host
     images = {}
     for kernel in kernels:
         name = _symbol(kernel)
-        grid = tuple(int(g) for g in kernel.attributes["hexir.grid"])
-        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), grid,
+        x, y, z = (int(g) for g in kernel.attributes["hexir.grid"])
+        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), (x, y, z),
                                  LEVELS[cpu])
     return images
 

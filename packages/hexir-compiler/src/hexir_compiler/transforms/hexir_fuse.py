@@ -71,10 +71,10 @@ def _function(block: ir.Block) -> None:
             group = merged
     numbered: dict[int, int] = {}
     for op in ops:
-        group = group_of.get(id(op))
-        if group is None or len(group) < 2:
+        members = group_of.get(id(op))
+        if members is None or len(members) < 2:
             continue
-        number = numbered.setdefault(id(group), len(numbered))
+        number = numbered.setdefault(id(members), len(numbered))
         op.attributes[GROUP] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), number)
 
 

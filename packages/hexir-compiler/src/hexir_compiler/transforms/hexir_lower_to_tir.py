@@ -217,9 +217,10 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
     elif len(graph_op.inputs[1]) == 2:
         depth, cols = graph_op.inputs[1]
         macs = math.prod(graph_op.inputs[0][:-1]) * depth * cols
-        width = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
-        if width is None:
+        panel = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
+        if panel is None:
             return graph_op
+        width = panel
         pack = functools.partial(_column_panels, width=width)
     else:
         return graph_op

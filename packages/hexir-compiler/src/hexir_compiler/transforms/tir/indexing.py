@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
@@ -117,7 +118,7 @@ def plan_scatter_nd(op: GraphOp) -> Kernel:
 
 
 @contextlib.contextmanager
-def _slots(b: KernelBuilder, tail: list[int], given: list[ir.Value] | None):
+def _slots(b: KernelBuilder, tail: Sequence[int], given: list[ir.Value] | None):
     """The slice position: `given` (a cuda thread's), or serial loops over every one of
     them, innermost last (a cpu iteration's: its rows are contiguous runs of memory)."""
     if given is not None:

@@ -266,7 +266,10 @@ class Row:
 
     def each(self, body: Callable[[ir.Value], None]) -> None:
         """Run `body(k)` for this thread's elements k of the row."""
-        self.fold([], lambda k, _: body(k) or [])
+        def step(k: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+            body(k)
+            return []
+        self.fold([], step)
 
     def reduce(self, partial: Sequence[ir.Value], combine: Combine) -> list[ir.Value]:
         """The whole row's result from every thread's `partial`, through a shared-memory tree;
