@@ -42,8 +42,8 @@ UPGRADE_TO = 13
 DOMAINS = ("", "ai.onnx")
 
 #: ONNX TensorProto element type -> numpy dtype, for the types Hexir has.
-DTYPES = {1: np.dtype("float32"), 11: np.dtype("float64"), 6: np.dtype("int32"),
-          7: np.dtype("int64"), 9: np.dtype("bool")}
+DTYPES: dict[int, np.dtype] = {1: np.dtype("float32"), 11: np.dtype("float64"),
+                               6: np.dtype("int32"), 7: np.dtype("int64"), 9: np.dtype("bool")}
 MLIR = {np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("int32"): "i32",
         np.dtype("int64"): "i64", np.dtype("bool"): "i1"}
 
@@ -104,11 +104,7 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: np.dtype
     value: ir.Value | None = None
-    const: np.ndarray | None = None
-
-    @property
-    def is_const(self) -> bool:
-        return self.const is not None
+    const: np.ndarray | None = None  # a constant's values (`is not None`: it is one)
 
 
 def _onnx():

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import overload
 
 import numpy as np
 
@@ -60,7 +61,7 @@ class Emitter:
         self.importer = importer
         self.onnx = importer.onnx
         # id(array) -> (array, its hexir.constant); holding the array keeps its id unique.
-        self._consts: dict[int, tuple[np.ndarray, ir.Value]] = {}
+        self._consts: dict[int, tuple[np.ndarray | None, ir.Value]] = {}
         #: The values of nodes that were refused (or that read one): none of their readers is
         #: translated, and none of them is refused again for it.
         self.unknown: set[str] = set()
@@ -113,7 +114,7 @@ class Emitter:
     def _folds(node, inputs: list) -> bool:
         """Whether the node is computed at import: every input known (Shape and Size need only
         the shape; ConstantOfShape may have no input)."""
-        known = all(t is not None and t.is_const for t in inputs)
+        known = all(t is not None and t.const is not None for t in inputs)
         return node.op_type in SHAPE_OPS or (
             known and bool(inputs or node.op_type == "ConstantOfShape"))
 
@@ -247,7 +248,7 @@ class Emitter:
 
     def reshape(self, x: Tensor, shape) -> Tensor:
         shape = tuple(int(d) for d in shape)
-        if x.is_const:
+        if x.const is not None:
             return constant(x.const.reshape(shape))
         if shape == x.shape:
             return x
@@ -257,13 +258,13 @@ class Emitter:
         shape = tuple(shape)
         if x.shape == shape:
             return x
-        if x.is_const:
+        if x.const is not None:
             return constant(np.broadcast_to(x.const, shape).copy())
         return self.op("expand", [x], shape, x.dtype)
 
     def transpose(self, x: Tensor, perm) -> Tensor:
         perm = [int(p) for p in perm]
-        if x.is_const:
+        if x.const is not None:
             return constant(np.ascontiguousarray(np.transpose(x.const, perm)))
         return self.op("transpose", [x], [x.shape[p] for p in perm], x.dtype,
                        permutation=perm)
@@ -272,7 +273,7 @@ class Emitter:
         dtype = np.dtype(dtype)
         if x.dtype == dtype:
             return x
-        if x.is_const:
+        if x.const is not None:
             return constant(x.const.astype(dtype))
         return self.op("cast", [x], x.shape, dtype)
 
@@ -305,12 +306,16 @@ def _attribute(value) -> ir.Attribute:
 
 def known(t: Tensor, what: str) -> np.ndarray:
     """The value of an operand that must be known at compile time."""
-    if not t.is_const:
+    if t.const is None:
         raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
                         "Constant, or an input fixed with -fix-input)")
     return np.asarray(t.const)
 
 
+@overload
+def const_ints(t: Tensor, what: str) -> list[int]: ...
+@overload
+def const_ints(t: Tensor | None, what: str) -> list[int] | None: ...
 def const_ints(t: Tensor | None, what: str) -> list[int] | None:
     """The values of a shape or axes operand, which must be known at compile time."""
     if t is None:
@@ -736,11 +741,11 @@ def _flatten(e, xs, a, v):
 @handles("Squeeze", 13, 21, 23, 24, 25)
 def _squeeze(e, xs, a, v):
     x = xs[0]
-    axes = const_ints(xs[1] if len(xs) > 1 else None, "axes")
+    given = const_ints(xs[1] if len(xs) > 1 else None, "axes")
     rank = len(x.shape)
-    if axes is None:
-        axes = [d for d, n in enumerate(x.shape) if n == 1]
-    axes = {_axis(d, rank) for d in axes}
+    if given is None:
+        given = [d for d, n in enumerate(x.shape) if n == 1]
+    axes = {_axis(d, rank) for d in given}
     if any(x.shape[d] != 1 for d in axes):
         raise NodeError(f"cannot squeeze axes {sorted(axes)} of {list(x.shape)}: not all are 1")
     return [e.reshape(x, [n for d, n in enumerate(x.shape) if d not in axes])]
@@ -813,7 +818,7 @@ def _gather(e, xs, a, v):
     if indices.dtype not in (np.int32, np.int64):
         raise NodeError(f"indices are {indices.dtype}; expected int32 or int64")
     axis = _axis(a.get("axis", 0), len(data.shape))
-    if indices.is_const:
+    if indices.const is not None:
         extent = data.shape[axis]
         bad = indices.const[(indices.const < -extent) | (indices.const >= extent)]
         if bad.size:
@@ -864,7 +869,7 @@ def _gemm(e, xs, a, v):
         y = e.binary("mul", y, e.scalar(alpha, A.dtype))
     if C is not None and beta != 0.0:
         if beta != 1.0:
-            C = constant((C.const * beta).astype(C.dtype)) if C.is_const else \
+            C = constant((C.const * beta).astype(C.dtype)) if C.const is not None else \
                 e.binary("mul", C, e.scalar(beta, C.dtype))
         y = e.binary("add", y, C)
     return [y]
@@ -995,7 +1000,7 @@ def _spread(e, x: Tensor, axis: int, step: int) -> Tensor:
 def _flip(e, t: Tensor, axes) -> Tensor:
     """`t` reversed along `axes`."""
     axes = list(axes)
-    if t.is_const:
+    if t.const is not None:
         return constant(np.ascontiguousarray(np.flip(t.const, axes)))
     return e.op("slice", [t], t.shape, t.dtype,
                 starts=[n - 1 if d in axes else 0 for d, n in enumerate(t.shape)],
@@ -1027,7 +1032,7 @@ def _indices(indices: Tensor, extents) -> None:
     ones are wrapped and clamped by the kernel."""
     if indices.dtype not in (np.int32, np.int64):
         raise NodeError(f"indices are {indices.dtype}; expected int32 or int64")
-    if not indices.is_const or not indices.const.size:
+    if indices.const is None or not indices.const.size:
         return
     values = indices.const.reshape(-1, len(extents))
     for d, extent in enumerate(extents):

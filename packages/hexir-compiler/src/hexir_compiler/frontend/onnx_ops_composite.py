@@ -37,7 +37,7 @@ def _slice(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     """x[start:stop] along `axis` (0 <= start <= stop <= extent)."""
     if (start, stop) == (0, x.shape[axis]):
         return x
-    if x.is_const:
+    if x.const is not None:
         kept = np.take(np.asarray(x.const), range(start, stop), axis=axis)
         return constant(np.ascontiguousarray(kept))
     starts = [start if d == axis else 0 for d in range(len(x.shape))]
@@ -54,7 +54,7 @@ def _take(e, x: Tensor, indices: np.ndarray, axis: int) -> Tensor:
     indices = np.asarray(indices, np.int64)
     if np.array_equal(indices, np.arange(x.shape[axis])):
         return x
-    if x.is_const:
+    if x.const is not None:
         return constant(np.ascontiguousarray(np.take(np.asarray(x.const), indices, axis=axis)))
     shape = [len(indices) if d == axis else n for d, n in enumerate(x.shape)]
     return e.op("gather", [x, constant(indices)], shape, x.dtype, axis=axis)
@@ -77,7 +77,7 @@ FILL_CONSTANT_MAX = 4096
 
 def _fill(e, value: Tensor, shape) -> Tensor:
     """A tensor of `shape` holding the scalar `value` everywhere."""
-    if value.is_const and math.prod(shape) <= FILL_CONSTANT_MAX:
+    if value.const is not None and math.prod(shape) <= FILL_CONSTANT_MAX:
         return constant(np.full(shape, value.const, value.dtype))
     return e.op("expand", [value], shape, value.dtype)
 
@@ -88,9 +88,9 @@ def _on_axis(values: np.ndarray, axis: int, rank: int) -> np.ndarray:
 
 
 def _const_floats(t: Tensor | None, what: str) -> list[float] | None:
-    if t is None or (t.is_const and np.asarray(t.const).size == 0):
+    if t is None or (t.const is not None and np.asarray(t.const).size == 0):
         return None
-    if not t.is_const:
+    if t.const is None:
         raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
                         "Constant, or an input fixed with -fix-input)")
     return [float(v) for v in np.asarray(t.const).reshape(-1)]
