@@ -213,7 +213,7 @@ class EntryPoint:
         self.signature = plan.signature
         self._exact = [(_DTYPES[t.dtype], t.shape) for t in plan.signature.inputs]
 
-    def check_inputs(self, *inputs: Any, **named: Any) -> list[np.ndarray]:
+    def check_inputs(self, *inputs: Any, **named: Any) -> list[np.ndarray | DevicePointer]:
         """The inputs as this entry will see them, or the InputError calling it would raise."""
         return check_inputs(self._plan, arrange(self._plan, _given(inputs), named))
 

@@ -167,7 +167,8 @@ def write_outputs(target: str, results: Mapping[str, np.ndarray]) -> None:
     try:
         with atomic_write(path) as out:
             if path.endswith(".npy"):
-                np.save(out, *results.values())
+                (only,) = results.values()
+                np.save(out, only)
             else:
                 _savez(out, results)
     except OSError as e:
