@@ -98,7 +98,7 @@ def graphs(arena: Arena, devices: dict[Device, hal.Device], steps: list[Step],
     """Each maximal run of capturable steps on one device that records graphs made one
     `graph_step`; the other steps as they are."""
     def graphable(step: Step) -> bool:
-        return step.capturable and devices[step.device].graphs
+        return step.capturable and step.device is not None and devices[step.device].graphs
 
     made: list[Step] = []
     for (graph, device), run in itertools.groupby(steps, lambda s: (graphable(s), s.device)):
