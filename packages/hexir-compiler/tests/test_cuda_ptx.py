@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from fake_driver import FakeDriver
 from onnx import TensorProto, helper, numpy_helper
 
 import hexir_compiler
 import hexir_runtime
+from fake_driver import FakeDriver
 
 TOLERANCE = {np.float32: 1e-5, np.float64: 1e-12}
 ELEM = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}

@@ -8,6 +8,7 @@ import stat
 from pathlib import Path
 
 import pytest
+
 from hexir_compiler.errors import CompileError
 from hexir_compiler.target import cuda_toolkit
 from hexir_compiler.target.cuda_toolkit import CudaToolkit, find_libdevice, find_tool, find_toolkit

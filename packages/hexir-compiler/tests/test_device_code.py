@@ -11,15 +11,14 @@ import stat
 import subprocess
 
 import pytest
+
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.target import cuda_toolkit
-from hexir_compiler.target.cuda import architectures, compile_kernels
-from hexir_format.images import parts
-
-from hexir_compiler.target.cuda import DeviceImage
 from hexir_compiler.pipeline import Options, lower
+from hexir_compiler.target import cuda_toolkit
+from hexir_compiler.target.cuda import DeviceImage, architectures, compile_kernels
+from hexir_format.images import parts
 
 try:
     TOOLKIT = cuda_toolkit.find_toolkit()

@@ -26,14 +26,18 @@ def test_call_tir_reads_heterogeneous_inputs():
     """Three inputs of three types (IRDL would bind one variadic group to one type): each is
     its own optional group, and the call says so in operandSegmentSizes."""
     text = """
-    func.func @main(%x: tensor<2x3xf64>, %w: tensor<3x4xf64>, %b: tensor<4xf64>) -> tensor<2x4xf64> {
-      %y = "hexir.call_tir"(%x, %w, %b) {callee = @k, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0>} : (tensor<2x3xf64>, tensor<3x4xf64>, tensor<4xf64>) -> tensor<2x4xf64>
+    func.func @main(%x: tensor<2x3xf64>, %w: tensor<3x4xf64>,
+        %b: tensor<4xf64>) -> tensor<2x4xf64> {
+      %y = "hexir.call_tir"(%x, %w, %b)
+          {callee = @k, operandSegmentSizes = array<i32: 1, 1, 1, 0, 0, 0, 0, 0>}
+          : (tensor<2x3xf64>, tensor<3x4xf64>, tensor<4xf64>) -> tensor<2x4xf64>
       return %y : tensor<2x4xf64>
     }
     "hextir.prim_func"() ({
     ^bb0(%a: memref<2x3xf64>, %b: memref<3x4xf64>, %d: memref<4xf64>, %c: memref<2x4xf64>):
       "hextir.return"() : () -> ()
-    }) {sym_name = "k", function_type = (memref<2x3xf64>, memref<3x4xf64>, memref<4xf64>, memref<2x4xf64>) -> ()} : () -> ()
+    }) {sym_name = "k", function_type = (memref<2x3xf64>, memref<3x4xf64>, memref<4xf64>,
+        memref<2x4xf64>) -> ()} : () -> ()
     """
     with context():
         module = ir.Module.parse(text)
@@ -46,7 +50,9 @@ def test_call_tir_reads_heterogeneous_inputs():
 def test_call_tir_needs_its_segment_sizes():
     text = """
     func.func @main(%x: tensor<2x3xf64>) -> tensor<2x3xf64> {
-      %y = "hexir.call_tir"(%x) {callee = @k, operandSegmentSizes = array<i32: 0, 1, 0, 0, 0, 0, 0, 0>} : (tensor<2x3xf64>) -> tensor<2x3xf64>
+      %y = "hexir.call_tir"(%x)
+          {callee = @k, operandSegmentSizes = array<i32: 0, 1, 0, 0, 0, 0, 0, 0>}
+          : (tensor<2x3xf64>) -> tensor<2x3xf64>
       return %y : tensor<2x3xf64>
     }
     "hextir.prim_func"() ({

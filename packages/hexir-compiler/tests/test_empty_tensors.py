@@ -4,11 +4,11 @@ answer: nothing to compute, or a reduction over nothing (sum 0, matmul over k=0 
 import shutil
 from pathlib import Path
 
-import hexir_format as hf
-import hexir_runtime as hr
 import numpy as np
 import pytest
 
+import hexir_format as hf
+import hexir_runtime as hr
 from hexir_compiler.pipeline import Options, compile_file
 
 HAS_TOOLKIT = shutil.which("ptxas") is not None or Path("/usr/local/cuda/bin/ptxas").exists()
@@ -34,7 +34,7 @@ CASES = {
 
 def program(body: str, inputs: list[str], output: str) -> str:
     names = ["%x", "%y"][:len(inputs)]
-    args = ", ".join(f"{n}: tensor<{s}xf32>" for n, s in zip(names, inputs))
+    args = ", ".join(f"{n}: tensor<{s}xf32>" for n, s in zip(names, inputs, strict=True))
     return (f"func.func @main({args}) -> tensor<{output}xf32> {{\n  {body}\n"
             f"  return %r : tensor<{output}xf32>\n}}\n")
 

@@ -15,10 +15,11 @@ import pathlib
 import re
 import sys
 
-import hexir_format as hf
-import hexir_runtime
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime
 from hexir_compiler import cli
 from hexir_runtime.hal.hostcode import host_level
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import hexir_format as hf
 import numpy as np
 import pytest
-import tir_graph
 
 import hexir_compiler
+import hexir_format as hf
 import hexir_runtime
+import tir_graph
 from hexir_compiler.pipeline import Options
 
 REPO = Path(__file__).resolve().parents[3]
@@ -68,9 +68,11 @@ PROLOGUES = """\
 func.func @main(%x: tensor<4x{n}x{t}>, %y: tensor<{n}x{t}>, %g: tensor<{n}x{t}>,
                 %b: tensor<{n}x{t}>) -> (tensor<4x{n}x{t}>, tensor<4x{t}>, tensor<4x{n}x{t}>) {{
   %0 = "hexir.add"(%x, %y) : (tensor<4x{n}x{t}>, tensor<{n}x{t}>) -> tensor<4x{n}x{t}>
-  %1 = "hexir.layer_norm"(%0, %g, %b) {{epsilon = 1.0e-05 : f64}} : (tensor<4x{n}x{t}>, tensor<{n}x{t}>, tensor<{n}x{t}>) -> tensor<4x{n}x{t}>
+  %1 = "hexir.layer_norm"(%0, %g, %b) {{epsilon = 1.0e-05 : f64}}
+      : (tensor<4x{n}x{t}>, tensor<{n}x{t}>, tensor<{n}x{t}>) -> tensor<4x{n}x{t}>
   %2 = "hexir.mul"(%x, %x) : (tensor<4x{n}x{t}>, tensor<4x{n}x{t}>) -> tensor<4x{n}x{t}>
-  %3 = "hexir.reduce_mean"(%2) {{axes = array<i64: 1>, keepdims = false}} : (tensor<4x{n}x{t}>) -> tensor<4x{t}>
+  %3 = "hexir.reduce_mean"(%2) {{axes = array<i64: 1>, keepdims = false}}
+      : (tensor<4x{n}x{t}>) -> tensor<4x{t}>
   %4 = "hexir.sub"(%x, %y) : (tensor<4x{n}x{t}>, tensor<{n}x{t}>) -> tensor<4x{n}x{t}>
   %5 = "hexir.exp"(%4) : (tensor<4x{n}x{t}>) -> tensor<4x{n}x{t}>
   %6 = "hexir.softmax"(%5) {{axis = 1 : i64}} : (tensor<4x{n}x{t}>) -> tensor<4x{n}x{t}>
@@ -112,7 +114,9 @@ def test_an_element_wise_prologue_fuses_into_each_reduction(tmp_path, n, element
 CNN = """\
 func.func @main(%x: tensor<2x3x9x9x{t}>, %w: tensor<4x3x3x3x{t}>, %b: tensor<4x1x1x{t}>)
     -> tensor<2x4x4x4x{t}> {{
-  %0 = "hexir.conv"(%x, %w) {{strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 0, 0>, dilations = array<i64: 1, 1>, group = 1 : i64}} : (tensor<2x3x9x9x{t}>, tensor<4x3x3x3x{t}>) -> tensor<2x4x4x4x{t}>
+  %0 = "hexir.conv"(%x, %w) {{strides = array<i64: 2, 2>, pads = array<i64: 1, 1, 0, 0>,
+      dilations = array<i64: 1, 1>, group = 1 : i64}}
+      : (tensor<2x3x9x9x{t}>, tensor<4x3x3x3x{t}>) -> tensor<2x4x4x4x{t}>
   %1 = "hexir.add"(%0, %b) : (tensor<2x4x4x4x{t}>, tensor<4x1x1x{t}>) -> tensor<2x4x4x4x{t}>
   %2 = "hexir.relu"(%1) : (tensor<2x4x4x4x{t}>) -> tensor<2x4x4x4x{t}>
   return %2 : tensor<2x4x4x4x{t}>

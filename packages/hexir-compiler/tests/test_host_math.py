@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import math
 
-import hexir_runtime as hr
 import numpy as np
 import pytest
+
+import hexir_runtime as hr
 from hexir_compiler.pipeline import Options, compile_file
 from hexir_runtime.hal import hostcode
 

@@ -216,10 +216,10 @@ def _model(node, inputs, outputs, initializers=()):
 
 
 def test_scatter_nd_add_accumulates_duplicates_through_the_runtime():
-    import hexir_runtime
     from onnx import TensorProto, helper, numpy_helper
 
     import hexir_compiler
+    import hexir_runtime
 
     indices = np.array([[1], [3], [1], [1]], np.int64)
     node = helper.make_node("ScatterND", ["x", "i", "u"], ["y"], reduction="add")
@@ -233,10 +233,10 @@ def test_scatter_nd_add_accumulates_duplicates_through_the_runtime():
 
 
 def test_top_k_gives_values_and_indices_through_the_runtime():
-    import hexir_runtime
     from onnx import TensorProto, helper, numpy_helper
 
     import hexir_compiler
+    import hexir_runtime
 
     node = helper.make_node("TopK", ["x", "k"], ["v", "i"], axis=-1, largest=1)
     model = _model(node, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 5])],
@@ -270,11 +270,11 @@ def test_a_pytorch_export_of_these_ops_matches_onnx_runtime_on_both_devices():
     torch = pytest.importorskip("torch")
     import io
 
-    import hexir_runtime
     import onnx
     import onnxruntime
 
     import hexir_compiler
+    import hexir_runtime
     import tir_graph
     from hexir_compiler.pipeline import Options
 
@@ -342,7 +342,8 @@ GPU_CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1][0].shape))}")
+@pytest.mark.parametrize("case", GPU_CASES,
+                         ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[1][0].shape))}")
 def test_the_gpu_lowering_keeps_each_kernel(case):
     """After hextir-to-loops and hexir-kernels-to-gpu, the gpu.func (run by gpu_interp over
     the grid the pass recorded) gives exactly what the hextir kernel gives."""

@@ -13,8 +13,10 @@ from tir_programs import Case, Lowered
 
 PROGRAM = """\
 func.func @main(%x: tensor<2x3xf64>) -> tensor<2x4xf64> {
-  %w = "hexir.constant"() {device = "cpu", value = dense<1.0> : tensor<3x4xf64>} : () -> tensor<3x4xf64>
-  %0 = "hexir.linear"(%x, %w) {device = "cuda"} : (tensor<2x3xf64>, tensor<3x4xf64>) -> tensor<2x4xf64>
+  %w = "hexir.constant"() {device = "cpu", value = dense<1.0> : tensor<3x4xf64>}
+      : () -> tensor<3x4xf64>
+  %0 = "hexir.linear"(%x, %w) {device = "cuda"}
+      : (tensor<2x3xf64>, tensor<3x4xf64>) -> tensor<2x4xf64>
   %1 = "hexir.transfer"(%0) {src = "cuda", dst = "cpu"} : (tensor<2x4xf64>) -> tensor<2x4xf64>
   %2 = "hexir.relu"(%1) : (tensor<2x4xf64>) -> tensor<2x4xf64>
   "hexir.print"(%2) {device = "cpu"} : (tensor<2x4xf64>) -> ()
@@ -120,7 +122,8 @@ def test_usable_as_a_python_pass_with_its_name() -> None:
 
 BIG_BATCH = """\
 func.func @main(%a: tensor<70000x1x1xf32>, %b: tensor<70000x1x1xf32>) -> tensor<70000x1x1xf32> {
-  %0 = "hexir.matmul"(%a, %b) {device = "cuda"} : (tensor<70000x1x1xf32>, tensor<70000x1x1xf32>) -> tensor<70000x1x1xf32>
+  %0 = "hexir.matmul"(%a, %b) {device = "cuda"}
+      : (tensor<70000x1x1xf32>, tensor<70000x1x1xf32>) -> tensor<70000x1x1xf32>
   return %0 : tensor<70000x1x1xf32>
 }
 """

@@ -43,7 +43,8 @@ COPY = """\
     "hextir.yield"() : () -> ()
   }}) {{bind = "blockIdx.x", kind = "{OUTER}"}} : (index, index, index) -> ()
   "hextir.return"() : () -> ()
-}}) {{device = "{DEVICE}", function_type = (memref<40xf32>, memref<40xf32>) -> (), hexir.kernel = "mul", hexir.params = array<f64>, sym_name = "k"}} : () -> ()
+}}) {{device = "{DEVICE}", function_type = (memref<40xf32>, memref<40xf32>) -> (),
+    hexir.kernel = "mul", hexir.params = array<f64>, sym_name = "k"}} : () -> ()
 """
 GOOD = {
     "INDEX": "%t",
@@ -82,7 +83,7 @@ def test_an_element_never_written_is_reported() -> None:
 
 
 def test_two_threads_on_one_element_race() -> None:
-    with pytest.raises(InterpError, match="race: .*writes buffer #1"):
+    with pytest.raises(InterpError, match=r"race: .*writes buffer #1"):
         _run(INDEX="%c0")
 
 
@@ -92,7 +93,7 @@ def test_a_thread_binding_loop_in_a_cpu_kernel_is_refused() -> None:
 
 
 def test_an_op_the_device_lowering_does_not_take_is_refused() -> None:
-    with pytest.raises(InterpError, match="no semantics for 'math.atan2'"):
+    with pytest.raises(InterpError, match=r"no semantics for 'math.atan2'"):
         _run(OP="math.atan2")
 
 
@@ -110,7 +111,8 @@ LAST = """\
     "hextir.yield"() : () -> ()
   }}) {{kind = "{KIND}"}} : (index, index, index) -> ()
   "hextir.return"() : () -> ()
-}}) {{device = "cpu", function_type = (memref<4xf64>, memref<1xf64>) -> (), hexir.kernel = "reduce_max", hexir.params = array<f64: 0.0, 0.0>, sym_name = "last"}} : () -> ()
+}}) {{device = "cpu", function_type = (memref<4xf64>, memref<1xf64>) -> (),
+    hexir.kernel = "reduce_max", hexir.params = array<f64: 0.0, 0.0>, sym_name = "last"}} : () -> ()
 """
 
 
@@ -163,7 +165,8 @@ REVERSE = """\
       {STAGE}
       {SYNC}
       %r = arith.subi {READ}, %t : index
-      %w = "hextir.buffer_load"(%s, %r) : (memref<32xf32, #gpu.address_space<workgroup>>, index) -> f32
+      %w = "hextir.buffer_load"(%s, %r)
+          : (memref<32xf32, #gpu.address_space<workgroup>>, index) -> f32
       "hextir.buffer_store"(%w, %out, %i) : (f32, memref<64xf32>, index) -> ()
       {AFTER}
       "hextir.yield"() : () -> ()
@@ -171,7 +174,8 @@ REVERSE = """\
     "hextir.yield"() : () -> ()
   }}) {{bind = "blockIdx.x", kind = "thread_binding"}} : (index, index, index) -> ()
   "hextir.return"() : () -> ()
-}}) {{device = "cuda", function_type = (memref<64xf32>, memref<64xf32>) -> (), hexir.kernel = "generic", hexir.params = array<f64>, sym_name = "r"}} : () -> ()
+}}) {{device = "cuda", function_type = (memref<64xf32>, memref<64xf32>) -> (),
+    hexir.kernel = "generic", hexir.params = array<f64>, sym_name = "r"}} : () -> ()
 """
 STORE = ('"hextir.buffer_store"(%v, %s, %t) : '
          "(f32, memref<32xf32, #gpu.address_space<workgroup>>, index) -> ()")
@@ -230,7 +234,7 @@ def test_a_barrier_that_some_threads_skip_is_divergence() -> None:
 
 
 def test_reading_shared_memory_no_thread_wrote_is_reported() -> None:
-    with pytest.raises(InterpError, match="reads shared buffer 0.*before any thread wrote it"):
+    with pytest.raises(InterpError, match=r"reads shared buffer 0.*before any thread wrote it"):
         _reverse(STAGE=_guarded(STORE))
 
 

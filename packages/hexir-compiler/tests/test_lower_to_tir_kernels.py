@@ -231,8 +231,8 @@ def test_a_transpose_that_moves_the_innermost_axis_goes_through_a_shared_tile(ca
 def test_matmul_cuda_tiles(lhs, rhs, grid: list, block: list, per_thread: int) -> None:
     """The tile rule of `schedule.gemm_tiles`: its grid, its threads, and each thread's
     register tile (one fma per output it owns in the k loop's body)."""
-    case = Case("matmul", [lhs, rhs], tuple(np.broadcast_shapes(lhs[:-2], rhs[:-2])) +
-                (lhs[-2], rhs[-1]))
+    case = Case("matmul", [lhs, rhs],
+                (*np.broadcast_shapes(lhs[:-2], rhs[:-2]), lhs[-2], rhs[-1]))
     lowered = Lowered(case.program("f64", "cuda"))
     (kernel,) = lowered.kernels
     assert (kernel.grid, kernel.block) == (grid, block)

@@ -28,21 +28,26 @@ PROGRAM = """\
 func.func @main(%x: tensor<2x4x8xT>, %g: tensor<8xT>, %b: tensor<8xT>, %wq: tensor<8x8xT>,
                 %wk: tensor<8x8xT>, %wv: tensor<8x8xT>, %w1: tensor<8x16xT>, %w2: tensor<16x8xT>,
                 %scale: tensor<1xT>) -> (tensor<2x4x8xT>, tensor<2x4x1xT>, tensor<4xT>) {
-  %h = "hexir.layer_norm"(%x, %g, %b) {epsilon = 1.0e-05 : f64} : (tensor<2x4x8xT>, tensor<8xT>, tensor<8xT>) -> tensor<2x4x8xT>
+  %h = "hexir.layer_norm"(%x, %g, %b) {epsilon = 1.0e-05 : f64}
+      : (tensor<2x4x8xT>, tensor<8xT>, tensor<8xT>) -> tensor<2x4x8xT>
   %q = "hexir.linear"(%h, %wq) : (tensor<2x4x8xT>, tensor<8x8xT>) -> tensor<2x4x8xT>
   %k = "hexir.linear"(%h, %wk) : (tensor<2x4x8xT>, tensor<8x8xT>) -> tensor<2x4x8xT>
   %v = "hexir.linear"(%h, %wv) : (tensor<2x4x8xT>, tensor<8x8xT>) -> tensor<2x4x8xT>
   %q4 = "hexir.reshape"(%q) : (tensor<2x4x8xT>) -> tensor<2x4x2x4xT>
   %k4 = "hexir.reshape"(%k) : (tensor<2x4x8xT>) -> tensor<2x4x2x4xT>
   %v4 = "hexir.reshape"(%v) : (tensor<2x4x8xT>) -> tensor<2x4x2x4xT>
-  %qh = "hexir.transpose"(%q4) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x4x2x4xT>) -> tensor<2x2x4x4xT>
-  %kt = "hexir.transpose"(%k4) {permutation = array<i64: 0, 2, 3, 1>} : (tensor<2x4x2x4xT>) -> tensor<2x2x4x4xT>
-  %vh = "hexir.transpose"(%v4) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x4x2x4xT>) -> tensor<2x2x4x4xT>
+  %qh = "hexir.transpose"(%q4) {permutation = array<i64: 0, 2, 1, 3>}
+      : (tensor<2x4x2x4xT>) -> tensor<2x2x4x4xT>
+  %kt = "hexir.transpose"(%k4) {permutation = array<i64: 0, 2, 3, 1>}
+      : (tensor<2x4x2x4xT>) -> tensor<2x2x4x4xT>
+  %vh = "hexir.transpose"(%v4) {permutation = array<i64: 0, 2, 1, 3>}
+      : (tensor<2x4x2x4xT>) -> tensor<2x2x4x4xT>
   %s = "hexir.matmul"(%qh, %kt) : (tensor<2x2x4x4xT>, tensor<2x2x4x4xT>) -> tensor<2x2x4x4xT>
   %ss = "hexir.mul"(%s, %scale) : (tensor<2x2x4x4xT>, tensor<1xT>) -> tensor<2x2x4x4xT>
   %p = "hexir.softmax"(%ss) {axis = -1 : i64} : (tensor<2x2x4x4xT>) -> tensor<2x2x4x4xT>
   %o = "hexir.matmul"(%p, %vh) : (tensor<2x2x4x4xT>, tensor<2x2x4x4xT>) -> tensor<2x2x4x4xT>
-  %ot = "hexir.transpose"(%o) {permutation = array<i64: 0, 2, 1, 3>} : (tensor<2x2x4x4xT>) -> tensor<2x4x2x4xT>
+  %ot = "hexir.transpose"(%o) {permutation = array<i64: 0, 2, 1, 3>}
+      : (tensor<2x2x4x4xT>) -> tensor<2x4x2x4xT>
   %o3 = "hexir.reshape"(%ot) : (tensor<2x4x2x4xT>) -> tensor<2x4x8xT>
   %r = "hexir.add"(%x, %o3) : (tensor<2x4x8xT>, tensor<2x4x8xT>) -> tensor<2x4x8xT>
   %f1 = "hexir.linear"(%r, %w1) : (tensor<2x4x8xT>, tensor<8x16xT>) -> tensor<2x4x16xT>
@@ -57,9 +62,12 @@ func.func @main(%x: tensor<2x4x8xT>, %g: tensor<8xT>, %b: tensor<8xT>, %wq: tens
   %rl = "hexir.relu"(%n) : (tensor<2x4x8xT>) -> tensor<2x4x8xT>
   %ex = "hexir.exp"(%rl) : (tensor<2x4x8xT>) -> tensor<2x4x8xT>
   %z = "hexir.div"(%e, %ex) : (tensor<2x4x8xT>, tensor<2x4x8xT>) -> tensor<2x4x8xT>
-  %m = "hexir.reduce_mean"(%z) {axes = array<i64: -1>, keepdims = true} : (tensor<2x4x8xT>) -> tensor<2x4x1xT>
-  %sm = "hexir.reduce_sum"(%z) {axes = array<i64: 0, 2>, keepdims = false} : (tensor<2x4x8xT>) -> tensor<4xT>
-  %mx = "hexir.reduce_max"(%y) {axes = array<i64: 2, 0>, keepdims = false} : (tensor<2x4x8xT>) -> tensor<4xT>
+  %m = "hexir.reduce_mean"(%z) {axes = array<i64: -1>, keepdims = true}
+      : (tensor<2x4x8xT>) -> tensor<2x4x1xT>
+  %sm = "hexir.reduce_sum"(%z) {axes = array<i64: 0, 2>, keepdims = false}
+      : (tensor<2x4x8xT>) -> tensor<4xT>
+  %mx = "hexir.reduce_max"(%y) {axes = array<i64: 2, 0>, keepdims = false}
+      : (tensor<2x4x8xT>) -> tensor<4xT>
   %out = "hexir.add"(%sm, %mx) : (tensor<4xT>, tensor<4xT>) -> tensor<4xT>
   "hexir.print"(%m) : (tensor<2x4x1xT>) -> ()
   return %z, %m, %out : tensor<2x4x8xT>, tensor<2x4x1xT>, tensor<4xT>

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 
-import hexir_format as hf
 import numpy as np
 import pytest
 
+import hexir_format as hf
 import onnx_node_tests as node
 import tir_graph
 from hexir_compiler import CompileError

@@ -35,9 +35,8 @@ def _model(op: str, inputs: list[np.ndarray], opset: int = 20, **attrs):
 
 
 def _check(op: str, inputs: list, expected, device: str, rtol: float = 0, **attrs) -> None:
-    import hexir_runtime
-
     import hexir_compiler
+    import hexir_runtime
 
     inputs = [np.asarray(a) for a in inputs]
     model = _model(op, inputs, **attrs)
@@ -175,9 +174,8 @@ def test_hardswish(device):
 
 
 def test_dropout_is_the_identity_with_an_all_true_mask():
-    import hexir_runtime
-
     import hexir_compiler
+    import hexir_runtime
 
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     graph = helper.make_graph(
@@ -195,11 +193,10 @@ def test_dropout_is_the_identity_with_an_all_true_mask():
 def test_round_below_sse4_calls_libm_roundeven_which_the_runtime_loads(dtype, symbol):
     # x86-64 without SSE4.1 has no rounding instruction: the kernel calls libm, and the
     # runtime's loader must accept that symbol.
+    import hexir_compiler
     import hexir_format as hf
     import hexir_runtime
     from hexir_format import elf
-
-    import hexir_compiler
 
     x = np.array([0.5, 1.5, 2.5, -2.5, 3.7], dtype)
     hxb = hexir_compiler.compile(_model("Round", [x]), target="cpu:x86-64")

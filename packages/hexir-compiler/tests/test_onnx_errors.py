@@ -3,9 +3,10 @@ traceback and no output file."""
 
 from __future__ import annotations
 
-import hexir_format
 import numpy as np
 import pytest
+
+import hexir_format
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
@@ -178,9 +179,8 @@ def test_every_refusal_of_a_model_is_listed_in_one_run(tmp_path, capsys):
 
 
 def test_an_op_hexir_does_not_import_is_no_refusal_where_it_folds():
-    import hexir_runtime
-
     import hexir_compiler
+    import hexir_runtime
 
     # Det of an initializer is computed at import; so is the Unique of that.
     m = numpy_helper.from_array(np.array([[2, 1], [1, 3]], np.float32), "m")

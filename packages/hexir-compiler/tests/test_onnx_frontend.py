@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-import hexir_format as hf
 import numpy as np
 import pytest
+
+import hexir_format as hf
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-import hexir_runtime  # noqa: E402
-
 import hexir_compiler  # noqa: E402
+import hexir_runtime  # noqa: E402
 
 
 def _model(nodes, inputs, outputs, initializers=()):

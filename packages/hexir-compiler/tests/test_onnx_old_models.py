@@ -62,7 +62,7 @@ def test_an_old_opset_is_upgraded_with_its_meaning(opset):
                    [numpy_helper.from_array(np.float32([1, 2, 3]), "b"), *shape],
                    opset=opset, ir_version=3)
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    np.testing.assert_array_equal(_run(model, x), (x + [1, 2, 3]).reshape(3, 2))
+    np.testing.assert_array_equal(_run(model, x), (x + np.float32([1, 2, 3])).reshape(3, 2))
 
 
 def test_prelu_before_opset_7_takes_one_slope_per_channel():

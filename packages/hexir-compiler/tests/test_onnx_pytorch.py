@@ -9,15 +9,15 @@ Each also runs with every op on cuda (its PTX on the fake driver's executor), an
 
 from __future__ import annotations
 
-import hexir_format as hf
 import numpy as np
 import pytest
 
+import hexir_format as hf
+
 torch = pytest.importorskip("torch")
 
-import hexir_runtime  # noqa: E402
-
 import hexir_compiler  # noqa: E402
+import hexir_runtime  # noqa: E402
 
 
 class LeNet(torch.nn.Module):

@@ -12,14 +12,14 @@ lhs, K = 1, no depth, no rows, row blocks split into groups.
 
 from __future__ import annotations
 
-import hexir_runtime
 import numpy as np
 import pytest
-from hexir_format import parse
-from hexir_runtime.hal.hostcode import host_level
 
+import hexir_runtime
 from hexir_compiler.pipeline import compile as compile_source
 from hexir_compiler.transforms.tir import schedule
+from hexir_format import parse
+from hexir_runtime.hal.hostcode import host_level
 from tir_programs import Lowered
 
 V3 = "cpu:x86-64-v3"

@@ -1,13 +1,12 @@
 """Every `python` and `sh` snippet of every README runs as pasted, from the repository root.
 
-It lives with the compiler's tests because the full environment has every package. A
-README's snippets run in order (a later one may use what an earlier one wrote, as a reader
-pasting them would), in a fresh directory that sees the repository's `fixtures/`,
-`examples/` and `packages/` (so what they write lands there, not in the checkout). `console` blocks are
-transcripts and are not run; `sh` blocks that install packages are the CI install check's
-(`.ci/install-check`, a fresh virtual environment each), not this test's. A snippet that
-compiles for cuda is skipped where the CUDA toolkit is missing, and one that runs on a GPU
-(`device="cuda"`) where there is none.
+It lives with the compiler's tests because the full environment has every package. A README's
+snippets run in order (a later one may use what an earlier one wrote, as a reader pasting them
+would), in a fresh directory that sees the repository's `fixtures/`, `examples/` and `packages/` (so
+what they write lands there, not in the checkout). `console` blocks are transcripts and are not run;
+`sh` blocks that install packages are the CI install check's (`.ci/install-check`, a fresh virtual
+environment each), not this test's. A snippet that compiles for cuda is skipped where the CUDA
+toolkit is missing, and one that runs on a GPU (`device="cuda"`) where there is none.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 from pathlib import Path
 
-import hexir_format as hf
 import numpy as np
 import pytest
 
+import hexir_format as hf
 from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError, diagnostic
@@ -71,7 +71,8 @@ func.func @main(%x: tensor<2x3xf32>) -> tensor<2x4xf32> {
   return %g : tensor<2x4xf32>
 }
 func.func @norm(%x: tensor<3x4xf64>, %g: tensor<4xf64>, %b: tensor<4xf64>) -> tensor<3x4xf64> {
-  %y = "hexir.layer_norm"(%x, %g, %b) {epsilon = 1.0e-5 : f64} : (tensor<3x4xf64>, tensor<4xf64>, tensor<4xf64>) -> tensor<3x4xf64>
+  %y = "hexir.layer_norm"(%x, %g, %b) {epsilon = 1.0e-5 : f64}
+      : (tensor<3x4xf64>, tensor<4xf64>, tensor<4xf64>) -> tensor<3x4xf64>
   "hexir.print"(%y) : (tensor<3x4xf64>) -> ()
   return %y : tensor<3x4xf64>
 }
@@ -158,7 +159,7 @@ func.func @main() {
 
 
 def test_a_module_without_functions_has_nothing_to_run():
-    with context(), pytest.raises(CompileError, match="no func.func"):
+    with context(), pytest.raises(CompileError, match=r"no func.func"):
         serialize.serialize(tir("module {}"))
 
 

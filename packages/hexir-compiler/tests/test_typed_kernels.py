@@ -29,7 +29,7 @@ def _run(op: str, inputs: list[np.ndarray], out_shape, out_element: str, device:
          attrs: str = "") -> np.ndarray:
     """Lower `hexir.<op>` of `inputs` on `device`, run its kernel, return its result."""
     elements = [next(k for k, v in NUMPY.items() if v == a.dtype) for a in inputs]
-    types = [_tensor(a.shape, e) for a, e in zip(inputs, elements)]
+    types = [_tensor(a.shape, e) for a, e in zip(inputs, elements, strict=True)]
     result = _tensor(out_shape, out_element)
     args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
     operands = ", ".join(f"%a{i}" for i in range(len(inputs)))
@@ -39,7 +39,7 @@ def _run(op: str, inputs: list[np.ndarray], out_shape, out_element: str, device:
             f"({', '.join(types)}) -> {result}\n  return %0 : {result}\n}}\n")
     lowered = Lowered(text)
     (kernel,) = lowered.kernels
-    buffers = [a.astype(STORE.get(e, a.dtype)) for a, e in zip(inputs, elements)]
+    buffers = [a.astype(STORE.get(e, a.dtype)) for a, e in zip(inputs, elements, strict=True)]
     store = STORE.get(out_element, NUMPY[out_element])
     out = np.zeros(out_shape, store)
     with lowered.context:
@@ -227,11 +227,11 @@ def test_integer_neg_and_abs(op, device):
 # ---- windows ------------------------------------------------------------------------------
 
 def _conv_reference(x, w, group, strides, pads, dilations):
-    n, c, *spatial = x.shape
+    n, _c, *spatial = x.shape
     m, per, *kernel = w.shape
     rank = len(spatial)
     out = [(s + pads[d] + pads[rank + d] - dilations[d] * (k - 1) - 1) // strides[d] + 1
-           for d, (s, k) in enumerate(zip(spatial, kernel))]
+           for d, (s, k) in enumerate(zip(spatial, kernel, strict=True))]
     y = np.zeros((n, m, *out))
     for b, o in itertools.product(range(n), range(m)):
         g = o // (m // group)
@@ -239,8 +239,8 @@ def _conv_reference(x, w, group, strides, pads, dilations):
             total = 0.0
             for ci, ks in itertools.product(range(per), itertools.product(*map(range, kernel))):
                 at = [p * s - pads[d] + k * dl for d, (p, s, k, dl) in
-                      enumerate(zip(pos, strides, ks, dilations))]
-                if all(0 <= a < e for a, e in zip(at, spatial)):
+                      enumerate(zip(pos, strides, ks, dilations, strict=True))]
+                if all(0 <= a < e for a, e in zip(at, spatial, strict=True)):
                     total += x[(b, g * per + ci, *at)] * w[(o, ci, *ks)]
             y[(b, o, *pos)] = total
     return y
@@ -255,10 +255,11 @@ def _pool_reference(x, kind, kernel, strides, pads, dilations, out, include_pad)
             values, count = [], 0
             for ks in itertools.product(*map(range, kernel)):
                 at = [p * s - pads[d] + k * dl for d, (p, s, k, dl) in
-                      enumerate(zip(pos, strides, ks, dilations))]
-                if all(0 <= a < e for a, e in zip(at, spatial)):
+                      enumerate(zip(pos, strides, ks, dilations, strict=True))]
+                if all(0 <= a < e for a, e in zip(at, spatial, strict=True)):
                     values.append(x[(b, ch, *at)])
-                if all(a < e + pads[rank + d] for d, (a, e) in enumerate(zip(at, spatial))):
+                if all(a < e + pads[rank + d]
+                       for d, (a, e) in enumerate(zip(at, spatial, strict=True))):
                     count += 1
             if kind == "max":
                 y[(b, ch, *pos)] = max(values)

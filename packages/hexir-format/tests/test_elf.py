@@ -151,7 +151,7 @@ def test_random_damage_never_escapes_as_another_error():
     tables = [(s.offset, s.offset + s.size) for s in obj.sections
               if s.type in (elf.SHT_SYMTAB, elf.SHT_RELA)]
     shoff = struct.unpack_from("<Q", good, 40)[0]
-    spans = [(0, 64), (shoff, len(good))] + tables
+    spans = [(0, 64), (shoff, len(good)), *tables]
     for _ in range(600):
         data = bytearray(good)
         for _ in range(rng.randint(1, 4)):

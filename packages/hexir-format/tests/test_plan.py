@@ -1,4 +1,5 @@
-"""The memory plan: lifetimes, the planner the compiler uses, and the check the runtime relies on."""
+"""The memory plan: lifetimes, the planner the compiler uses, and the check the runtime relies
+on."""
 
 from __future__ import annotations
 

@@ -8,8 +8,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hexir_format as hf
-from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Module, Slot
-from hexir_format import TensorType
+from hexir_format import (
+    Command,
+    Device,
+    DType,
+    Executable,
+    Function,
+    KernelKind,
+    Module,
+    Slot,
+    TensorType,
+)
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 

@@ -9,8 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import hexir_format as hf
-from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Module, Slot
-from hexir_format import TensorType
+from hexir_format import (
+    Command,
+    Device,
+    DType,
+    Executable,
+    Function,
+    KernelKind,
+    Module,
+    Slot,
+    TensorType,
+)
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"
 
@@ -162,12 +171,13 @@ def test_random_v4_and_v5_modules_round_trip(module):
 @given(st.data())
 def test_random_v3_modules_round_trip(data):
     m, n, k = (data.draw(st.integers(0, 2**32 - 1)) for _ in range(3))
-    t = lambda *s: TensorType(F64, s)  # noqa: E731
+    t = lambda *s: TensorType(F64, s)
     exes = (Executable("mm", KernelKind.MATMUL, Device.CUDA, (t(m, k), t(k, n), t(m, n)),
                        (), b"\x7fELF", (2, 3, 1), (4, 5, 1)),
             Executable("r", KernelKind.RELU, Device.CPU, (t(m, n), t(m, n))))
     ops = [o for o in hf.V3_OPS if o is not hf.Op.END]
-    cmds = tuple(Command(o, (1,) * len(hf.OPERAND_NAMES[o])) for o in ops if o is not hf.Op.DISPATCH)
+    cmds = tuple(Command(o, (1,) * len(hf.OPERAND_NAMES[o]))
+                 for o in ops if o is not hf.Op.DISPATCH)
     module = Module(3, (Function("main", cmds),), data.draw(st.binary(max_size=32)), exes)
     raw = hf.build(module)
     assert hf.parse(raw) == module and hf.build(hf.parse(raw)) == raw

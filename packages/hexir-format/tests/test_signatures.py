@@ -4,7 +4,16 @@ and ONNX's: what the compiler's verifiers and the runtime's validation both appl
 from __future__ import annotations
 
 import pytest
-from hexir_format import CODE_KINDS, DType, HexirError, KernelKind, ShapeError, signature_problem, signatures
+
+from hexir_format import (
+    CODE_KINDS,
+    DType,
+    HexirError,
+    KernelKind,
+    ShapeError,
+    signature_problem,
+    signatures,
+)
 from hexir_format import TensorType as T
 
 K = KernelKind

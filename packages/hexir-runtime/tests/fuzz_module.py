@@ -24,7 +24,6 @@ import numpy as np
 
 with atheris.instrument_imports(include=["hexir_format", "hexir_runtime"]):
     import hexir_format as hf
-
     import hexir_runtime as hr
 
 REPO = Path(__file__).resolve().parents[3]

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import hexir_format as hf
 import numpy as np
+
+import hexir_format as hf
 from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Slot
 from hexir_format import TensorType as T
 

@@ -179,7 +179,6 @@ def test_print_uses_c_percent_f():
 
 def test_cuda_paths_of_the_cli_over_the_fake_driver(monkeypatch, builtin_hxb):
     """What lit/cuda-device.test checks on a GPU, here with the fake driver."""
-    import hexir_format as hf
     from fake_driver import FakeDriver
     from hexir_runtime.hal import cuda as cuda_backend
 

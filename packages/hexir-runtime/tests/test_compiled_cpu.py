@@ -12,13 +12,13 @@ from __future__ import annotations
 import io
 import sys
 
-import hexir_format as hf
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from fake_driver import FakeDriver
-
-import hexir_runtime as hr
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import cpu, hostcode, threads
 
@@ -88,10 +88,10 @@ def test_splitting_the_cpu_grid_over_threads_changes_no_bit(monkeypatch):
 
 def test_a_module_that_calls_back_for_its_matmul_is_refused_in_one_line(tmp_path):
     """`matmul-callback.hxb` was compiled before every matmul became loops: its kernel calls
-    `hexir_rt_matmul`, the runtime's BLAS callback, which no longer exists. Loading its image
-    is refused with a line that says to recompile; so is loading the module through the API
-    or hexir-run (the validator applies the same linking rule), and nothing runs. A small matmul's image needs nothing (the built-in
-    program)."""
+    `hexir_rt_matmul`, the runtime's BLAS callback, which no longer exists. Loading its image is
+    refused with a line that says to recompile; so is loading the module through the API or
+    hexir-run (the validator applies the same linking rule), and nothing runs. A small matmul's
+    image needs nothing (the built-in program)."""
     from hexir_runtime import cli
     module = hf.parse((FIXTURES / "matmul-callback.hxb").read_bytes())
     (exe,) = module.executables

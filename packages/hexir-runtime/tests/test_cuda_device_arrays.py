@@ -6,15 +6,15 @@ from __future__ import annotations
 
 from collections import Counter
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
+import modules
 from conftest import FIXTURES
 from fake_driver import CUresult, FakeDriver
 from test_cuda_stream import inputs_of, on_fake, per_call
-
-import hexir_runtime as hr
 
 
 class FakeCudaArray:

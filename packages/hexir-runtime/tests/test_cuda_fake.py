@@ -1,12 +1,12 @@
 """The cuda backend's logic on a CPU machine: the fake driver counts and emulates."""
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
-from fake_driver import CUresult, FakeDriver
 
+import hexir_format as hf
 import hexir_runtime as hr
+import modules
+from fake_driver import CUresult, FakeDriver
 
 
 def load(tmp_path, module, **kw):
@@ -58,7 +58,7 @@ def test_heterogeneous_copies_exactly_what_crosses_devices(tmp_path):
     with m:
         names = [d.name for d in m.devices_used()]
         for _ in range(3):
-            relu, product = m.main(modules.A)
+            _relu, product = m.main(modules.A)
     assert names == ["cpu", "cuda (Fake GPU)"]
     assert product.tolist() == (modules.A @ modules.W).tolist()
     # per call: x to cuda (COPY); product back (COPY) and output 1 read; W uploaded once.
@@ -106,14 +106,14 @@ def test_bad_image_and_missing_function(tmp_path):
     bad = hf.Executable(exe.name, exe.kind, exe.device, exe.args, (), b"BAD image", exe.grid,
                         exe.block)
     m, fake = load(tmp_path, hf.Module(3, module.functions, module.rodata, (bad,)))
-    with m, pytest.raises(hr.ExecutionError, match="main: loading the device image of "
-                                                   "'linear_0' .* CUDA_ERROR_INVALID_IMAGE"):
+    with m, pytest.raises(hr.ExecutionError, match=r"main: loading the device image of "
+                                                  r"'linear_0' .* CUDA_ERROR_INVALID_IMAGE"):
         m.run()
     other = hf.Executable(exe.name, exe.kind, exe.device, exe.args, (), b"// no such kernel",
                           exe.grid, exe.block)
     m, fake = load(tmp_path, hf.Module(3, module.functions, module.rodata, (other,)))
-    with m, pytest.raises(hr.ExecutionError, match="looking up kernel 'linear_0' .* "
-                                                   "CUDA_ERROR_NOT_FOUND"):
+    with m, pytest.raises(hr.ExecutionError, match=r"looking up kernel 'linear_0' .* "
+                                                  r"CUDA_ERROR_NOT_FOUND"):
         m.run()
     assert fake.calls["cuLaunchKernel"] == 0 and fake.calls["cuMemAlloc"] == 0
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-import hexir_format as hf
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from fake_driver import CUresult, FakeDriver
-
-import hexir_runtime as hr
 
 # (cuda module, the same network all on the cpu, the tolerance of the fake's numpy kernels
 # against the cpu's compiled ones)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import pathlib
 
-import hexir_format as hf
-import hexir_runtime
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime
 from hexir_runtime import cli
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[3] / "fixtures"

@@ -8,13 +8,13 @@ the `gpu` tests run the same comparison on the device and print the measured err
 (`pytest -s -m gpu`).
 """
 
-import hexir_format as hf
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from fake_driver import FakeDriver
-
-import hexir_runtime as hr
 from hexir_runtime import hal
 
 NAMES = ("mlp-f32", "mlp-f64", "transformer_block-f32", "transformer_block-f64")

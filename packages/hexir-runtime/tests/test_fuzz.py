@@ -9,13 +9,13 @@ import random
 import struct
 import zlib
 
-import hexir_format as hf
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from fake_driver import FakeDriver
-
-import hexir_runtime as hr
 
 RUNTIME_FIXTURES = FIXTURES.parent / "packages" / "hexir-runtime" / "tests" / "fixtures"
 SOURCES = [FIXTURES / "builtin.hxb", RUNTIME_FIXTURES / "v4-mlp.hxb",

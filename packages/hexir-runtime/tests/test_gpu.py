@@ -4,13 +4,13 @@ Skipped cleanly where there is no CUDA driver or no cuda-python. The modules car
 hand-written PTX matmul of `modules.ptx_matmul`, which the driver JIT-compiles for the GPU.
 """
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
-from hexir_format import Command, Function, Slot
 
+import hexir_format as hf
 import hexir_runtime as hr
+import modules
+from hexir_format import Command, Function, Slot
 from hexir_runtime import hal
 
 

@@ -6,15 +6,14 @@ import sys
 
 import numpy as np
 import pytest
+
 from conftest import FIXTURES
 from fake_driver import CUresult, FakeDriver
 from hexir_format.plan import ARENA_ALIGNMENT
-
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import MemoryKind
 from hexir_runtime.hal import cuda as cuda_backend
-
 
 #: `cuda` is marked gpu: bench/gpu-session.sh runs it, unchanged, on a lent GPU.
 BACKENDS = ["cpu", "cuda-fake", pytest.param("cuda", marks=pytest.mark.gpu)]
@@ -157,7 +156,7 @@ def test_cuda_errors_carry_the_error_name():
                                           "CUDA_ERROR_INVALID_VALUE"):
         device.write(buf, bytes(8))
     fake.fault = CUresult.CUDA_ERROR_ILLEGAL_ADDRESS
-    with pytest.raises(DeviceError, match="synchronize .* failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
+    with pytest.raises(DeviceError, match=r"synchronize .* failed: CUDA_ERROR_ILLEGAL_ADDRESS"):
         device.wait()
 
 

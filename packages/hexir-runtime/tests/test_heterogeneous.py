@@ -5,13 +5,12 @@ module's. The fake driver stands in for the GPU and counts every copy."""
 import subprocess
 import sys
 
-import hexir_format as hf
 import numpy as np
 import pytest
-from conftest import FIXTURES
-from fake_driver import FakeDriver
 
 import hexir_runtime as hr
+from conftest import FIXTURES
+from fake_driver import FakeDriver
 
 CALLS = 4
 
@@ -32,7 +31,8 @@ def test_readme_example_linear_on_cuda_relu_on_cpu():
             np.testing.assert_array_equal(got, want)
     assert want.tolist() == [[8.0, 17.0], [12.0, 14.0]]
     # A and W go to the GPU once per load; the product comes back once per run, for the relu.
-    assert fake.copies == {"cuMemcpyHtoDAsync": 2, "cuMemcpyDtoHAsync": CALLS, "cuMemcpyDtoDAsync": 0}
+    assert fake.copies == {"cuMemcpyHtoDAsync": 2, "cuMemcpyDtoHAsync": CALLS,
+                           "cuMemcpyDtoDAsync": 0}
     assert [name for name, *_ in fake.launches] == ["linear_0"] * CALLS
 
 

@@ -3,12 +3,12 @@ exit 1 from hexir-run and a HexirError from the API, on the cpu and on a (fake) 
 
 import io
 
-import hexir_format as hf
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from fake_driver import FakeDriver
-
-import hexir_runtime as hr
 from hexir_runtime.cli import main
 
 HOSTILE = FIXTURES / "hostile"
@@ -42,7 +42,7 @@ def test_api_refuses_with_the_same_message(name, expected):
 @pytest.mark.parametrize("name,expected", [c for c in CASES if c[0] not in RUNS_ON_CUDA])
 def test_refused_before_touching_a_cuda_device(name, expected):
     fake = FakeDriver()
-    with pytest.raises(hf.HexirError, match=".") as info:
+    with pytest.raises(hf.HexirError, match=r".") as info:
         with hr.load(HOSTILE / name, device="cuda", driver=fake) as m:
             m.run()
     assert expected in str(info.value)
@@ -51,7 +51,6 @@ def test_refused_before_touching_a_cuda_device(name, expected):
 
 
 def test_placed_on_cuda_runs_where_cuda_is():
-    module = hf.parse((HOSTILE / "placed-on-cuda.hxb").read_bytes())
     with hr.load(HOSTILE / "placed-on-cuda.hxb", device="cuda",
                  driver=FakeDriver()) as m:
         assert m.run()[0].tolist() == [[8.0, 17.0], [12.0, 14.0]]

@@ -1,8 +1,9 @@
 """Validation applies the kernel kinds' signature rule (hexir_format.signatures) before any
 kernel runs: what the rule accepts loads, what it refuses is refused naming the executable."""
 
-import hexir_format as hf
 import pytest
+
+import hexir_format as hf
 from hexir_format import (
     Command,
     Device,
@@ -14,7 +15,6 @@ from hexir_format import (
     signature_problem,
 )
 from hexir_format import TensorType as T
-
 from hexir_runtime import validate
 from hexir_runtime.errors import ValidationError
 

@@ -29,10 +29,11 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-import hexir_format as hf
-import hexir_runtime as hr
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
 from conftest import FIXTURES
 from hexir_format import layout as L
 from hexir_runtime.cli import main as hexir_run
@@ -195,12 +196,12 @@ def same(a, b) -> bool:
     """The same answers, entry by entry in order (a damaged name is visible, not silent)."""
     if len(a) != len(b):
         return False
-    for (outs_a, printed_a), (outs_b, printed_b) in zip(a.values(), b.values()):
+    for (outs_a, printed_a), (outs_b, printed_b) in zip(a.values(), b.values(), strict=True):
         mine, theirs = [*outs_a, *printed_a], [*outs_b, *printed_b]
         if len(outs_a) != len(outs_b) or len(mine) != len(theirs):
             return False
         if any(x.shape != y.shape or x.dtype != y.dtype or
-               not np.array_equal(x, y, equal_nan=True) for x, y in zip(mine, theirs)):
+               not np.array_equal(x, y, equal_nan=True) for x, y in zip(mine, theirs, strict=True)):
             return False
     return True
 
@@ -275,7 +276,7 @@ def test_pairs_of_fields(tmp_path, source):
 def test_every_truncation_is_refused_in_one_line(source):
     data = source.read_bytes()
     for length in range(len(data)):
-        outcome, message = answer(data[:length], None)
+        outcome, _message = answer(data[:length], None)
         assert outcome == "refused", f"{source.name} cut at {length} ran"
 
 

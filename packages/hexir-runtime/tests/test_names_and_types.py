@@ -6,14 +6,14 @@ from __future__ import annotations
 
 import io
 
-import hexir_format as hf
-import modules
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
+import modules
 from hexir_format import Command, Device, DType, Function, Slot
 from hexir_format import TensorType as T
-
-import hexir_runtime as hr
 from hexir_runtime.cli import main, print_result, print_rows
 
 TOKENS = np.arange(6, dtype=np.int64).reshape(2, 3) - 2**40
@@ -188,8 +188,8 @@ def test_names_need_not_be_identifiers_and_out_is_passed_by_mapping(tmp_path):
         check(m.main(TOKENS, MASK, out=None))
         assert list(m.main.results({"input.1": TOKENS, "out": MASK})) == [
             "größe", "file", "allow_pickle"]
-        with pytest.raises(hr.InputError, match="input 'out' of main is missing; its inputs "
-                                                "are: input.1, out"):
+        with pytest.raises(hr.InputError, match=r"input 'out' of main is missing; its inputs "
+                                               r"are: input.1, out"):
             m.main(**{"input.1": TOKENS})
 
 
@@ -240,7 +240,8 @@ def test_text_inputs_by_position_and_by_name(io_hxb, tmp_path):
         code, out, err = run(io_hxb, "-q", *inputs)
         assert (code, out, err) == (0, printed + want, ""), inputs
     np.save(tmp_path / "t.npy", np.array([[-1, 2, -3], [4, -5, 6]]))
-    code, out, err = run(io_hxb, "-q", "--input=mask=3xi1=1,0,1", f"--input=tokens=@{tmp_path}/t.npy")
+    code, out, err = run(io_hxb, "-q", "--input=mask=3xi1=1,0,1",
+                         f"--input=tokens=@{tmp_path}/t.npy")
     assert (code, out, err) == (0, printed + want, "")
 
 

@@ -12,9 +12,9 @@ import subprocess
 import sys
 
 import numpy as np
-from conftest import FIXTURES
 
 import hexir_runtime as hr
+from conftest import FIXTURES
 
 MODULE, DATA = FIXTURES / "onnx-types.hxb", FIXTURES / "onnx-types.npz"
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import hexir_runtime as hr
 import numpy as np
 import pytest
+
+import hexir_runtime as hr
 from conftest import FIXTURES
 from hexir_format import Device, DType, Executable, KernelKind, TensorType
 from hexir_runtime import profile as prof
@@ -56,5 +57,6 @@ def test_cpu_threads_is_hexir_cpu_threads(monkeypatch):
         monkeypatch.setenv("HEXIR_CPU_THREADS", "3")
         assert m.cpu_threads == 3
         monkeypatch.setenv("HEXIR_CPU_THREADS", "0")
-        with pytest.raises(hr.DeviceError, match="HEXIR_CPU_THREADS='0': expected an integer from 1 to 1024"):
+        with pytest.raises(hr.DeviceError,
+                           match="HEXIR_CPU_THREADS='0': expected an integer from 1 to 1024"):
             m.cpu_threads  # noqa: B018

@@ -3,15 +3,15 @@ faults where a GPU would, and catches a kernel that is wrong by one instruction.
 
 import dataclasses
 
-import hexir_format as hf
 import numpy as np
 import pytest
+
+import hexir_format as hf
+import hexir_runtime as hr
+import ptx_exec
 from conftest import FIXTURES
 from fake_driver import FakeDriver, main
 from test_examples_cuda import random_inputs, relative_error
-
-import hexir_runtime as hr
-import ptx_exec
 
 HEADER = ".version 7.0\n.target sm_75\n.address_size 64\n"
 BASE = 1 << 40

@@ -12,11 +12,12 @@ import subprocess
 import sys
 import textwrap
 
+import numpy as np
+import pytest
+
 import hexir_format as hf
 import hexir_runtime as hr
 import modules
-import numpy as np
-import pytest
 from hexir_runtime.cli import main
 
 

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import pytest
 
 import hexir_format as hf
-
 from dump_samples import BUILTIN, MODULES
 from hxb_dump.cli import main
 

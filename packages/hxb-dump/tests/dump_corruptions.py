@@ -13,7 +13,6 @@ import struct
 from typing import NamedTuple
 
 import hexir_format as hf
-
 from hxb_dump.facts import module_facts
 
 
@@ -90,7 +89,8 @@ V3 = [
     Corruption("dispatch-argc-huge", PROGRAM + 88 + 16, U64, 2**64 - 1, "argc"),
     Corruption("dispatch-operand-count", PROGRAM + 88 + 4, U32, 4, "argc 3"),
     Corruption("dispatch-slot-a", PROGRAM + 88 + 24, U64, 9, "slot 9 is read before"),
-    Corruption("dispatch-slot-b", PROGRAM + 88 + 32, U64, 2**40, "slot 1099511627776 is out of range"),
+    Corruption("dispatch-slot-b", PROGRAM + 88 + 32, U64, 2**40,
+               "slot 1099511627776 is out of range"),
     Corruption("dispatch-slot-dest", PROGRAM + 88 + 40, U64, 5, "slot 5 is read before"),
     # program: print slot=2 rows=2 cols=2
     Corruption("print-slot", PROGRAM + 136 + 8, U64, 6, "slot 6 is read before"),
@@ -114,10 +114,12 @@ V3 = [
     Corruption("exe-elem-size", EXE + 52, U32, 4, "elem_size 4"),
     Corruption("exe-image-offset-no-size", EXE + 56, U32, 8, "image_offset 8"),
     Corruption("exe-image-size-past-end", EXE + 60, U32, 1000, "image_size 1000"),
-    Corruption("exe-image-without-geometry", EXE + 60, U32, 8, "overlaps executable 0 (linear_0): its image"),
+    Corruption("exe-image-without-geometry", EXE + 60, U32, 8,
+               "overlaps executable 0 (linear_0): its image"),
     Corruption("exe-grid-x", EXE + 64, U32, 2, "a kernel without an image has no launch geometry"),
     Corruption("exe-grid-y", EXE + 68, U32, 2, "a kernel without an image has no launch geometry"),
-    Corruption("exe-block-x", EXE + 72, U32, 32, "a kernel without an image has no launch geometry"),
+    Corruption("exe-block-x", EXE + 72, U32, 32,
+               "a kernel without an image has no launch geometry"),
     Corruption("exe-block-y", EXE + 76, U32, 1, "a kernel without an image has no launch geometry"),
 ]
 
@@ -163,10 +165,12 @@ def v4(data: bytes) -> list[Corruption]:
         Corruption("exe-argc", exe(0, 40), U32, 3, "argc 3"),
         Corruption("exe-args-offset", exe(0, 44), U32, 10**6, "args_offset"),
         Corruption("exe-params-offset", exe(0, 48), U32, 10**6, "params_offset"),
-        Corruption("exe-params-count", exe(0, 52), U32, 2, "overlaps executable 0 (layer_norm_0): its params"),
+        Corruption("exe-params-count", exe(0, 52), U32, 2,
+                   "overlaps executable 0 (layer_norm_0): its params"),
         Corruption("exe-grid-z", exe(0, 72), U32, 0, "launch grid (2, 1, 0) is outside"),
         Corruption("exe-block-z", exe(0, 84), U32, 0, "launch block (128, 1, 0) is outside"),
-        Corruption("exe-cpu-grid", exe(2, 64), U32, 1, "a kernel without an image has no launch geometry"),
+        Corruption("exe-cpu-grid", exe(2, 64), U32, 1,
+                   "a kernel without an image has no launch geometry"),
         Corruption("exe-reserved", exe(0, 88), U32, 1, "reserved"),
         Corruption("exe-image-size", exe(0, 60), U32, 10**6, "image_size"),
         Corruption("exe-arg-dim", arg_dim(0, 0, 0), U64, 3, "gives 3x3x4x5, destination is"),

@@ -6,10 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import hexir_format as hf
 import pytest
 
 import dump_samples
+import hexir_format as hf
 from dump_samples import BUILTIN
 from hxb_dump import __version__
 

@@ -8,12 +8,12 @@ import stat
 import subprocess
 from pathlib import Path
 
-import hexir_format as hf
 import pytest
-from hexir_format import Function, Module
 
 import dump_samples
+import hexir_format as hf
 from dump_samples import BUILTIN
+from hexir_format import Function, Module
 from hxb_dump import images
 
 TINY_PTX = b"""//

@@ -4,8 +4,8 @@ shared signature rule) are listed raw, marked not valid."""
 from __future__ import annotations
 
 import pytest
-from hexir_format import KernelKind as K
 
+from hexir_format import KernelKind as K
 from hxb_dump.params import decode, render
 
 
@@ -32,7 +32,6 @@ def test_params_that_do_not_fit_are_listed_raw(tmp_path):
     import hexir_format as hf
     from hexir_format import Command, Device, DType, Executable, Function, Slot
     from hexir_format import TensorType as T
-
     from hxb_dump.facts import module_facts
 
     m2 = T(DType.F64, (2, 2))

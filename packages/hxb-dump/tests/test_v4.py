@@ -5,13 +5,13 @@ from __future__ import annotations
 import json
 import struct
 
-import hexir_format as hf
 import pytest
-from hexir_format import DType, Executable, KernelKind
-from hexir_format import TensorType as T
 
 import dump_samples
+import hexir_format as hf
 from conftest import block
+from hexir_format import DType, Executable, KernelKind
+from hexir_format import TensorType as T
 from hxb_dump.facts import extents
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 
-import hexir_format as hf
-from hexir_format import SectionKind
-
 import dump_samples
+import hexir_format as hf
 from conftest import block
+from hexir_format import SectionKind
 
 
 def test_signatures_name_inputs_and_outputs(dump, module_file):

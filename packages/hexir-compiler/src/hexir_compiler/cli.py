@@ -13,7 +13,6 @@ Hexir cannot import included); 4 a pass that fails; 1 no .hxb could be written.
 from __future__ import annotations
 
 import os
-import re
 import select
 import stat
 import sys
@@ -32,7 +31,7 @@ from hexir_compiler.pipeline import (
     is_compiled_module,
 )
 from hexir_compiler.serialize import SerializeError
-from hexir_compiler.target import host
+from hexir_compiler.target import TargetError, host, parse_targets
 from hexir_format import MAGIC
 from hexir_format.files import terminate_as_interrupt, write_atomically
 
@@ -152,38 +151,15 @@ def versions() -> str:
             f"llvmlite {llvmlite.__version__} (LLVM {host.llvm_version()})\n")
 
 
-def parse_targets(entries: list[str]) -> tuple[str | None, str | None]:
-    """(CUDA architecture, host CPU level) that `-target` names (None: the default)."""
-    chip = cpu = None
-    for text in entries:
-        for entry in text.split(","):
-            device, colon, arch = entry.partition(":")
-            if device == "cpu":
-                if colon and arch not in host.CPUS:
-                    raise UsageError(
-                        f"'{arch}' is not a host CPU level; expected one of {', '.join(host.CPUS)}"
-                    )
-                cpu = arch or cpu
-            elif device in ("cuda", "gpu"):
-                if colon and not re.fullmatch(r"sm_\d+", arch):
-                    raise UsageError(
-                        f"'{arch}' is not a CUDA architecture; expected sm_XX, for example sm_75"
-                    )
-                chip = arch or chip
-            else:
-                raise UsageError(f"'{device}' is not a device; expected cpu or cuda")
-    return chip, cpu
-
-
 def options(args: Args) -> Options:
     if args.stage is None:
         raise UsageError("no -emit=<stage> given, so there is nothing to produce")
     if args.stage not in STAGES:
         raise UsageError(f"'{args.stage}' is not a stage; expected one of {', '.join(STAGES)}")
-    chip, cpu = parse_targets(args.targets)
     try:
+        chip, cpu = parse_targets(args.targets)
         placement = placement_.parse_placement(args.placement)
-    except placement_.PlacementError as err:
+    except (TargetError, placement_.PlacementError) as err:
         raise UsageError(str(err)) from None
     return Options(args.stage, placement, chip, cpu, parse_shapes(args.input_shapes),
                    parse_fixed(args.fixed_inputs), args.fusion == "on")

@@ -1,15 +1,15 @@
 """The element types of Hexir's tensors, as MLIR writes them, grouped the way ops take them.
 
-Here rather than in the dialect package so the kernel tables that declare ops
-(`transforms/tir/elementwise.py`) and the dialect that makes ops of them share one list.
+Here rather than in the dialect package so the op registry (`ops.py`), the dialect and the
+kernel generators share one list.
 """
 
-FLOATS = ("f32", "f64")
-INTEGERS = ("i32", "i64")
+FLOATS: tuple[str, ...] = ("f32", "f64")
+INTEGERS: tuple[str, ...] = ("i32", "i64")
 NUMBERS = FLOATS + INTEGERS
 #: Every element type a tensor may have (i1 is a bool).
-ELEMENTS = NUMBERS + ("i1",)
+ELEMENTS = (*NUMBERS, "i1")
 #: The types bitwise ops take: integers, and bools (where and/or/xor/not are the logical ones).
-BITS = INTEGERS + ("i1",)
+BITS = (*INTEGERS, "i1")
 #: How kernels' buffers hold them (`tir.builder.storage`): a bool as a byte.
 STORAGE = {"i1": "i8"}

@@ -39,8 +39,9 @@ def diagnostic(err: Exception) -> str:
     ONNX model's refusals), each rendered alike."""
     message = str(err)
     location = getattr(err, "location", None)
-    if location is None and getattr(err, "op", None) is not None:
-        location = err.op.location
+    op = getattr(err, "op", None)
+    if location is None and op is not None:
+        location = op.location
     place = where(location)
     if place is None and re.match(r"^\S+:\d+:\d+: error: ", message):
         return message  # already rendered with its location

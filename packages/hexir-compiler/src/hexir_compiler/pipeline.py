@@ -1,15 +1,15 @@
 """Which passes run for each `-emit` stage: one chain, each stage the previous one refined.
 
-| stage       | pass (module)                                    | what it adds                     |
-| ----------- | ------------------------------------------------ | -------------------------------- |
-| mlir        | (parse and verify)                               | the graph as written             |
-| mlir-hetero | hexir-partition, hexir-insert-transfers          | devices on ops, copies between   |
-| mlir-tir    | hexir-fuse, hexir-lower-to-tir                   | each op or fused group a kernel  |
-| mlir-linalg | hextir-to-loops                                  | kernels as loop nests on buffers |
-| mlir-gpu    | hexir-kernels-to-gpu                             | cuda kernels as gpu.module/func  |
-| mlir-llvm   | hexir-kernels-to-llvm                            | every kernel in LLVM / NVVM      |
-| llvm        | translation                                      | LLVM IR of host and device code  |
-| hxb         | serializer (host objects, fatbins, the commands) | a loadable module                |
+| stage       | pass (module)                                | what it adds                     |
+| ----------- | -------------------------------------------- | -------------------------------- |
+| mlir        | (parse and verify)                           | the graph as written             |
+| mlir-hetero | hexir-partition, hexir-insert-transfers      | devices on ops, copies between   |
+| mlir-tir    | hexir-fuse, hexir-lower-to-tir               | each op or fused group a kernel  |
+| mlir-linalg | hextir-to-loops                              | kernels as loop nests on buffers |
+| mlir-gpu    | hexir-kernels-to-gpu                         | cuda kernels as gpu.module/func  |
+| mlir-llvm   | hexir-kernels-to-llvm                        | every kernel in LLVM / NVVM      |
+| llvm        | translation                                  | LLVM IR of host and device code  |
+| hxb         | serializer (host objects, fatbins, commands) | a loadable module                |
 
 Every pass acts only on what is still above its level, so any printed MLIR stage fed back
 into `hexir` with the same flags continues down the same chain and gives the same `.hxb`.
@@ -26,7 +26,7 @@ from hexir_compiler import builtin, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.target import cuda, host
+from hexir_compiler.target import cuda, host, parse_targets
 from hexir_compiler.transforms import (
     hexir_fuse,
     hexir_insert_transfers,
@@ -253,12 +253,7 @@ def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | N
         placement = placement_.parse_placement([placement])
     chip = cpu = None
     if target:
-        from hexir_compiler.cli import UsageError, parse_targets
-
-        try:
-            chip, cpu = parse_targets([target])
-        except UsageError as err:
-            raise CompileError(str(err)) from None
+        chip, cpu = parse_targets([target])
     options = Options(emit, dict(placement or {}), chip, cpu, dict(input_shapes or {}),
                       dict(fixed_inputs or {}), fuse)
     try:

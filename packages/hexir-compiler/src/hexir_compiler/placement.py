@@ -1,7 +1,9 @@
-"""Which ops can be placed where, and the `-placement` option that chooses.
+"""Which ops can be placed where, the `-placement` option that chooses, and where a placed op
+runs (`device_of`).
 
-One registry for the compiler: the CLI's usage text lists it and `hexir-partition` reads it.
-Every hexir op that has a kernel (`transforms.tir.PLANS`) runs on both devices, since its one
+One registry for the compiler: the CLI's usage text lists it, `hexir-partition` reads it,
+and every later pass asks `device_of` rather than reading the `device` attribute itself.
+Every hexir op that has a kernel (`ops.KERNEL_OPS`) runs on both devices, since its one
 lowering produces the cpu and the cuda code; an op not listed here is not placeable
 (constants, prints and transfers are placed by the passes, never by the user).
 """
@@ -11,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from hexir_compiler.errors import CompileError
-from hexir_compiler.transforms.tir import PLANS
+from hexir_compiler.mlir import ir
+from hexir_compiler.ops import KERNEL_OPS
 
 DEVICES = ("cpu", "cuda")
 ALIASES = {"gpu": "cuda"}
@@ -20,11 +23,20 @@ DEFAULT_DEVICE = "cpu"
 EVERY_OP = "*"
 
 #: op name -> devices it can run on.
-PLACEABLE: Mapping[str, tuple[str, ...]] = {f"hexir.{name}": DEVICES for name in PLANS}
+PLACEABLE: Mapping[str, tuple[str, ...]] = {f"hexir.{name}": DEVICES
+                                             for name in sorted(KERNEL_OPS)}
 
 
 class PlacementError(CompileError):
     """A malformed `-placement` entry (the CLI answers with usage and exit 2)."""
+
+
+def device_of(op: ir.Operation) -> str:
+    """Where `op` runs: its `device` attribute (written by hexir-partition, copied by every
+    later pass), or the default device where it has none."""
+    if "device" not in op.attributes:
+        return DEFAULT_DEVICE
+    return ir.StringAttr(op.attributes["device"]).value
 
 
 def normalize_device(name: str) -> str | None:

@@ -27,16 +27,14 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-import hexir_format as hf
 import numpy as np
-from hexir_format import plan
 
+import hexir_format as hf
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host
 from hexir_compiler.transforms.hextir_to_loops import is_kernel
-
-MAX_NAME = 31  # bytes of a symbol or kernel name (NUL-terminated in a 32-byte field)
+from hexir_format import plan
 
 
 class SerializeError(CompileError):
@@ -90,8 +88,12 @@ def _ops(module: ir.Module, name: str) -> list[ir.Operation]:
     return [op.operation for op in module.body.operations if op.operation.name == name]
 
 
-def _attr_str(op: ir.Operation, name: str, default: str | None = None) -> str | None:
-    return ir.StringAttr(op.attributes[name]).value if name in op.attributes else default
+def _attr_str(op: ir.Operation, name: str, default: str | None = None) -> str:
+    """The string attribute `name` of `op`, or `default` where it has none (KeyError where it
+    has none and no default is given: an attribute the op always carries)."""
+    if name in op.attributes or default is None:
+        return ir.StringAttr(op.attributes[name]).value
+    return default
 
 
 def tensor_type(t: ir.Type) -> hf.TensorType:
@@ -120,8 +122,8 @@ def _executables(module: ir.Module, entries: list[ir.Operation], target: str | N
     if unlowered is not None:
         raise SerializeError("kernel is not lowered to LLVM; the serializer takes a module at "
                              "mlir-llvm", unlowered.location)
-    images = dict(host.compile_kernels(module, cpu))
-    if any(_attr_str(op, "device") == "cuda" for op in kernels):
+    images: dict[str, host.HostImage | cuda.DeviceImage] = dict(host.compile_kernels(module, cpu))
+    if any(_attr_str(op, "device", "cpu") == "cuda" for op in kernels):
         images.update(cuda.compile_kernels(module, target))
     executables = [_executable(op, calls[_attr_str(op, "sym_name")], images) for op in kernels]
     return executables, {exe.name: i for i, exe in enumerate(executables)}
@@ -144,8 +146,8 @@ def _call_types(entries: list[ir.Operation]) -> dict[str, list[ir.Type]]:
 
 def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.Executable:
     name = _attr_str(kernel, "sym_name")
-    if len(name.encode()) > MAX_NAME:
-        raise SerializeError(f"kernel name '{name}' is longer than {MAX_NAME} bytes",
+    if len(name.encode()) > hf.MAX_NAME:
+        raise SerializeError(f"kernel name '{name}' is longer than {hf.MAX_NAME} bytes",
                              kernel.location)
     image = images.get(name)
     if image is None:
@@ -175,9 +177,9 @@ def _io_names(func: ir.Operation) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names = []
     for key in ("arg_attrs", "res_attrs"):
         entries = ir.ArrayAttr(func.attributes[key]) if key in func.attributes else []
-        found = [ir.StringAttr(entry["hexir.name"]).value if "hexir.name" in entry else None
-                 for entry in map(ir.DictAttr, entries)]
-        names.append(tuple(found) if found and None not in found else ())
+        found = [ir.StringAttr(entry["hexir.name"]).value
+                 for entry in map(ir.DictAttr, entries) if "hexir.name" in entry]
+        names.append(tuple(found) if found and len(found) == len(entries) else ())
     return names[0], names[1]
 
 
@@ -195,9 +197,9 @@ class _Writer:
 
     def function(self, func: ir.Operation) -> hf.Function:
         name = _attr_str(func, "sym_name")
-        if len(name.encode()) > MAX_NAME:
+        if len(name.encode()) > hf.MAX_NAME:
             raise SerializeError(
-                f"function name '{name}' is longer than {MAX_NAME} bytes", func.location
+                f"function name '{name}' is longer than {hf.MAX_NAME} bytes", func.location
             )
         if not len(func.regions[0].blocks):
             raise SerializeError(
@@ -258,7 +260,7 @@ class _Writer:
         data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.shape)
         offset = len(self.rodata)
         if data.size:  # (a view with a 0 in its shape cannot be cast)
-            self.rodata += memoryview(np.ascontiguousarray(data)).cast("B")  # no bytes copy
+            self.rodata += np.ascontiguousarray(data).data.cast("B")  # no bytes copy
         self.rodata += bytes(-len(self.rodata) % 8)
         slot = self._result(op, slot_of)
         return [hf.Command.const(slot, offset, data.nbytes)]

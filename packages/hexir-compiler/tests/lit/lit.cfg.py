@@ -60,7 +60,8 @@ def _gpu_works() -> bool:
     import subprocess
 
     try:
-        return subprocess.run([python, "-c", probe], capture_output=True, timeout=60).returncode == 0
+        probed = subprocess.run([python, "-c", probe], capture_output=True, timeout=60)
+        return probed.returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 

@@ -10,6 +10,10 @@ from hexir_format.model import (
     CPU_LEVELS,
     LATEST_VERSION,
     MAGIC,
+    MAX_BLOCK,
+    MAX_BLOCK_THREADS,
+    MAX_GRID,
+    MAX_NAME,
     MAX_RANK,
     OPERAND_NAMES,
     V3_KINDS,
@@ -34,8 +38,9 @@ from hexir_format.signatures import ShapeError, signature_problem
 from hexir_format.writer import build, minimum_version
 
 __all__ = [
-    "BINARY_KINDS", "CODE_KINDS", "CPU_LEVELS", "LATEST_VERSION", "MAGIC", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS", "V3_OPS",
-    "V4_DTYPES",
+    "BINARY_KINDS", "CODE_KINDS", "CPU_LEVELS", "LATEST_VERSION", "MAGIC", "MAX_BLOCK",
+    "MAX_BLOCK_THREADS", "MAX_GRID", "MAX_NAME", "MAX_RANK", "OPERAND_NAMES", "V3_KINDS",
+    "V3_OPS", "V4_DTYPES",
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
     "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",

@@ -20,6 +20,7 @@ copied (section data are memoryview slices of the caller's buffer).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NoReturn
 
 import construct
 from construct import Bytes, Int8ul, Int16ul, Int32ul, Int64sl, Int64ul, Struct
@@ -241,7 +242,7 @@ class _Parser:
         self.names: dict[tuple[str, int], str] = {}
         self.decoded: dict[str, int] = {}  # string table -> bytes of names decoded from it
 
-    def fail(self, message: str, field: str, offset: int | None = None):
+    def fail(self, message: str, field: str, offset: int | None = None) -> NoReturn:
         raise FormatError(f"{self.what}: {message}", field=field, offset=offset)
 
     def parse(self) -> ElfObject:

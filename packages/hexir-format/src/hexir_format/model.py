@@ -18,10 +18,18 @@ MAX_RANK = 6
 #: x86-64 psABI levels a host image is compiled for, by the number a v5 executable records.
 CPU_LEVELS = {1: "x86-64", 2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
 NAME_BYTES = 32
+#: The longest symbol or kernel name, in UTF-8 bytes: NUL-terminated in a NAME_BYTES field.
+MAX_NAME = NAME_BYTES - 1
 #: The longest input or output name (version 5's names section), in UTF-8 bytes.
 MAX_IO_NAME = 4096
 #: The most bytes an array may span (numpy's limit), counting a zero dimension as 1.
 MAX_BYTES = 2**63 - 1
+#: CUDA's launch limits (every architecture since sm_30): threads per block, and the grid's
+#: and the block's extent per dimension (x, y, z). The validator refuses a launch outside
+#: them; the compiler never emits one.
+MAX_BLOCK_THREADS = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_BLOCK = (1024, 1024, 64)
 
 
 class Device(IntEnum):
@@ -270,7 +278,7 @@ class Command:
 
     def __str__(self) -> str:
         names = OPERAND_NAMES[self.op]
-        parts = [f"{n}={v}" for n, v in zip(names, self.operands)]
+        parts = [f"{n}={v}" for n, v in zip(names, self.operands, strict=False)]
         parts += [f"%{v}" for v in self.operands[len(names) :]]
         return " ".join([str(self.op), *parts])
 
@@ -338,7 +346,8 @@ class Executable:
         """Version 3's description of the kernel, (m, n, k), where it applies: a rank-2
         matmul, add or relu whose arguments share one element type and agree in shape."""
         args = self.args
-        if self.kind not in V3_KINDS or len(args) != self.kind.arity + 1 or any(
+        arity = self.kind.arity
+        if self.kind not in V3_KINDS or arity is None or len(args) != arity + 1 or any(
                 t.rank != 2 or t.dtype is not args[-1].dtype for t in args):
             return None
         (m, n), k = args[-1].shape, args[0].shape[1] if self.kind is KernelKind.MATMUL else 0

@@ -8,7 +8,9 @@ the caller's buffer (an mmap stays an mmap): validation touches headers and tabl
 
 from __future__ import annotations
 
+import itertools
 import math
+import mmap
 import struct
 
 import construct
@@ -42,7 +44,8 @@ from hexir_format.model import (
     TensorType,
 )
 
-Buffer = bytes | bytearray | memoryview
+#: What the reader parses: the file's bytes, or a mapping of it (the runtime's and hxb-dump's).
+Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
 def parse_layout(buf: Buffer) -> Layout:
@@ -108,7 +111,7 @@ def _check_sections(layout: Layout, table_end: int) -> None:
                               field="offset", offset=at + 8)
     spans = sorted((s.offset, s.offset + s.size, i) for i, s in enumerate(layout.sections)
                    if s.size)
-    for (_, end, i), (start, _, j) in zip(spans, spans[1:]):
+    for (_, end, i), (start, _, j) in itertools.pairwise(spans):
         if start < end:
             raise FormatError(f"section {j} ({layout.sections[j].name}) at offset {start} "
                               f"overlaps section {i} ({layout.sections[i].name}), which ends at "
@@ -137,7 +140,7 @@ def parse(buf: Buffer) -> Module:
     rodata, _ = payload(SectionKind.RODATA)
     if layout.section(SectionKind.NAMES) is not None:
         functions = _names(functions, *payload(SectionKind.NAMES))
-    placements = ()
+    placements: tuple[tuple[int, int], ...] = ()
     if layout.section(SectionKind.PLAN) is not None:
         placements = _placements(len(slots), *payload(SectionKind.PLAN))
     return Module(layout.version, functions, rodata, executables, slots, layout, placements)
@@ -330,7 +333,7 @@ def _names(functions: tuple[Function, ...], data: memoryview,
         raise FormatError(f"names: bytes {offset}..{len(data)} (offset {base + offset}) belong "
                           "to no name", field="size", offset=base + offset)
     return tuple(Function(f.name, f.commands, tuple(i), tuple(o))
-                 for f, (i, o) in zip(functions, names))
+                 for f, (i, o) in zip(functions, names, strict=False))
 
 
 def _enum(enum, value: int, where: str, field: str, at: int):
@@ -419,7 +422,7 @@ def _check_records(records: list[tuple[int, int, str, int]]) -> None:
         if offset % L.ALIGNMENT:
             raise FormatError(f"{what} at section offset {offset} (field at offset {at}) is "
                               f"not {L.ALIGNMENT}-byte aligned", field="offset", offset=at)
-    for (start, size, what, _), (nxt, _, other, at) in zip(spans, spans[1:]):
+    for (start, size, what, _), (nxt, _, other, at) in itertools.pairwise(spans):
         if nxt < start + size:
             raise FormatError(f"{other} at section offset {nxt} (field at offset {at}) overlaps "
                               f"{what}, which spans {start}..{start + size}", field="offset",

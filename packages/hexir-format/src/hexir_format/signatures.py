@@ -52,7 +52,7 @@ def broadcast(a: Sequence[int], b: Sequence[int]) -> Shape:
     pa = (1,) * (rank - len(a)) + tuple(a)
     pb = (1,) * (rank - len(b)) + tuple(b)
     out = []
-    for x, y in zip(pa, pb):
+    for x, y in zip(pa, pb, strict=True):
         if x != y and 1 not in (x, y):
             raise ShapeError(f"shapes {fmt(a)} and {fmt(b)} are not broadcast-compatible")
         out.append(y if x == 1 else x)
@@ -168,8 +168,8 @@ def concat(shapes: Sequence[Sequence[int]], axis: int) -> Shape:
         raise ShapeError("cannot concatenate scalars")
     axis = normalize_axis(axis, len(first))
     for s in shapes[1:]:
-        if len(s) != len(first) or any(a != b for d, (a, b) in enumerate(zip(s, first))
-                                         if d != axis):
+        if len(s) != len(first) or any(a != b for d, (a, b) in
+                                         enumerate(zip(s, first, strict=True)) if d != axis):
             raise ShapeError(f"shapes {fmt(first)} and {fmt(s)} differ off axis {axis}")
     return (*first[:axis], sum(s[axis] for s in shapes), *first[axis + 1:])
 
@@ -340,7 +340,7 @@ def _destination(kind: KernelKind, inputs: list[TensorType], out: TensorType,
         return x
     if kind is KernelKind.LAYER_NORM:
         _count(params, 1, "epsilon")
-        return layer_norm(*shapes, params[0])
+        return layer_norm(shapes[0], shapes[1], shapes[2], params[0])
     if kind is KernelKind.TRANSPOSE:
         _count(params, len(x), "a permutation of the input's axes")
         return transpose(x, [_axis(p, len(x), "permutation entry") for p in params])

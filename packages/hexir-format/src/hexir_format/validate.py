@@ -23,7 +23,10 @@ from dataclasses import dataclass, field, replace
 from hexir_format import elf, hostlink, plan
 from hexir_format.errors import FormatError, ValidationError
 from hexir_format.model import (
+    MAX_BLOCK,
+    MAX_BLOCK_THREADS,
     MAX_BYTES,
+    MAX_GRID,
     Command,
     Device,
     Executable,
@@ -38,9 +41,6 @@ from hexir_format.signatures import signature_problem
 #: `max_alloc_bytes`; hxb-dump applies it too, so that it refuses what a call would refuse).
 DEFAULT_MAX_ALLOC_BYTES = 16 << 30
 MAX_V3_SLOTS = 1 << 16  # v3 has no slot table; its slot indices must stay below this
-MAX_BLOCK_THREADS = 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
-MAX_BLOCK = (1024, 1024, 64)
 
 
 @dataclass(frozen=True)
@@ -105,10 +105,11 @@ def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYT
     """
     home = _check_executables(module)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
+    base = program.offset if program else None
     entries, offset, constants = {}, 0, _Constants()
     for function in module.functions:
-        replay = _Replay(module, function, max_alloc_bytes, home, program and program.offset,
-                         offset, constants=constants)
+        replay = _Replay(module, function, max_alloc_bytes, home, base, offset,
+                         constants=constants)
         entries[function.name] = replay.run()
         offset = replay.pc + 8  # past the END
     if module.placements:
@@ -297,6 +298,11 @@ class _Replay:
     def typed(self, slot: int) -> TensorType | None:
         return self.module.slots[slot].type if self.module.slots else None
 
+    def tensor(self, slot: int) -> TensorType:
+        """The type of `slot`, already checked to be in the slot table (the commands that
+        name a slot's type, from version 4 on, come with one)."""
+        return self.module.slots[slot].type
+
     def bind(self, name: str, slot: int, nbytes: int, *, const: bool = False) -> None:
         t = self.typed(slot)
         if t is not None and nbytes != t.nbytes:
@@ -392,7 +398,7 @@ class _Replay:
                                     f"{b.nbytes}")
 
     def _input(self, c: Command) -> None:
-        t = self.typed(self.slot("slot", c.slot))
+        t = self.tensor(self.slot("slot", c.slot))
         if c.index in self.inputs:
             raise self.fail("index", f"input {c.index} is bound twice")
         self.inputs[c.index] = t
@@ -402,12 +408,12 @@ class _Replay:
         self.used("slot", c.slot)
         if c.index in self.outputs:
             raise self.fail("index", f"output {c.index} is named twice")
-        self.outputs[c.index] = self.typed(c.slot)
+        self.outputs[c.index] = self.tensor(c.slot)
 
     def _copy(self, c: Command) -> None:
         self.slot("dst", c.dst)
         self.used("src", c.src)
-        dst, src = self.typed(c.dst), self.typed(c.src)
+        dst, src = self.tensor(c.dst), self.tensor(c.src)
         if dst != src:
             raise self.fail("dst", f"slot {c.dst} is a {dst} but its source, slot {c.src}, is "
                                    f"a {src}")

@@ -11,6 +11,7 @@ from hexir_format import layout as L
 from hexir_format.errors import FormatError
 from hexir_format.model import (
     MAX_IO_NAME,
+    MAX_NAME,
     MAX_RANK,
     NAME_BYTES,
     V3_OPS,
@@ -142,8 +143,8 @@ def _names(module: Module) -> bytes:
 
 def _name(name: str, what: str) -> bytes:
     raw = name.encode("utf-8")
-    if not raw or len(raw) >= NAME_BYTES or b"\0" in raw:
-        raise FormatError(f"{what} name '{name}' must be 1 to {NAME_BYTES - 1} bytes")
+    if not raw or len(raw) > MAX_NAME or b"\0" in raw:
+        raise FormatError(f"{what} name '{name}' must be 1 to {MAX_NAME} bytes")
     return raw.ljust(NAME_BYTES, b"\0")
 
 
@@ -182,13 +183,13 @@ def _executables(module: Module) -> bytes:
         if module.version >= 4:
             out += b"".join(L.Param.build(p) for p in exe.params)
         placed.append([args_offset, params_offset, 0])
-    for exe, where in zip(exes, placed):  # then the images, each at an 8-byte boundary
+    for exe, where in zip(exes, placed, strict=True):  # then the images, each at an 8-byte boundary
         if exe.image is not None and len(exe.image):
             out += bytes(L.align(len(out)) - len(out))
             where[2] = len(out)
             out += exe.image
     out[:table_end] = L.ExecutablesHeader.build(dict(count=len(exes), reserved=0)) + b"".join(
-        _entry(module.version, exe, *where) for exe, where in zip(exes, placed))
+        _entry(module.version, exe, *where) for exe, where in zip(exes, placed, strict=True))
     return bytes(out)
 
 

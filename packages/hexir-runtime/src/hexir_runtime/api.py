@@ -23,9 +23,9 @@ import numpy as np
 
 from hexir_format import Device, DType, TensorType
 from hexir_runtime import hal
-from hexir_runtime.hal import threads
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
+from hexir_runtime.hal import threads
 from hexir_runtime.interpreter import Execution, Printer, Resident
 from hexir_runtime.loader import MappedModule, Source
 from hexir_runtime.profile import Profile, profile
@@ -213,7 +213,7 @@ class EntryPoint:
         self.signature = plan.signature
         self._exact = [(_DTYPES[t.dtype], t.shape) for t in plan.signature.inputs]
 
-    def check_inputs(self, *inputs: Any, **named: Any) -> list[np.ndarray]:
+    def check_inputs(self, *inputs: Any, **named: Any) -> list[np.ndarray | DevicePointer]:
         """The inputs as this entry will see them, or the InputError calling it would raise."""
         return check_inputs(self._plan, arrange(self._plan, _given(inputs), named))
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hexir_format import Device
 
+from hexir_format import Device
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError, ExecutionError
 
@@ -98,9 +98,10 @@ def graphs(arena: Arena, devices: dict[Device, hal.Device], steps: list[Step],
     """Each maximal run of capturable steps on one device that records graphs made one
     `graph_step`; the other steps as they are."""
     def graphable(step: Step) -> bool:
-        return step.capturable and devices[step.device].graphs
+        return step.capturable and step.device is not None and devices[step.device].graphs
 
     made: list[Step] = []
     for (graph, device), run in itertools.groupby(steps, lambda s: (graphable(s), s.device)):
-        made.extend([graph_step(arena, devices[device], list(run), failed)] if graph else run)
+        group = list(run)
+        made.extend([graph_step(arena, devices[device], group, failed)] if graph else group)
     return made

@@ -9,12 +9,14 @@ before anything runs. Each body has the numpy meaning (relu of NaN is NaN).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+
 from hexir_format import KernelKind
 
-BODIES = {
+BODIES: dict[KernelKind, Callable[..., Any]] = {
     KernelKind.MATMUL: np.matmul,
     KernelKind.ADD: np.add,
     KernelKind.RELU: lambda x, out: np.maximum(x, 0, out=out),

@@ -5,14 +5,14 @@ back rodata and device images as memoryview slices of the mapping, so loading a 
 touches the same few pages as loading a 1 KiB one, and a CONST binds a read-only view of the
 weights instead of a copy.
 
-Only the weights (rodata) stay in the mapping: everything else a run needs (the commands, the
-slot and kernel tables, the kernels' code) is copied at load. Changing the file under a loaded
-module is therefore defined up to one case: `check_unchanged`, at the start of every call,
-refuses a call when the mapped file was changed in place (its size or modification time,
-read from the open file, so renaming another file over the path changes nothing: the mapping
-still holds the old one), in one line; what it cannot catch is the file shrinking *during* a call that reads the
-weights, which, as with numpy's `memmap`, ends the process with SIGBUS. `copy=True` reads the
-whole file into memory instead, for a file that may change.
+Only the weights (rodata) stay in the mapping: everything else a run needs (the commands, the slot
+and kernel tables, the kernels' code) is copied at load. Changing the file under a loaded module is
+therefore defined up to one case: `check_unchanged`, at the start of every call, refuses a call when
+the mapped file was changed in place (its size or modification time, read from the open file, so
+renaming another file over the path changes nothing: the mapping still holds the old one), in one
+line; what it cannot catch is the file shrinking *during* a call that reads the weights, which, as
+with numpy's `memmap`, ends the process with SIGBUS. `copy=True` reads the whole file into memory
+instead, for a file that may change.
 
 Closing is explicit. The mapping is unmapped at once when nothing else still looks at it; if a
 view escaped (an array the caller kept), the mapping stays alive until the last view goes, so
@@ -27,7 +27,6 @@ from dataclasses import replace
 
 import hexir_format as hf
 from hexir_format.files import open_regular
-
 from hexir_runtime.errors import LoadError
 
 Source = str | os.PathLike[str] | bytes | bytearray | memoryview

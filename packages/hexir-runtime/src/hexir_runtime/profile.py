@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from hexir_format import CPU_LEVELS, Device, DType, Executable
 
+from hexir_format import CPU_LEVELS, Device, DType, Executable
 from hexir_runtime.arena import Call
 from hexir_runtime.hal import threads
 

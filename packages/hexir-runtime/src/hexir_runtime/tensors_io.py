@@ -22,9 +22,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
+
 from hexir_format import DType, TensorType
 from hexir_format.files import atomic_write, open_regular
-
 from hexir_runtime.errors import InputError
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES
 
@@ -167,7 +167,8 @@ def write_outputs(target: str, results: Mapping[str, np.ndarray]) -> None:
     try:
         with atomic_write(path) as out:
             if path.endswith(".npy"):
-                np.save(out, *results.values())
+                (only,) = results.values()
+                np.save(out, only)
             else:
                 _savez(out, results)
     except OSError as e:

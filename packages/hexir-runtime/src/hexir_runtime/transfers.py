@@ -19,8 +19,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from hexir_format import Command, Device, Op, TensorType
 
+from hexir_format import Command, Device, Op, TensorType
 from hexir_runtime import hal
 from hexir_runtime.arena import Arena, Call, Step
 from hexir_runtime.device_arrays import DeviceArray, DevicePointer

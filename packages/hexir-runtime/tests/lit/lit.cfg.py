@@ -34,7 +34,8 @@ if not shutil.which("filecheck", path=config.environment["PATH"]):
     lit_config.fatal("filecheck not found: pip install filecheck")
 
 config.substitutions.append(("%hexir-run", hexir_run))
-config.substitutions.append(("%exit-status", f"{sys.executable} {os.path.join(here, 'Inputs', 'exit-status.py')}"))
+exit_status = os.path.join(here, "Inputs", "exit-status.py")
+config.substitutions.append(("%exit-status", f"{sys.executable} {exit_status}"))
 config.substitutions.append(("%python", sys.executable))
 config.substitutions.append(("%rt-fixtures", os.path.join(here, "..", "fixtures")))
 config.substitutions.append(("%fixtures", os.path.join(repo, "fixtures")))

@@ -17,7 +17,6 @@ import sys
 import hexir_format
 from hexir_format import HexirError
 from hexir_format.files import terminate_as_interrupt, write_atomically
-
 from hxb_dump import images, listing
 from hxb_dump.__about__ import __version__
 from hxb_dump.examine import Report, examine, kernel_image

@@ -17,7 +17,6 @@ from pathlib import Path
 import hexir_format
 from hexir_format import HexirError, Module
 from hexir_format.files import open_regular
-
 from hxb_dump.errors import DumpError
 from hxb_dump.facts import Facts, layout_facts, module_facts
 

@@ -8,6 +8,8 @@ nothing here indexes on trust, and the verifier says what is wrong.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hexir_format import (
     CPU_LEVELS,
     OPERAND_NAMES,
@@ -20,10 +22,11 @@ from hexir_format import (
     plan,
     signature_problem,
 )
-
 from hxb_dump import images, params, rodata
 
-Facts = dict[str, object]
+#: A JSON object of `--json`'s document: its values are of many types (numbers, strings, lists
+#: of further objects), and the listing reads each by its key, knowing what that key holds.
+Facts = dict[str, Any]
 COMMAND_HEADER = 8
 OPERAND = 8
 
@@ -103,7 +106,8 @@ def _functions(module: Module) -> list[Facts]:
 def _named(names: tuple[str, ...], types: list[str]) -> str:
     """`x: 2x3xf32, mask: 3xi1` where the module names them, else `2x3xf32, 3xi1` (a count
     that does not match, which the validator refuses, names what it can)."""
-    return ", ".join([*(f"{n}: {t}" for n, t in zip(names, types)), *types[len(names):]])
+    named = (f"{n}: {t}" for n, t in zip(names, types, strict=False))
+    return ", ".join([*named, *types[len(names):]])
 
 
 def _command(pc: int, command: Command) -> Facts:
@@ -111,7 +115,7 @@ def _command(pc: int, command: Command) -> Facts:
     return {
         "offset": pc,
         "op": str(command.op),
-        "args": dict(zip(names, command.operands)),
+        "args": dict(zip(names, command.operands, strict=False)),
         "slots": list(command.operands[len(names):]),
     }
 

@@ -13,18 +13,18 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from hexir_format import FormatError, elf
 from hexir_format.images import cubin_arch, flavour, parts, ptx_target
-
 from hxb_dump.errors import DumpError
 
 
-def describe(image: bytes) -> dict[str, object]:
+def describe(image: bytes) -> dict[str, Any]:
     """Size, flavour and what the image targets (`target` for PTX and ELF, `contents` for a
     fatbin, None where its headers do not add up)."""
     kind = flavour(image)
-    facts: dict[str, object] = {"size": len(image), "flavour": kind, "target": None}
+    facts: dict[str, Any] = {"size": len(image), "flavour": kind, "target": None}
     if kind == "PTX text":
         facts["target"] = ptx_target(image)
     elif kind == "ELF cubin":

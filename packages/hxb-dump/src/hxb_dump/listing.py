@@ -10,7 +10,6 @@ only when its facts are there, which is how a damaged file gets its header and s
 from __future__ import annotations
 
 from hexir_format import DType, printable
-
 from hxb_dump.facts import Facts
 from hxb_dump.params import render as render_params
 

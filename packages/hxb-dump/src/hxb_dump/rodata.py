@@ -11,20 +11,21 @@ reports it.
 from __future__ import annotations
 
 import struct
+from typing import Any
 
 from hexir_format import DType, Module, Op
 
 FORMATS = {DType.F32: "f", DType.F64: "d", DType.I32: "i", DType.I64: "q", DType.BOOL: "?"}
 
 
-def ranges(module: Module, *, values: bool) -> list[dict[str, object]]:
+def ranges(module: Module, *, values: bool) -> list[dict[str, Any]]:
     """Typed ranges of rodata, by offset; each with its values when `values` is set."""
     size = len(module.rodata)
     if module.version < 4:
         whole = {"offset": 0, "bytes": size - size % 8, "dtype": "f64", "type": None,
                  "slots": []}
         return [_with_values(module, whole, DType.F64, values)]
-    found: dict[tuple[int, int, DType | None], dict[str, object]] = {}
+    found: dict[tuple[int, int, DType | None], dict[str, Any]] = {}
     for function in module.functions:
         for command in function.commands:
             if command.op is not Op.CONST:
@@ -42,8 +43,8 @@ def ranges(module: Module, *, values: bool) -> list[dict[str, object]]:
             for key in sorted(found, key=lambda k: (k[0], k[1], k[2] or 0))]
 
 
-def _with_values(module: Module, entry: dict[str, object], dtype: DType | None,
-                 values: bool) -> dict[str, object]:
+def _with_values(module: Module, entry: dict[str, Any], dtype: DType | None,
+                 values: bool) -> dict[str, Any]:
     offset, nbytes = entry["offset"], entry["bytes"]
     inside = offset <= len(module.rodata) and nbytes <= len(module.rodata) - offset
     if dtype is None or not inside:

@@ -1,4 +1,4 @@
-# ruff: noqa: F821  (lit defines `config` and `lit_config` before running this file)
+
 """lit configuration for hxb-dump's text-output tests.
 
 Substitutions: %hxb-dump (the installed console script next to this interpreter, else

@@ -1,16 +1,17 @@
 """Two workarounds that make `ext` (numba-cuda-mlir 0.6.0) dialects usable for Hexir.
 
-1. `load`: `ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an SSA
-constraint value is a variable: every operand or result constrained by the same value must
-have the *same* type. CSE merges the identical `irdl.any` constraints of all fields, so after
-it `"hextir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got
-'f64'". `load` is `ext.Dialect.load` minus that pass pipeline.
+1. `load`: `ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an
+SSA constraint value is a variable: every operand or result constrained by the same value must have
+the *same* type. CSE merges the identical `irdl.any` constraints of all fields, so after it
+`"hextir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got 'f64'".
+`load` is `ext.Dialect.load` minus that pass pipeline.
 
 2. `without_segment_sizes`: positional accessors and a builder that writes no segment-size
 attributes, for ops with at most one variadic group (see its docstring).
 """
 
 import functools
+from typing import Any
 
 from hexir_compiler.mlir import ext
 
@@ -19,8 +20,9 @@ _cext = ext._cext
 __all__ = ["load", "without_segment_sizes"]
 
 
-def load(dialect: type) -> None:
-    """Emit, register and attach `dialect` (an `ext.Dialect` subclass) in the current context."""
+def load(dialect: Any) -> None:
+    """Emit, register and attach `dialect` (an `ext.Dialect` subclass: the bindings are
+    untyped) in the current context."""
     if dialect.types or dialect.attributes:
         raise TypeError(f"{dialect.name}: Python-defined types and attributes are not loaded here")
     dialect._mlir_module = dialect._emit_module()
@@ -33,7 +35,7 @@ def load(dialect: type) -> None:
         _cext.register_op_adaptor(op, replace=True)(op.Adaptor)
 
 
-def without_segment_sizes(op: type) -> None:
+def without_segment_sizes(op: Any) -> None:
     """Make `op` work without operandSegmentSizes / resultSegmentSizes.
 
     IRDL asks for those attributes only when an op has two or more variadic groups; ours have
@@ -57,7 +59,8 @@ def without_segment_sizes(op: type) -> None:
             if name in attrs:
                 del attrs[name]
 
-    __init__.__signature__ = build.__signature__
+    # ext's own builders carry the fields as their signature; so does this one.
+    __init__.__signature__ = build.__signature__  # type: ignore[attr-defined]
     op.__init__ = __init__
 
 

@@ -9,12 +9,10 @@ at the op's location, prefixed the way MLIR prefixes its own verifier messages
 
 from __future__ import annotations
 
-from hexir_format.signatures import ShapeError, fmt
-
 from hexir_compiler.element_types import ELEMENTS, STORAGE
 from hexir_compiler.mlir import ir
-
-DEVICES = ("cpu", "cuda")
+from hexir_compiler.placement import DEVICES
+from hexir_format.signatures import ShapeError, fmt
 
 
 class Invalid(Exception):

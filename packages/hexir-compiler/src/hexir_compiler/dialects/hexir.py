@@ -11,10 +11,9 @@ located message that says what was expected and what was found. Optional attribu
 """
 
 import types
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any
 
-from hexir_format import signatures
-
+from hexir_compiler.dialects._bases import Dialect
 from hexir_compiler.dialects._verify import (
     DEVICES,
     Invalid,
@@ -29,14 +28,21 @@ from hexir_compiler.dialects._verify import (
 )
 from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE
 from hexir_compiler.mlir import ext, ir
-from hexir_compiler.transforms.tir import elementwise
+from hexir_compiler.ops import BINARY, GELU_APPROXIMATIONS, UNARY, Elementwise
+from hexir_format import signatures
 
 
-class Hexir(ext.Dialect, name="hexir"):
+class Hexir(Dialect, name="hexir"):
     pass
 
 
-class HexirOp(Hexir.Operation):
+if TYPE_CHECKING:
+    from hexir_compiler.dialects._bases import Operation as _Operation
+else:
+    _Operation = Hexir.Operation
+
+
+class HexirOp(_Operation):
     """Base of every hexir op (no name: not an op itself)."""
 
     def check(self) -> None:
@@ -53,9 +59,10 @@ def _result(op) -> tuple[tuple[int, ...], str]:
 def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[int, ...]]:
     """The shapes of the operands, called `names` (tensors of an element type in `takes`),
     then of the result: all of one element type."""
-    operands = [tensor(value, what, takes) for value, what in zip(op.operands, names)]
+    operands = [tensor(value, what, takes) for value, what in zip(op.operands, names, strict=False)]
     result, element = _result(op)
-    same_element(*((what, e) for what, (_, e) in zip(names, operands)), ("result", element))
+    same_element(*((what, e) for what, (_, e) in zip(names, operands, strict=False)),
+                 ("result", element))
     return [*(shape for shape, _ in operands), result]
 
 
@@ -136,7 +143,7 @@ class _Unary(HexirOp):
             )
 
 
-def _elementwise(base: type, mnemonic: str, spec: elementwise.Elementwise) -> type:
+def _elementwise(base: type, mnemonic: str, spec: Elementwise) -> type:
     """The op class `hexir.<mnemonic>` on `base`'s rules with `spec`'s element types (a class
     statement, made by name)."""
     camel = "".join(part.title() for part in mnemonic.split("_"))
@@ -145,11 +152,11 @@ def _elementwise(base: type, mnemonic: str, spec: elementwise.Elementwise) -> ty
                            lambda ns: ns.update(body))
 
 
-# The plain element-wise ops are declared by their kernels' tables (transforms/tir/
-# elementwise.py): an entry there is the op's meaning, and this makes it an op of the dialect.
-ELEMENTWISE = {
-    **{m: _elementwise(_Unary, m, spec) for m, spec in elementwise.UNARY.items()},
-    **{m: _elementwise(_Binary, m, spec) for m, spec in elementwise.BINARY.items()},
+# The plain element-wise ops are declared by the op registry's tables (`ops.py`): an entry
+# there is the op's type rule, and this makes it an op of the dialect.
+ELEMENTWISE_OPS = {
+    **{m: _elementwise(_Unary, m, spec) for m, spec in UNARY.items()},
+    **{m: _elementwise(_Binary, m, spec) for m, spec in BINARY.items()},
 }
 
 
@@ -301,9 +308,10 @@ class PoolOp(HexirOp, name="pool"):
                 raise Invalid(f"attribute '{flag}' must be true or false, got {a[flag]}")
         if len(x) < 3:
             raise Invalid(f"input must be [N, C, spatial...], got {signatures.fmt(x)}")
-        spatial = signatures.window(
-            x[2:], *(i64_array(a[k], k) for k in ("kernel", "strides", "pads", "dilations")),
-            ir.BoolAttr(a["ceil_mode"]).value)
+        kernel, strides, pads, dilations = (
+            i64_array(a[k], k) for k in ("kernel", "strides", "pads", "dilations"))
+        spatial = signatures.window(x[2:], kernel, strides, pads, dilations,
+                                    ir.BoolAttr(a["ceil_mode"]).value)
         expect_shape(r, (*x[:2], *spatial))
 
 
@@ -470,7 +478,7 @@ class GeluOp(_Unary, name="gelu"):
         attrs = self.operation.attributes
         if "approximate" in attrs:
             mode = string_attr(attrs["approximate"], "approximate")
-            if mode not in elementwise.GELU_APPROXIMATIONS:
+            if mode not in GELU_APPROXIMATIONS:
                 raise Invalid(f'approximate must be "none" or "tanh", got "{mode}"')
 
 
@@ -568,7 +576,7 @@ class ReduceMinOp(_Reduce, name="reduce_min"):
 
 
 class PrintOp(HexirOp, name="print"):
-    """Print a tensor on the host (a memref once the linalg path has bufferized it)."""
+    """Print a tensor on the host; a memref (a function's buffer argument) prints the same."""
 
     input: ext.Operand[Any]
 
@@ -606,14 +614,14 @@ class CallTirOp(HexirOp, name="call_tir"):
     """
 
     callee: ir.FlatSymbolRefAttr
-    in0: Optional[ext.Operand[Any]]
-    in1: Optional[ext.Operand[Any]]
-    in2: Optional[ext.Operand[Any]]
-    in3: Optional[ext.Operand[Any]]
-    in4: Optional[ext.Operand[Any]]
-    in5: Optional[ext.Operand[Any]]
-    in6: Optional[ext.Operand[Any]]
-    in7: Optional[ext.Operand[Any]]
+    in0: ext.Operand[Any] | None
+    in1: ext.Operand[Any] | None
+    in2: ext.Operand[Any] | None
+    in3: ext.Operand[Any] | None
+    in4: ext.Operand[Any] | None
+    in5: ext.Operand[Any] | None
+    in6: ext.Operand[Any] | None
+    in7: ext.Operand[Any] | None
     result: ext.Result[Any]
 
     def check(self) -> None:
@@ -629,7 +637,7 @@ class CallTirOp(HexirOp, name="call_tir"):
                           "each input its own group, first to last")
         name = ir.FlatSymbolRefAttr(attrs["callee"]).value
         kernel = lookup_symbol(self.operation, name)
-        if kernel is None or kernel.name not in KERNEL_OPS or (
+        if kernel is None or kernel.name not in KERNEL_SYMBOLS or (
             kernel.name != "hextir.prim_func" and "hexir.kernel" not in kernel.attributes
         ):
             raise Invalid(f"'{name}' does not reference a kernel (a hextir.prim_func or its "
@@ -642,14 +650,16 @@ class CallTirOp(HexirOp, name="call_tir"):
                 f"expected @{name} to take {inputs + 1} buffers ({inputs} inputs + 1 "
                 f"destination), but it takes {len(buffers)}"
             )
-        for i, (value, buf) in enumerate(zip([*self.operands, self.results[0]], buffers)):
+        values = [*self.operands, self.results[0]]
+        for i, (value, buf) in enumerate(zip(values, buffers, strict=False)):
             shape, elem = tensor(value, f"operand #{i}" if i < inputs else "result")
             bshape, belem = memref(buf, f"buffer #{i} of @{name}")
             if (shape, STORAGE.get(elem, elem)) != (bshape, belem):
                 raise Invalid(f"{value.type} does not match buffer #{i} of @{name}, {buf}")
 
 
-KERNEL_OPS = ("hextir.prim_func", "func.func", "gpu.module", "llvm.func")
+#: The ops a call_tir's callee may be, at each stage.
+KERNEL_SYMBOLS = ("hextir.prim_func", "func.func", "gpu.module", "llvm.func")
 
 
 def _kernel_buffers(kernel: ir.Operation, name: str) -> list[ir.Type] | None:

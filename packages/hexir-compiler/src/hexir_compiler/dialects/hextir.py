@@ -11,10 +11,9 @@ cannot.
 """
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hexir_format import KernelKind
-
+from hexir_compiler.dialects._bases import Dialect
 from hexir_compiler.dialects._verify import (
     DEVICES,
     Invalid,
@@ -23,6 +22,7 @@ from hexir_compiler.dialects._verify import (
     verify,
 )
 from hexir_compiler.mlir import ext, ir
+from hexir_format import KernelKind
 
 LOOP_KINDS = ("serial", "parallel", "thread_binding")
 AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -32,11 +32,17 @@ KERNELS = tuple(str(kind) for kind in KernelKind)
 WORKGROUP = "#gpu.address_space<workgroup>"
 
 
-class Hextir(ext.Dialect, name="hextir"):
+class Hextir(Dialect, name="hextir"):
     pass
 
 
-class HextirOp(Hextir.Operation):
+if TYPE_CHECKING:
+    from hexir_compiler.dialects._bases import Operation as _Operation
+else:
+    _Operation = Hextir.Operation
+
+
+class HextirOp(_Operation):
     """Base of every hextir op (no name: not an op itself)."""
 
     def check(self) -> None:

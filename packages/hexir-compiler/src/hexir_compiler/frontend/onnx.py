@@ -30,10 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from hexir_format import printable
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
+from hexir_format import printable
 
 IR_VERSIONS = range(3, 15)
 OPSETS = range(1, 29)
@@ -42,8 +42,8 @@ UPGRADE_TO = 13
 DOMAINS = ("", "ai.onnx")
 
 #: ONNX TensorProto element type -> numpy dtype, for the types Hexir has.
-DTYPES = {1: np.dtype("float32"), 11: np.dtype("float64"), 6: np.dtype("int32"),
-          7: np.dtype("int64"), 9: np.dtype("bool")}
+DTYPES: dict[int, np.dtype] = {1: np.dtype("float32"), 11: np.dtype("float64"),
+                               6: np.dtype("int32"), 7: np.dtype("int64"), 9: np.dtype("bool")}
 MLIR = {np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("int32"): "i32",
         np.dtype("int64"): "i64", np.dtype("bool"): "i1"}
 
@@ -104,11 +104,7 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: np.dtype
     value: ir.Value | None = None
-    const: np.ndarray | None = None
-
-    @property
-    def is_const(self) -> bool:
-        return self.const is not None
+    const: np.ndarray | None = None  # a constant's values (`is not None`: it is one)
 
 
 def _onnx():
@@ -133,7 +129,7 @@ def load_model(source):
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
-    except Exception as err:  # protobuf's DecodeError has no stable import path
+    except Exception as err:  # noqa: BLE001 -- protobuf's DecodeError has no stable import path
         raise ModelError(f"{path}: not an ONNX model (the protobuf does not parse: "
                          f"{str(err) or type(err).__name__})") from None
     if not model.graph.node and not model.graph.output:
@@ -142,14 +138,14 @@ def load_model(source):
         from onnx.external_data_helper import load_external_data_for_model
 
         load_external_data_for_model(model, str(path.parent))
-    except Exception as err:  # OSError, or onnx's checker errors for a missing/outside file
+    except Exception as err:  # noqa: BLE001 -- OSError, or the checker's on external data
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ModelError(f"{path}: cannot read external data: {first}") from None
     return model
 
 
 def import_model(source, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
-                 fixed_inputs: Mapping[str, np.ndarray] | None = None) -> ir.Module:
+                 fixed_inputs: Mapping[str, object] | None = None) -> ir.Module:
     """The hexir graph of the model at `source`, built in the current MLIR context."""
     model = load_model(source)
     name = os.fspath(source) if not hasattr(source, "graph") else "<model>"
@@ -190,7 +186,7 @@ class Importer:
 
         try:
             return version_converter.convert_version(self.model, UPGRADE_TO)
-        except Exception as err:  # the converter raises RuntimeError with a C++ assertion text
+        except Exception as err:  # noqa: BLE001 -- RuntimeError with a C++ assertion's text
             whole = _converter_reason(err)
         types = self._types()
         for index, node in enumerate(self.model.graph.node):
@@ -206,7 +202,7 @@ class Importer:
                     from None
             try:
                 version_converter.convert_version(self._alone(node, opset, types), UPGRADE_TO)
-            except Exception as err:
+            except Exception as err:  # noqa: BLE001 -- as above
                 raise ModelError(f"{where}: {_converter_reason(err)}") from None
         raise ModelError(f"{self.name}: cannot upgrade the model from opset {opset} to "
                          f"{UPGRADE_TO}: {whole}")
@@ -215,7 +211,7 @@ class Importer:
         """Each tensor's type as shape inference gives it (empty where inference fails)."""
         try:
             graph = self.onnx.shape_inference.infer_shapes(self.model).graph
-        except Exception:  # inference's own errors; the node models then guess float
+        except Exception:  # noqa: BLE001 -- inference's own; then guess float
             return {}
         types = {v.name: v.type for v in (*graph.input, *graph.value_info, *graph.output)}
         types.update({t.name: self.onnx.helper.make_tensor_type_proto(t.data_type, t.dims)
@@ -272,7 +268,7 @@ class Importer:
                                        attributes={"sym_name": ir.StringAttr.get("main"),
                                                    "arg_attrs": _named(names)})
             block = func.regions[0].blocks.append(*types)
-            for arg, name in zip(block.arguments, names):
+            for arg, name in zip(block.arguments, names, strict=False):
                 self.values[name].value = arg
             with ir.InsertionPoint(block):
                 for index, node in enumerate(graph.node):
@@ -303,7 +299,7 @@ class Importer:
         dtype = self._dtype(init.data_type, what)
         try:
             array = self.onnx.numpy_helper.to_array(init)
-        except Exception as err:  # a short buffer, a missing external file
+        except Exception as err:  # noqa: BLE001 -- a short buffer, a missing external file
             raise ModelError(f"{self.name}: {what} (shape {list(init.dims)}): its data does "
                              f"not hold its shape: {str(err).splitlines()[0]}") from None
         if array.shape != tuple(init.dims) or array.dtype != dtype:
@@ -327,7 +323,8 @@ class Importer:
         declared = [d.dim_value if d.HasField("dim_value") else None for d in dims]
         if vi.type.tensor_type.HasField("shape") and (
                 len(declared) != array.ndim
-                or any(d is not None and d != n for d, n in zip(declared, array.shape))):
+                or any(d is not None and d != n
+                       for d, n in zip(declared, array.shape, strict=False))):
             raise ModelError(f"{where} has shape {list(array.shape)}; the input is declared "
                              f"{[d if d is not None else '?' for d in declared]}")
         return Tensor(tuple(array.shape), dtype, const=array)
@@ -342,7 +339,7 @@ class Importer:
             if t.HasField("shape") and len(t.shape.dim) != len(bound):
                 raise ModelError(f"{self.name}: -input-shape gives input '{vi.name}' rank "
                                  f"{len(bound)}; the model says rank {len(t.shape.dim)}")
-            for d, (dim, value) in enumerate(zip(t.shape.dim, bound)):
+            for d, (dim, value) in enumerate(zip(t.shape.dim, bound, strict=False)):
                 if dim.HasField("dim_value") and dim.dim_value != value:
                     raise ModelError(f"{self.name}: -input-shape gives input '{vi.name}' "
                                      f"dimension {d} = {value}; the model fixes it at "

@@ -16,12 +16,13 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import overload
 
 import numpy as np
-from hexir_format import signatures
 
 from hexir_compiler.frontend.onnx import DOMAINS, DTYPES, MLIR, ModelError, Tensor, _tensor_type
 from hexir_compiler.mlir import ir
+from hexir_format import signatures
 
 Handler = Callable[..., list[Tensor]]
 #: The ops that need only their input's shape: always folded at import, never handled.
@@ -60,7 +61,7 @@ class Emitter:
         self.importer = importer
         self.onnx = importer.onnx
         # id(array) -> (array, its hexir.constant); holding the array keeps its id unique.
-        self._consts: dict[int, tuple[np.ndarray, ir.Value]] = {}
+        self._consts: dict[int, tuple[np.ndarray | None, ir.Value]] = {}
         #: The values of nodes that were refused (or that read one): none of their readers is
         #: translated, and none of them is refused again for it.
         self.unknown: set[str] = set()
@@ -113,7 +114,7 @@ class Emitter:
     def _folds(node, inputs: list) -> bool:
         """Whether the node is computed at import: every input known (Shape and Size need only
         the shape; ConstantOfShape may have no input)."""
-        known = all(t is not None and t.is_const for t in inputs)
+        known = all(t is not None and t.const is not None for t in inputs)
         return node.op_type in SHAPE_OPS or (
             known and bool(inputs or node.op_type == "ConstantOfShape"))
 
@@ -131,7 +132,7 @@ class Emitter:
                     None), None
         try:
             schema = self.onnx.defs.get_schema(node.op_type, opset, node.domain)
-        except Exception:
+        except self.onnx.defs.SchemaError:
             return ((f"op that is not an op of opset {opset}",
                      f"ops that are not ops of opset {opset}"), node.op_type, None), None
         if schema.since_version not in VERSIONS[node.op_type]:
@@ -193,14 +194,15 @@ class Emitter:
         graph = helper.make_graph(
             [copy], "fold",
             [helper.make_tensor_value_info(n, self.onnx.helper.np_dtype_to_tensor_dtype(t.dtype),
-                                           t.shape) for n, t in zip(names, inputs) if n],
+                                           t.shape)
+             for n, t in zip(names, inputs, strict=False) if n],
             [helper.make_tensor_value_info(n, 0, None) for n in outs])
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("",
                                                                             self.importer.opset)])
         try:
             results = ReferenceEvaluator(model).run(
-                None, {n: t.const for n, t in zip(names, inputs) if n})
-        except Exception as err:
+                None, {n: t.const for n, t in zip(names, inputs, strict=False) if n})
+        except Exception as err:  # noqa: BLE001 -- whatever the evaluator's op code raises
             raise ModelError(f"{where}: folding it at import failed: "
                              f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
                              ) from None
@@ -260,7 +262,7 @@ class Emitter:
 
     def reshape(self, x: Tensor, shape) -> Tensor:
         shape = tuple(int(d) for d in shape)
-        if x.is_const:
+        if x.const is not None:
             return constant(x.const.reshape(shape))
         if shape == x.shape:
             return x
@@ -270,13 +272,13 @@ class Emitter:
         shape = tuple(shape)
         if x.shape == shape:
             return x
-        if x.is_const:
+        if x.const is not None:
             return constant(np.broadcast_to(x.const, shape).copy())
         return self.op("expand", [x], shape, x.dtype)
 
     def transpose(self, x: Tensor, perm) -> Tensor:
         perm = [int(p) for p in perm]
-        if x.is_const:
+        if x.const is not None:
             return constant(np.ascontiguousarray(np.transpose(x.const, perm)))
         return self.op("transpose", [x], [x.shape[p] for p in perm], x.dtype,
                        permutation=perm)
@@ -285,7 +287,7 @@ class Emitter:
         dtype = np.dtype(dtype)
         if x.dtype == dtype:
             return x
-        if x.is_const:
+        if x.const is not None:
             return constant(x.const.astype(dtype))
         return self.op("cast", [x], x.shape, dtype)
 
@@ -318,12 +320,16 @@ def _attribute(value) -> ir.Attribute:
 
 def known(t: Tensor, what: str) -> np.ndarray:
     """The value of an operand that must be known at compile time."""
-    if not t.is_const:
+    if t.const is None:
         raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
                         "Constant, or an input fixed with -fix-input)")
     return np.asarray(t.const)
 
 
+@overload
+def const_ints(t: Tensor, what: str) -> list[int]: ...
+@overload
+def const_ints(t: Tensor | None, what: str) -> list[int] | None: ...
 def const_ints(t: Tensor | None, what: str) -> list[int] | None:
     """The values of a shape or axes operand, which must be known at compile time."""
     if t is None:
@@ -424,7 +430,7 @@ def _softsign(e, xs, a, v):
 def _dropout(e, xs, a, v):
     """Inference: the input unchanged and the optional mask all true; so is training mode with
     a ratio of 0, which drops nothing."""
-    x, ratio, training = (xs + [None, None])[:3]
+    x, ratio, training = [*xs, None, None][:3]
     if training is not None and np.any(known(training, "training_mode")):
         dropped = 0.5 if ratio is None else float(known(ratio, "ratio").reshape(-1)[0])
         if dropped != 0:
@@ -529,7 +535,7 @@ def _string(a: dict, name: str, default: str) -> str:
 
 @handles("Clip", 13)
 def _clip(e, xs, a, v):
-    x, low, high = (xs + [None, None])[:3]
+    x, low, high = [*xs, None, None][:3]
     result = x
     if low is not None:
         result = e.binary("max", result, _scalar_operand(e, low, x, "min"))
@@ -611,7 +617,7 @@ def _log_softmax(e, xs, a, v):
 
 @handles("LayerNormalization", 17, floats=True)
 def _layer_norm(e, xs, a, v):
-    x, scale, bias = (xs + [None])[:3]
+    x, scale, bias = [*xs, None][:3]
     rank = len(x.shape)
     axis = _axis(a.get("axis", -1), rank)
     epsilon = float(a.get("epsilon", 1e-5))
@@ -749,11 +755,11 @@ def _flatten(e, xs, a, v):
 @handles("Squeeze", 13, 21, 23, 24, 25)
 def _squeeze(e, xs, a, v):
     x = xs[0]
-    axes = const_ints(xs[1] if len(xs) > 1 else None, "axes")
+    given = const_ints(xs[1] if len(xs) > 1 else None, "axes")
     rank = len(x.shape)
-    if axes is None:
-        axes = [d for d, n in enumerate(x.shape) if n == 1]
-    axes = {_axis(d, rank) for d in axes}
+    if given is None:
+        given = [d for d, n in enumerate(x.shape) if n == 1]
+    axes = {_axis(d, rank) for d in given}
     if any(x.shape[d] != 1 for d in axes):
         raise NodeError(f"cannot squeeze axes {sorted(axes)} of {list(x.shape)}: not all are 1")
     return [e.reshape(x, [n for d, n in enumerate(x.shape) if d not in axes])]
@@ -790,7 +796,8 @@ def _concat(e, xs, a, v):
         raise NodeError("operands differ in element type or rank")
     result = parts[0]
     for part in parts[1:]:
-        if any(p != q for d, (p, q) in enumerate(zip(result.shape, part.shape)) if d != axis):
+        if any(p != q for d, (p, q) in enumerate(zip(result.shape, part.shape, strict=False))
+               if d != axis):
             raise NodeError(f"shapes {list(result.shape)} and {list(part.shape)} differ off "
                             f"axis {axis}")
         shape = list(result.shape)
@@ -809,7 +816,7 @@ def _slice(e, xs, a, v):
     if not len(starts) == len(ends) == len(axes) == len(steps):
         raise NodeError("starts, ends, axes and steps differ in length")
     begin, stride, shape = [0] * rank, [1] * rank, list(x.shape)
-    for start, end, axis, step in zip(starts, ends, axes, steps):
+    for start, end, axis, step in zip(starts, ends, axes, steps, strict=False):
         axis = _axis(axis, rank)
         if step == 0:
             raise NodeError("a step is 0")
@@ -825,7 +832,7 @@ def _gather(e, xs, a, v):
     if indices.dtype not in (np.int32, np.int64):
         raise NodeError(f"indices are {indices.dtype}; expected int32 or int64")
     axis = _axis(a.get("axis", 0), len(data.shape))
-    if indices.is_const:
+    if indices.const is not None:
         extent = data.shape[axis]
         bad = indices.const[(indices.const < -extent) | (indices.const >= extent)]
         if bad.size:
@@ -861,7 +868,7 @@ def _matmul(e, xs, a, v):
 
 @handles("Gemm", 13, floats=True)
 def _gemm(e, xs, a, v):
-    A, B, C = (xs + [None])[:3]
+    A, B, C = [*xs, None][:3]
     if len(A.shape) != 2 or len(B.shape) != 2:
         raise NodeError(f"expected matrices, got {list(A.shape)} and {list(B.shape)}")
     if a.get("transA", 0):
@@ -876,7 +883,7 @@ def _gemm(e, xs, a, v):
         y = e.binary("mul", y, e.scalar(alpha, A.dtype))
     if C is not None and beta != 0.0:
         if beta != 1.0:
-            C = constant((C.const * beta).astype(C.dtype)) if C.is_const else \
+            C = constant((C.const * beta).astype(C.dtype)) if C.const is not None else \
                 e.binary("mul", C, e.scalar(beta, C.dtype))
         y = e.binary("add", y, C)
     return [y]
@@ -908,7 +915,7 @@ def _window_attrs(a, x: Tensor, kernel: list[int]):
 
 @handles("Conv", 11, 22, floats=True)
 def _conv(e, xs, a, v):
-    x, w, bias = (xs + [None])[:3]
+    x, w, bias = [*xs, None][:3]
     if len(w.shape) != len(x.shape):
         raise NodeError(f"weight has rank {len(w.shape)}; the input has {len(x.shape)}")
     kernel = list(a.get("kernel_shape", w.shape[2:]))
@@ -926,7 +933,7 @@ def _conv_transpose(e, xs, a, v):
     """A convolution of the input with zeros inserted between its elements (strides - 1 of
     them per step), padded by (kernel - 1) x dilation less the transposed pads, with the
     weight's two channel axes swapped (per group) and its kernel flipped."""
-    x, w, bias = (xs + [None])[:3]
+    x, w, bias = [*xs, None][:3]
     rank = len(x.shape)
     if rank < 3 or len(w.shape) != rank:
         raise NodeError(f"expected an input [N, C, spatial...] and a weight of its rank, got "
@@ -945,16 +952,16 @@ def _conv_transpose(e, xs, a, v):
     dilations = list(a.get("dilations", [1] * spatial))
     extra = list(a.get("output_padding", [0] * spatial))
     sizes = x.shape[2:]
-    reach = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
-    full = [s * (n - 1) + o + r for s, n, o, r in zip(strides, sizes, extra, reach)]
+    reach = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=False)]
+    full = [s * (n - 1) + o + r for s, n, o, r in zip(strides, sizes, extra, reach, strict=False)]
     auto_pad = _string(a, "auto_pad", "NOTSET")
     starts, out = _transposed_pads(a, auto_pad, full, sizes, strides, spatial)
     # The zero-inserted input, n * s long (its last s - 1 zeros count as padding below).
     for d, step in enumerate(strides):
         if step > 1:
             x = _spread(e, x, 2 + d, step)
-    lows = [r - 1 - b for r, b in zip(reach, starts)]
-    highs = [o + b - n * s for o, b, n, s in zip(out, starts, sizes, strides)]
+    lows = [r - 1 - b for r, b in zip(reach, starts, strict=False)]
+    highs = [o + b - n * s for o, b, n, s in zip(out, starts, sizes, strides, strict=False)]
     kernels = e.reshape(w, (group, channels // group, per_group, *kernel))
     kernels = e.reshape(e.transpose(kernels, (0, 2, 1, *range(3, rank + 1))),
                         (group * per_group, channels // group, *kernel))
@@ -982,13 +989,13 @@ def _transposed_pads(a, auto_pad: str, full, sizes, strides, spatial):
     if "pads" in a:
         pads = list(a["pads"])
         return pads[:spatial], given or [f - b - e for f, b, e in zip(full, pads[:spatial],
-                                                                      pads[spatial:])]
+                                                                      pads[spatial:], strict=False)]
     if auto_pad not in ("NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"):
         raise NodeError(f"auto_pad '{auto_pad}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     if auto_pad in ("NOTSET", "VALID"):
         return [0] * spatial, given or full
-    out = given or [n * s for n, s in zip(sizes, strides)]
-    totals = [f - o for f, o in zip(full, out)]
+    out = given or [n * s for n, s in zip(sizes, strides, strict=False)]
+    totals = [f - o for f, o in zip(full, out, strict=False)]
     return [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in totals], out
 
 
@@ -1007,7 +1014,7 @@ def _spread(e, x: Tensor, axis: int, step: int) -> Tensor:
 def _flip(e, t: Tensor, axes) -> Tensor:
     """`t` reversed along `axes`."""
     axes = list(axes)
-    if t.is_const:
+    if t.const is not None:
         return constant(np.ascontiguousarray(np.flip(t.const, axes)))
     return e.op("slice", [t], t.shape, t.dtype,
                 starts=[n - 1 if d in axes else 0 for d, n in enumerate(t.shape)],
@@ -1039,7 +1046,7 @@ def _indices(indices: Tensor, extents) -> None:
     ones are wrapped and clamped by the kernel."""
     if indices.dtype not in (np.int32, np.int64):
         raise NodeError(f"indices are {indices.dtype}; expected int32 or int64")
-    if not indices.is_const or not indices.const.size:
+    if indices.const is None or not indices.const.size:
         return
     values = indices.const.reshape(-1, len(extents))
     for d, extent in enumerate(extents):
@@ -1142,11 +1149,8 @@ def _scatter_nd(e, xs, a, v):
                  reduction=_scatter_reduction(a, data))]
 
 
-# ---- ops composed of the above (their own module; each registers itself here) -------------
-
-from hexir_compiler.frontend import onnx_ops_composite  # noqa: F401
-
-
-# The recurrent layers (RNN, GRU, LSTM) have their own module; importing it here registers
-# them wherever the handlers are read.
-from hexir_compiler.frontend import onnx_rnn  # noqa: F401
+# ---- ops in their own modules, each registering itself here -------------------------------
+# The ops composed of the above, and the recurrent layers (RNN, GRU, LSTM). Imported last, as
+# they import this module's registry: importing it registers them wherever the handlers are
+# read.
+from hexir_compiler.frontend import onnx_ops_composite, onnx_rnn  # noqa: E402, F401

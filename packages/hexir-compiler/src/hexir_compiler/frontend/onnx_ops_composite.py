@@ -37,7 +37,7 @@ def _slice(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     """x[start:stop] along `axis` (0 <= start <= stop <= extent)."""
     if (start, stop) == (0, x.shape[axis]):
         return x
-    if x.is_const:
+    if x.const is not None:
         kept = np.take(np.asarray(x.const), range(start, stop), axis=axis)
         return constant(np.ascontiguousarray(kept))
     starts = [start if d == axis else 0 for d in range(len(x.shape))]
@@ -54,7 +54,7 @@ def _take(e, x: Tensor, indices: np.ndarray, axis: int) -> Tensor:
     indices = np.asarray(indices, np.int64)
     if np.array_equal(indices, np.arange(x.shape[axis])):
         return x
-    if x.is_const:
+    if x.const is not None:
         return constant(np.ascontiguousarray(np.take(np.asarray(x.const), indices, axis=axis)))
     shape = [len(indices) if d == axis else n for d, n in enumerate(x.shape)]
     return e.op("gather", [x, constant(indices)], shape, x.dtype, axis=axis)
@@ -77,7 +77,7 @@ FILL_CONSTANT_MAX = 4096
 
 def _fill(e, value: Tensor, shape) -> Tensor:
     """A tensor of `shape` holding the scalar `value` everywhere."""
-    if value.is_const and math.prod(shape) <= FILL_CONSTANT_MAX:
+    if value.const is not None and math.prod(shape) <= FILL_CONSTANT_MAX:
         return constant(np.full(shape, value.const, value.dtype))
     return e.op("expand", [value], shape, value.dtype)
 
@@ -88,9 +88,9 @@ def _on_axis(values: np.ndarray, axis: int, rank: int) -> np.ndarray:
 
 
 def _const_floats(t: Tensor | None, what: str) -> list[float] | None:
-    if t is None or (t.is_const and np.asarray(t.const).size == 0):
+    if t is None or (t.const is not None and np.asarray(t.const).size == 0):
         return None
-    if not t.is_const:
+    if t.const is None:
         raise NodeError(f"its {what} operand must be known at compile time (an initializer, a "
                         "Constant, or an input fixed with -fix-input)")
     return [float(v) for v in np.asarray(t.const).reshape(-1)]
@@ -121,7 +121,7 @@ def _split(e, xs, a, v):
     if len(sizes) != e.outputs:
         raise NodeError(f"splits into {len(sizes)} parts but the node has {e.outputs} outputs")
     starts = np.cumsum([0, *sizes])
-    return [_slice(e, x, axis, int(s), int(s) + n) for s, n in zip(starts, sizes)]
+    return [_slice(e, x, axis, int(s), int(s) + n) for s, n in zip(starts, sizes, strict=False)]
 
 
 @handles("Tile", 13)
@@ -142,7 +142,7 @@ def _tile_axes(e, x: Tensor, repeats: list[int]) -> Tensor:
     [r0, d0 * d1, r2, d2] -> [r0 * d0, d1, r2 * d2]."""
     single: list[int] = []
     spread: list[int] = []
-    for r, n in zip(repeats, x.shape):
+    for r, n in zip(repeats, x.shape, strict=False):
         if r != 1:
             single += [1, n]
             spread += [r, n]
@@ -152,7 +152,7 @@ def _tile_axes(e, x: Tensor, repeats: list[int]) -> Tensor:
         else:
             single, spread = [n], [n]
     tiled = e.expand(e.reshape(x, single), spread)
-    return e.reshape(tiled, [r * n for r, n in zip(repeats, x.shape)])
+    return e.reshape(tiled, [r * n for r, n in zip(repeats, x.shape, strict=False)])
 
 
 @handles("Trilu", 14)
@@ -238,12 +238,12 @@ def _range(e, xs, a, v):
 def _einsum(e, xs, a, v):
     terms, output = _einsum_terms(_string(a, "equation", ""), xs)
     sizes: dict[str, int] = {}
-    for term, x in zip(terms, xs):
-        for letter, n in zip(term, x.shape):
+    for term, x in zip(terms, xs, strict=False):
+        for letter, n in zip(term, x.shape, strict=False):
             if sizes.setdefault(letter, n) != n and 1 not in (n, sizes[letter]):
                 raise NodeError(f"index '{letter}' has extents {sizes[letter]} and {n}")
             sizes[letter] = max(sizes[letter], n)
-    operands = [_diagonals(e, x, term) for term, x in zip(terms, xs)]
+    operands = [_diagonals(e, x, term) for term, x in zip(terms, xs, strict=False)]
     # an index in one operand only, and not in the output, is summed there first
     for i, (term, x) in enumerate(operands):
         others = output + "".join(t for j, (t, _) in enumerate(operands) if j != i)
@@ -264,10 +264,11 @@ def _einsum_terms(equation: str, xs: list[Tensor]) -> tuple[list[str], str]:
     if len(terms) != len(xs):
         raise NodeError(f"equation '{equation}' names {len(terms)} operands; the node has "
                         f"{len(xs)}")
-    dots = max((len(x.shape) - len(t) + 3 for t, x in zip(terms, xs) if "..." in t), default=0)
+    dots = max((len(x.shape) - len(t) + 3 for t, x in zip(terms, xs, strict=False) if "..." in t),
+               default=0)
     spread = "".join(chr(0x100 + k) for k in range(dots))
     spelled = []
-    for t, x in zip(terms, xs):
+    for t, x in zip(terms, xs, strict=False):
         if "..." in t:
             t = t.replace("...", spread[dots - (len(x.shape) - len(t) + 3):], 1)
         if len(t) != len(x.shape) or not all(c.isalpha() for c in t):
@@ -468,7 +469,7 @@ _composite_reduction("ReduceProd", lambda e, x, r: r("reduce_prod", x))
 @handles("Pad", 13, 18, 19, 21, 23, 24, 25)
 def _pad(e, xs, a, v):
     x, pads = xs[0], const_ints(xs[1], "pads")
-    value, axes = (xs + [None, None])[2:4]
+    value, axes = [*xs, None, None][2:4]
     rank = len(x.shape)
     axes = [_axis(d, rank) for d in const_ints(axes, "axes") or range(rank)]
     mode = _string(a, "mode", "constant")
@@ -480,7 +481,7 @@ def _pad(e, xs, a, v):
     if value is not None and value.dtype != x.dtype:
         raise NodeError(f"constant_value is {value.dtype}; the input is {x.dtype}")
     fill = e.scalar(0, x.dtype) if value is None else _scalar_of(e, value, "constant_value")
-    for axis, before, after in zip(axes, pads, pads[len(axes):]):
+    for axis, before, after in zip(axes, pads, pads[len(axes):], strict=False):
         n = x.shape[axis]
         if n + before + after < 0 or min(before, 0) + n < 0:
             raise NodeError(f"pads {before}, {after} remove more than axis {axis}'s {n} "
@@ -575,16 +576,16 @@ def _resize_shape(shape, axes, scales, sizes, policy):
                         f"expected one per axis ({len(axes)})")
     factors, out = [1.0] * len(shape), list(shape)
     if scales is not None:
-        for axis, s in zip(axes, scales):
+        for axis, s in zip(axes, scales, strict=False):
             if s <= 0:
                 raise NodeError(f"scale {s} is not positive")
             factors[axis], out[axis] = s, int(s * shape[axis])
         return factors, out
     if any(shape[axis] == 0 for axis in axes):
         raise NodeError("cannot resize an empty axis to a size")
-    ratios = [n / shape[axis] for axis, n in zip(axes, sizes)]
+    ratios = [n / shape[axis] for axis, n in zip(axes, sizes, strict=False)]
     if policy == "stretch":
-        for axis, n, r in zip(axes, sizes, ratios):
+        for axis, n, r in zip(axes, sizes, ratios, strict=False):
             factors[axis], out[axis] = r, n
         return factors, out
     ratio = min(ratios) if policy == "not_larger" else max(ratios)

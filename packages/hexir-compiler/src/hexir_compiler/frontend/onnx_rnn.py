@@ -42,7 +42,7 @@ class _Step:
         return self.e.scalar(value, self.dtype)
 
     def bin(self, name: str, a: Tensor, b: Tensor) -> Tensor:
-        if a.is_const and b.is_const:
+        if a.const is not None and b.const is not None:
             fold = {"add": np.add, "sub": np.subtract, "mul": np.multiply}[name]
             return constant(fold(a.const, b.const).astype(a.dtype))
         return self.e.binary(name, a, b)
@@ -89,7 +89,7 @@ def _take(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     """x[start:stop] along `axis` (a constant is sliced now)."""
     if (start, stop) == (0, x.shape[axis]):
         return x
-    if x.is_const:
+    if x.const is not None:
         return constant(np.ascontiguousarray(np.take(x.const, range(start, stop), axis=axis)))
     shape = list(x.shape)
     shape[axis] = stop - start
@@ -101,11 +101,11 @@ def _take(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
 def _join(e, parts: list[Tensor], axis: int) -> Tensor:
     """`parts` concatenated along `axis`, as a balanced tree of two-operand concats (each
     element is copied log2(len) times, not len times as a chain would)."""
-    if all(p.is_const for p in parts):
+    if all(p.const is not None for p in parts):
         return constant(np.concatenate([p.const for p in parts], axis=axis))
     while len(parts) > 1:
         joined = []
-        for a, b in zip(parts[::2], parts[1::2]):
+        for a, b in zip(parts[::2], parts[1::2], strict=False):
             shape = list(a.shape)
             shape[axis] += b.shape[axis]
             joined.append(e.op("concat", [a, b], shape, a.dtype, axis=axis))
@@ -177,7 +177,8 @@ def _recurrent(op: str):
                             f"{list(R.shape)}")
         if lens is not None and lens.dtype != np.int32:
             raise NodeError(f"sequence_lens is {lens.dtype}; expected int32")
-        if lens is not None and lens.is_const and ((lens.const < 0) | (lens.const > seq)).any():
+        if lens is not None and lens.const is not None and (
+                (lens.const < 0) | (lens.const > seq)).any():
             raise NodeError(f"sequence_lens {lens.const.tolist()} are outside 0..{seq}")
         functions = _activations(a, op, dirs)
         clip = float(a["clip"]) if "clip" in a else None
@@ -220,7 +221,7 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
     xs = e.reshape(X, (seq * batch, width))
     xproj = e.reshape(e.op("linear", [xs, WT], (seq * batch, gates * hidden), dtype),
                       (seq, batch, gates * hidden))
-    if B is not None:
+    if Wb is not None and Rb is not None:  # both or neither: B's halves
         xbias = step.bin("add", Wb, Rb)
         if op == "GRU" and reset_after:
             xbias = _join(e, [_take(e, xbias, 0, 0, 2 * hidden),
@@ -237,7 +238,7 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
         return _take(e, t, 1, k * hidden, (k + 1) * hidden)
 
     def times_R(h, first, last):  # h @ R[first:last gates]^T, or None for a zero state
-        if h.is_const and not h.const.any():
+        if h.const is not None and not h.const.any():
             return None
         rt = RT if (first, last) == (0, gates) else _take(e, RT, 1, first * hidden,
                                                             last * hidden)
@@ -246,12 +247,12 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
     def plus(a, b):
         return a if b is None else step.bin("add", a, b)
 
-    f, g, h = (functions + [None, None])[:3]
+    f, g, h = [*functions, None, None][:3]
     # each sequence's length broadcast over the hidden axis once: a step's mask is then one
     # comparison of the state's shape
-    lengths = None if lens is None or lens.is_const else \
+    lengths = None if lens is None or lens.const is not None else \
         e.expand(e.reshape(lens, (batch, 1)), (batch, hidden))
-    ys = [None] * seq
+    ys: dict[int, Tensor] = {}  # step -> its output
     for t in (reversed(range(seq)) if reverse else range(seq)):
         x = e.op("gather", [xproj, constant(np.array(t, np.int64))], (batch, gates * hidden),
                  dtype, axis=0)
@@ -302,7 +303,7 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
             H = step.where(started, H, step.s(0))
             C = step.where(started, C, step.s(0)) if op == "LSTM" else C
     if seq:  # the steps side by side, [batch, seq * hidden], then as [seq, 1, batch, hidden]
-        Y = e.reshape(_join(e, ys, 1), (batch, seq, hidden))
+        Y = e.reshape(_join(e, [ys[t] for t in range(seq)], 1), (batch, seq, hidden))
         Y = e.reshape(e.transpose(Y, (1, 0, 2)), (seq, 1, batch, hidden))
     else:
         Y = constant(np.zeros((0, 1, batch, hidden), dtype))
@@ -314,7 +315,7 @@ def _live(e, lens: Tensor | None, lengths: Tensor | None, t: int) -> Tensor | No
     for constant lengths (None: everywhere). `lengths`: runtime `lens` as [batch, hidden]."""
     if lens is None:
         return None
-    if lens.is_const:
+    if lens.const is not None:
         live = lens.const > t
         return None if live.all() else constant(live.reshape(-1, 1))
     return e.binary("less", e.scalar(t, np.int32), lengths, dtype=np.bool_)

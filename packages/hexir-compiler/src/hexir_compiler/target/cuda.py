@@ -23,14 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from hexir_format import FormatError
-from hexir_format.images import parts
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import gpu, ir, llvm, passmanager
 from hexir_compiler.target.cuda_toolkit import CudaToolkit, find_toolkit
-from hexir_compiler.transforms.hexir_kernels_to_llvm import BASE_ARCH
+from hexir_format import FormatError
+from hexir_format.images import parts
 
+#: The PTX every cuda kernel is compiled to; the oldest GPU the image loads on.
+BASE_ARCH = 75
 TO_PTX = "builtin.module(gpu-module-to-binary{format=isa})"
 
 

@@ -22,10 +22,9 @@ import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from hexir_format import CPU_LEVELS
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, llvm
+from hexir_format import CPU_LEVELS
 
 TRIPLE = "x86_64-unknown-linux-gnu"
 DEFAULT_CPU = "x86-64-v2"
@@ -78,8 +77,8 @@ def compile_kernels(module: ir.Module, cpu: str | None = None) -> dict[str, Host
     images = {}
     for kernel in kernels:
         name = _symbol(kernel)
-        grid = tuple(int(g) for g in kernel.attributes["hexir.grid"])
-        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), grid,
+        x, y, z = (int(g) for g in kernel.attributes["hexir.grid"])
+        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), (x, y, z),
                                  LEVELS[cpu])
     return images
 

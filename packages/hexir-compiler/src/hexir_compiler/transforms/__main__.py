@@ -17,12 +17,11 @@ import importlib
 import re
 import sys
 
-from hexir_format import HexirError
-
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.mlir import ir, passmanager
 from hexir_compiler.placement import parse_placement
+from hexir_format import HexirError
 
 
 def split_pipeline(text: str) -> list[str]:

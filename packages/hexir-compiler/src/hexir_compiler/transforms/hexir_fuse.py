@@ -3,8 +3,8 @@
 Runs after placement, right before hexir-lower-to-tir, which makes one kernel of each group.
 A group is a chain ending in one op (its sink, the only op whose result leaves the group):
 
-- element-wise ops (`transforms/tir/elementwise.py`'s tables, and where, cast, gelu) join
-  the group of the element-wise op that consumes them: `add -> relu` is one map;
+- element-wise ops (`ops.ELEMENTWISE`) join the group of the element-wise op that consumes them:
+  `add -> relu` is one map;
 - a contraction (matmul, linear, conv) heads the group of the element-wise epilogue that
   consumes it (bias, activation, residual add, scale): `linear -> add -> relu` is one
   kernel, and so is `conv -> add -> relu`;
@@ -27,14 +27,11 @@ from __future__ import annotations
 
 from hexir_compiler.dialects.hexir import MAX_KERNEL_INPUTS
 from hexir_compiler.mlir import ir
-from hexir_compiler.transforms.tir import elementwise
-from hexir_compiler.transforms.tir.fusion import CONTRACTIONS
+from hexir_compiler.ops import CONTRACTIONS, ELEMENTWISE, REDUCTIONS
+from hexir_compiler.placement import device_of
 
 PASS_NAME = "hexir-fuse"
 GROUP = "hexir.group"
-ELEMENTWISE = frozenset({*elementwise.UNARY, *elementwise.BINARY, "where", "cast", "gelu"})
-REDUCTIONS = frozenset({"softmax", "layer_norm", "reduce_sum", "reduce_prod", "reduce_mean",
-                        "reduce_max", "reduce_min"})
 
 
 def mnemonic(op: ir.Operation) -> str:
@@ -74,10 +71,10 @@ def _function(block: ir.Block) -> None:
             group = merged
     numbered: dict[int, int] = {}
     for op in ops:
-        group = group_of.get(id(op))
-        if group is None or len(group) < 2:
+        members = group_of.get(id(op))
+        if members is None or len(members) < 2:
             continue
-        number = numbered.setdefault(id(group), len(numbered))
+        number = numbered.setdefault(id(members), len(numbered))
         op.attributes[GROUP] = ir.IntegerAttr.get(ir.IntegerType.get_signless(64), number)
 
 
@@ -88,7 +85,7 @@ def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
         return False
     if id(producer) in {id(o) for o in group}:
         return False
-    if _device(producer) != _device(consumer) or len(producer.results) != 1:
+    if device_of(producer) != device_of(consumer) or len(producer.results) != 1:
         return False
     uses = list(producer.results[0].uses)
     if len(uses) != 1 or _op(uses[0].owner) != consumer:
@@ -127,5 +124,3 @@ def _type_shape(t: ir.Type) -> tuple[int, ...] | None:
     return tuple(ir.RankedTensorType(t).shape) if isinstance(t, ir.RankedTensorType) else None
 
 
-def _device(op: ir.Operation) -> str:
-    return ir.StringAttr(op.attributes["device"]).value if "device" in op.attributes else "cpu"

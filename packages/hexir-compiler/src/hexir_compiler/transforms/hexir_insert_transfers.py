@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hexir_compiler.mlir import ir
+from hexir_compiler.placement import device_of
 
 PASS_NAME = "hexir-insert-transfers"
 HOST_CONSUMERS = frozenset({"hexir.print", "func.return"})
@@ -36,9 +37,7 @@ def _device(op: ir.Operation, side: str = "dst") -> str:
     `dst` side and is read on its `src` side."""
     if op.name == "hexir.transfer":
         return ir.StringAttr(op.attributes[side]).value
-    if "device" in op.attributes:
-        return ir.StringAttr(op.attributes["device"]).value
-    return "cpu"
+    return device_of(op)
 
 
 def _consumer_device(op: ir.Operation) -> str:

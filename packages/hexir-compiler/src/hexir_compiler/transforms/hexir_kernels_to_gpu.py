@@ -24,17 +24,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
-
 from hexir_compiler.dialects.hextir import WORKGROUP
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, gpu, ir
 from hexir_compiler.transforms.hextir_to_loops import KERNEL_ATTRIBUTES, is_kernel, move_body
+from hexir_format import MAX_BLOCK, MAX_BLOCK_THREADS, MAX_GRID
+from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
 
 PASS_NAME = "hexir-kernels-to-gpu"
-# CUDA's launch limits: threads per block, and blocks per grid on x, y, z.
-MAX_THREADS_PER_BLOCK = 1024
-MAX_GRID = (2**31 - 1, 65535, 65535)
 
 
 @dataclass
@@ -155,17 +152,18 @@ def _bind(op: ir.Operation, geometry: Geometry) -> None:
 
 def _check_launch_limits(container: ir.Operation, geometry: Geometry) -> None:
     threads = geometry.block[0] * geometry.block[1] * geometry.block[2]
-    if threads > MAX_THREADS_PER_BLOCK:
+    if threads > MAX_BLOCK_THREADS:
         raise CompileError(
             f"a block of {'x'.join(map(str, geometry.block))} = {threads} threads exceeds "
-            f"CUDA's limit of {MAX_THREADS_PER_BLOCK}",
+            f"CUDA's limit of {MAX_BLOCK_THREADS}",
             container.location,
         )
-    for dim, size, limit in zip("xyz", geometry.grid, MAX_GRID, strict=True):
-        if size > limit:
-            raise CompileError(
-                f"grid size {size} on {dim} exceeds CUDA's limit of {limit}", container.location
-            )
+    for what, sizes, limits in (("grid", geometry.grid, MAX_GRID),
+                                ("block", geometry.block, MAX_BLOCK)):
+        for dim, size, limit in zip("xyz", sizes, limits, strict=True):
+            if size > limit:
+                raise CompileError(f"{what} size {size} on {dim} exceeds CUDA's limit of {limit}",
+                                   container.location)
 
 
 def _constant_index(op: ir.Operation, value: ir.Value) -> int:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, memref, passmanager
 from hexir_compiler.target import host_math
+from hexir_compiler.target.cuda import BASE_ARCH
 from hexir_compiler.transforms.hextir_to_loops import (
     GRID,
     KERNEL_ATTRIBUTES,
@@ -31,7 +32,6 @@ from hexir_compiler.transforms.hextir_to_loops import (
 )
 
 PASS_NAME = "hexir-kernels-to-llvm"
-BASE_ARCH = 75  # the PTX every cuda kernel is compiled to; the oldest GPU the image loads on
 HOST = (
     "convert-scf-to-cf",
     "expand-strided-metadata",

@@ -16,12 +16,13 @@ group's last op and named after the ops it covers (`linear_add_relu_0`, or
 `<first>_<n>ops_<last>_<counter>` when that is too long for a kernel name); its inputs are
 the group's operands from outside it, a contraction's two first (`tir.fusion`).
 
-`hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as
-they are, but for one rewrite: a cpu matmul or linear whose rhs is a constant matrix, where
-the schedule packs it (`schedule.panel_width`), reads a new constant, that matrix in column
-panels (`contraction.PANEL`), and so does a cpu conv with a constant weight that the
-channel-panel schedule reads (`convolution.pack_weight`), each made once per constant,
-layout and width; the old one goes when nothing else reads it. An op placed nowhere (no `device`) is lowered for the default device, the cpu.
+`hexir.constant`, `hexir.print`, `hexir.transfer`, `hexir.call_tir` and func ops stay as they are,
+but for one rewrite: a cpu matmul or linear whose rhs is a constant matrix, where the schedule packs
+it (`schedule.panel_width`), reads a new constant, that matrix in column panels
+(`contraction.PANEL`), and so does a cpu conv with a constant weight that the channel-panel schedule
+reads (`convolution.pack_weight`), each made once per constant, layout and width; the old one goes
+when nothing else reads it. An op placed nowhere (no `device`) is lowered for the default device,
+the cpu.
 """
 
 from __future__ import annotations
@@ -31,22 +32,23 @@ import functools
 import math
 
 import numpy as np
-from hexir_format.signatures import ShapeError
 
 from hexir_compiler.dialects.hexir import segment_sizes
 from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.placement import DEFAULT_DEVICE, DEVICES
+from hexir_compiler.ops import CONTRACTIONS
+from hexir_compiler.placement import DEVICES, device_of
 from hexir_compiler.target import host
 from hexir_compiler.transforms.hexir_fuse import GROUP
 from hexir_compiler.transforms.tir import PLANS, GraphOp, convolution, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL
 from hexir_compiler.transforms.tir.schedule import panel_width
+from hexir_format import MAX_NAME
+from hexir_format.signatures import ShapeError
 
 PASS_NAME = "hexir-lower-to-tir"
-MAX_NAME = 31  # bytes of a kernel name in a .hxb
 
 
 def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
@@ -122,7 +124,7 @@ def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level:
     sink, lone = members[-1], len(members) == 1
     produced = {m.results[0]: i for i, m in enumerate(members)}
     head = next((m for m in members
-                 if lone or m.name.removeprefix("hexir.") in fusion.CONTRACTIONS), None)
+                 if lone or m.name.removeprefix("hexir.") in CONTRACTIONS), None)
     inputs: list[ir.Value] = list(head.operands) if head is not None else []
     steps = []
     for member in members:
@@ -215,9 +217,10 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
     elif len(graph_op.inputs[1]) == 2:
         depth, cols = graph_op.inputs[1]
         macs = math.prod(graph_op.inputs[0][:-1]) * depth * cols
-        width = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
-        if width is None:
+        panel = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
+        if panel is None:
             return graph_op
+        width = panel
         pack = functools.partial(_column_panels, width=width)
     else:
         return graph_op
@@ -270,9 +273,7 @@ def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:
 
 
 def _device(op: ir.Operation) -> str:
-    if "device" not in op.attributes:
-        return DEFAULT_DEVICE
-    device = ir.StringAttr(op.attributes["device"]).value
+    device = device_of(op)
     if device not in DEVICES:
         raise CompileError(
             f'{op.name}: device must be "cpu" or "cuda", found "{device}"', op.location

@@ -148,8 +148,9 @@ def _lower_for(op: ir.Operation) -> None:
                 raise CompileError("a thread_binding loop cannot carry values", op.location)
             loop = scf.ParallelOp([], [lb], [ub], [step], [])
             block = loop.regions[0].blocks.append(ir.IndexType.get())
+            processor = PROCESSORS[ir.StringAttr(op.attributes["bind"]).value]
             loop.attributes["mapping"] = ir.Attribute.parse(
-                f"[#gpu.loop_dim_map<processor = {PROCESSORS[_string(op, 'bind')]}, "
+                f"[#gpu.loop_dim_map<processor = {processor}, "
                 "map = (d0) -> (d0), bound = (d0) -> (d0)>]"
             )
         else:

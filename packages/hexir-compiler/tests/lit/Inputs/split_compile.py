@@ -20,7 +20,7 @@ SEPARATOR = "// -----"
 def chunks(text: str) -> list[str]:
     lines = text.splitlines(keepends=True)
     out, start = [], 0
-    for i, line in enumerate(lines + [SEPARATOR]):
+    for i, line in enumerate([*lines, SEPARATOR]):
         if line.strip() == SEPARATOR:
             out.append("\n" * start + "".join(lines[start:i]))
             start = i + 1

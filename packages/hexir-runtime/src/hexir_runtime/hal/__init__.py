@@ -17,9 +17,9 @@ from enum import IntEnum
 from typing import Any
 
 import numpy as np
+
 from hexir_format import Device as DeviceKind
 from hexir_format import Executable, TensorType
-
 from hexir_runtime.errors import DeviceError
 
 
@@ -168,7 +168,7 @@ class Device(ABC):
     def wait(self) -> None:
         """Block until all launched work has finished; device faults surface here."""
 
-    def make_current(self) -> None:
+    def make_current(self) -> None:  # noqa: B027 -- optional: nothing to do by default
         """Make the device usable from the calling thread (a cuda context is current on one
         thread at a time); a no-op where nothing is per thread."""
 
@@ -184,7 +184,7 @@ class Device(ABC):
     def release_graph(self, graph: Any) -> None:
         raise DeviceError(f"{self.name}: cannot release a graph")
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional: nothing to do by default
         """Give back everything the device holds (contexts, loaded images)."""
 
     # ---- backend hooks ---------------------------------------------------------------------

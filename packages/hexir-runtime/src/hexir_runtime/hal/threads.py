@@ -54,9 +54,10 @@ class Pool:
     def __init__(self, threads: int, spin_cycles: int = 1 << 20):
         syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
         image = resources.files("hexir_runtime.hal").joinpath("threads.o").read_bytes()
-        self._code = hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
-                                   provided={"syscall": syscall})
-        self._call = hostcode.call_kernel(self._code.entry, 1)
+        code = hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
+                             provided={"syscall": syscall})
+        self._code: hostcode.HostKernel | None = code  # None once closed
+        self._call = hostcode.call_kernel(code.entry, 1)
         raw = np.zeros(STATE_BYTES + SLOT_BYTES, np.uint8)
         skip = -raw.ctypes.data % SLOT_BYTES
         self._state = raw[skip:skip + STATE_BYTES]

@@ -1,21 +1,17 @@
 """Kernel generators used by `hexir-lower-to-tir`, one plan per graph op mnemonic.
 
-`PLANS[mnemonic](GraphOp) -> Kernel`; the pass owns walking the graph and rewriting call
-sites, these modules own what each kernel computes and how its loops are scheduled.
+`PLANS[mnemonic](GraphOp) -> Kernel`, for every op of `ops.KERNEL_OPS`; the pass owns walking
+the graph and rewriting call sites, these modules own what each kernel computes and how its
+loops are scheduled.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from hexir_compiler.ops import ELEMENTWISE
 from hexir_compiler.transforms.tir.contraction import plan_matmul
-from hexir_compiler.transforms.tir.elementwise import (
-    BINARY,
-    UNARY,
-    plan_map,
-    plan_reshape,
-    plan_transpose,
-)
+from hexir_compiler.transforms.tir.elementwise import plan_map, plan_reshape, plan_transpose
 from hexir_compiler.transforms.tir.indexing import (
     plan_gather_elements,
     plan_scatter_elements,
@@ -35,7 +31,7 @@ from hexir_compiler.transforms.tir.window import plan_conv, plan_pool
 PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
     "linear": plan_matmul,
     "matmul": plan_matmul,
-    **dict.fromkeys((*UNARY, *BINARY, "gelu", "where", "cast", "expand"), plan_map),
+    **dict.fromkeys((*ELEMENTWISE, "expand"), plan_map),
     "softmax": plan_softmax,
     "layer_norm": plan_layer_norm,
     "transpose": plan_transpose,

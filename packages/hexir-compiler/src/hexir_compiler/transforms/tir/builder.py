@@ -8,6 +8,7 @@ names, operand order, attribute names), not the Python classes that declare them
 
 from __future__ import annotations
 
+import builtins
 import functools
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -82,7 +83,7 @@ class KernelBuilder:
         """`value` in the destination's element type (a float kernel's constants)."""
         return self.constant(value, self.element)
 
-    def constant(self, value: float, type_: ir.Type) -> ir.Value:
+    def constant(self, value: builtins.float, type_: ir.Type) -> ir.Value:
         """`value` as a constant of the scalar type `type_` (float, integer or i1)."""
         if isinstance(type_, ir.IndexType):
             return self.index(int(value))
@@ -93,7 +94,7 @@ class KernelBuilder:
                 value = 1 if value else 0
         return self._constant("scalar", value, type_)
 
-    def _constant(self, tag: str, value: float, type_: ir.Type) -> ir.Value:
+    def _constant(self, tag: str, value: builtins.float, type_: ir.Type) -> ir.Value:
         key = (tag, str(type_), value)
         if key not in self._constants:
             if self._last_constant is None:

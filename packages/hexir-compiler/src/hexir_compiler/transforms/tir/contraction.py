@@ -23,8 +23,6 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Sequence
 
-from hexir_format import signatures
-
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
@@ -37,6 +35,7 @@ from hexir_compiler.transforms.tir.schedule import (
     panel_groups,
     vector_lanes,
 )
+from hexir_format import signatures
 
 #: The attribute hexir-lower-to-tir gives a matmul or linear whose rhs it packed into panels
 #: of this many columns (the kernel's rhs argument is then [panels, K, width]).
@@ -84,7 +83,7 @@ def _matrices(op: GraphOp) -> tuple:
 
 def _rows(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     """The cpu loops of `op` (see the module docstring), inside `b.building()`."""
-    a, w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
+    a, _w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
     lhs, rhs = b.args[:2]
     tile_rows, tile_bytes = ROW_TILES[b.host_level]
     height = max(1, min(tile_rows, rows))  # no rows: no blocks
@@ -215,7 +214,7 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
 
 def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     """The cuda GEMM of `op` (see the module docstring), inside `b.building()`."""
-    a, w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
+    a, _w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
     lhs, rhs, *_, out = b.args
     tiles = gemm_tiles(rows, cols)
     threads = tiles.ty * tiles.tx

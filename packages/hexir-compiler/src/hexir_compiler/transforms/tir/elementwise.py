@@ -1,11 +1,10 @@
 """Kernels with one output element per iteration and no reduction.
 
 Unary math, numpy-broadcast binary arithmetic, comparisons and bitwise/logical ops, where,
-cast, expand, gelu, and the data movers (transpose, reshape). `UNARY` and `BINARY` are the
-whole definition of a plain element-wise op: an entry (mnemonic -> `Elementwise`: the scalar
-formula, the element types it takes, the one it gives) is the dialect's op `hexir.<mnemonic>`
-(`dialects/hexir.py` makes it, with those type rules), its placement, its kernel on both
-devices and its `.hxb` kind (its own, or `map`). Each is a map over the output's index space
+cast, expand, gelu, and the data movers (transpose, reshape). A plain element-wise op is its
+entry in `ops.UNARY` or `ops.BINARY` (the dialect's op `hexir.<mnemonic>` with those type
+rules, its placement) and its scalar formula in `FORMULAS` here (its kernel on both devices;
+its `.hxb` kind is its own, or `map`). Each is a map over the output's index space
 (`schedule.parallel`), with numpy's meaning of each formula (ONNX's where numpy has none:
 integer division truncates).
 """
@@ -15,13 +14,10 @@ from __future__ import annotations
 import functools
 import math as pymath
 from collections.abc import Callable
-from dataclasses import dataclass
 
-from hexir_format import KernelKind, signatures
-
-from hexir_compiler.element_types import BITS, ELEMENTS, FLOATS, INTEGERS, NUMBERS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir, math
+from hexir_compiler.ops import GELU_APPROXIMATIONS
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
@@ -30,18 +26,9 @@ from hexir_compiler.transforms.tir.schedule import (
     tiled_transpose,
     transposes_by_tiles,
 )
+from hexir_format import KernelKind, signatures
 
 Scalar = Callable[..., ir.Value]
-
-
-@dataclass(frozen=True)
-class Elementwise:
-    """A plain element-wise op: `formula(builder, *operands)` on scalars of a type in `takes`
-    (all operands one type); the result is of that type too, or `gives` (comparisons: i1)."""
-
-    formula: Scalar
-    takes: tuple[str, ...] = FLOATS
-    gives: str | None = None
 
 
 def is_float(value: ir.Value) -> bool:
@@ -93,14 +80,14 @@ def _sigmoid(b: KernelBuilder, x: ir.Value) -> ir.Value:
 
 def _gelu_erf(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # x * 0.5 * (1 + erf(x / sqrt(2)))
-    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    c = lambda v: b.constant(v, x.type)
     erf = math.erf(arith.divf(x, c(pymath.sqrt(2.0))))
     return arith.mulf(arith.mulf(x, c(0.5)), arith.addf(c(1.0), erf))
 
 
 def _gelu_tanh(b: KernelBuilder, x: ir.Value) -> ir.Value:
     # 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))
-    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    c = lambda v: b.constant(v, x.type)
     cube = arith.mulf(arith.mulf(x, x), x)
     inner = arith.addf(x, arith.mulf(c(0.044715), cube))
     t = math.tanh(arith.mulf(c(pymath.sqrt(2.0 / pymath.pi)), inner))
@@ -187,7 +174,7 @@ def _mish(b: KernelBuilder, x: ir.Value) -> ir.Value:
     """x tanh(softplus(x)), which is x n (n + 2) / (n (n + 2) + 2) for n = e^x; for x >= 0 the
     same divided through by n^2, in e = e^-x: x (1 + 2e) / (1 + 2e + 2e^2). exp's argument is
     -|x|, so it never overflows (as in `_sigmoid`), and no difference cancels."""
-    c = lambda v: b.constant(v, x.type)  # noqa: E731
+    c = lambda v: b.constant(v, x.type)
     e = math.exp(arith.negf(math.absf(x)))
     p = arith.addf(c(1.0), arith.mulf(c(2.0), e))
     above = arith.divf(p, arith.addf(p, arith.mulf(c(2.0), arith.mulf(e, e))))
@@ -225,54 +212,48 @@ def _thresholded_relu(b: KernelBuilder, x: ir.Value, alpha: ir.Value) -> ir.Valu
                         b.constant(0.0, x.type))
 
 
-UNARY: dict[str, Elementwise] = {
-    "relu": Elementwise(_relu),
-    "sigmoid": Elementwise(_sigmoid),
-    "tanh": Elementwise(lambda b, x: math.tanh(x)),
-    "exp": Elementwise(lambda b, x: math.exp(x)),
-    "log": Elementwise(lambda b, x: math.log(x)),
-    "sqrt": Elementwise(lambda b, x: math.sqrt(x)),
-    "erf": Elementwise(lambda b, x: math.erf(x)),
-    "neg": Elementwise(_neg, NUMBERS),
-    "abs": Elementwise(_abs, NUMBERS),
-    "sign": Elementwise(_sign, NUMBERS),
-    "round": Elementwise(_math("roundeven")),  # halves to even, as numpy
-    "softplus": Elementwise(_softplus),
-    "mish": Elementwise(_mish),
+#: The scalar formula of each plain element-wise op (`ops.UNARY` and `ops.BINARY` give its
+#: types): `formula(builder, *operands)` on scalars of the operands' one type.
+FORMULAS: dict[str, Scalar] = {
+    "relu": _relu,
+    "sigmoid": _sigmoid,
+    "tanh": lambda b, x: math.tanh(x),
+    "exp": lambda b, x: math.exp(x),
+    "log": lambda b, x: math.log(x),
+    "sqrt": lambda b, x: math.sqrt(x),
+    "erf": lambda b, x: math.erf(x),
+    "neg": _neg,
+    "abs": _abs,
+    "sign": _sign,
+    "round": _math("roundeven"),  # halves to even, as numpy
+    "softplus": _softplus,
+    "mish": _mish,
     # bitwise on integers, logical on bools (true is the i1 of all ones)
-    "not": Elementwise(lambda b, x: arith.xori(x, b.constant(-1, x.type)), BITS),
-    **{name: Elementwise(_math(name)) for name in (
+    "not": lambda b, x: arith.xori(x, b.constant(-1, x.type)),
+    **{name: _math(name) for name in (
         "floor", "ceil", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh",
         "acosh", "atanh")},
-}
-
-BINARY: dict[str, Elementwise] = {
-    "add": Elementwise(_typed(arith.addf, arith.addi), NUMBERS),
-    "sub": Elementwise(_typed(arith.subf, arith.subi), NUMBERS),
-    "mul": Elementwise(_typed(arith.mulf, arith.muli), NUMBERS),
-    "div": Elementwise(_div, NUMBERS),
+    "add": _typed(arith.addf, arith.addi),
+    "sub": _typed(arith.subf, arith.subi),
+    "mul": _typed(arith.mulf, arith.muli),
+    "div": _div,
     # NaN propagates through max and min, as numpy's maximum/minimum and ONNX's Max/Min.
-    "max": Elementwise(_extremum(True), NUMBERS),
-    "min": Elementwise(_extremum(False), NUMBERS),
-    "pow": Elementwise(lambda b, x, y: math.powf(x, y)),
-    "mod": Elementwise(_mod, INTEGERS),
-    "fmod": Elementwise(_fmod, NUMBERS),
-    "and": Elementwise(lambda b, x, y: arith.andi(x, y), BITS),
-    "or": Elementwise(lambda b, x, y: arith.ori(x, y), BITS),
-    "xor": Elementwise(lambda b, x, y: arith.xori(x, y), BITS),
-    "equal": Elementwise(_compare(arith.CmpFPredicate.OEQ, arith.CmpIPredicate.eq), ELEMENTS,
-                         "i1"),
-    "less": Elementwise(_compare(arith.CmpFPredicate.OLT, arith.CmpIPredicate.slt), NUMBERS,
-                        "i1"),
-    "greater": Elementwise(_compare(arith.CmpFPredicate.OGT, arith.CmpIPredicate.sgt), NUMBERS,
-                           "i1"),
+    "max": _extremum(True),
+    "min": _extremum(False),
+    "pow": lambda b, x, y: math.powf(x, y),
+    "mod": _mod,
+    "fmod": _fmod,
+    "and": lambda b, x, y: arith.andi(x, y),
+    "or": lambda b, x, y: arith.ori(x, y),
+    "xor": lambda b, x, y: arith.xori(x, y),
+    "equal": _compare(arith.CmpFPredicate.OEQ, arith.CmpIPredicate.eq),
+    "less": _compare(arith.CmpFPredicate.OLT, arith.CmpIPredicate.slt),
+    "greater": _compare(arith.CmpFPredicate.OGT, arith.CmpIPredicate.sgt),
     # activations whose parameter is the second operand (a scalar, or PRelu's slope)
-    "elu": Elementwise(_elu),
-    "prelu": Elementwise(_prelu),
-    "thresholded_relu": Elementwise(_thresholded_relu),
+    "elu": _elu,
+    "prelu": _prelu,
+    "thresholded_relu": _thresholded_relu,
 }
-
-GELU_APPROXIMATIONS = {"none": 0, "tanh": 1}
 
 
 def plan_map(op: GraphOp) -> Kernel:
@@ -340,10 +321,8 @@ def _approximation(op: GraphOp) -> str:
 def formula(op: GraphOp) -> Scalar:
     """The scalar computation of the element-wise `op` (a fused kernel's one step)."""
     name = op.mnemonic
-    if name in UNARY:
-        return UNARY[name].formula
-    if name in BINARY:
-        return BINARY[name].formula
+    if name in FORMULAS:
+        return FORMULAS[name]
     if name == "where":
         return lambda b, c, x, y: arith.select(c, x, y)
     if name == "expand":

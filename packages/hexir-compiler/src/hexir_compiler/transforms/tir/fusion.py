@@ -1,16 +1,16 @@
 """One kernel for a fusion group (`hexir-fuse`): element-wise chains, contraction epilogues,
 reduction prologues.
 
-A group's element-wise values all have one shape, so they are computed together at each
-element: the group's inputs loaded there (numpy-broadcast, each once), the ops evaluated in
-program order with their scalar formulas (`elementwise.formula`, the ones their own kernels
-use). A chain alone is one pass over the output that stores the last value. A group headed
-by a contraction (matmul, linear, conv) is its kernel with that evaluation as the epilogue of
-each output (on the cpu, where the matmul is the host BLAS, a pass over the product in place
-right after the call). A group ending in a reduction is that reduction's kernel reading its data operand
-through the chain (a `Prologue`): wherever it would load an element it evaluates the chain
-there instead, so the chain's result never goes through memory (softmax reads its row twice
-and layer_norm three times: the chain's ops are recomputed rather than stored).
+A group's element-wise values all have one shape, so they are computed together at each element: the
+group's inputs loaded there (numpy-broadcast, each once), the ops evaluated in program order with
+their scalar formulas (`elementwise.formula`, the ones their own kernels use). A chain alone is one
+pass over the output that stores the last value. A group headed by a contraction (matmul, linear,
+conv) is its kernel with that evaluation as the epilogue of each output (on the cpu, where the
+matmul is the host BLAS, a pass over the product in place right after the call). A group ending in a
+reduction is that reduction's kernel reading its data operand through the chain (a `Prologue`):
+wherever it would load an element it evaluates the chain there instead, so the chain's result never
+goes through memory (softmax reads its row twice and layer_norm three times: the chain's ops are
+recomputed rather than stored).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
+from hexir_compiler.ops import CONTRACTIONS, REDUCTIONS
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import plan_matmul
 from hexir_compiler.transforms.tir.elementwise import formula
@@ -28,13 +29,11 @@ from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce
 from hexir_compiler.transforms.tir.schedule import lanes
 from hexir_compiler.transforms.tir.window import plan_conv
 
-#: The ops that can head a group, and their planners (each takes an epilogue).
+#: The planners of the ops that can head a group (`ops.CONTRACTIONS`; each takes an epilogue).
 HEADS = {"matmul": plan_matmul, "linear": plan_matmul, "conv": plan_conv}
-CONTRACTIONS = frozenset(HEADS)
-#: The reductions that take a prologue, and their planners.
-REDUCTIONS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
-              **dict.fromkeys(("reduce_sum", "reduce_prod", "reduce_mean", "reduce_max",
-                               "reduce_min"), plan_reduce)}
+#: The planners of the reductions (`ops.REDUCTIONS`; each takes a prologue).
+SINKS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
+         **dict.fromkeys(REDUCTIONS - {"softmax", "layer_norm"}, plan_reduce)}
 
 
 @dataclass(frozen=True)
@@ -50,7 +49,7 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                output: tuple[int, ...]) -> Kernel:
     """The kernel of a group whose inputs have shapes `inputs` (a contraction's two first)."""
     sink = steps[-1]
-    reduction = REDUCTIONS.get(sink.op.mnemonic)
+    reduction = SINKS.get(sink.op.mnemonic)
     chain = steps[:-1] if reduction else steps
     shape = sink.op.inputs[0] if reduction else output  # where the chain's values live
     head = next((i for i, s in enumerate(chain) if s.op.mnemonic in CONTRACTIONS), None)

@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-
-from hexir_format import signatures
+from collections.abc import Sequence
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
@@ -33,6 +32,7 @@ from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import GENERIC, index_in
 from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_format import signatures
 
 WALK_SHARE = 16  # scatter_nd: rows an iteration copies per index coordinate it reads
 
@@ -118,7 +118,7 @@ def plan_scatter_nd(op: GraphOp) -> Kernel:
 
 
 @contextlib.contextmanager
-def _slots(b: KernelBuilder, tail: list[int], given: list[ir.Value] | None):
+def _slots(b: KernelBuilder, tail: Sequence[int], given: list[ir.Value] | None):
     """The slice position: `given` (a cuda thread's), or serial loops over every one of
     them, innermost last (a cpu iteration's: its rows are contiguous runs of memory)."""
     if given is not None:

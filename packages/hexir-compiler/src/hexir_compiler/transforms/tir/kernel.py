@@ -14,11 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from hexir_format.signatures import fmt
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_format.signatures import fmt
 
 Shape = tuple[int, ...]
 

@@ -9,13 +9,12 @@ it reads from its input tensor, since their values are data the compiler never s
 
 from __future__ import annotations
 
-from hexir_format import signatures
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_format import signatures
 
 GENERIC = "generic"
 

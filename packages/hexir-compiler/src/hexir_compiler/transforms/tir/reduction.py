@@ -23,12 +23,11 @@ from __future__ import annotations
 import contextlib
 import math as pymath
 
-from hexir_format import signatures
-
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, Prologue, Read
 from hexir_compiler.transforms.tir.schedule import Row, by_rows, parallel, rows
+from hexir_format import signatures
 
 NEG_INF = float("-inf")
 
@@ -125,7 +124,10 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
         by_row = by_rows(b, count)
         space = [shape[d] for d in kept]
         with b.building(), (rows(b, space, count) if by_row else parallel(b, space)) as owner:
-            coords = owner.coords if by_row else owner
+            if isinstance(owner, Row):  # by_row
+                row, coords = owner, owner.coords
+            else:
+                row, coords = None, owner
             outer = dict(zip(kept, coords, strict=True))
 
             def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
@@ -134,15 +136,15 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
                 return [combine(acc[0], x(at))]
 
             init = [b.constant(start, b.element)]
-            if by_row:  # the thread's share of the reduced elements (flat), then the tree
-                partial = owner.fold(init, lambda k, acc: step(b.delinearize(k, reduced), acc))
-                (value,) = owner.reduce(partial, lambda p, q: [combine(p[0], q[0])])
+            if row is not None:  # the thread's share of the reduced elements (flat), the tree
+                partial = row.fold(init, lambda k, acc: step(b.delinearize(k, reduced), acc))
+                (value,) = row.reduce(partial, lambda p, q: [combine(p[0], q[0])])
             else:
                 (value,) = b.fold(reduced, init, step)
             if op.mnemonic == "reduce_mean":
                 value = arith.divf(value, b.float(float(count)))
             at = [outer[d] if d in outer else b.index(0) for d in range(len(shape))]
-            with owner.first_thread() if by_row else contextlib.nullcontext():
+            with row.first_thread() if row is not None else contextlib.nullcontext():
                 b.store(value, out, at if keepdims else coords)
 
     # min and prod have no format kind

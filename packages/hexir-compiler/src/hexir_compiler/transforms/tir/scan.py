@@ -9,13 +9,12 @@ the element. A cuda line is one thread's loop: the lines of the models that use 
 
 from __future__ import annotations
 
-from hexir_format import signatures
-
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import GENERIC
 from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_format import signatures
 
 
 def plan_cumsum(op: GraphOp) -> Kernel:

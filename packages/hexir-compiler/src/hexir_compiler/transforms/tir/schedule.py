@@ -74,12 +74,11 @@ from dataclasses import dataclass
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
+from hexir_format import MAX_GRID
 
 THREADS = 256
 WARP = 32
 TILE = 16
-MAX_GRID_X = 2**31 - 1
-MAX_GRID_YZ = 65535
 ROW_MIN = 64
 #: The most blocks a flat kernel launches: beyond 4096 x 256 threads (the space of 16 M f32
 #: at 4 lanes a thread), each thread strides over the space instead of the grid growing.
@@ -239,9 +238,9 @@ def gemm_blocks(b: KernelBuilder, batch: int, rows: int, cols: int,
                 tiles: Tiles) -> Iterator[GemmBlock]:
     """cuda: the grid of `tiles` over batch x rows x cols (batch on blockIdx.z)."""
     grid_y, grid_x = _blocks(rows, tiles.bm), _blocks(cols, tiles.bn)
-    _check_grid("x", grid_x, MAX_GRID_X)
-    _check_grid("y", grid_y, MAX_GRID_YZ)
-    _check_grid("z", batch, MAX_GRID_YZ)
+    _check_grid("x", grid_x, MAX_GRID[0])
+    _check_grid("y", grid_y, MAX_GRID[1])
+    _check_grid("z", batch, MAX_GRID[2])
     with ExitStack() as stack:
         bz = b.index(0)
         if batch > 1:
@@ -278,7 +277,10 @@ class Row:
 
     def each(self, body: Callable[[ir.Value], None]) -> None:
         """Run `body(k)` for this thread's elements k of the row."""
-        self.fold([], lambda k, _: body(k) or [])
+        def step(k: ir.Value, carried: list[ir.Value]) -> list[ir.Value]:
+            body(k)
+            return []
+        self.fold([], step)
 
     def reduce(self, partial: Sequence[ir.Value], combine: Combine) -> list[ir.Value]:
         """The whole row's result from every thread's `partial`, through a shared-memory tree;
@@ -313,7 +315,7 @@ def rows(b: KernelBuilder, space: Sequence[int], extent: int) -> Iterator[Row]:
     """Iterate the rows of `space`, each `extent` long, a block per row (cuda only)."""
     threads = min(THREADS, _next_power_of_two(extent))
     count = math.prod(space)
-    _check_grid("x", count, MAX_GRID_X)
+    _check_grid("x", count, MAX_GRID[0])
     with b.loop(max(1, count), "thread_binding", "blockIdx.x") as block:
         coords = b.delinearize(block, space)
         with b.loop(threads, "thread_binding", "threadIdx.x") as thread:
@@ -331,7 +333,7 @@ def transposes_by_tiles(b: KernelBuilder, shape: Sequence[int], perm: Sequence[i
     if b.device != "cuda" or not perm or perm[-1] == len(shape) - 1:
         return False
     rest = math.prod(e for d, e in enumerate(shape) if d not in (perm[-1], len(shape) - 1))
-    return min(shape[-1], shape[perm[-1]]) >= WARP and rest <= MAX_GRID_YZ
+    return min(shape[-1], shape[perm[-1]]) >= WARP and rest <= MAX_GRID[1]
 
 
 def tiled_transpose(b: KernelBuilder, shape: Sequence[int], perm: Sequence[int],

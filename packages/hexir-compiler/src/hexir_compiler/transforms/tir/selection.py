@@ -37,14 +37,13 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from hexir_format import signatures
-
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.movement import GENERIC
 from hexir_compiler.transforms.tir.schedule import Row, by_rows, parallel, rows
+from hexir_format import signatures
 
 
 @dataclass(frozen=True)
@@ -133,8 +132,8 @@ def plan_top_k(op: GraphOp) -> Kernel:
             line = _Line(b, x, coords, axis, extent, row)
             if k and row is None:
                 _insert_each(b, line, order, k, out)
-            elif k:
-                _passes(b, line, order, k, out)
+            elif k and row is not None:
+                _passes(b, line, row, order, k, out)
 
     return Kernel(GENERIC, emit)
 
@@ -169,10 +168,10 @@ def _insert_each(b: KernelBuilder, line: _Line, order: Order, k: int, out: ir.Va
                         b.store(position, out, line.at(ahead_slot))
 
 
-def _passes(b: KernelBuilder, line: _Line, order: Order, k: int, out: ir.Value) -> None:
-    """k passes over a block's row, each its two tree reductions over the elements after the
-    previous pick."""
-    row = line.row
+def _passes(b: KernelBuilder, line: _Line, row: Row, order: Order, k: int,
+            out: ir.Value) -> None:
+    """k passes over a block's row (`line.row`), each its two tree reductions over the
+    elements after the previous pick."""
 
     def rank(j: list[ir.Value], carried: list[ir.Value]) -> list[ir.Value]:
         (previous,) = carried  # its position; `line.none` before the first pass

@@ -1,25 +1,24 @@
 """Kernels that slide a window over spatial dimensions: conv and pool (max, average).
 
-A cpu conv is register-tiled (`convolution`: its schedules and weight packing). Elsewhere
-(pools; a conv on cuda) one iteration of the parallel space owns one output element [n, m, o...] and walks its
-window with serial loops carrying the accumulator (for conv, the input channels of its group
-too). Input position p = o * stride - pad_begin + k * dilation; a position in the padding is
-never read: its load goes to a clamped address inside the input and the step keeps the
-accumulator as it was, so padding adds 0 to a conv and nothing to a pool. When no pads are
-given, every position is inside by the shape rule, and the kernel has no masks at all.
+A cpu conv is register-tiled (`convolution`: its schedules and weight packing). Elsewhere (pools; a
+conv on cuda) one iteration of the parallel space owns one output element [n, m, o...] and walks its
+window with serial loops carrying the accumulator (for conv, the input channels of its group too).
+Input position p = o * stride - pad_begin + k * dilation; a position in the padding is never read:
+its load goes to a clamped address inside the input and the step keeps the accumulator as it was, so
+padding adds 0 to a conv and nothing to a pool. When no pads are given, every position is inside by
+the shape rule, and the kernel has no masks at all.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hexir_format import signatures
-
 from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir import convolution
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel
 from hexir_compiler.transforms.tir.schedule import parallel
+from hexir_format import signatures
 
 GENERIC = "generic"
 
@@ -98,7 +97,7 @@ def plan_pool(op: GraphOp) -> Kernel:
     spatial = x[2:]
     # ceil_mode's last window may run past the end padding: masks then guard even with no pads.
     padded = any(pads) or any((o - 1) * s + (k - 1) * d >= e for o, s, k, d, e in
-                              zip(op.output[2:], strides, kernel, dilations, spatial))
+                              zip(op.output[2:], strides, kernel, dilations, spatial, strict=False))
 
     def emit(b: KernelBuilder) -> None:
         data, out = b.args
