@@ -3,11 +3,12 @@
     python bench/conv.py [--target=x86-64-v3] [--rounds=5] [--block=5] [--threads=N]
                          [--shapes=NAME,...]
 
-The shapes are the convolutions ResNet-18, MobileNetV2 and SqueezeNet 1.1 spend their time in (f32, batch 1,
-the weight a constant). Each is compiled as a one-op Hexir module and built as a one-node ONNX
-model with the same weights, checked against each other, then timed in interleaved blocks of
-`--block` calls, `--rounds` times (medians of the per-call times). Prints ms per call, the
-achieved G multiply-adds/s and hexir / ORT: where a model's conv time goes, kernel by kernel.
+The shapes are the convolutions ResNet-18, MobileNetV2 and SqueezeNet 1.1 spend their time in
+(f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module and built as a
+one-node ONNX model with the same weights, checked against each other, then timed in interleaved
+blocks of `--block` calls, `--rounds` times (medians of the per-call times). Prints ms per call,
+the achieved G multiply-adds/s and hexir / ORT: where a model's conv time goes, kernel by
+kernel.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ def hexir_program(shape, w: np.ndarray, bias: np.ndarray) -> str:
     (c, h, width), m, k, s, p, group = shape
     oh, ow = _out(h, k, s, p), _out(width, k, s, p)
     t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"
-    dense = lambda name, a: (f'  %{name} = "hexir.constant"() {{value = dense<"0x{a.tobytes().hex()}">'
+    dense = lambda name, a: (f'  %{name} = "hexir.constant"() '
+                             f'{{value = dense<"0x{a.tobytes().hex()}">'
                              f" : {t(*a.shape)}}} : () -> {t(*a.shape)}")
     o = t(1, m, oh, ow)
     return "\n".join([
@@ -97,8 +99,9 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     if args.threads:  # read by the runtime's pool when it is made
         os.environ["HEXIR_CPU_THREADS"] = str(args.threads)
-    import hexir_runtime
     import onnxruntime
+
+    import hexir_runtime
 
     clock = time.process_time if args.clock == "cpu" else time.perf_counter
     from hexir_compiler.pipeline import compile as compile_source

@@ -4,14 +4,14 @@
 
 Needs the `full` environment (it compiles the examples). For each example network
 (`examples/*.mlir`, f32 and f64) it times one call of `main`, median of `--calls` after a
-warm-up, three ways, on the same module and the same input:
-
-| column | what runs |
-| --- | --- |
-| compiled | the runtime as shipped: each cpu kernel its x86-64 host image, the cpu grid split over the thread pool, the network fused (`hexir-fuse`, the default) |
-| unfused | the same, compiled with `-fusion=off`: one kernel per op |
-| numpy path | the same module and call path, every DISPATCH bound to the numpy body of its kind instead (the kernels of the runtime before version 5: `packages/hexir-runtime/tests/numpy_kernels.py`) |
-| plain numpy | the network written directly in numpy in the program's element type (no interpreter, no buffers) |
+warm-up, three ways, on the same input:
+- compiled: the runtime as shipped (each cpu kernel its x86-64 host image, the cpu grid split
+  over the thread pool, the network fused by `hexir-fuse`, the default);
+- unfused: the same, compiled with `-fusion=off` (one kernel per op);
+- plain numpy: the network written directly in numpy in the program's element type (no
+  interpreter, no buffers).
+(The numpy path of the runtime before format version 5 -- every DISPATCH a numpy body of its
+kind -- is gone with those bodies; bench/README.md keeps its recorded figures.)
 
 Then the matmuls: each matmul shape of the networks, and a few larger ones, as a one-op module
 compiled two ways -- its rhs an input (an activation: the matrix-rows loops) and a constant
@@ -36,7 +36,6 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO / "examples"), str(REPO / "packages" / "hexir-runtime" / "tests")]
 
-import numpy_kernels  # noqa: E402  (the tests' numpy bodies: the previous runtime's path)
 import reference  # noqa: E402
 
 PROGRAMS = ("mlp.mlir", "mlp-f64.mlir", "transformer_block.mlir", "transformer_block-f64.mlir")
@@ -67,21 +66,6 @@ def compile_program(text_or_path, element_path: bool = True, fuse: bool = True) 
         return run(ir.Module.parse(text_or_path), options)
 
 
-def numpy_path(module):
-    """`module` with every cpu launch running the numpy body of its kind instead."""
-    from hexir_runtime.hal import cpu
-
-    def bind(self, loaded, buffers):
-        exe = loaded.exe
-        views = [cpu.typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
-        *inputs, out = views
-        return lambda: numpy_kernels.run(exe.kind, exe.params, inputs, out)
-
-    original = cpu.CpuDevice.bind
-    cpu.CpuDevice.bind = bind
-    return original
-
-
 def plain_numpy(program: Path, dtype):
     text = program.read_text()
     weights = {k: v.astype(dtype) for k, v in reference.load_constants(text).items()}
@@ -91,29 +75,21 @@ def plain_numpy(program: Path, dtype):
 
 def networks(calls: int) -> list[str]:
     import hexir_runtime as hr
-    from hexir_runtime.hal import cpu
 
-    rows = ["| network | compiled | unfused | numpy path | plain numpy | unfused / compiled | "
-            "numpy path / compiled | plain numpy / compiled |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    rows = ["| network | compiled | unfused | plain numpy | unfused / compiled | "
+            "plain numpy / compiled |",
+            "| --- | ---: | ---: | ---: | ---: | ---: |"]
     for name in PROGRAMS:
         program = REPO / "examples" / name
         module = hr.load(compile_program(program))
         unfused_module = hr.load(compile_program(program, fuse=False))
         x = reference.sample_input(program, np.random.default_rng(0))
-        compiled = median_seconds(lambda: module.main(x), calls)
-        unfused = median_seconds(lambda: unfused_module.main(x), calls)
-        original = numpy_path(module)
-        try:  # the numpy bodies are per kernel kind: the unfused module
-            old = hr.load(compile_program(program, fuse=False))
-            interpreted = median_seconds(lambda: old.main(x), calls)
-        finally:
-            cpu.CpuDevice.bind = original
+        compiled = median_seconds(lambda m=module, x=x: m.main(x), calls)
+        unfused = median_seconds(lambda m=unfused_module, x=x: m.main(x), calls)
         direct = plain_numpy(program, x.dtype)
-        plain = median_seconds(lambda: direct(x), calls)
+        plain = median_seconds(lambda f=direct, x=x: f(x), calls)
         rows.append(f"| {name} | {compiled * 1e3:.3f} ms | {unfused * 1e3:.3f} ms | "
-                    f"{interpreted * 1e3:.3f} ms | {plain * 1e3:.3f} ms | "
-                    f"{unfused / compiled:.2f} | {interpreted / compiled:.2f} | "
+                    f"{plain * 1e3:.3f} ms | {unfused / compiled:.2f} | "
                     f"{plain / compiled:.2f} |")
     return rows
 
@@ -133,7 +109,7 @@ def matmuls(calls: int) -> list[str]:
     for m, k, n in MATMULS:
         a = rng.standard_normal((m, k)).astype(np.float32)
         b = rng.standard_normal((k, n)).astype(np.float32)
-        t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"  # noqa: E731
+        t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"
         product = (f'  %c = "hexir.linear"(%a, %b) : ({t(m, k)}, {t(k, n)}) -> {t(m, n)}\n'
                    f"  return %c : {t(m, n)}\n}}\n")
         as_input = f"func.func @main(%a: {t(m, k)}, %b: {t(k, n)}) -> {t(m, n)} {{\n" + product
@@ -146,7 +122,7 @@ def matmuls(calls: int) -> list[str]:
             module = hr.load(compile_program(text, element_path=False))
             assert reference.relative_error(module.main(*operands), want) < 1e-5
             timed.append(median_seconds(lambda m=module, o=operands: m.main(*o), calls))
-        blas = median_seconds(lambda: np.matmul(a, b), calls)
+        blas = median_seconds(lambda a=a, b=b: np.matmul(a, b), calls)
         rhs_input, rhs_constant = timed
         pick = "panels" if m * k * n > schedule.PANEL_MIN_MACS else "rows"
         rows.append(f"| {m} x {k} x {n} | {rhs_input * 1e6:.1f} us | {rhs_constant * 1e6:.1f} us "

@@ -16,11 +16,11 @@ markdown tables for `bench/README.md`:
 | networks (the example MLP and transformer block, the 64 x 512 x 2048 MLP) | `m.main(x_on_gpu, out=y_on_gpu)`, CUDA graphs on and off | the same network in PyTorch eager CUDA |
 | dispatch | (graphs off - graphs on) / kernels, on the unfused transformer block | |
 
-Inputs come from each benchmark's own seed, so both machines make the same ones without
-carrying them. Every time is the median of `--iters` timed repetitions after a warm-up, each ended by a
-device synchronization; every module's result is first checked against its reference
-(GEMMs against cuBLAS in float64, the rest against numpy), and a wrong one is marked WRONG
-and makes the exit status 1. Without a GPU, `--run` says so and exits 0.
+Inputs come from each benchmark's own seed, so both machines make the same ones without carrying
+them. Every time is the median of `--iters` timed repetitions after a warm-up, each ended by a
+device synchronization; every module's result is first checked against its reference (GEMMs
+against cuBLAS in float64, the rest against numpy), and a wrong one is marked WRONG and makes
+the exit status 1. Without a GPU, `--run` says so and exits 0.
 """
 
 from __future__ import annotations

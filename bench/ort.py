@@ -48,7 +48,6 @@ sys.path.insert(0, str(REPO / "examples"))
 import reference  # noqa: E402  (the examples' numpy oracle: their weights and networks)
 
 
-
 def _this_cpu() -> str:
     """The x86-64 level of this machine: Hexir's kernels are compiled for it, as ORT's MLAS
     picks its kernels for it at run time (`-target=cpu:<level>`)."""
@@ -107,7 +106,7 @@ def hexir_module(program: str, w: dict[str, np.ndarray], cpu: str, x: np.ndarray
 
         return compile_file(onnx.load_from_string(onnx_model(program, w, x)),
                             Options("hxb", cpu=cpu))
-    t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"  # noqa: E731
+    t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"
     if program == "2x2":
         body = [_dense("w", w["w"]),
                 f'  %m = "hexir.linear"(%x, %w) : ({t(2, 2)}, {t(2, 2)}) -> {t(2, 2)}',
@@ -198,16 +197,17 @@ def worker(engine: str, program: str, calls: int, cache: Path) -> tuple[float, f
         if not path.exists():
             path.write_bytes(hexir_module(program, w, engine.split(":")[1], x))
         module = hr.load(path)
-        call = lambda: module.main(x)  # noqa: E731
+        call = lambda: module.main(x)
     elif engine == "onnxruntime":
         import onnxruntime as ort
 
         session = ort.InferenceSession(onnx_model(program, w, x),
                                        providers=["CPUExecutionProvider"])
         feed = {"x": x}
-        call = lambda: session.run(None, feed)  # noqa: E731
+        call = lambda: session.run(None, feed)
     else:
-        call = lambda f=numpy_function(program, w): f(x)  # noqa: E731
+        direct = numpy_function(program, w)
+        call = lambda: direct(x)
     for _ in range(30):
         call()
     times = []
@@ -222,8 +222,9 @@ def worker(engine: str, program: str, calls: int, cache: Path) -> tuple[float, f
 def check(program: str, cache: Path) -> float:
     """The largest relative difference of Hexir's (this machine's level) and ORT's answers
     from numpy's (from ORT's alone for the attention layer, which has no numpy form)."""
-    import hexir_runtime as hr
     import onnxruntime as ort
+
+    import hexir_runtime as hr
 
     w, x = weights(program)
     session = ort.InferenceSession(onnx_model(program, w, x), providers=["CPUExecutionProvider"])

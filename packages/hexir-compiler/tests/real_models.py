@@ -130,7 +130,8 @@ def _keywords(model, spec: Spec):
             self.model = model
 
         def forward(self, *args):
-            out = self.model(**{i.name: a for i, a in zip(spec.inputs, args)}, **spec.options)
+            named = {i.name: a for i, a in zip(spec.inputs, args, strict=True)}
+            out = self.model(**named, **spec.options)
             return tuple(out[name] for name in spec.outputs)
 
     return Keywords().eval()

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import zlib
 
-import hexir_runtime
 import numpy as np
 import pytest
 import torch
-from hexir_runtime.hal.hostcode import host_level
 
+import hexir_runtime
 from hexir_compiler.pipeline import compile as compile_source
+from hexir_runtime.hal.hostcode import host_level
 
 DTYPES = {"f32": np.float32, "f64": np.float64}
 LEVELS = [level for level in (2, 3, 4) if level <= host_level()]

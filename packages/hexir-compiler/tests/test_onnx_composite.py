@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
 
-import hexir_compiler  # noqa: E402
-import hexir_runtime  # noqa: E402
-import onnx_node_tests as node  # noqa: E402
-import tir_graph  # noqa: E402
-from hexir_compiler.pipeline import Options  # noqa: E402
+import hexir_compiler
+import hexir_runtime
+import onnx_node_tests as node
+import tir_graph
+from hexir_compiler.pipeline import Options
 
 RNG = np.random.default_rng(7)
 

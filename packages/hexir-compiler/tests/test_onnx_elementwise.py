@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-import tir_graph  # noqa: E402
-from hexir_compiler.pipeline import Options  # noqa: E402
+import tir_graph
+from hexir_compiler.pipeline import Options
 
 TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float64): TensorProto.DOUBLE,
          np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int64): TensorProto.INT64,

@@ -9,9 +9,9 @@ import pytest
 import hexir_format
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-from hexir_compiler import cli  # noqa: E402
+from hexir_compiler import cli
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=17, ir_version=8):

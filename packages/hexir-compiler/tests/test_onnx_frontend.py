@@ -8,10 +8,10 @@ import pytest
 import hexir_format as hf
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import hexir_compiler  # noqa: E402
-import hexir_runtime  # noqa: E402
+import hexir_compiler
+import hexir_runtime
 
 
 def _model(nodes, inputs, outputs, initializers=()):

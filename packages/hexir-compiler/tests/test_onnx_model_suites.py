@@ -15,8 +15,8 @@ tests; a symbolic dimension is bound with `-input-shape` from it. A model listed
 from __future__ import annotations
 
 import contextlib
-import os
 import io
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,11 +25,11 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import numpy_helper  # noqa: E402
+from onnx import numpy_helper
 
-import onnx_node_tests as node  # noqa: E402
-from hexir_compiler import cli  # noqa: E402
-from hexir_runtime import cli as run_cli  # noqa: E402
+import onnx_node_tests as node
+from hexir_compiler import cli
+from hexir_runtime import cli as run_cli
 
 #: `light` (the Model Zoo's full-size CNNs: VGG-19 alone takes minutes and a 575 MB module)
 #: runs only in the full mode, HEXIR_FULL_MODELS=1.

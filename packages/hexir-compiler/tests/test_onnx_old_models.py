@@ -9,12 +9,12 @@ import pytest
 
 onnx = pytest.importorskip("onnx")
 torch = pytest.importorskip("torch")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import hexir_compiler  # noqa: E402
-import hexir_format  # noqa: E402
-import hexir_runtime  # noqa: E402
-from hexir_compiler.frontend.onnx import ModelError  # noqa: E402
+import hexir_compiler
+import hexir_format
+import hexir_runtime
+from hexir_compiler.frontend.onnx import ModelError
 
 
 def _model(nodes, inputs, outputs, initializers=(), opset=13, ir_version=7):

@@ -16,8 +16,8 @@ import hexir_format as hf
 
 torch = pytest.importorskip("torch")
 
-import hexir_compiler  # noqa: E402
-import hexir_runtime  # noqa: E402
+import hexir_compiler
+import hexir_runtime
 
 
 class LeNet(torch.nn.Module):

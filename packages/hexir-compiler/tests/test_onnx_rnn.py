@@ -15,10 +15,10 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx import TensorProto, helper, numpy_helper
 
-import hexir_compiler  # noqa: E402
-import hexir_runtime  # noqa: E402
+import hexir_compiler
+import hexir_runtime
 
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 SEQ, BATCH, WIDTH, HIDDEN = 5, 3, 4, 3

@@ -32,12 +32,11 @@ for _needed in ("torch", "transformers", "torchvision"):
     if importlib.util.find_spec(_needed) is None:  # the full test environment has them all
         pytest.skip(f"the real-model corpus needs {_needed}", allow_module_level=True)
 
+import hexir_compiler
 import hexir_format as hf
 import hexir_runtime
-from fake_driver import FakeDriver
-
-import hexir_compiler
 import real_models
+from fake_driver import FakeDriver
 
 #: Run by default (the rest with HEXIR_FULL_MODELS=1): one or two of each family, cheapest.
 DEFAULT = ("bert", "gpt2_kv_cache", "whisper_encoder", "vit", "squeezenet", "resnet18")

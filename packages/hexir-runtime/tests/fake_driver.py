@@ -2,31 +2,31 @@
 
 "Device memory" is a bytearray per allocation, and every access is checked against its
 allocation, so a runtime bug that would read or write out of bounds on a GPU fails here as
-CUDA_ERROR_ILLEGAL_ADDRESS. A launch runs the kernel's own PTX, read from the image the
-runtime loaded, on that memory (`ptx_exec`): its parameters unpacked from kernelParams as the
-kernel's signature lays them out, its grid and block as given, its loads and stores checked
-(a fault is reported at the next synchronize, as CUDA_ERROR_ILLEGAL_ADDRESS or
-CUDA_ERROR_MISALIGNED_ADDRESS; `faults` says what each did). So end-to-end results compare
-the compiled device code with the cpu backend; a race or a divergent barrier fails the test
-with `ptx_exec`'s error, and PTX the executor cannot parse or run (damaged, or an instruction
-it does not know) is refused as the driver refuses bad PTX, CUDA_ERROR_INVALID_PTX, with the
-executor's reason, naming the instruction, in `image_errors`. `calls` counts every call by name; `fail` makes the next calls
-of a name fail.
+CUDA_ERROR_ILLEGAL_ADDRESS. A launch runs the kernel's own PTX, read from the image the runtime
+loaded, on that memory (`ptx_exec`): its parameters unpacked from kernelParams as the kernel's
+signature lays them out, its grid and block as given, its loads and stores checked (a fault is
+reported at the next synchronize, as CUDA_ERROR_ILLEGAL_ADDRESS or
+CUDA_ERROR_MISALIGNED_ADDRESS; `faults` says what each did). So end-to-end results compare the
+compiled device code with the cpu backend; a race or a divergent barrier fails the test with
+`ptx_exec`'s error, and PTX the executor cannot parse or run (damaged, or an instruction it does
+not know) is refused as the driver refuses bad PTX, CUDA_ERROR_INVALID_PTX, with the executor's
+reason, naming the instruction, in `image_errors`. `calls` counts every call by name; `fail`
+makes the next calls of a name fail.
 
-Streams, events, graphs and pinned memory behave as the driver's do, as far as a host-only
-fake can. Stream-ordered work (launches, async copies, memsets) is checked when it is
-enqueued but runs only when the host synchronizes (cuStreamSynchronize, cuEventSynchronize,
-a call that synchronizes implicitly such as cuMemFree), so a runtime that reads a result, or
-rewrites a pinned buffer a copy has yet to read, before it waits gets stale bytes here, as it
-could on a GPU. A stream being captured records that work instead, and cuGraphLaunch enqueues
-the recording, on the addresses it was captured with. Pinned memory (cuMemHostAlloc,
-cuMemAllocHost) is a real host buffer numpy and ctypes can address, read or written when the
-copy runs; an async copy from or to pageable host memory behaves as the driver's (the source
-is staged at the call; a copy to pageable memory completes before the call returns) and is
-counted in `pageable_copies` (on a GPU it would not overlap). Streams, events, graphs and graph instances are handles: using one that
-is unknown or destroyed fails with CUDA_ERROR_INVALID_HANDLE, synchronizing a stream that is
-being captured with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as the real driver does. Only the
-synchronous calls the runtime must no longer make (cuMemcpyHtoD, cuCtxSynchronize, ...) are
+Streams, events, graphs and pinned memory behave as the driver's do, as far as a host-only fake
+can. Stream-ordered work (launches, async copies, memsets) is checked when it is enqueued but
+runs only when the host synchronizes (cuStreamSynchronize, cuEventSynchronize, a call that
+synchronizes implicitly such as cuMemFree), so a runtime that reads a result, or rewrites a
+pinned buffer a copy has yet to read, before it waits gets stale bytes here, as it could on a
+GPU. A stream being captured records that work instead, and cuGraphLaunch enqueues the
+recording, on the addresses it was captured with. Pinned memory (cuMemHostAlloc, cuMemAllocHost)
+is a real host buffer numpy and ctypes can address, read or written when the copy runs; an async
+copy from or to pageable host memory behaves as the driver's (the source is staged at the call;
+a copy to pageable memory completes before the call returns) and is counted in `pageable_copies`
+(on a GPU it would not overlap). Streams, events, graphs and graph instances are handles: using
+one that is unknown or destroyed fails with CUDA_ERROR_INVALID_HANDLE, synchronizing a stream
+that is being captured with CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, as the real driver does. Only
+the synchronous calls the runtime must no longer make (cuMemcpyHtoD, cuCtxSynchronize, ...) are
 absent: a call of one fails the test with an AttributeError.
 """
 
@@ -369,7 +369,7 @@ class FakeDriver:
             # driver's refusal of bad PTX; `image_errors` says what, for the failing test
             self.image_errors.append(str(err))
             return (CUresult.CUDA_ERROR_INVALID_PTX,)
-        except Exception as err:  # a damaged image breaks the parser anywhere: still bad PTX
+        except Exception as err:  # noqa: BLE001  (a damaged image breaks the parser anywhere: still bad PTX)
             self.image_errors.append(f"{type(err).__name__}: {err}")
             return (CUresult.CUDA_ERROR_INVALID_PTX,)
         handle = 0x1000 + len(self.modules)

@@ -24,7 +24,7 @@ from hexir_runtime.hal import cpu, hostcode, threads
 
 EXAMPLES = FIXTURES.parent / "examples"
 sys.path.insert(0, str(EXAMPLES))
-import reference  # noqa: E402  (numpy only: the examples' own reference)
+import reference
 
 PROGRAMS = {"mlp-f32": "mlp.mlir", "mlp-f64": "mlp-f64.mlir",
             "transformer_block-f32": "transformer_block.mlir",
