@@ -153,6 +153,8 @@ def test_depth_and_space_reshuffles_are_inverses():
     for mode in ("DCR", "CRD"):
         check("DepthToSpace", {"x": floats(2, 8, 3, 2)}, blocksize=2, mode=mode)
     check("SpaceToDepth", {"x": floats(1, 3, 6, 9)}, blocksize=3)
+    for mode in ("DCR", "CRD"):  # version 28's mode
+        check("SpaceToDepth", {"x": floats(2, 3, 4, 6)}, opset=28, blocksize=2, mode=mode)
 
 
 @pytest.mark.parametrize("equation, shapes", [

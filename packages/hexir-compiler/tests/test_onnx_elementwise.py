@@ -34,12 +34,13 @@ def _model(op: str, inputs: list[np.ndarray], opset: int = 20, **attrs):
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
 
-def _check(op: str, inputs: list, expected, device: str, rtol: float = 0, **attrs) -> None:
+def _check(op: str, inputs: list, expected, device: str, rtol: float = 0, opset: int = 20,
+           **attrs) -> None:
     import hexir_compiler
     import hexir_runtime
 
     inputs = [np.asarray(a) for a in inputs]
-    model = _model(op, inputs, **attrs)
+    model = _model(op, inputs, opset, **attrs)
     if device == "cpu":
         got = hexir_runtime.load(hexir_compiler.compile(model)).main(*inputs)
     else:
@@ -75,12 +76,28 @@ def test_float_mod_is_c_fmod(dtype, device):
            fmod=1)
 
 
-def test_float_mod_without_fmod_is_refused():
+def test_float_mod_without_fmod_is_refused_before_opset_28():
     import hexir_compiler
 
     x = np.ones(3, np.float32)
-    with pytest.raises(hexir_compiler.CompileError, match="Mod of float32 needs fmod=1"):
+    with pytest.raises(hexir_compiler.CompileError, match="Mod of float32 needs fmod=1 before "
+                                                          "opset 28"):
         hexir_compiler.compile(_model("Mod", [x, x]))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_float_mod_from_opset_28_is_floor_modulo(dtype, device):
+    # every sign, a remainder of 0 (kept), a zero divisor (NaN), infinite operands, a divisor
+    # broadcast along the last axis
+    x = np.array([[5.5, -5.5, 5.5, -5.5, 6.0, 1.0],
+                  [np.inf, 3.0, -3.0, 3.0, -3.0, 0.25]], dtype)
+    y = np.array([[2.0, 2.0, -2.0, -2.0, 3.0, 0.0], [2.0, np.inf, np.inf, -np.inf, -np.inf,
+                                                      0.125]], dtype)
+    want = np.array([[1.5, 0.5, -0.5, -1.5, 0.0, np.nan],
+                     [np.nan, 3.0, np.inf, -np.inf, -3.0, 0.0]], dtype)
+    _check("Mod", [x, y], want, device, opset=28)
+    _check("Mod", [x, y[:1]], np.mod(x, y[:1]), device, opset=28)
 
 
 @pytest.mark.parametrize("device", DEVICES)

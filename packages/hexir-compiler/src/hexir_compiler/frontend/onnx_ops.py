@@ -392,14 +392,26 @@ for _onnx, _hexir, _versions, _kind in (
     handles(_onnx, *_versions)(_bitwise)
 
 
-@handles("Mod", 13)
+@handles("Mod", 13, 28)
 def _mod(e, xs, a, v):
     x, y = xs
     if a.get("fmod", 0):
         return [e.binary("fmod", x, y)]
-    if x.dtype.kind == "f":
-        raise NodeError(f"Mod of {x.dtype} needs fmod=1 (ONNX defines only C's fmod on floats)")
-    return [e.binary("mod", x, y)]
+    if x.dtype.kind != "f":
+        return [e.binary("mod", x, y)]
+    if v < 28:
+        raise NodeError(f"Mod of {x.dtype} needs fmod=1 before opset 28 (ONNX defines only C's "
+                        "fmod on floats there)")
+    # Mod-28's floor modulo of floats, the sign of the divisor: C's fmod moved by one divisor
+    # where it is nonzero and its sign differs from the divisor's -- exact, as numpy's mod,
+    # and x mod +-inf is x, or the divisor when their signs differ (the spec's special case)
+    r = e.binary("fmod", x, y)
+    y = e.expand(y, r.shape)
+    zero = e.scalar(0, x.dtype)
+    moved = e.elementwise("and", e.elementwise("not", e.binary("equal", r, zero, dtype=np.bool_)),
+                          e.elementwise("xor", e.binary("less", r, zero, dtype=np.bool_),
+                                        e.binary("less", y, zero, dtype=np.bool_)))
+    return [e.op("where", [moved, e.binary("add", r, y), r], r.shape, x.dtype)]
 
 
 @handles("IsNaN", 13, 20, floats=True)

@@ -167,7 +167,7 @@ def _trilu(e, xs, a, v):
                  x.shape, x.dtype)]
 
 
-@handles("OneHot", 11)
+@handles("OneHot", 11, 28)  # 28: more element types, the same op
 def _one_hot(e, xs, a, v):
     indices, depth, values = xs
     count = const_ints(_scalar_of(e, depth, "depth"), "depth")[0]
@@ -200,7 +200,7 @@ def _blocks(x: Tensor, size: int) -> tuple[int, int, int, int]:
     return x.shape
 
 
-@handles("DepthToSpace", 13)
+@handles("DepthToSpace", 13, 28)  # 28: more element types
 def _depth_to_space(e, xs, a, v):
     x, b = xs[0], a["blocksize"]
     n, c, h, w = _blocks(x, b)
@@ -216,17 +216,23 @@ def _depth_to_space(e, xs, a, v):
     return [e.reshape(moved, (n, c // (b * b), h * b, w * b))]
 
 
-@handles("SpaceToDepth", 13)
+@handles("SpaceToDepth", 13, 28)
 def _space_to_depth(e, xs, a, v):
+    """DepthToSpace undone; 28 adds its `mode`: DCR (the only order before) puts a block's
+    position before the channel in the output channel, CRD after it."""
     x, b = xs[0], a["blocksize"]
     n, c, h, w = _blocks(x, b)
     if h % b or w % b:
         raise NodeError(f"spatial size {h} x {w} does not divide into blocks of {b} x {b}")
-    moved = _permute(e, e.reshape(x, (n, c, h // b, b, w // b, b)), (0, 3, 5, 1, 2, 4))
+    mode = _string(a, "mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise NodeError(f"mode '{mode}' is not DCR or CRD")
+    perm = (0, 3, 5, 1, 2, 4) if mode == "DCR" else (0, 1, 3, 5, 2, 4)
+    moved = _permute(e, e.reshape(x, (n, c, h // b, b, w // b, b)), perm)
     return [e.reshape(moved, (n, c * b * b, h // b, w // b))]
 
 
-@handles("Range", 11)
+@handles("Range", 11, 27)  # 27: stash_type, for 16-bit floats only
 def _range(e, xs, a, v):
     raise NodeError("its start, limit and delta must be known at compile time (the length "
                     "of its output depends on their values)")
@@ -234,7 +240,7 @@ def _range(e, xs, a, v):
 
 # ---- Einsum --------------------------------------------------------------------------------
 
-@handles("Einsum", 12)
+@handles("Einsum", 12, 28)  # 28: more element types
 def _einsum(e, xs, a, v):
     terms, output = _einsum_terms(_string(a, "equation", ""), xs)
     sizes: dict[str, int] = {}
@@ -404,7 +410,8 @@ def _group_norm(e, xs, a, v):
 
 # ---- reductions ----------------------------------------------------------------------------
 
-def _composite_reduction(op: str, compose, floats: bool = False):
+def _composite_reduction(op: str, compose, floats: bool = False,
+                         versions: tuple[int, ...] = (13, 18)):
     """A handler for `op`: `compose(e, x, reduce)` builds it from element-wise ops and
     `reduce(name, t)`, which reduces over the node's axes (none with noop_with_empty_axes:
     then only the element-wise part applies, as in the reference) keeping dims; the handler
@@ -427,7 +434,7 @@ def _composite_reduction(op: str, compose, floats: bool = False):
         if a.get("keepdims", 1) or not axes:
             return [y]
         return [e.reshape(y, [n for d, n in enumerate(x.shape) if d not in axes])]
-    handles(op, 13, 18, floats=floats)(handler)
+    handles(op, *versions, floats=floats)(handler)
 
 
 def _square(e, x):
@@ -458,9 +465,10 @@ _composite_reduction("ReduceL1", lambda e, x, r: r("reduce_sum", e.elementwise("
 _composite_reduction("ReduceL2", lambda e, x, r: _through_float(
     e, x, lambda f: e.elementwise("sqrt", r("reduce_sum", _square(e, f)))))
 _composite_reduction("ReduceSumSquare", lambda e, x, r: r("reduce_sum", _square(e, x)))
+# (their version 28: more element types, the same op)
 _composite_reduction("ReduceLogSum", lambda e, x, r: e.elementwise("log", r("reduce_sum", x)),
-                     floats=True)
-_composite_reduction("ReduceLogSumExp", _log_sum_exp, floats=True)
+                     floats=True, versions=(13, 18, 28))
+_composite_reduction("ReduceLogSumExp", _log_sum_exp, floats=True, versions=(13, 18, 28))
 _composite_reduction("ReduceProd", lambda e, x, r: r("reduce_prod", x))
 
 
