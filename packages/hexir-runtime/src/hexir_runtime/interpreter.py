@@ -41,7 +41,7 @@ import numpy as np
 
 from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
 from hexir_runtime import hal
-from hexir_runtime.arena import Arena, Call, Printer, Step, graphs
+from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs
 from hexir_runtime.errors import DeviceError, ExecutionError
 from hexir_runtime.transfers import Transfers
 from hexir_runtime.validate import EntryPlan, ModulePlan, check_placement
@@ -275,7 +275,7 @@ class Program:
             # drop them now, so that closing the module can unmap the file at once
             arena.steps.clear()
             arena.buffers.clear()
-            arena.call = None
+            arena.call = IDLE
         self._arenas.clear()
         self._free.clear()
 
@@ -344,7 +344,7 @@ class Program:
             self._steps(arena)
             return tuple([view.copy() for view in arena.result_views])
         finally:
-            arena.call = None
+            arena.call = IDLE
             self._free.append(arena)
 
     def _steps(self, arena: Arena) -> None:
@@ -372,7 +372,7 @@ class Program:
                                      f"(end): {e}") from None
             return Execution(outputs, call.printed, self.plan.signature.output_names)
         finally:
-            arena.call = None  # the caller's arrays are not held past the call
+            arena.call = IDLE  # the caller's arrays are not held past the call
             self._free.append(arena)
 
 

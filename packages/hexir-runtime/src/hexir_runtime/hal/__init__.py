@@ -59,6 +59,8 @@ class Device(ABC):
     kind: DeviceKind
     name: str
     graphs: bool = False  # whether `capture` can record launches for replay (cuda graphs)
+    ordinal: int = 0  # its index among the devices of its kind
+    stream: Any = None  # the queue its work is enqueued on (cuda: a CUstream); None: none
 
     def __repr__(self) -> str:
         return f"<hexir_runtime.hal.Device {self.name!r} kind={self.kind}>"
@@ -183,6 +185,33 @@ class Device(ABC):
 
     def release_graph(self, graph: Any) -> None:
         raise DeviceError(f"{self.name}: cannot release a graph")
+
+    # ---- memory shared with other libraries (device arrays) ----------------------------------
+    # Only a device with memory of its own that callers address (cuda) shares it; the others
+    # refuse, so the runtime's device-array paths type-check against any device.
+
+    def follow(self, stream: Any) -> None:
+        """Order this device's work after the work enqueued so far on `stream`."""
+        raise DeviceError(f"{self.name}: cannot order its work after another stream")
+
+    def signal(self, stream: Any) -> None:
+        """Order `stream` after the work enqueued so far on this device."""
+        raise DeviceError(f"{self.name}: cannot order another stream after its work")
+
+    def export(self, size: int) -> Buffer:
+        """A buffer that outlives the load's arenas, released with `release_export`."""
+        raise DeviceError(f"{self.name}: cannot export device memory")
+
+    def release_export(self, buffer: Buffer) -> None:
+        raise DeviceError(f"{self.name}: cannot release exported device memory")
+
+    def borrow(self, address: int, size: int) -> Buffer:
+        """A caller's device memory as a buffer this device reads but never frees."""
+        raise DeviceError(f"{self.name}: cannot borrow a caller's device memory")
+
+    def address_range(self, address: int) -> tuple[int, int]:
+        """The allocation that holds `address`: (base, size)."""
+        raise DeviceError(f"{self.name}: has no device memory that callers address")
 
     def close(self) -> None:  # noqa: B027 -- optional: nothing to do by default
         """Give back everything the device holds (contexts, loaded images)."""
