@@ -149,7 +149,7 @@ class Program:
             if written is not None:
                 current[written] = self._binding(c, written, reads)
             elif c.op is Op.OUTPUT:
-                outputs[c.index] = (reads[0], resident.plan.slot_type(c.slot))
+                outputs[c.index] = (reads[0], resident.plan.tensor(c.slot))
             self.reads.append(reads)
             self.writes.append(current[written] if written is not None else None)
         self.outputs = [outputs[i] for i in range(len(outputs))]
@@ -175,7 +175,7 @@ class Program:
             self.bindings.append(_Binding(device, self.bindings[reads[0]].nbytes,
                                           offset=self.plan.offsets.get(slot)))
         elif c.op is Op.INPUT:
-            self.bindings.append(_Binding(device, self.resident.plan.slot_type(slot).nbytes))
+            self.bindings.append(_Binding(device, self.resident.plan.tensor(slot).nbytes))
         else:  # ALLOC
             self.bindings.append(_Binding(device, c.bytes, offset=self.plan.offsets.get(slot)))
         return len(self.bindings) - 1
@@ -299,9 +299,11 @@ class Program:
                 return Step(label, launch)
             return Step(label, launch, kind, capturable=True)
         if c.op is Op.INPUT:
+            assert write is not None, "an INPUT binds the slot it writes"
             return self.transfers.bind_input(label, arena, c.index, write,
                                              self.plan.signature.inputs[c.index])
         if c.op is Op.COPY:
+            assert write is not None, "a COPY binds the slot it writes"
             return self.transfers.bind_copy(label, arena, write, reads[0])
         if c.op is Op.PRINT:
             t = self.resident.plan.slot_type(c.slot)

@@ -82,7 +82,7 @@ class Device(ABC):
             self._check(parent.parent, 0, 0, "view")
         return self._view(parent, offset, size)
 
-    def constant(self, data: memoryview) -> Buffer:
+    def constant(self, data: bytes | memoryview) -> Buffer:
         """A read-only buffer holding `data`. Backends that can address host memory bind it
         in place; the others upload it (the caller keeps the buffer for the whole load)."""
         buffer = self.allocate(len(data), zeroed=False)
@@ -121,6 +121,14 @@ class Device(ABC):
         """The buffer's bytes as a host array, or None when only write/read reach it."""
         self._check(buffer, 0, 0, "map")
         return self._host_pointer(buffer)
+
+    def mapped(self, buffer: Buffer) -> np.ndarray:
+        """`host_pointer` of a buffer the host reaches by construction (a cpu buffer, a
+        pinned one): a DeviceError where it does not."""
+        host = self.host_pointer(buffer)
+        if host is None:
+            raise DeviceError(f"{self.name}: a {buffer.memory} buffer has no host mapping")
+        return host
 
     def release(self, buffer: Buffer) -> None:
         if buffer.released:
