@@ -95,6 +95,11 @@ class ModulePlan:
     def slot_type(self, slot: int) -> TensorType | None:
         return self.module.slots[slot].type if self.module.slots else None
 
+    def tensor(self, slot: int) -> TensorType:
+        """The type of a slot that INPUT, OUTPUT or COPY names: `check` found it in the slot
+        table (those commands come with one, from version 4 on)."""
+        return self.module.slots[slot].type
+
 
 def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYTES
           ) -> ModulePlan:

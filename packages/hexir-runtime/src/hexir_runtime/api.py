@@ -54,7 +54,8 @@ def arrange(plan: EntryPlan, inputs: Sequence[Any] | Mapping[str, Any],
         if twice := sorted(inputs.keys() & (named or {}).keys()):
             raise InputError(f"input '{twice[0]}' of {plan.name} is given twice, in the mapping "
                              f"and as a keyword{_names_of(plan)}")
-        inputs, named = (), {**inputs, **(named or {})}
+        named = {**inputs, **(named or {})}
+        inputs = ()
     if not named:
         return inputs
     names = plan.signature.input_names
@@ -292,8 +293,11 @@ class Module:
             raise DeviceError(str(e)) from None
         self._mapped = MappedModule(path, copy=copy)
         self.path = self._mapped.path
+        parsed = self._mapped.module
+        # a module just parsed (not yet closed), from the bytes its layout describes
+        assert parsed is not None and parsed.layout is not None
         try:
-            plan = check_module(self._mapped.module, max_alloc_bytes=max_alloc_bytes)
+            plan = check_module(parsed, max_alloc_bytes=max_alloc_bytes)
             devices = {Device.CPU: hal.create_device("cpu")}
             # cuda is made available, not imposed: a module that never needs it runs on the
             # cpu alone, and a host without a driver is not asked for one.
@@ -305,7 +309,7 @@ class Module:
             self._mapped.close()
             raise
         self.version = plan.module.version
-        self.layout = plan.module.layout
+        self.layout = parsed.layout
         self._plans = plan.entries
         self._resident: Resident | None = Resident(plan, devices)
         # The calls in flight, by thread (a count each: a PRINT callback may call again):
@@ -468,6 +472,7 @@ class Module:
 
     def _free(self) -> None:
         resident, self._closing = self._closing, None
+        assert resident is not None, "freed after the close that set _closing"
         resident.close()
         del resident  # it holds views of the mapping: drop them before unmapping
         self._mapped.close()

@@ -36,6 +36,11 @@ class Call:
     kept_on_device: frozenset[int] = frozenset()  # COPY destinations not to bring to the host
 
 
+# An arena's call between calls: nothing to read. Steps run only inside a call, so they read
+# `arena.call` unchecked; this keeps the caller's arrays from being held past their call.
+IDLE = Call((), None)
+
+
 @dataclass
 class Step:
     """A command bound to an arena: `run` does it; `device` is the device it leaves work
@@ -62,7 +67,7 @@ class Arena:
     # per result: the copy that brings it off a device into its pinned buffer (None: none)
     result_copies: list[tuple[Callable[[], None], Device] | None] = field(default_factory=list)
     unwaited: set[Device] = field(default_factory=set)  # left running by the last call
-    call: Call | None = None
+    call: Call = field(default_factory=lambda: IDLE)  # the call running in it now
 
 
 Failure = Callable[[str, DeviceError], ExecutionError]  # a step's label and error, as raised

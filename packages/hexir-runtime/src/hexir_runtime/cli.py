@@ -31,6 +31,7 @@ from hexir_format import Device, DType, HexirError
 from hexir_format.files import terminate_as_interrupt
 from hexir_runtime import hal
 from hexir_runtime.api import Module
+from hexir_runtime.device_arrays import DevicePointer
 from hexir_runtime.errors import EntryNotFound, InputError, ValidationError
 from hexir_runtime.tensors_io import gather, output_path, parse_input, write_outputs
 
@@ -196,7 +197,7 @@ def print_result(index: int, name: str | None, array: np.ndarray, out: TextIO) -
                           formatter={"bool": lambda v: str(int(v))}), file=out)
 
 
-def benchmark(module: Module, entry: str, inputs: list[np.ndarray], calls: int,
+def benchmark(module: Module, entry: str, inputs: list[np.ndarray | DevicePointer], calls: int,
               out: TextIO) -> int:
     """Time `calls` calls after as many warm-up calls (up to 10), like iree-benchmark-module:
     each call whole (inputs bound, kernels run, results read back), PRINTs not shown."""
@@ -226,6 +227,7 @@ def run_module(opts: Options, out: TextIO, err: TextIO) -> int:
     if opts.output is not None:
         output_path(opts.output)
     try:
+        assert opts.path is not None, "parse_args gives a path unless --help/--version/--selftest"
         module = Module(opts.path, opts.device, cuda_graphs=opts.cuda_graphs)
     except ValidationError as e:
         raise HexirError(f"cannot load '{opts.path}': invalid module: {e}") from None

@@ -41,7 +41,7 @@ import numpy as np
 
 from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
 from hexir_runtime import hal
-from hexir_runtime.arena import Arena, Call, Printer, Step, graphs
+from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs
 from hexir_runtime.errors import DeviceError, ExecutionError
 from hexir_runtime.transfers import Transfers
 from hexir_runtime.validate import EntryPlan, ModulePlan, check_placement
@@ -149,7 +149,7 @@ class Program:
             if written is not None:
                 current[written] = self._binding(c, written, reads)
             elif c.op is Op.OUTPUT:
-                outputs[c.index] = (reads[0], resident.plan.slot_type(c.slot))
+                outputs[c.index] = (reads[0], resident.plan.tensor(c.slot))
             self.reads.append(reads)
             self.writes.append(current[written] if written is not None else None)
         self.outputs = [outputs[i] for i in range(len(outputs))]
@@ -175,7 +175,7 @@ class Program:
             self.bindings.append(_Binding(device, self.bindings[reads[0]].nbytes,
                                           offset=self.plan.offsets.get(slot)))
         elif c.op is Op.INPUT:
-            self.bindings.append(_Binding(device, self.resident.plan.slot_type(slot).nbytes))
+            self.bindings.append(_Binding(device, self.resident.plan.tensor(slot).nbytes))
         else:  # ALLOC
             self.bindings.append(_Binding(device, c.bytes, offset=self.plan.offsets.get(slot)))
         return len(self.bindings) - 1
@@ -275,7 +275,7 @@ class Program:
             # drop them now, so that closing the module can unmap the file at once
             arena.steps.clear()
             arena.buffers.clear()
-            arena.call = None
+            arena.call = IDLE
         self._arenas.clear()
         self._free.clear()
 
@@ -299,9 +299,11 @@ class Program:
                 return Step(label, launch)
             return Step(label, launch, kind, capturable=True)
         if c.op is Op.INPUT:
+            assert write is not None, "an INPUT binds the slot it writes"
             return self.transfers.bind_input(label, arena, c.index, write,
                                              self.plan.signature.inputs[c.index])
         if c.op is Op.COPY:
+            assert write is not None, "a COPY binds the slot it writes"
             return self.transfers.bind_copy(label, arena, write, reads[0])
         if c.op is Op.PRINT:
             t = self.resident.plan.slot_type(c.slot)
@@ -344,7 +346,7 @@ class Program:
             self._steps(arena)
             return tuple([view.copy() for view in arena.result_views])
         finally:
-            arena.call = None
+            arena.call = IDLE
             self._free.append(arena)
 
     def _steps(self, arena: Arena) -> None:
@@ -372,7 +374,7 @@ class Program:
                                      f"(end): {e}") from None
             return Execution(outputs, call.printed, self.plan.signature.output_names)
         finally:
-            arena.call = None  # the caller's arrays are not held past the call
+            arena.call = IDLE  # the caller's arrays are not held past the call
             self._free.append(arena)
 
 

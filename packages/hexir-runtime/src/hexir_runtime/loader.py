@@ -48,7 +48,7 @@ class MappedModule:
             data = source if isinstance(source, bytes) else bytes(source)
             if not data:
                 raise LoadError(f"cannot load {IN_MEMORY}: invalid module: it is empty")
-            self._map = data
+            self._map: bytes | mmap.mmap | None = data
         elif isinstance(source, str | os.PathLike):
             self.path = str(source)
             self._map, self._file = _read_file(self.path, copy)

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from hexir_format import CPU_LEVELS, Device, DType, Executable
-from hexir_runtime.arena import Call
+from hexir_runtime.arena import IDLE, Call
 from hexir_runtime.hal import threads
 
 #: FLOPs one core does per cycle at each x86-64 level, f32 (f64: half).
@@ -171,9 +171,9 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
                     if step.device is not None:
                         devices[step.device].wait()
                     per_step[i].append(time.perf_counter() - start)
-            arena.call = None
+            arena.call = IDLE
         finally:
-            arena.call = None
+            arena.call = IDLE
             program._free.append(arena)
         for _ in range(calls):
             start = time.perf_counter()

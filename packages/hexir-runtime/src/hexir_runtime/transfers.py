@@ -48,11 +48,14 @@ class Transfers:
         def on_cpu(b: int) -> bool:
             return self.bindings[b].device is Device.CPU
 
-        forwarded, deferred = {}, {}
+        forwarded: dict[int, int] = {}
+        deferred: dict[int, int] = {}
         for c, read, write in zip(commands, reads, writes, strict=True):
+            if write is None:  # OUTPUT, PRINT: nothing bound here
+                continue
             uses = readers.get(write, [])
             if c.op is Op.INPUT and on_cpu(write) and uses and all(
-                    op is Op.COPY and not on_cpu(dst) for op, dst in uses):
+                    op is Op.COPY and dst is not None and not on_cpu(dst) for op, dst in uses):
                 forwarded[write] = c.index
             if c.op is Op.COPY and on_cpu(write) and not on_cpu(read[0]) and uses and all(
                     op is Op.OUTPUT for op, _ in uses):
@@ -91,7 +94,7 @@ class Transfers:
                     typed[...] = x
             return Step(label, to_host)
         staged = self.staging(arena, write)
-        pinned = staged.device.host_pointer(staged)
+        pinned = staged.device.mapped(staged)
 
         def to_device() -> None:
             self._upload(arena, target, arena.call.inputs[index], staged, pinned)
@@ -104,7 +107,7 @@ class Transfers:
             return Step(label, copy, dst.device.kind, capturable=dst.device.kind is not Device.CPU)
         host = src.device.host_pointer(src)
         staged = self.staging(arena, write)
-        pinned = staged.device.host_pointer(staged)
+        pinned = staged.device.mapped(staged)
         if host is not None:  # host to device, through pinned memory
             index = self.forwarded.get(read)
             if index is None:
@@ -121,7 +124,7 @@ class Transfers:
                 if write not in arena.call.kept_on_device:
                     src.device.copy(staged, src)
             return Step(label, down_later, src.device.kind)
-        target = dst.device.host_pointer(dst)
+        target = dst.device.mapped(dst)
 
         def down() -> None:  # device to host, for a cpu kernel: the host waits here
             _fetch(arena.call, staged, src)
@@ -144,7 +147,7 @@ class Transfers:
             host = buffer.device.host_pointer(buffer)
             if b in self.deferred or host is None:
                 staged = self.staging(arena, b)
-                host = staged.device.host_pointer(staged)
+                host = staged.device.mapped(staged)
                 if b not in self.deferred:
                     copy = (functools.partial(buffer.device.copy, staged, buffer),
                             buffer.device.kind)
@@ -173,7 +176,7 @@ class Transfers:
         if x.stream is not None:
             device.follow(x.stream)
         _fetch(arena.call, staged, device.borrow(x.address, x.nbytes))
-        host[:x.nbytes] = device.host_pointer(staged)
+        host[:x.nbytes] = device.mapped(staged)
 
     def _settle(self, arena: Arena) -> None:
         """Before the host rewrites a pinned buffer of this arena: wait for the copies the
@@ -227,10 +230,10 @@ class Transfers:
         when the call returns, then copies the results out of pinned memory."""
         call = arena.call
         if out is None and not on_device:  # the common case: fresh host arrays
-            for copy in arena.result_copies:
-                if copy is not None:
-                    copy[0]()
-                    call.pending.add(copy[1])
+            for queued in arena.result_copies:
+                if queued is not None:
+                    queued[0]()
+                    call.pending.add(queued[1])
             for kind in sorted(call.pending):
                 self.devices[kind].wait()
             return tuple(view.copy() for view in arena.result_views)
@@ -245,8 +248,9 @@ class Transfers:
                 call.pending.add(source.device.kind)
                 wait = wait or target is not None
                 continue
-            if arena.result_copies[i] is not None:
-                copy, kind = arena.result_copies[i]
+            queued = arena.result_copies[i]
+            if queued is not None:
+                copy, kind = queued
                 copy()
                 call.pending.add(kind)
             wait = wait or b in self.deferred or source.device.kind is not Device.CPU
@@ -305,10 +309,10 @@ def _print(arena: Arena, buffer: hal.Buffer, staged: hal.Buffer | None, flat: Te
            shape: tuple[int, int]) -> None:
     call = arena.call
     if staged is None:
-        host = buffer.device.host_pointer(buffer)
+        host = buffer.device.mapped(buffer)
     else:  # off a device through its pinned buffer: the host waits here
         _fetch(call, staged, buffer)
-        host = staged.device.host_pointer(staged)
+        host = staged.device.mapped(staged)
     array = host[:flat.nbytes].view(flat.dtype.numpy).reshape(shape).copy()
     call.printed.append(array)
     if call.on_print is not None:

@@ -59,6 +59,8 @@ class Device(ABC):
     kind: DeviceKind
     name: str
     graphs: bool = False  # whether `capture` can record launches for replay (cuda graphs)
+    ordinal: int = 0  # its index among the devices of its kind
+    stream: Any = None  # the queue its work is enqueued on (cuda: a CUstream); None: none
 
     def __repr__(self) -> str:
         return f"<hexir_runtime.hal.Device {self.name!r} kind={self.kind}>"
@@ -80,7 +82,7 @@ class Device(ABC):
             self._check(parent.parent, 0, 0, "view")
         return self._view(parent, offset, size)
 
-    def constant(self, data: memoryview) -> Buffer:
+    def constant(self, data: bytes | memoryview) -> Buffer:
         """A read-only buffer holding `data`. Backends that can address host memory bind it
         in place; the others upload it (the caller keeps the buffer for the whole load)."""
         buffer = self.allocate(len(data), zeroed=False)
@@ -119,6 +121,14 @@ class Device(ABC):
         """The buffer's bytes as a host array, or None when only write/read reach it."""
         self._check(buffer, 0, 0, "map")
         return self._host_pointer(buffer)
+
+    def mapped(self, buffer: Buffer) -> np.ndarray:
+        """`host_pointer` of a buffer the host reaches by construction (a cpu buffer, a
+        pinned one): a DeviceError where it does not."""
+        host = self.host_pointer(buffer)
+        if host is None:
+            raise DeviceError(f"{self.name}: a {buffer.memory} buffer has no host mapping")
+        return host
 
     def release(self, buffer: Buffer) -> None:
         if buffer.released:
@@ -183,6 +193,33 @@ class Device(ABC):
 
     def release_graph(self, graph: Any) -> None:
         raise DeviceError(f"{self.name}: cannot release a graph")
+
+    # ---- memory shared with other libraries (device arrays) ----------------------------------
+    # Only a device with memory of its own that callers address (cuda) shares it; the others
+    # refuse, so the runtime's device-array paths type-check against any device.
+
+    def follow(self, stream: Any) -> None:
+        """Order this device's work after the work enqueued so far on `stream`."""
+        raise DeviceError(f"{self.name}: cannot order its work after another stream")
+
+    def signal(self, stream: Any) -> None:
+        """Order `stream` after the work enqueued so far on this device."""
+        raise DeviceError(f"{self.name}: cannot order another stream after its work")
+
+    def export(self, size: int) -> Buffer:
+        """A buffer that outlives the load's arenas, released with `release_export`."""
+        raise DeviceError(f"{self.name}: cannot export device memory")
+
+    def release_export(self, buffer: Buffer) -> None:
+        raise DeviceError(f"{self.name}: cannot release exported device memory")
+
+    def borrow(self, address: int, size: int) -> Buffer:
+        """A caller's device memory as a buffer this device reads but never frees."""
+        raise DeviceError(f"{self.name}: cannot borrow a caller's device memory")
+
+    def address_range(self, address: int) -> tuple[int, int]:
+        """The allocation that holds `address`: (base, size)."""
+        raise DeviceError(f"{self.name}: has no device memory that callers address")
 
     def close(self) -> None:  # noqa: B027 -- optional: nothing to do by default
         """Give back everything the device holds (contexts, loaded images)."""

@@ -53,7 +53,7 @@ class CpuDevice(Device):
         threads.cpu_threads(), threads.spin_cycles()  # settings refused at once, not when a
         # kernel first needs the pool (which a small module never does)
 
-    def constant(self, data: memoryview) -> Buffer:
+    def constant(self, data: bytes | memoryview) -> Buffer:
         host = np.frombuffer(data, dtype=np.uint8)
         if host.flags.writeable:  # a caller's bytearray: never let a kernel write rodata
             host = host.view()

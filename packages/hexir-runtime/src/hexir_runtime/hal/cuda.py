@@ -232,7 +232,7 @@ class CudaDevice(Device):
             return
         host = np.frombuffer(data, dtype=np.uint8)
         if buffer.memory is MemoryKind.HOST_VISIBLE:
-            self._host_pointer(buffer)[offset:offset + len(host)] = host
+            self._pinned(buffer)[offset:offset + len(host)] = host
             return
         # from pageable memory the driver stages the bytes before the call returns, so the
         # caller's data may change at once; the copy itself is in stream order
@@ -244,7 +244,7 @@ class CudaDevice(Device):
         if not len(out):
             return
         if buffer.memory is MemoryKind.HOST_VISIBLE:
-            out[:] = self._host_pointer(buffer)[:len(out)]
+            out[:] = self._pinned(buffer)[:len(out)]
             return
         _check(self._cu.cuMemcpyDtoHAsync(out.ctypes.data, buffer.handle, len(out),
                                           self.stream),
@@ -259,7 +259,7 @@ class CudaDevice(Device):
             return
         pinned = MemoryKind.HOST_VISIBLE
         if dst.memory is pinned and src.memory is pinned:
-            self._host_pointer(dst)[:n] = self._host_pointer(src)
+            self._pinned(dst)[:n] = self._pinned(src)
         elif src.memory is pinned:
             _check(self._cu.cuMemcpyHtoDAsync(dst.handle, src.handle, n, self.stream),
                    f"host to device copy of {n} bytes (cuMemcpyHtoDAsync)")
@@ -272,7 +272,7 @@ class CudaDevice(Device):
 
     def _zero(self, buffer: Buffer) -> None:
         if buffer.memory is MemoryKind.HOST_VISIBLE:
-            self._host_pointer(buffer)[:] = 0
+            self._pinned(buffer)[:] = 0
         elif buffer.size:
             _check(self._cu.cuMemsetD8Async(buffer.handle, 0, buffer.size, self.stream),
                    f"cuMemsetD8Async({buffer.size})")
@@ -280,6 +280,10 @@ class CudaDevice(Device):
     def _host_pointer(self, buffer: Buffer) -> np.ndarray | None:
         if buffer.memory is not MemoryKind.HOST_VISIBLE:
             return None
+        return self._pinned(buffer)
+
+    def _pinned(self, buffer: Buffer) -> np.ndarray:
+        """The host mapping of a HOST_VISIBLE buffer."""
         if not buffer.size:
             return np.empty(0, dtype=np.uint8)
         root = buffer.parent or buffer

@@ -145,9 +145,11 @@ def load(image: bytes | memoryview, entry: str, argc: int, *, what: str,
 def _external(name: str, index: int, what: str) -> int:
     for library in _libraries():
         try:
-            return ctypes.cast(library[name], ctypes.c_void_p).value
+            address = ctypes.cast(library[name], ctypes.c_void_p).value
         except AttributeError:
             continue
+        if address is not None:  # None: resolved to NULL (an undefined weak symbol): absent
+            return address
     raise DeviceError(f"{what}: undefined symbol '{name}' (symbol {index}) is not in this "
                       "process's libm or libc")
 

@@ -53,6 +53,7 @@ class Pool:
 
     def __init__(self, threads: int, spin_cycles: int = 1 << 20):
         syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
+        assert syscall is not None, "a symbol libc exports has an address"
         image = resources.files("hexir_runtime.hal").joinpath("threads.o").read_bytes()
         code = hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
                              provided={"syscall": syscall})

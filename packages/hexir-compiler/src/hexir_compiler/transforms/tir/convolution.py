@@ -49,6 +49,7 @@ computed twice.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math as pymath
 from collections.abc import Callable, Sequence
@@ -369,8 +370,7 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
 
         for lo, hi, masked_inner in ((0, first, True), (first, end, False),
                                      (end, g.out[-1], True)):
-            _runs(b, lo, hi - lo, lanes, lambda start, count, edge=masked_inner:
-                  block(start, count, edge))
+            _runs(b, lo, hi - lo, lanes, functools.partial(block, masked_inner=masked_inner))
 
 
 def _runs(b: KernelBuilder, start: int, length: int, lanes: int,
