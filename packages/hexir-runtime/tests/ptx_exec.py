@@ -23,6 +23,21 @@ memory, a thread reading or overwriting bytes another thread wrote since the las
 An instruction the executor does not know is refused by name (`UnsupportedError`), so a new
 opcode in the compiler's output fails loudly rather than computing something else.
 
+Module-scope `.global`/`.const` variables (libdevice's `__cudart_i2opi_f` table) are laid out
+when the module is parsed, each in its own region of device memory on a 256-byte line from
+the module's `globals_base` (the fake driver gives each load its own, in a window far above
+its allocations), initialised or zeroed; every launch of the module sees them beside the
+driver's allocations, so their addresses (`mov`, `cvta` of the name, `[name+k]`) are ordinary
+global addresses, bounds-checked per variable. Stores to `.const` are refused.
+
+Calls to `.func`s are inlined when the kernel is parsed: the callee's registers, labels and
+variables are renamed apart per call site, its `.param` names become the caller's argument
+variables, and its `ret` a branch to the call's end. A `.param` declared in a body (a call's
+arguments and results) is thread-private, so it lives in the thread's local memory, where
+`st.param`/`ld.param` reach it. The lock-step scheduler needs no call stack this way, and a
+divergent return is an ordinary divergent branch. Recursion cannot be inlined and is refused
+by name.
+
 Numerics: IEEE operations round as the GPU's do (`.rn`, and the directed `.rm`/`.rp`/`.rz`
 forms, emulated from the exact double result); `fma` of f32 is computed in f64 and rounded
 once more (it can differ from a fused result in the last bit); approximate instructions
@@ -390,10 +405,12 @@ def _directive(kernel: Kernel, stmt: str, line: int) -> None:
                 kernel.registers[n] = np.dtype(TYPES[type_])
     elif head in (".shared", ".local", ".param"):
         # a `.param` in a body holds a call's argument or result: thread-private, as local
-        align = int(words[words.index(".align") + 1]) if ".align" in words else 1
         decl = words[-1]
         array = re.fullmatch(r"([\w$]+)\[(\d*)\]", decl)
         type_ = next(w[1:] for w in words[1:-1] if w[1:] in TYPES)
+        # a variable is aligned to its type's size unless `.align` says more
+        align = max(int(words[words.index(".align") + 1]) if ".align" in words else 1,
+                    np.dtype(TYPES[type_]).itemsize)
         size = np.dtype(TYPES[type_]).itemsize * (int(array.group(2) or 0) if array else 1)
         name = array.group(1) if array else decl
         if head != ".shared" and kernel.local_sizes.get(name, -1) >= size:
