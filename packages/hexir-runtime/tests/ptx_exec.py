@@ -363,9 +363,11 @@ def _call(kernel: Kernel, stmt: str, line: int, functions: dict[str, Function],
         reg, count = decl.groups()
         for n in [reg] + [f"{reg}{i}" for i in range(int(count or 0))]:
             names[n] = f"%{tag}${n[1:]}"
-    for decl in re.finditer(r"([\w$]+)\s*:|(?:^|[;{}])\s*\.(?:param|local|shared)\b[^;]*?([\w$]+)\s*"
-                            r"(?:\[\d*\])?\s*;", func.body, re.M):
-        names[decl.group(1) or decl.group(2)] = f"{tag}${decl.group(1) or decl.group(2)}"
+    labels_and_variables = (r"([\w$]+)\s*:|(?:^|[;{}])\s*\.(?:param|local|shared)\b"
+                            r"[^;]*?([\w$]+)\s*(?:\[\d*\])?\s*;")
+    for decl in re.finditer(labels_and_variables, func.body, re.M):
+        own = decl.group(1) or decl.group(2)
+        names[own] = f"{tag}${own}"
     body = re.sub(r"(?<![\w$.%])%?[\w$]+", lambda m: names.get(m.group(0), m.group(0)),
                   func.body)
     end = f"{tag}$return"
