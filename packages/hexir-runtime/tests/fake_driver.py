@@ -94,6 +94,7 @@ class FakeDriver:
         self.graphs: dict[int, list] = {}
         self.instances: dict[int, list] = {}
         self._next = BASE
+        self._globals_next = ptx_exec.GLOBALS_WINDOW  # each loaded module's variables go here
         self._handles = 0x5000
 
     def __getattribute__(self, name: str):
@@ -361,7 +362,7 @@ class FakeDriver:
         if not data.rstrip(b"\0") or data.startswith(b"BAD"):
             return (CUresult.CUDA_ERROR_INVALID_IMAGE,)
         try:
-            program = ptx_exec.Module(data)
+            program = ptx_exec.Module(data, self._globals_next)
         except ptx_exec.UnsupportedError as err:
             if "neither PTX" in str(err) or "no PTX" in str(err):
                 return (CUresult.CUDA_ERROR_INVALID_IMAGE,)
@@ -372,6 +373,7 @@ class FakeDriver:
         except Exception as err:  # noqa: BLE001  (a damaged image breaks the parser anywhere: still bad PTX)
             self.image_errors.append(f"{type(err).__name__}: {err}")
             return (CUresult.CUDA_ERROR_INVALID_PTX,)
+        self._globals_next = max(self._globals_next, program.globals_end)
         handle = 0x1000 + len(self.modules)
         self.modules[handle] = program
         return (OK, handle)

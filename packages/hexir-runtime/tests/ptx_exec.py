@@ -23,6 +23,21 @@ memory, a thread reading or overwriting bytes another thread wrote since the las
 An instruction the executor does not know is refused by name (`UnsupportedError`), so a new
 opcode in the compiler's output fails loudly rather than computing something else.
 
+Module-scope `.global`/`.const` variables (libdevice's `__cudart_i2opi_f` table) are laid out
+when the module is parsed, each in its own region of device memory on a 256-byte line from
+the module's `globals_base` (the fake driver gives each load its own, in a window far above
+its allocations), initialised or zeroed; every launch of the module sees them beside the
+driver's allocations, so their addresses (`mov`, `cvta` of the name, `[name+k]`) are ordinary
+global addresses, bounds-checked per variable. Stores to `.const` are refused.
+
+Calls to `.func`s are inlined when the kernel is parsed: the callee's registers, labels and
+variables are renamed apart per call site, its `.param` names become the caller's argument
+variables, and its `ret` a branch to the call's end. A `.param` declared in a body (a call's
+arguments and results) is thread-private, so it lives in the thread's local memory, where
+`st.param`/`ld.param` reach it. The lock-step scheduler needs no call stack this way, and a
+divergent return is an ordinary divergent branch. Recursion cannot be inlined and is refused
+by name.
+
 Numerics: IEEE operations round as the GPU's do (`.rn`, and the directed `.rm`/`.rp`/`.rz`
 forms, emulated from the exact double result); `fma` of f32 is computed in f64 and rounded
 once more (it can differ from a fused result in the last bit); approximate instructions
@@ -34,6 +49,7 @@ from __future__ import annotations
 
 import re
 import struct
+from fractions import Fraction
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,6 +62,10 @@ WARP = 32
 #: Generic addresses of shared and local memory (cvta): above any device allocation.
 SHARED_WINDOW = 1 << 60
 LOCAL_WINDOW = 1 << 61
+#: Where a module's `.global`/`.const` variables live by default: far above the fake driver's
+#: allocations and below the shared window, so neither collides with them.
+GLOBALS_WINDOW = 1 << 59
+ALIGN = 256
 
 
 class PtxError(Exception):
@@ -132,26 +152,116 @@ class Kernel:
     local_size: int = 0
     code: list[Instruction] = field(default_factory=list)
     labels: dict[str, int] = field(default_factory=dict)
+    #: the module's `.global`/`.const` variables: name -> device address
+    globals: dict[str, int] = field(default_factory=dict)
+    #: sizes of the local variables, so a redeclared one (a call's `.param`s) reuses its slot
+    local_sizes: dict[str, int] = field(default_factory=dict)
+    calls: int = 0  # calls inlined so far: names each one's renamed registers and labels
+
+
+@dataclass
+class Function:
+    """A `.func`: inlined at each call (see `_call`)."""
+    name: str
+    params: list[str]
+    returns: list[str]
+    body: str
+    first_line: int
 
 
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 _ENTRY = re.compile(r"\.(?:visible\s+|weak\s+)?\.?entry\s+([\w$]+)\s*\((.*?)\)(.*?)\{", re.S)
 
 
-def parse(text: str) -> dict[str, Kernel]:
-    """The kernels (`.entry`s) of a PTX module, their instructions compiled."""
+def parse(text: str, globals_base: int = GLOBALS_WINDOW
+          ) -> tuple[dict[str, Kernel], dict[int, bytearray]]:
+    """The kernels (`.entry`s) of a PTX module, their instructions compiled, and its
+    module-scope variables laid out from `globals_base` ({address: bytes})."""
     text = _COMMENTS.sub("", text)
-    kernels = {}
+    functions, bodies = {}, []
+    for match in _FUNC.finditer(text):
+        returns, name, params = match.groups()
+        after = re.match(r"[^{;]*", text[match.end():]).end() + match.end()
+        if text[after] != "{":
+            continue  # a prototype
+        body, end = _body(text, after + 1)
+        bodies.append((match.start(), end))
+        functions[name] = Function(name, _param_names(params), _param_names(returns or ""),
+                                   body, text[:after + 1].count("\n") + 1)
+    entries = []
     for match in _ENTRY.finditer(text):
-        name, params, _ = match.groups()
         body, end = _body(text, match.end())
-        kernel = Kernel(name, [_param(p) for p in params.split(",") if p.strip()])
-        _statements(kernel, body, text[:match.end()].count("\n") + 1)
+        bodies.append((match.start(), end))
+        entries.append((match, body))
+    outside, at = "", 0
+    for start, end in sorted(bodies):
+        outside, at = outside + text[at:start] + "\n" * text[start:end].count("\n"), end
+    addresses, regions = _globals(outside + text[at:], globals_base)
+    kernels = {}
+    for match, body in entries:
+        name, params, _ = match.groups()
+        kernel = Kernel(name, [_param(p) for p in params.split(",") if p.strip()],
+                        globals=addresses)
+        _statements(kernel, body, text[:match.end()].count("\n") + 1, functions, ())
+        for ins in kernel.code:
+            _compile(kernel, ins)
         kernels[name] = kernel
-    if ".func" in re.sub(r"\.entry.*", "", text, flags=re.S) and re.search(r"^\s*\.func", text,
-                                                                            re.M):
-        raise UnsupportedError("the module defines .func functions (calls are not supported)")
-    return kernels
+    return kernels, regions
+
+
+_FUNC = re.compile(r"\.func\s+(?:\(([^)]*)\)\s*)?([\w$]+)\s*\(([^)]*)\)")
+_GLOBAL = re.compile(r"(?:\.(?:visible|weak|extern)\s+)*\.(global|const)\s+([^;=]*?)\s*"
+                     r"(?:=\s*([^;]*?))?\s*;")
+
+
+def _param_names(decls: str) -> list[str]:
+    names = []
+    for decl in decls.split(","):
+        if decl.strip():
+            if not decl.split()[0] == ".param":
+                raise UnsupportedError(f"a function parameter that is not .param: '{decl}'")
+            names.append(re.sub(r"\[.*", "", decl.split()[-1]))
+    return names
+
+
+def _globals(text: str, base: int) -> tuple[dict[str, int], dict[int, bytearray]]:
+    """The module-scope `.global`/`.const` variables of `text` (the module without its
+    function bodies), each its own zero-filled or initialised region from `base`, on
+    `ALIGN`-byte lines as the driver's allocations are (so an access past one faults)."""
+    addresses, regions = {}, {}
+    for match in _GLOBAL.finditer(text):
+        space, decl, init = match.groups()
+        line = text[:match.start()].count("\n") + 1
+        words = decl.split()
+        if "extern" in match.group(0).split()[0]:
+            raise UnsupportedError(f"line {line}: an .extern variable has no definition here")
+        type_ = next((w[1:] for w in words if w[1:] in TYPES), None)
+        shape = re.fullmatch(r"([\w$]+)((?:\[\d*\])*)", words[-1])
+        if type_ is None or type_ == "pred" or not shape:
+            raise UnsupportedError(f"line {line}: .{space} variable '{decl}'")
+        dtype = np.dtype(TYPES[type_])
+        values = []
+        if init is not None:
+            for item in init.replace("{", " ").replace("}", " ").split(","):
+                try:
+                    values.append(_imm(item.strip(), dtype) if dtype.kind != "f" or
+                                  re.match(r"0[fFdD]", item.strip()) else
+                                  dtype.type(float(item)))
+                except ValueError:
+                    raise UnsupportedError(f"line {line}: initialiser '{item.strip()}' of "
+                                           f".{space} variable {shape.group(1)}") from None
+        count = 1
+        for dim in re.findall(r"\[(\d*)\]", shape.group(2)):
+            count *= int(dim) if dim else len(values)
+        if len(values) > count:
+            raise UnsupportedError(f"line {line}: {len(values)} initialisers for the {count} "
+                                   f"elements of {shape.group(1)}")
+        data = np.zeros(count, dtype)
+        data[:len(values)] = values
+        addresses[shape.group(1)] = base
+        regions[base] = bytearray(data.tobytes())
+        base += -(-max(data.nbytes, 1) // ALIGN) * ALIGN
+    return addresses, regions
 
 
 def _body(text: str, start: int) -> tuple[str, int]:
@@ -173,7 +283,10 @@ def _param(decl: str) -> tuple[str, int]:
     return name, size
 
 
-def _statements(kernel: Kernel, body: str, first_line: int) -> None:
+def _statements(kernel: Kernel, body: str, first_line: int, functions: dict[str, Function],
+                stack: tuple[str, ...], end: str | None = None) -> None:
+    """Appends the instructions of `body` to the kernel (not yet compiled). Inside an inlined
+    function (`stack` names the calls in progress) `ret` branches to its `end` label."""
     pending_labels = []
     line = first_line
     for raw in re.split(r"(;|\n)", body):
@@ -199,14 +312,67 @@ def _statements(kernel: Kernel, body: str, first_line: int) -> None:
             _directive(kernel, stmt, line)
             continue
         guard = None
-        g = re.match(r"^@(!?)(%[\w.]+)\s+", stmt)
+        g = re.match(r"^@(!?)(%[\w.$]+)\s+", stmt)
         if g:
             guard = (g.group(2), g.group(1) == "!")
             stmt = stmt[g.end():]
         opcode, _, rest = re.sub(r"\s+", " ", stmt, count=1).partition(" ")
+        if opcode.split(".")[0] == "call":
+            if guard:
+                raise UnsupportedError(f"{kernel.name}: line {line}: a predicated call")
+            _call(kernel, stmt, line, functions, stack)
+            continue
+        if stack and opcode in ("ret", "ret.uni"):
+            opcode, rest = "bra.uni", end
         kernel.code.append(Instruction(line, stmt, guard, opcode, _operands(rest)))
-    for ins in kernel.code:
-        _compile(kernel, ins)
+
+
+_CALL = re.compile(r"call(?:\.uni)?\s+(?:\(([^)]*)\)\s*,\s*)?([\w$]+)\s*(?:,\s*\(([^)]*)\))?")
+
+
+def _call(kernel: Kernel, stmt: str, line: int, functions: dict[str, Function],
+          stack: tuple[str, ...]) -> None:
+    """Inlines a call: the callee's body, its registers, labels and variables renamed apart
+    (`%r1` -> `%c3$r1`, `L1` -> `c3$L1`) and its `.param` names replaced by the caller's
+    argument variables, which live in the thread's local memory (`.param` in a body)."""
+    call = _CALL.fullmatch(stmt.strip())
+    where = f"{kernel.name}: line {line}"
+    if not call:
+        raise UnsupportedError(f"{where}: call '{stmt}'")
+    returns, name, args = (g.split(",") if g else [] for g in call.groups())
+    name = name[0].strip()
+    if name not in functions:
+        raise UnsupportedError(f"{where}: call of '{name}', which the module does not define")
+    if name in stack:
+        raise UnsupportedError(f"{where}: recursive call of '{name}' "
+                               f"({' -> '.join(stack + (name,))})")
+    func = functions[name]
+    returns, args = [r.strip() for r in returns], [a.strip() for a in args]
+    if len(args) != len(func.params) or len(returns) != len(func.returns):
+        raise UnsupportedError(f"{where}: '{name}' takes {len(func.params)} parameters and "
+                               f"{len(func.returns)} results, the call passes {len(args)} and "
+                               f"{len(returns)}")
+    for arg in args + returns:
+        if arg not in kernel.local:
+            raise UnsupportedError(f"{where}: call argument '{arg}' is not a .param variable")
+    kernel.calls += 1
+    tag = f"c{kernel.calls}"
+    names = dict(zip(func.params + func.returns, args + returns, strict=True))
+    for decl in re.finditer(r"(%[\w$]+)(?:<(\d+)>)?", " ".join(
+            d.group(1) for d in re.finditer(r"\.reg\s+\.\w+\s+([^;]*);", func.body))):
+        reg, count = decl.groups()
+        for n in [reg] + [f"{reg}{i}" for i in range(int(count or 0))]:
+            names[n] = f"%{tag}${n[1:]}"
+    labels_and_variables = (r"([\w$]+)\s*:|(?:^|[;{}])\s*\.(?:param|local|shared)\b"
+                            r"[^;]*?([\w$]+)\s*(?:\[\d*\])?\s*;")
+    for decl in re.finditer(labels_and_variables, func.body, re.M):
+        own = decl.group(1) or decl.group(2)
+        names[own] = f"{tag}${own}"
+    body = re.sub(r"(?<![\w$.%])%?[\w$]+", lambda m: names.get(m.group(0), m.group(0)),
+                  func.body)
+    end = f"{tag}$return"
+    _statements(kernel, body, func.first_line, functions, stack + (name,), end)
+    kernel.labels[end] = len(kernel.code)
 
 
 def _operands(rest: str) -> list[str]:
@@ -239,13 +405,20 @@ def _directive(kernel: Kernel, stmt: str, line: int) -> None:
                 else [name]
             for n in names:
                 kernel.registers[n] = np.dtype(TYPES[type_])
-    elif head in (".shared", ".local"):
-        align = int(words[words.index(".align") + 1]) if ".align" in words else 1
+    elif head in (".shared", ".local", ".param"):
+        # a `.param` in a body holds a call's argument or result: thread-private, as local
         decl = words[-1]
         array = re.fullmatch(r"([\w$]+)\[(\d*)\]", decl)
         type_ = next(w[1:] for w in words[1:-1] if w[1:] in TYPES)
+        # a variable is aligned to its type's size unless `.align` says more
+        align = max(int(words[words.index(".align") + 1]) if ".align" in words else 1,
+                    np.dtype(TYPES[type_]).itemsize)
         size = np.dtype(TYPES[type_]).itemsize * (int(array.group(2) or 0) if array else 1)
         name = array.group(1) if array else decl
+        if head != ".shared" and kernel.local_sizes.get(name, -1) >= size:
+            return  # declared again (another call's scope): its slot serves
+        if head != ".shared":
+            kernel.local_sizes[name] = size
         table = kernel.shared if head == ".shared" else kernel.local
         used = kernel.shared_size if head == ".shared" else kernel.local_size
         offset = -(-used // align) * align
@@ -419,6 +592,9 @@ class Operands:
         if text in self.kernel.local:
             offset = self.kernel.local[text]
             return lambda st, sel: np.full(st.width, offset, dtype)
+        if text in self.kernel.globals:
+            address = self.kernel.globals[text]
+            return lambda st, sel: np.full(st.width, address, dtype)
         try:
             value = _imm(text, dtype)
         except ValueError:
@@ -453,6 +629,7 @@ class Operands:
             return None, lambda st, sel: read(st, sel) + np.uint64(offset & (2**64 - 1))
         names = dict(self.kernel.shared)
         names.update(self.kernel.local)
+        names.update(self.kernel.globals)
         names.update({p: o for p, o in _param_offsets(self.kernel).items()})
         if base in names:
             value = np.uint64(names[base] + offset)
@@ -499,6 +676,23 @@ def _round_to(exact: np.ndarray, dtype, mode: str) -> np.ndarray:
     toward = np.where(exact > 0, np.where(back > exact, down, nearest),
                       np.where(back < exact, up, nearest))
     return toward  # rz
+
+
+def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """`fma.rn.f64`: a * b + c rounded once, as the GPU does (libdevice's double-double
+    arithmetic, e.g. in `pow`, depends on it). Computed exactly with fractions where the
+    inputs are finite and the result is not zero; elsewhere the unfused result is the fused
+    one (infinities, NaNs, and the sign of an exact zero from zero inputs)."""
+    plain = a * b + c
+    exact = np.isfinite(a) & np.isfinite(b) & np.isfinite(c) & ~((a * b == 0) & (c == 0))
+    out = plain.copy()
+    for i in np.flatnonzero(exact):
+        value = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
+        try:
+            out[i] = float(value) if value else 0.0
+        except OverflowError:
+            out[i] = np.inf if value > 0 else -np.inf
+    return out
 
 
 def _flush(x: np.ndarray) -> np.ndarray:
@@ -582,6 +776,8 @@ def _compile(kernel: Kernel, ins: Instruction) -> None:
             if dtype == np.float32 and (mode != "rn" or len(xs) == 3):
                 value = fn(*(x.astype(np.float64) for x in xs))
                 out = _round_to(value, dtype.type, mode)
+            elif dtype == np.float64 and len(xs) == 3 and mode == "rn":
+                out = _fma64(*xs)
             else:
                 out = fn(*xs).astype(dtype)
             if "sat" in mods:
@@ -629,6 +825,9 @@ def _compile(kernel: Kernel, ins: Instruction) -> None:
         return
     if base in ("ld", "st"):
         _memory(kernel, ins, ops, base, mods, dtype)
+        return
+    if base in ("addc", "subc", "madc") or "cc" in mods and base in ("add", "sub", "mad"):
+        _carry(kernel, ins, ops, base, mods, dtype)
         return
     if base in ("add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max"):
         _arith(kernel, ins, ops, base, mods, types, rounded)
@@ -755,6 +954,23 @@ def _compile(kernel: Kernel, ins: Instruction) -> None:
     if base == "prmt":
         _prmt(ins, ops, mods)
         return
+    if base == "shf":  # funnel shift of the 64 bits {b:a} by c (mod 32, or clamped to 32)
+        lo, hi = ops.get(args[1], np.uint32), ops.get(args[2], np.uint32)
+        n = ops.get(args[3], np.uint32)
+        out = ops.set(args[0], np.uint32)
+
+        def funnel(st, sel):
+            pair = lo(st, sel).astype(np.uint64) | hi(st, sel).astype(np.uint64) << np.uint64(32)
+            count = n(st, sel)
+            count = count & np.uint32(31) if "wrap" in mods else np.minimum(count, 32)
+            count = count.astype(np.uint64)
+            if "l" in mods:
+                value = (pair << count) >> np.uint64(32)
+            else:
+                value = pair >> count
+            out(st, sel, (value & np.uint64(0xFFFFFFFF)).astype(np.uint32))
+        ins.run = funnel
+        return
     if base == "shfl":
         _shfl(kernel, ins, ops, mods, types)
         return
@@ -833,6 +1049,43 @@ def _arith(kernel, ins, ops, base, mods, types, rounded) -> None:
            "min": np.minimum, "max": np.maximum}
     fn = fns[base]
     ins.run = lambda st, sel: out(st, sel, fn(*(g(st, sel) for g in getters)))
+
+
+#: the thread's carry flag (CC.CF) of extended-precision arithmetic: a hidden register
+CARRY = "%$carry"
+
+
+def _carry(kernel, ins, ops, base, mods, dtype) -> None:
+    """Extended-precision integer arithmetic: `add.cc`/`sub.cc`/`mad.cc` set the carry (a
+    borrow for sub), `addc`/`subc`/`madc` take it in, and set it too with `.cc`. Computed
+    on Python ints (these run rarely, e.g. in libdevice's trig range reduction)."""
+    kernel.registers[CARRY] = np.dtype(np.uint8)
+    if dtype.kind not in "iu":
+        raise ops.fail(f"instruction '{ins.opcode}'")
+    bits = dtype.itemsize * 8
+    getters = [ops.get(a, UNSIGNED[dtype.itemsize]) for a in ins.operands[1:]]
+    out = ops.set(ins.operands[0], UNSIGNED[dtype.itemsize])
+    carry_in = ops.get(CARRY, np.uint8)
+    carry_out = ops.set(CARRY, np.uint8)
+    takes, sets = base.endswith("c"), "cc" in mods
+    op = base.rstrip("c") if base != "madc" else "mad"
+
+    def run(st, sel):
+        xs = [g(st, sel).astype(object) for g in getters]
+        cf = carry_in(st, sel).astype(object) if takes else 0
+        if op == "add":
+            r = xs[0] + xs[1] + cf
+        elif op == "sub":
+            r = xs[0] - (xs[1] + cf)
+        else:
+            product = xs[0] * xs[1]
+            part = product >> bits if "hi" in mods else product & ((1 << bits) - 1)
+            r = part + xs[2] + cf
+        mask = (1 << bits) - 1
+        out(st, sel, np.array([int(v) & mask for v in r], UNSIGNED[dtype.itemsize]))
+        if sets:
+            carry_out(st, sel, np.array([int(v) >> bits != 0 for v in r], np.uint8))
+    ins.run = run
 
 
 def _setp(kernel, ins, ops, base, mods, types) -> None:
@@ -918,9 +1171,13 @@ def _memory(kernel, ins, ops, base, mods, dtype) -> None:
     vec = next((int(m[1:]) for m in mods if m in ("v2", "v4", "v8")), 1)
     size = dtype.itemsize
     address_text, value_text = (args[1], args[0]) if base == "ld" else (args[0], args[1])
-    _, address = ops.address(address_text)
+    symbol, address = ops.address(address_text)
+    if space == "param" and symbol in kernel.local:
+        space = "local"  # a call's argument or result (a `.param` declared in the body)
     if space == "const":
-        raise ops.fail("constant memory")
+        if base == "st":
+            raise ops.fail("a store to constant memory")
+        space = "global"  # the module's .const variables are regions of device memory
     values = [v.strip() for v in value_text[1:-1].split(",")] if vec > 1 else [value_text]
     raw = np.dtype(UNSIGNED[size])
 
@@ -1143,14 +1400,24 @@ def _atomic(kernel, ins, ops, base, mods, dtype) -> None:
 # ---- launching ------------------------------------------------------------------------------
 
 class Module:
-    """The kernels of one cuda image, parsed once."""
+    """The kernels of one cuda image, parsed once, and its module-scope variables: allocated
+    once per load from `globals_base` ({address: bytes}), seen by every launch of the module
+    beside the driver's allocations."""
 
-    def __init__(self, image: bytes):
-        self.kernels = parse(ptx_text(image))
+    def __init__(self, image: bytes, globals_base: int = GLOBALS_WINDOW):
+        self.kernels, self.globals = parse(ptx_text(image), globals_base)
+
+    @property
+    def globals_end(self) -> int:
+        """The first address after this module's variables: where another module's go."""
+        return max((a + -(-len(r) // ALIGN) * ALIGN for a, r in self.globals.items()),
+                   default=0)
 
     def launch(self, name: str, grid: tuple[int, int, int], block: tuple[int, int, int],
                params: bytes, memory: Memory) -> None:
         kernel = self.kernels[name]
+        if self.globals:
+            memory = Memory({**memory.regions, **self.globals})
         per_block = block[0] * block[1] * block[2]
         blocks = grid[0] * grid[1] * grid[2]
         if per_block == 0 or blocks == 0:

@@ -226,6 +226,203 @@ ret;
                                      "0x44334433", "0x33332211"]
 
 
+# ---- module-scope variables and calls ------------------------------------------------------
+
+GLOBALS = HEADER + """
+.global .align 4 .b32 table[4] = {10, 20, 30, 40};
+.const .align 4 .f32 scale = 0f40000000;
+.global .align 8 .b8 unset[8];
+.visible .entry k(.param .u64 p0)
+{
+.reg .b32 %r<8>;
+.reg .b64 %rd<16>;
+.reg .f32 %f<2>;
+mov.u32 %r1, %tid.x;
+and.b32 %r2, %r1, 3;
+mul.wide.u32 %rd1, %r2, 4;
+mov.u64 %rd2, table;
+add.s64 %rd3, %rd2, %rd1;
+ld.global.nc.u32 %r3, [%rd3];
+ld.const.f32 %f1, [scale];
+cvt.rzi.u32.f32 %r4, %f1;
+add.u32 %r3, %r3, %r4;
+ld.global.u32 %r5, [unset+4];
+add.u32 %r3, %r3, %r5;
+ld.param.u64 %rd4, [p0];
+mul.wide.u32 %rd5, %r1, 4;
+add.s64 %rd6, %rd4, %rd5;
+st.global.u32 [%rd6], %r3;
+ret;
+}
+.visible .entry past()
+{
+.reg .b32 %r<2>;
+.reg .b64 %rd<4>;
+cvta.global.u64 %rd1, table;
+ld.global.u32 %r1, [%rd1+16];
+ret;
+}
+"""
+
+
+def test_a_global_table_is_read_through_its_address():
+    module = ptx_exec.Module(GLOBALS.encode())
+    (out,) = launch(module, [np.zeros(32, np.uint32)])
+    assert out.tolist() == [10 * (i % 4 + 1) + 2 for i in range(32)]
+    with pytest.raises(ptx_exec.FaultError, match="outside every allocation"):
+        module.launch("past", (1, 1, 1), (1, 1, 1), b"", ptx_exec.Memory({}))
+
+
+def test_each_loaded_module_has_its_variables_apart_from_the_allocations():
+    fake = FakeDriver()
+    _, buffer = fake.cuMemAlloc(64)
+    handles = [fake.cuModuleLoadData(GLOBALS.encode())[1] for _ in range(2)]
+    spans = [(a, a + len(r)) for h in handles for a, r in fake.modules[h].globals.items()]
+    spans.append((buffer, buffer + 64))
+    spans.sort()
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    assert len(spans) == 7
+
+
+CALLS = HEADER + """
+.func (.param .b32 out) mix(.param .b32 x, .param .b32 y)
+;
+.func (.param .b32 out) mix(.param .b32 x, .param .b32 y)
+{
+.reg .pred %p<2>;
+.reg .b32 %r<4>;
+ld.param.b32 %r1, [x];
+ld.param.b32 %r2, [y];
+setp.eq.s32 %p1, %r1, 0;
+@%p1 bra $L_zero;
+shl.b32 %r3, %r1, 1;
+add.s32 %r3, %r3, %r2;
+st.param.b32 [out], %r3;
+ret;
+$L_zero:
+st.param.b32 [out], %r2;
+ret;
+}
+.func store(.param .b64 at, .param .b32 v)
+{
+.reg .b64 %rd<2>;
+.reg .b32 %r<2>;
+ld.param.b64 %rd1, [at];
+ld.param.b32 %r1, [v];
+st.global.u32 [%rd1], %r1;
+ret;
+}
+.visible .entry k(.param .u64 p0)
+{
+.reg .b32 %r<8>;
+.reg .b64 %rd<4>;
+mov.u32 %r1, %tid.x;
+and.b32 %r2, %r1, 3;
+{
+.param .b32 param0;
+.param .b32 param1;
+.param .b32 retval0;
+st.param.b32 [param0], %r2;
+st.param.b32 [param1], %r1;
+call.uni (retval0), mix, (param0, param1);
+ld.param.b32 %r3, [retval0];
+}
+mov.u32 %r5, 100;
+{
+.param .b32 param0;
+.param .b32 param1;
+.param .b32 retval0;
+st.param.b32 [param0], %r3;
+st.param.b32 [param1], %r5;
+call (retval0), mix, (param0, param1);
+ld.param.b32 %r4, [retval0];
+}
+ld.param.u64 %rd1, [p0];
+mul.wide.u32 %rd2, %r1, 4;
+add.s64 %rd3, %rd1, %rd2;
+{
+.param .b64 param0;
+.param .b32 param1;
+st.param.b64 [param0], %rd3;
+st.param.b32 [param1], %r4;
+call.uni store, (param0, param1);
+}
+ret;
+}
+"""
+
+
+def test_a_function_is_called_twice_with_parameters_and_a_result():
+    (out,) = launch(ptx_exec.Module(CALLS.encode()), [np.zeros(32, np.uint32)])
+    first = [2 * (t % 4) + t if t % 4 else t for t in range(32)]
+    assert out.tolist() == [2 * m + 100 if m else 100 for m in first]
+
+
+def test_a_recursive_call_is_refused_by_name():
+    text = HEADER + """
+.func (.param .b32 out) down(.param .b32 x)
+{
+.reg .b32 %r<2>;
+ld.param.b32 %r1, [x];
+{
+.param .b32 param0;
+.param .b32 retval0;
+st.param.b32 [param0], %r1;
+call.uni (retval0), down, (param0);
+ld.param.b32 %r1, [retval0];
+}
+st.param.b32 [out], %r1;
+ret;
+}
+.visible .entry k()
+{
+.reg .b32 %r<2>;
+{
+.param .b32 param0;
+.param .b32 retval0;
+st.param.b32 [param0], %r1;
+call.uni (retval0), down, (param0);
+}
+ret;
+}
+"""
+    with pytest.raises(ptx_exec.UnsupportedError, match=r"recursive call of 'down' "
+                                                        r"\(down -> down\)"):
+        ptx_exec.Module(text.encode())
+
+
+def test_carries_funnel_shifts_and_a_fused_f64_fma():
+    body = """
+ld.param.u64 %rd1, [p0];
+mov.u32 %r1, -1;
+mov.u32 %r2, 1;
+add.cc.u32 %r3, %r1, %r2;
+addc.u32 %r4, 0, 0;
+st.global.u32 [%rd1], %r3;
+st.global.u32 [%rd1+4], %r4;
+sub.cc.u32 %r3, 0, 1;
+subc.u32 %r4, 5, 0;
+st.global.u32 [%rd1+8], %r4;
+mov.u32 %r5, 0x80000001;
+mov.u32 %r6, 0x00000003;
+shf.l.wrap.b32 %r7, %r5, %r6, 33;
+st.global.u32 [%rd1+12], %r7;
+shf.r.clamp.b32 %r7, %r5, %r6, 1;
+st.global.u32 [%rd1+16], %r7;
+mov.f64 %fd1, 0d3FF0000000000001;
+mov.f64 %fd2, 0d3FEFFFFFFFFFFFFE;
+fma.rn.f64 %fd3, %fd1, %fd2, 0dBFF0000000000000;
+st.global.f64 [%rd1+24], %fd3;
+ret;
+"""
+    module = kernel(body, regs=".reg .f64 %fd<4>;\n")
+    (out,) = launch(module, [np.zeros(8, np.uint32)], block=(1, 1, 1))
+    assert out[:5].tolist() == [0, 1, 4, 7, 0xC0000000]
+    # (1 + 2**-52) * (1 - 2**-52) - 1 is -2**-104 exactly; unfused, the product rounds to 1
+    assert (1 + 2.0**-52) * (1 - 2.0**-52) - 1 == 0
+    assert out[6:].view(np.float64)[0] == -2.0**-104
+
+
 # ---- the compiled kernels ------------------------------------------------------------------
 
 def _mutate(path, kernel_name: str, old: bytes, new: bytes) -> bytes:
