@@ -49,9 +49,9 @@ from __future__ import annotations
 
 import re
 import struct
-from fractions import Fraction
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -95,7 +95,7 @@ def ptx_text(image: bytes) -> str:
     """The PTX of a cuda image: the newest-architecture PTX entry of a fatbin, or the image
     itself when it is PTX text. Compressed entries and CUBIN-only images are refused."""
     data = bytes(image).rstrip(b"\0")
-    if data.lstrip().startswith(b"//") or b".version" in data[:4096] and b"\0" not in data:
+    if data.lstrip().startswith(b"//") or (b".version" in data[:4096] and b"\0" not in data):
         return data.decode()
     if len(data) < 16 or struct.unpack_from("<I", data)[0] != FATBIN_MAGIC:
         raise UnsupportedError("the image is neither PTX text nor a fatbin")
@@ -345,7 +345,7 @@ def _call(kernel: Kernel, stmt: str, line: int, functions: dict[str, Function],
         raise UnsupportedError(f"{where}: call of '{name}', which the module does not define")
     if name in stack:
         raise UnsupportedError(f"{where}: recursive call of '{name}' "
-                               f"({' -> '.join(stack + (name,))})")
+                               f"({' -> '.join((*stack, name))})")
     func = functions[name]
     returns, args = [r.strip() for r in returns], [a.strip() for a in args]
     if len(args) != len(func.params) or len(returns) != len(func.returns):
@@ -371,7 +371,7 @@ def _call(kernel: Kernel, stmt: str, line: int, functions: dict[str, Function],
     body = re.sub(r"(?<![\w$.%])%?[\w$]+", lambda m: names.get(m.group(0), m.group(0)),
                   func.body)
     end = f"{tag}$return"
-    _statements(kernel, body, func.first_line, functions, stack + (name,), end)
+    _statements(kernel, body, func.first_line, functions, (*stack, name), end)
     kernel.labels[end] = len(kernel.code)
 
 
@@ -730,7 +730,6 @@ def _compile(kernel: Kernel, ins: Instruction) -> None:
     ops = Operands(kernel, ins)
     base, mods, types = _parts(ins.opcode)
     args = ins.operands
-    where = _where(kernel, ins)
     t = types[-1] if types else None
     dtype = np.dtype(TYPES[t]) if t else None
 
@@ -826,7 +825,7 @@ def _compile(kernel: Kernel, ins: Instruction) -> None:
     if base in ("ld", "st"):
         _memory(kernel, ins, ops, base, mods, dtype)
         return
-    if base in ("addc", "subc", "madc") or "cc" in mods and base in ("add", "sub", "mad"):
+    if base in ("addc", "subc", "madc") or ("cc" in mods and base in ("add", "sub", "mad")):
         _carry(kernel, ins, ops, base, mods, dtype)
         return
     if base in ("add", "sub", "mul", "mad", "fma", "div", "rem", "min", "max"):

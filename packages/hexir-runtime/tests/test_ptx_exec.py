@@ -2,6 +2,7 @@
 faults where a GPU would, and catches a kernel that is wrong by one instruction."""
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -280,7 +281,7 @@ def test_each_loaded_module_has_its_variables_apart_from_the_allocations():
     spans = [(a, a + len(r)) for h in handles for a, r in fake.modules[h].globals.items()]
     spans.append((buffer, buffer + 64))
     spans.sort()
-    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    assert all(end <= start for (_, end), (start, _) in itertools.pairwise(spans))
     assert len(spans) == 7
 
 
