@@ -678,15 +678,42 @@ def _round_to(exact: np.ndarray, dtype, mode: str) -> np.ndarray:
     return toward  # rz
 
 
+def _two_sum(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """x + y rounded, and its rounding error exactly (Knuth's TwoSum)."""
+    total = x + y
+    back = total - x
+    return total, (x - (total - back)) + (y - back)
+
+
 def _fma64(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """`fma.rn.f64`: a * b + c rounded once, as the GPU does (libdevice's double-double
-    arithmetic, e.g. in `pow`, depends on it). Computed exactly with fractions where the
-    inputs are finite and the result is not zero; elsewhere the unfused result is the fused
-    one (infinities, NaNs, and the sign of an exact zero from zero inputs)."""
+    arithmetic, e.g. in `pow`, depends on it). Vectorised with error-free transformations:
+    a * b = p + e exactly (Dekker's product), p + c = s + t exactly (TwoSum), so the value is
+    s + u + v with u + v = t + e exactly (TwoSum), and r = s + u rounded leaves w (s + u = r +
+    w exactly). r is the value rounded once when v is 0, or when |w| + |v| stays clearly below
+    half of r's smaller neighbouring gap (v cannot then move the value across a rounding
+    boundary). The rest (near a boundary, or operands so large or small that the splitting is
+    not exact) is computed with fractions, element by element. Infinities, NaNs and the sign
+    of an exact zero from zero inputs are the unfused result's."""
     plain = a * b + c
     exact = np.isfinite(a) & np.isfinite(b) & np.isfinite(c) & ~((a * b == 0) & (c == 0))
-    out = plain.copy()
-    for i in np.flatnonzero(exact):
+    with np.errstate(over="ignore", invalid="ignore"):
+        split = 134217729.0  # 2^27 + 1
+        t_a, t_b = split * a, split * b
+        a_hi, b_hi = t_a - (t_a - a), t_b - (t_b - b)
+        a_lo, b_lo = a - a_hi, b - b_hi
+        p = a * b
+        e = ((a_hi * b_hi - p) + a_hi * b_lo + a_lo * b_hi) + a_lo * b_lo
+        s, t = _two_sum(p, c)
+        u, v = _two_sum(t, e)
+        fused, w = _two_sum(s, u)
+        gap = np.spacing(np.nextafter(np.abs(fused), 0))  # the smaller gap beside |r|
+        settled = (v == 0) | ((np.abs(w) + np.abs(v)) < gap * (0.5 - 2.0 ** -40))
+    small = 2.0 ** -900
+    safe = (exact & (np.abs(a) < 2.0 ** 500) & (np.abs(b) < 2.0 ** 500) & (np.abs(c) < 2.0 ** 1000)
+            & ((a == 0) | (b == 0) | (np.abs(p) > small)) & settled & np.isfinite(fused))
+    out = np.where(safe, fused, plain)
+    for i in np.flatnonzero(exact & ~safe):
         value = Fraction(float(a[i])) * Fraction(float(b[i])) + Fraction(float(c[i]))
         try:
             out[i] = float(value) if value else 0.0

@@ -469,3 +469,32 @@ def test_the_command_runs_a_module_on_the_executor(capsys):
     assert main(["run", str(FIXTURES / "builtin-cuda.hxb"), "--quiet"]) == 0
     assert capsys.readouterr().out.splitlines()[-2:] == ["8.000000 17.000000 ",
                                                          "12.000000 14.000000 "]
+
+
+def test_the_fused_f64_fma_is_the_exact_value_rounded_once():
+    """`_fma64`'s vectorised error-free path against fractions: products of every scale,
+    cancellation to the last bits, values one rounding step from a tie, huge and tiny operands
+    (where it falls back to fractions), infinities and zeros."""
+    from fractions import Fraction
+
+    rng = np.random.default_rng(5)
+    n = 4000
+    a = rng.standard_normal(n) * np.exp2(rng.integers(-60, 60, n))
+    b = rng.standard_normal(n) * np.exp2(rng.integers(-60, 60, n))
+    c = -(a * b) * (1 + rng.standard_normal(n) * 1e-15)
+    c[::3] = rng.standard_normal(n)[::3]
+    near_tie = np.arange(7, n, 13)
+    a[near_tie], b[near_tie] = 1.0 + 2.0 ** -30, 1.0 + 2.0 ** -23
+    a[::97], b[::89], c[::101], a[::103] = 1e300, 1e-300, np.inf, 0.0
+    with np.errstate(all="ignore"):
+        got = ptx_exec._fma64(a, b, c)
+        want = a * b + c
+    for i in range(n):
+        x, y, z = float(a[i]), float(b[i]), float(c[i])
+        if all(map(np.isfinite, (x, y, z))) and not ((x == 0 or y == 0) and z == 0):
+            value = Fraction(x) * Fraction(y) + Fraction(z)
+            try:
+                want[i] = float(value) if value else 0.0
+            except OverflowError:  # beyond the largest double: rounds to infinity
+                want[i] = np.inf if value > 0 else -np.inf
+    np.testing.assert_array_equal(got, want)
