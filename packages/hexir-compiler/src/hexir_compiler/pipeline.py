@@ -57,7 +57,9 @@ class Options:
     stage: str
     placement: Mapping[str, str] = field(default_factory=dict)
     chip: str | None = None  # CUDA architecture, e.g. "sm_90"; None = the default image
-    cpu: str | None = None  # host CPU level, e.g. "x86-64-v3"; None = target.host.DEFAULT_CPU
+    #: Host CPU levels, e.g. "x86-64-v3", or a tuple of several; None: target.host.DEFAULT_CPUS.
+    #: A .hxb holds a program per level; the text stages from mlir-tir on show the lowest's.
+    cpu: str | tuple[str, ...] | None = None
     #: An ONNX model's inputs: shapes binding symbolic dimensions, and values fixed at
     #: compile time (shape or axes operands), by input name.
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
@@ -179,9 +181,19 @@ def _place(module: ir.Module, options: Options) -> None:
 
 
 def _kernels(module: ir.Module, options: Options) -> None:
+    _fuse(module, options)
+    hexir_lower_to_tir.run(module, _made_for(module) or host.cpus(options.cpu)[0])
+
+
+def _fuse(module: ir.Module, options: Options) -> None:
     if options.fuse:
         hexir_fuse.run(module)
-    hexir_lower_to_tir.run(module, options.cpu)
+
+
+def _made_for(module: ir.Module) -> str | None:
+    """The level a module's kernels were made for (a stage from mlir-tir on), else None."""
+    attrs = module.operation.attributes
+    return ir.StringAttr(attrs[host.LEVEL_ATTR]).value if host.LEVEL_ATTR in attrs else None
 
 
 #: The MLIR stages after `mlir` and the passes that produce each from the one before.
@@ -209,13 +221,61 @@ def run(module: ir.Module, options: Options) -> ir.Module | str | bytes:
         raise CompileError(f"'{options.stage}' is not a stage; expected one of {', '.join(STAGES)}")
     if options.stage not in ("llvm", "hxb"):
         return lower(module, options, options.stage)
-    lower(module, options, "mlir-llvm")
     if options.stage == "hxb":
-        return serialize.to_bytes(module, options.chip, options.cpu)
+        return _hxb(module, options)
+    lower(module, options, "mlir-llvm")
     parts = [f"; hexir: cpu kernels, {host.TRIPLE}\n{host.llvm_ir(module)}"]
     parts += [f"; hexir: cuda kernel @{name}, nvptx64-nvidia-cuda\n{text}"
               for name, text in cuda.llvm_ir(module)]
     return "\n".join(parts)
+
+
+def _hxb(module: ir.Module, options: Options) -> bytes:
+    """The `.hxb` of `module`: a program per host level (`Options.cpu`), the module taken
+    through the level-independent passes once (placement, fusion) and through the rest once
+    per level, each level's kernels compiled for it; one level gives a version 5 module
+    exactly as before, several a version 6 module of variants (`serialize.variants_to_bytes`).
+
+    A module whose kernels are already made (a printed stage from mlir-tir on) holds its
+    own level's program only."""
+    made = _made_for(module)
+    if made is not None:
+        if options.cpu is not None and host.cpus(options.cpu) != (made,):
+            raise CompileError(f"the module's kernels were made for {made} ({host.LEVEL_ATTR} "
+                               f"= \"{made}\"); it cannot be compiled for "
+                               f"{', '.join(host.cpus(options.cpu))}: compile the source, or a "
+                               "stage above mlir-tir")
+        levels: tuple[str, ...] = (made,)
+    else:
+        levels = host.cpus(options.cpu)
+    if len(levels) == 1 or made is not None:
+        lower(module, options, "mlir-llvm")
+        return serialize.to_bytes(module, options.chip, levels[0])
+    lower(module, options, "mlir-hetero")
+    _fuse(module, options)
+    _verify(module)
+    lowered = []
+    for level in levels:
+        copy = _clone(module)
+        hexir_lower_to_tir.run(copy, level)
+        _verify(copy)
+        for _, step in PASSES[STAGES.index("mlir-tir"):]:
+            step(copy, options)
+            _verify(copy)
+        lowered.append((copy, level))
+    return serialize.variants_to_bytes(lowered, options.chip)
+
+
+def _clone(module: ir.Module) -> ir.Module:
+    """A copy of `module` to lower for one level (constants' values are uniqued attributes,
+    shared with the original, not copied)."""
+    copy = ir.Module.create(module.operation.location)
+    attrs = module.operation.attributes
+    for name in list(attrs):
+        copy.operation.attributes[name] = attrs[name]
+    for view in module.body.operations:
+        copy.body.append(view.operation.clone())
+    return copy
 
 
 def compile_file(path, options: Options) -> str | bytes:

@@ -18,12 +18,16 @@ Per op of a function's body, in order:
 Each function's intermediates (ALLOC and COPY destinations) are then placed in one arena per
 device by liveness (`hexir_format.plan.assign`): the module's memory plan.
 
-Every cpu kernel carrying a host image makes the module version 5 (`hexir_format`'s
-`minimum_version`); the format still reads and writes versions 3 and 4.
+Constants are stored once per distinct value (`Rodata`). Every cpu kernel carrying a host
+image makes the module version 5 (`hexir_format`'s `minimum_version`); a program lowered for
+several host levels is one version 6 module whose entry points are a variant per level
+(`variants_to_bytes`). The format still reads and writes versions 3 and 4.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import math
 from dataclasses import dataclass, field, replace
 
@@ -41,19 +45,77 @@ class SerializeError(CompileError):
     """An op the host program cannot express; `location` says where."""
 
 
-def serialize(module: ir.Module, target: str | None = None, cpu: str | None = None) -> hf.Module:
+def serialize(module: ir.Module, target: str | None = None, cpu: str | None = None,
+              rodata: Rodata | None = None) -> hf.Module:
     """The `.hxb` model of `module`; `target` is the CUDA architecture (e.g. "sm_90"), `cpu`
-    the host CPU level (e.g. "x86-64-v3")."""
+    the host CPU level (e.g. "x86-64-v3"); `rodata`, where the constants go (shared by the
+    levels of one module; the model's rodata is what it holds once this one is written)."""
     entries = [op for op in _ops(module, "func.func") if not is_kernel(op)]
     if not entries:
         raise CompileError("the module has no func.func, so there is no entry point to write")
     executables, index = _executables(module, entries, target, cpu)
-    writer = _Writer(index)
+    writer = _Writer(index, rodata or Rodata())
     functions = [writer.function(op) for op in entries]
     return hf.Module(
-        5, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots),
+        5, tuple(functions), bytes(writer.rodata.data), tuple(executables), tuple(writer.slots),
         placements=_memory_plan(functions, writer.slots, executables),
     )
+
+
+@dataclass
+class Rodata:
+    """A module's constants, each distinct value stored once: a constant equal byte for
+    byte to one already written (a tied weight; the unpacked weights every level's program
+    shares) takes its offset. Each value starts at an 8-byte boundary."""
+
+    data: bytearray = field(default_factory=bytearray)
+    seen: dict[tuple[int, bytes], int] = field(default_factory=dict)
+
+    def add(self, value: memoryview) -> int:
+        """The offset of `value`'s bytes (a C-contiguous byte view)."""
+        key = (len(value), hashlib.blake2b(value, digest_size=32).digest())
+        if key not in self.seen:
+            self.seen[key] = len(self.data)
+            self.data += value
+            self.data += bytes(-len(self.data) % 8)
+        return self.seen[key]
+
+
+def variants_to_bytes(lowered: list[tuple[ir.Module, str]], target: str | None = None) -> bytes:
+    """The version 6 `.hxb` of one program lowered for several host levels, (module at
+    mlir-llvm, level) each: every entry point a variant per level, the levels' constants
+    stored once (`Rodata`), kernels equal in every field (cuda's, which no level changes)
+    stored once."""
+    rodata = Rodata()
+    models = [(_serialized(module, target, cpu, rodata), host.level(cpu))
+              for module, cpu in lowered]
+    functions: list[hf.Function] = []
+    slots: list[hf.Slot] = []
+    placements: list[tuple[int, int]] = []
+    kernels: dict[hf.Executable, int] = {}
+    for model, level in models:
+        base = len(slots)
+        index = [kernels.setdefault(exe, len(kernels)) for exe in model.executables]
+        slots += model.slots
+        placements += [(base + slot, offset) for slot, offset in model.placements]
+        functions += [replace(f, commands=tuple(_renumbered(c, base, index) for c in f.commands),
+                              cpu_level=level) for f in model.functions]
+    merged = hf.Module(6, tuple(functions), bytes(rodata.data), tuple(kernels), tuple(slots),
+                       placements=tuple(placements))
+    return _built(merged)
+
+
+#: The operands that name a slot, by name (DISPATCH's slots come after its named operands).
+_SLOT_OPERANDS = frozenset({"slot", "dst", "src"})
+
+
+def _renumbered(command: hf.Command, base: int, kernels: list[int]) -> hf.Command:
+    """`command` with its slots moved up by `base` and its executable renumbered."""
+    names = hf.OPERAND_NAMES[command.op]
+    operands = [base + v if n in _SLOT_OPERANDS else kernels[v] if n == "executable" else v
+                for n, v in zip(names, command.operands, strict=False)]
+    operands += [base + v for v in command.operands[len(names):]]
+    return hf.Command(command.op, tuple(operands))
 
 
 def _memory_plan(functions: list[hf.Function], slots: list[hf.Slot],
@@ -71,10 +133,28 @@ def _memory_plan(functions: list[hf.Function], slots: list[hf.Slot],
 
 
 def to_bytes(module: ir.Module, target: str | None = None, cpu: str | None = None) -> bytes:
-    """The `.hxb` bytes of `module`; every failure here is a `SerializeError`."""
+    """The `.hxb` bytes of `module` (one level's program); every failure here is a
+    `SerializeError`."""
+    model = _serialized(module, target, cpu)
+    return _built(replace(model, version=hf.minimum_version(model)))
+
+
+def _serialized(module: ir.Module, target: str | None, cpu: str | None,
+                rodata: Rodata | None = None) -> hf.Module:
+    with _as_serialize_error():
+        return serialize(module, target, cpu, rodata)
+
+
+def _built(model: hf.Module) -> bytes:
+    with _as_serialize_error():
+        return hf.build(model)
+
+
+@contextlib.contextmanager
+def _as_serialize_error():
+    """A failure of the format or of device code as a `SerializeError` (with a location)."""
     try:
-        model = serialize(module, target, cpu)
-        return hf.build(replace(model, version=hf.minimum_version(model)))
+        yield
     except SerializeError:
         raise
     except hf.HexirError as err:  # device code, or a limit of the format
@@ -188,7 +268,7 @@ class _Writer:
     """Slots, RODATA and commands, shared by every function of the module."""
 
     executables: dict[str, int]
-    rodata: bytearray = field(default_factory=bytearray)
+    rodata: Rodata = field(default_factory=Rodata)
     slots: list[hf.Slot] = field(default_factory=list)
 
     def new_slot(self, device: str, t: ir.Type) -> int:
@@ -258,10 +338,9 @@ class _Writer:
         dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")
         # The buffer protocol gives the elements (a splat's too, repeated) without a Python loop.
         data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.shape)
-        offset = len(self.rodata)
-        if data.size:  # (a view with a 0 in its shape cannot be cast)
-            self.rodata += np.ascontiguousarray(data).data.cast("B")  # no bytes copy
-        self.rodata += bytes(-len(self.rodata) % 8)
+        # (a view with a 0 in its shape cannot be cast; the buffer protocol: no bytes copy)
+        offset = self.rodata.add(np.ascontiguousarray(data).data.cast("B") if data.size
+                                 else memoryview(b""))
         slot = self._result(op, slot_of)
         return [hf.Command.const(slot, offset, data.nbytes)]
 

@@ -119,7 +119,12 @@ PlanEntry = Struct(
     "offset" / Int64ul,  # in the arena of the slot's device, a multiple of 64
 )
 
-EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV5}
+# Version 6: version 5's layout, the symbol's reserved word now the x86-64 level (1-4, 0 for
+# none) the entry point's variant was compiled for; symbols may then repeat a name, once per
+# level (`model.Function.cpu_level`).
+SymbolV6 = Struct(*Symbol.subcons[:-1], "cpu_level" / Int32ul)
+
+EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV5, 6: ExecutableV5}
 ALIGNMENT = 8
 
 

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 MAGIC = b"HEXIRMOD"
-VERSIONS = (3, 4, 5)
-LATEST_VERSION = 5
+VERSIONS = (3, 4, 5, 6)
+LATEST_VERSION = 6
 MAX_RANK = 6
-#: x86-64 psABI levels a host image is compiled for, by the number a v5 executable records.
+#: x86-64 psABI levels a host image is compiled for, by the number a v5 executable (and a v6
+#: entry point's variant) records.
 CPU_LEVELS = {1: "x86-64", 2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
 NAME_BYTES = 32
 #: The longest symbol or kernel name, in UTF-8 bytes: NUL-terminated in a NAME_BYTES field.
@@ -285,7 +286,8 @@ class Command:
 
 @dataclass(frozen=True)
 class Function:
-    """An entry point: a symbol and the commands from its program offset to its END.
+    """An entry point (or, from version 6, one level's variant of it): a symbol and the
+    commands from its program offset to its END.
 
     `inputs` and `outputs` name its inputs and results by index (version 5's names section,
     e.g. an ONNX graph's); empty when the module names none, else one name per index.
@@ -295,6 +297,10 @@ class Function:
     commands: tuple[Command, ...]
     inputs: tuple[str, ...] = ()
     outputs: tuple[str, ...] = ()
+    #: Version 6: the x86-64 level (CPU_LEVELS) this variant of the entry point was compiled
+    #: for; a module may hold one variant per level under one name, and the runtime runs the
+    #: highest its host supports. 0: the only one (every module before version 6).
+    cpu_level: int = 0
 
 
 def _payload_eq(a: bytes | memoryview | None, b: bytes | memoryview | None) -> bool:

@@ -12,6 +12,7 @@ import itertools
 import math
 import mmap
 import struct
+from dataclasses import replace
 
 import construct
 
@@ -254,17 +255,26 @@ def _functions(version: int, symbols: tuple[memoryview, int],
     commands = _commands(version, *program)
     index = {pc: i for i, (pc, _) in enumerate(commands)}
     functions, expected, names = [], 0, set()
+    decl = L.SymbolV6 if version >= 6 else L.Symbol
     for n in range(len(sym) // L.size(L.Symbol)):
         at = n * L.size(L.Symbol)
         where = f"symbol {n}"
-        entry = _struct(L.Symbol, sym, at, where)
+        entry = _struct(decl, sym, at, where)
         name = _name(entry.name, where, sym_base + at)
         where = f"symbol {n} ({name})"
-        if name in names:
-            raise FormatError(f"{where}: entry point defined twice", field="name",
+        level = entry.cpu_level if version >= 6 else 0
+        if version >= 6 and level not in (0, *CPU_LEVELS):
+            raise FormatError(f"{where}: cpu_level {level} at offset {sym_base + at + 36}; "
+                              "expected 0 (no host code) or 1 to 4 (the x86-64 level it was "
+                              "compiled for)", field="cpu_level", offset=sym_base + at + 36)
+        if (name, level) in names or (name, 0) in names or (level == 0 and any(
+                other == name for other, _ in names)):
+            also = f" for {CPU_LEVELS[level]}" if level else ""
+            raise FormatError(f"{where}: entry point defined twice{also}", field="name",
                               offset=sym_base + at)
-        names.add(name)
-        _reserved(where, entry.reserved, sym_base + at + 36)
+        names.add((name, level))
+        if version < 6:
+            _reserved(where, entry.reserved, sym_base + at + 36)
         if entry.program_offset != expected:
             raise FormatError(f"{where}: program_offset {entry.program_offset} at offset "
                               f"{sym_base + at + 32} should be {expected}, where the previous "
@@ -279,7 +289,7 @@ def _functions(version: int, symbols: tuple[memoryview, int],
         else:
             raise FormatError(f"{where}: its commands run off the end of the program section "
                               "without an END", field="program_offset", offset=program[1])
-        functions.append(Function(name, tuple(body)))
+        functions.append(Function(name, tuple(body), cpu_level=level))
     if expected != len(program[0]):
         raise FormatError(f"program: bytes {expected}..{len(program[0])} (offset "
                           f"{program[1] + expected}) belong to no entry point", field="size",
@@ -332,7 +342,7 @@ def _names(functions: tuple[Function, ...], data: memoryview,
     if offset != len(data):
         raise FormatError(f"names: bytes {offset}..{len(data)} (offset {base + offset}) belong "
                           "to no name", field="size", offset=base + offset)
-    return tuple(Function(f.name, f.commands, tuple(i), tuple(o))
+    return tuple(replace(f, inputs=tuple(i), outputs=tuple(o))
                  for f, (i, o) in zip(functions, names, strict=False))
 
 
@@ -467,11 +477,11 @@ def _v4_executable(e, version: int, name, kind, device, image, data: memoryview,
                    where: str, at: int) -> Executable:
     if version == 4 and any(e.reserved):  # two reserved words, shown as a list
         _reserved(where, list(e.reserved), base + at + 88)
-    if version == 5:
+    if version >= 5:
         _reserved(where, e.reserved, base + at + 92)
-    level = e.cpu_level if version == 5 else 0
+    level = e.cpu_level if version >= 5 else 0
     host = device is Device.CPU and image is not None
-    if version == 5 and (level in CPU_LEVELS) != host:
+    if version >= 5 and (level in CPU_LEVELS) != host:
         expected = "1 to 4, the x86-64 level its host image needs" if host else \
             "0: it carries no host image"
         raise FormatError(f"{where}: cpu_level {level} at offset {base + at + 88}; expected "

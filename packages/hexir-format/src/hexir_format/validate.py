@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from hexir_format import elf, hostlink, plan
 from hexir_format.errors import FormatError, ValidationError
 from hexir_format.model import (
+    CPU_LEVELS,
     MAX_BLOCK,
     MAX_BLOCK_THREADS,
     MAX_BYTES,
@@ -81,13 +82,27 @@ class EntryPlan:
     #: arena, and each arena's size (`hexir_format.plan`).
     offsets: dict[int, int] = field(default_factory=dict)
     arenas: dict[Device, int] = field(default_factory=dict)
+    cpu_level: int = 0  # the x86-64 level of this variant (version 6), else 0
+
+    @property
+    def label(self) -> str:
+        """The entry's name, with its level when it is one level's variant."""
+        return variant_label(self.name, self.cpu_level)
+
+
+def variant_label(name: str, cpu_level: int) -> str:
+    """`main`, or `main [x86-64-v3]` for a version 6 variant."""
+    return f"{name} [{CPU_LEVELS[cpu_level]}]" if cpu_level else name
 
 
 @dataclass(frozen=True)
 class ModulePlan:
     module: Module
+    #: Each entry point by name: the variant chosen for the cpu level `check` was given.
     entries: dict[str, EntryPlan]
     home: Device  # v3: where every buffer lives (the device of the module's kernels)
+    #: Every variant of each entry point, lowest level first (one each before version 6).
+    variants: dict[str, tuple[EntryPlan, ...]] = field(default_factory=dict)
 
     def slot_device(self, slot: int) -> Device:
         return self.module.slots[slot].device if self.module.slots else self.home
@@ -101,29 +116,53 @@ class ModulePlan:
         return self.module.slots[slot].type
 
 
-def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYTES
-          ) -> ModulePlan:
-    """Every executable and every entry point checked; ValidationError on the first problem.
+def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYTES,
+          cpu_level: int | None = None) -> ModulePlan:
+    """Every executable and every entry point (every variant) checked; ValidationError on the
+    first problem.
 
     `max_alloc_bytes` caps what one run of an entry may allocate (ALLOC, INPUT and COPY
     buffers together; under a memory plan, its arenas and its inputs); None: no cap.
+    `cpu_level` picks each entry's variant (version 6): the highest level at or below it, or
+    the lowest when every variant needs more (the cpu device then refuses its kernels, naming
+    the level); None picks the highest.
     """
     home = _check_executables(module)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
     base = program.offset if program else None
-    entries, offset, constants = {}, 0, _Constants()
+    entries, offset, constants = [], 0, _Constants()
     for function in module.functions:
         replay = _Replay(module, function, max_alloc_bytes, home, base, offset,
                          constants=constants)
-        entries[function.name] = replay.run()
+        entries.append(replay.run())
         offset = replay.pc + 8  # past the END
     if module.placements:
         entries = _check_plan(module, entries, max_alloc_bytes)
-    return ModulePlan(module, entries, home)
+    variants: dict[str, list[EntryPlan]] = {}
+    for entry in entries:
+        variants.setdefault(entry.name, []).append(entry)
+    for name, found in variants.items():
+        found.sort(key=lambda e: e.cpu_level)
+        if differ := next((e for e in found[1:] if e.signature != found[0].signature), None):
+            raise ValidationError(f"{differ.label}: its signature {differ.signature} (names "
+                                  f"{differ.signature.input_names}, "
+                                  f"{differ.signature.output_names}) differs from "
+                                  f"{found[0].label}'s {found[0].signature} (names "
+                                  f"{found[0].signature.input_names}, "
+                                  f"{found[0].signature.output_names}); the variants of an "
+                                  "entry point must agree", entry=name, field="symbols")
+    chosen = {name: _choose(found, cpu_level) for name, found in variants.items()}
+    return ModulePlan(module, chosen, home, {n: tuple(v) for n, v in variants.items()})
 
 
-def _check_plan(module: Module, entries: dict[str, EntryPlan],
-                max_alloc_bytes: int | None) -> dict[str, EntryPlan]:
+def _choose(variants: list[EntryPlan], cpu_level: int | None) -> EntryPlan:
+    """The highest variant at or below `cpu_level` (None: the highest), else the lowest."""
+    fit = [v for v in variants if cpu_level is None or v.cpu_level <= cpu_level]
+    return fit[-1] if fit else variants[0]
+
+
+def _check_plan(module: Module, entries: list[EntryPlan],
+                max_alloc_bytes: int | None) -> list[EntryPlan]:
     """The entries with their part of the memory plan, which must place every intermediate
     and no two live ones in the same bytes (`plan.problem`), in arenas that with the inputs
     stay under the cap (an arena is as large as its furthest buffer's end)."""
@@ -131,13 +170,14 @@ def _check_plan(module: Module, entries: dict[str, EntryPlan],
     devices = {i: s.device for i, s in enumerate(module.slots)}
     types = {i: s.type for i, s in enumerate(module.slots)}
     kinds = [e.kind for e in module.executables]
-    planned: dict[str, EntryPlan] = {}
+    planned: list[EntryPlan] = []
     used: set[int] = set()
-    for name, entry in entries.items():
+    for entry in entries:
+        name = entry.label
         spans = plan.lifetimes(entry.commands, kinds)
         offsets = {slot: placed[slot] for slot in spans if slot in placed}
         if problem := plan.problem(entry.commands, offsets, types, devices, kinds):
-            raise ValidationError(f"{name}: plan: {problem}", entry=name, field="plan")
+            raise ValidationError(f"{name}: plan: {problem}", entry=entry.name, field="plan")
         used |= set(spans)
         arenas = plan.arenas(offsets, types, devices)
         inputs = sum(t.nbytes for t in entry.signature.inputs)
@@ -149,7 +189,7 @@ def _check_plan(module: Module, entries: dict[str, EntryPlan],
                                   f"call allocate {total} bytes ({sizes}, inputs {inputs}), "
                                   f"more than the cap of {max_alloc_bytes} bytes",
                                   entry=name, field="plan")
-        planned[name] = replace(entry, offsets=offsets, arenas=arenas)
+        planned.append(replace(entry, offsets=offsets, arenas=arenas))
     stray = sorted(set(placed) - used)
     if stray:
         raise ValidationError(f"plan: slot {stray[0]} is placed but is no entry's intermediate "
@@ -263,24 +303,25 @@ class _Replay:
             self.index, self.command, self.pc = min(self.unread.values(), key=lambda u: u[0])
             raise self.fail("dst", f"slot {self.command.dst} is copied into and never read; "
                                    "a module does not copy what it does not use")
-        f = self.function
+        f, label = self.function, variant_label(self.function.name, self.function.cpu_level)
         signature = Signature(self._dense(self.inputs, "input"),
                               self._dense(self.outputs, "output"), f.inputs, f.outputs)
         for role, names, types in (("input", f.inputs, signature.inputs),
                                    ("output", f.outputs, signature.outputs)):
             if (f.inputs or f.outputs) and len(names) != len(types):
-                raise ValidationError(f"{f.name}: names {len(names)} {role}s but the entry has "
+                raise ValidationError(f"{label}: names {len(names)} {role}s but the entry has "
                                       f"{len(types)}", entry=f.name, field="names")
         needs = {**self.slot_needs, **self.kernel_needs}
-        return EntryPlan(self.function.name, self.function.commands, signature,
+        return EntryPlan(f.name, f.commands, signature,
                          tuple(Need(d, w) for d, w in needs.items()),
-                         tuple(self.executables), self.alloc_bytes)
+                         tuple(self.executables), self.alloc_bytes, cpu_level=f.cpu_level)
 
     # ---- helpers ---------------------------------------------------------------------------
 
     def fail(self, name: str, message: str) -> ValidationError:
         at = f" at offset {self.base + self.pc}" if self.base is not None else ""
-        return ValidationError(f"{self.function.name}: command {self.index} "
+        label = variant_label(self.function.name, self.function.cpu_level)
+        return ValidationError(f"{label}: command {self.index} "
                                f"({self.command.op}{at}), {name}: {message}",
                                entry=self.function.name, command=self.index, field=name,
                                offset=self.base + self.pc if self.base is not None else None)
@@ -362,6 +403,12 @@ class _Replay:
         if c.argc != len(exe.args):
             raise self.fail("argc", f"kernel '{exe.name}' ({exe.kind}) takes {len(exe.args)} "
                                     f"arguments, the dispatch passes {c.argc}")
+        level = self.function.cpu_level
+        if level and exe.cpu_level > level:
+            raise self.fail("executable", f"kernel '{exe.name}' is host code for "
+                                          f"{CPU_LEVELS[exe.cpu_level]}, above this variant's "
+                                          f"{CPU_LEVELS[level]}: a host of that level would "
+                                          "pick it and could not run it")
         for j, (slot, want) in enumerate(zip(c.slots, exe.args, strict=True)):
             self._argument(f"slots[{j}]", exe, slot, want, last=j == len(exe.args) - 1)
         self.kernel_needs.setdefault(exe.device, f"kernel '{exe.name}'")

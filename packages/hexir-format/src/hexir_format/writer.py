@@ -10,6 +10,7 @@ from __future__ import annotations
 from hexir_format import layout as L
 from hexir_format.errors import FormatError
 from hexir_format.model import (
+    CPU_LEVELS,
     MAX_IO_NAME,
     MAX_NAME,
     MAX_RANK,
@@ -27,9 +28,12 @@ from hexir_format.model import (
 
 
 def minimum_version(module: Module) -> int:
-    """3 when the v3 layout can hold the module exactly; 5 when a cpu kernel carries a host
-    image, a tensor is of an integer or boolean type, an entry point names its inputs or
-    outputs, or the module has a memory plan; else 4."""
+    """3 when the v3 layout can hold the module exactly; 6 when an entry point is one x86-64
+    level's variant; 5 when a cpu kernel carries a host image, a tensor is of an integer or
+    boolean type, an entry point names its inputs or outputs, or the module has a memory
+    plan; else 4."""
+    if any(f.cpu_level for f in module.functions):
+        return 6
     if (any(exe.device is Device.CPU and exe.image is not None for exe in module.executables)
             or any(t.dtype not in V4_DTYPES for t in _types(module))
             or any(f.inputs or f.outputs for f in module.functions) or module.placements):
@@ -64,7 +68,12 @@ def build(module: Module) -> bytes:
     if module.version == 3 and (problem := _v3_problem(module)):
         raise FormatError(f"version 3 cannot express {problem}; write version 4")
     if module.version not in L.EXECUTABLE:
-        raise FormatError(f"cannot write version {module.version}; expected 3, 4 or 5")
+        raise FormatError(f"cannot write version {module.version}; expected 3, 4, 5 or 6")
+    if module.version < 6 and (variant := next((f for f in module.functions if f.cpu_level),
+                                               None)):
+        raise FormatError(f"entry point '{variant.name}' is the variant for "
+                          f"{CPU_LEVELS.get(variant.cpu_level, variant.cpu_level)}, which only "
+                          f"version 6 holds; this module is version {module.version}")
     if module.version < 5 and (host := next((e for e in module.executables
                                              if e.device is Device.CPU and e.image is not None),
                                             None)):
@@ -150,13 +159,19 @@ def _name(name: str, what: str) -> bytes:
 
 def _symbols_and_program(module: Module) -> tuple[bytes, bytes]:
     symbols, program = bytearray(), bytearray()
-    seen: set[str] = set()
+    levels: dict[str, set[int]] = {}
     for function in module.functions:
-        if function.name in seen:
-            raise FormatError(f"entry point '{function.name}' is defined twice")
-        seen.add(function.name)
-        symbols += L.Symbol.build(dict(name=_name(function.name, "entry point"),
-                                       program_offset=len(program), reserved=0))
+        level, seen = function.cpu_level, levels.setdefault(function.name, set())
+        if level not in (0, *CPU_LEVELS):
+            raise FormatError(f"entry point '{function.name}': cpu_level {level} is not an "
+                              "x86-64 level (1 to 4) or 0")
+        if level in seen or (seen and 0 in (level, *seen)):
+            raise FormatError(f"entry point '{function.name}' is defined twice"
+                              + (f" for {CPU_LEVELS[level]}" if level else ""))
+        seen.add(level)
+        fields = dict(name=_name(function.name, "entry point"), program_offset=len(program))
+        symbols += (L.SymbolV6.build(dict(fields, cpu_level=level)) if module.version >= 6
+                    else L.Symbol.build(dict(fields, reserved=0)))
         for command in (*function.commands, Command.end()):
             program += L.CommandHeader.build(dict(kind=command.op,
                                                   operand_count=len(command.operands)))

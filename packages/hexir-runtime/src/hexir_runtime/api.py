@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from hexir_format import Device, DType, TensorType
+from hexir_format import CPU_LEVELS, Device, DType, TensorType
 from hexir_runtime import hal
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
@@ -29,7 +29,18 @@ from hexir_runtime.hal import threads
 from hexir_runtime.interpreter import Execution, Printer, Resident
 from hexir_runtime.loader import MappedModule, Source
 from hexir_runtime.profile import Profile, profile
-from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, check_module
+from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, ModulePlan, check_module
+
+
+def _cpu_code(plan: ModulePlan, entry: str) -> str | None:
+    """`Module.cpu_code` of `entry`, from the validator's plan."""
+    chosen = plan.entries[entry]
+    level = chosen.cpu_level or max((plan.module.executables[i].cpu_level
+                                     for i in chosen.executables), default=0)
+    if not level:
+        return None
+    held = [CPU_LEVELS[v.cpu_level] for v in plan.variants[entry] if v.cpu_level]
+    return CPU_LEVELS[level] + (f" (of {', '.join(held)})" if len(held) > 1 else "")
 
 
 def load(path: Source, device: str = "cpu", *, copy: bool = False,
@@ -311,6 +322,7 @@ class Module:
         self.version = plan.module.version
         self.layout = parsed.layout
         self._plans = plan.entries
+        self._cpu_code = {name: _cpu_code(plan, name) for name in plan.entries}
         self._resident: Resident | None = Resident(plan, devices)
         # The calls in flight, by thread (a count each: a PRINT callback may call again):
         # close() waits for them, and a call never sees its resources freed under it.
@@ -444,6 +456,14 @@ class Module:
     def devices(self) -> tuple[hal.Device, ...]:
         """The devices this load can run on (cpu first)."""
         return tuple(self._resident.devices.values()) if self._resident else ()
+
+    def cpu_code(self, entry: str = "main") -> str | None:
+        """The x86-64 level of the host code `entry` runs (None when it runs none), and, for a
+        module compiled for several levels, the levels it holds: `x86-64-v4 (of x86-64-v2,
+        x86-64-v3, x86-64-v4)`. The runtime picks the highest variant the host runs
+        ($HEXIR_CPU_LEVEL caps it)."""
+        self._plan(entry)
+        return self._cpu_code[entry]
 
     def devices_used(self, entry: str = "main") -> tuple[hal.Device, ...]:
         """The devices `entry` needs, among those of this load, in the load's order."""

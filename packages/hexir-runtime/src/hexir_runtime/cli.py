@@ -175,7 +175,9 @@ def banner(module: Module, entry: str, out: TextIO) -> None:
     for device in module.devices_used(entry):
         threads = f", {module.cpu_threads} thread{'s' * (module.cpu_threads != 1)}" \
             if device.kind is Device.CPU else ""
-        print(f"device        : {device.name}{threads}", file=out)
+        code = module.cpu_code(entry) if device.kind is Device.CPU else None
+        print(f"device        : {device.name}{threads}{f', host code {code}' if code else ''}",
+              file=out)
     print("--", file=out)
 
 

@@ -12,6 +12,7 @@ from hexir_format import Device
 from hexir_format.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, ModulePlan, Signature
 from hexir_runtime import kernels
 from hexir_runtime.errors import PlacementError, ValidationError
+from hexir_runtime.hal import hostcode
 
 __all__ = ["DEFAULT_MAX_ALLOC_BYTES", "EntryPlan", "ModulePlan", "Signature", "check_module",
            "check_placement"]
@@ -19,9 +20,11 @@ __all__ = ["DEFAULT_MAX_ALLOC_BYTES", "EntryPlan", "ModulePlan", "Signature", "c
 
 def check_module(module: hf.Module, *, max_alloc_bytes: int = DEFAULT_MAX_ALLOC_BYTES
                  ) -> ModulePlan:
-    """The module's plan; ValidationError on the first problem."""
+    """The module's plan, each entry point the variant for the host's x86-64 level
+    (`hostcode.usable_level`); ValidationError on the first problem."""
     try:
-        plan = hf.validate.check(module, max_alloc_bytes=max_alloc_bytes)
+        plan = hf.validate.check(module, max_alloc_bytes=max_alloc_bytes,
+                                 cpu_level=hostcode.usable_level())
     except hf.ValidationError as e:
         raise ValidationError(str(e), entry=e.entry, command=e.command, field=e.field,
                               offset=e.offset) from None

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import hexir_format
-from hexir_format import HexirError, Module
+from hexir_format import CPU_LEVELS, HexirError, Module
 from hexir_format.files import open_regular
 from hxb_dump.errors import DumpError
 from hxb_dump.facts import Facts, layout_facts, module_facts
@@ -56,13 +56,22 @@ def _map(path: Path) -> bytes | mmap.mmap:
 
 
 def kernel_image(module: Module, name: str, path: str) -> bytes:
-    """The device image of kernel `name`; DumpError naming the kernels that exist, or saying
-    the kernel carries none."""
-    exe = next((e for e in module.executables if e.name == name), None)
-    if exe is None:
-        names = ", ".join(e.name for e in module.executables)
+    """The device image of kernel `name` (`name@x86-64-v3`: that level's, where a module holds
+    a variant per level); DumpError naming the kernels that exist, or saying the kernel
+    carries none."""
+    kernel, at, level = name.partition("@")
+    found = [e for e in module.executables if e.name == kernel and (
+        not at or CPU_LEVELS.get(e.cpu_level) == level)]
+    if not found:
+        names = ", ".join(dict.fromkeys(e.name for e in module.executables))
         known = f"its kernels are: {names}" if names else "it has no kernels"
         raise DumpError(f"no kernel '{name}' in {path}; {known}")
+    if len(found) > 1:
+        levels = ", ".join(f"{kernel}@{CPU_LEVELS[e.cpu_level]}" for e in found
+                           if e.cpu_level)
+        raise DumpError(f"kernel '{kernel}' has a host image for each level of {path}; name "
+                        f"one: {levels}")
+    exe = found[0]
     if exe.image is None:
         raise DumpError(f"kernel '{name}' is placed on {exe.device} and carries no device "
                         "image (the runtime supplies the body)")

@@ -22,6 +22,7 @@ from hexir_format import (
     plan,
     signature_problem,
 )
+from hexir_format.validate import variant_label
 from hxb_dump import images, params, rodata
 
 #: A JSON object of `--json`'s document: its values are of many types (numbers, strings, lists
@@ -75,7 +76,8 @@ def _plan(module: Module) -> list[Facts]:
             arena["sum"] += size
             arena["count"] += 1
             arena["offsets"][slot] = placed[slot]
-        out.append({"function": function.name, "arenas": arenas})
+        out.append({"function": variant_label(function.name, function.cpu_level),
+                    "arenas": arenas})
     return out
 
 
@@ -91,6 +93,8 @@ def _functions(module: Module) -> list[Facts]:
         out.append({
             "name": function.name,
             "program_offset": offset,
+            # version 6: the x86-64 level this variant of the entry point is for
+            "target": CPU_LEVELS.get(function.cpu_level) if function.cpu_level else None,
             "inputs": inputs,
             "outputs": outputs,
             "input_names": list(function.inputs),

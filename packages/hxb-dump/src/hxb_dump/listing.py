@@ -52,6 +52,7 @@ def _sections(facts: Facts) -> list[str]:
 
 def _symbols(functions: list[Facts]) -> list[str]:
     return ["", "symbols", *(f"  {f['name']:<20} program+{f['program_offset']}"
+                             + (f"  for {f['target']}" if f.get("target") else "")
                              for f in functions)]
 
 
@@ -63,7 +64,8 @@ def _slots(slots: list[Facts]) -> list[str]:
 def _program(functions: list[Facts], typed: bool) -> list[str]:
     lines = ["", "program"]
     for f in functions:
-        lines.append(f"  {f['signature'] if typed else f['name']}:")
+        level = f"  [{f['target']}]" if f.get("target") else ""
+        lines.append(f"  {f['signature'] if typed else f['name']}:{level}")
         for c in f["commands"]:
             parts = [f"{name}={value}" for name, value in c["args"].items()]
             parts += [f"%{slot}" for slot in c["slots"]]

@@ -15,9 +15,11 @@ class TargetError(CompileError):
     """A malformed `-target` entry (the CLI answers with usage and exit 2)."""
 
 
-def parse_targets(entries: list[str]) -> tuple[str | None, str | None]:
-    """(CUDA architecture, host CPU level) that `-target` names (None: the default)."""
-    chip = cpu = None
+def parse_targets(entries: list[str]) -> tuple[str | None, str | tuple[str, ...] | None]:
+    """(CUDA architecture, host CPU levels) that `-target` names (None: the default): the
+    level, or a tuple of the levels when several `cpu:<level>` entries name more than one."""
+    chip = None
+    levels: list[str] = []
     for text in entries:
         for entry in text.split(","):
             device, colon, arch = entry.partition(":")
@@ -26,7 +28,8 @@ def parse_targets(entries: list[str]) -> tuple[str | None, str | None]:
                     raise TargetError(
                         f"'{arch}' is not a host CPU level; expected one of {', '.join(host.CPUS)}"
                     )
-                cpu = arch or cpu
+                if arch and arch not in levels:
+                    levels.append(arch)
             elif device in ("cuda", "gpu"):
                 if colon and not re.fullmatch(r"sm_\d+", arch):
                     raise TargetError(
@@ -35,4 +38,5 @@ def parse_targets(entries: list[str]) -> tuple[str | None, str | None]:
                 chip = arch or chip
             else:
                 raise TargetError(f"'{device}' is not a device; expected cpu or cuda")
+    cpu = None if not levels else levels[0] if len(levels) == 1 else host.cpus(tuple(levels))
     return chip, cpu

@@ -7,10 +7,10 @@ code model). Each cpu kernel becomes one object holding one global function of t
 name, `void name(ptr buffer..., i64 lo, i64 hi)`; its only undefined symbols are libm's (expf,
 tanh, ...), which the runtime's loader resolves. That object is the kernel's host image.
 
-The code is for a named baseline CPU, `x86-64-v2` (SSE4.2, every x86-64 server since 2009)
-unless `-target=cpu:<cpu>` names another: never the build machine's own CPU, since the
-deploy host may be older; the level goes into the `.hxb`, and the runtime refuses an image its
-CPU cannot run. The only fast-math flag is `contract`, on the multiply-adds of a matmul's
+The code is for named x86-64 levels, never the build machine's own CPU (the deploy host may
+differ): by default a program for each of DEFAULT_CPUS, which the runtime picks from at load
+(the highest its CPU runs), or the levels `-target=cpu:<level>` names. Each image records its
+level in the `.hxb`, and the runtime refuses an image its CPU cannot run. The only fast-math flag is `contract`, on the multiply-adds of a matmul's
 sums and of `host_math`'s polynomials: LLVM fuses those into FMAs where the level has them
 (v3 and up), so their last bits depend on the level; nothing is reordered (no reduction is
 reassociated), and everything else is the IEEE result of the loops as written.
@@ -27,10 +27,19 @@ from hexir_compiler.mlir import ir, llvm
 from hexir_format import CPU_LEVELS
 
 TRIPLE = "x86_64-unknown-linux-gnu"
-DEFAULT_CPU = "x86-64-v2"
+#: The levels a module holds by default, one program each; the runtime runs the highest the
+#: host supports. x86-64-v2 (SSE4.2, every x86-64 server since 2009) keeps the module
+#: running anywhere, v3 (AVX2, FMA) and v4 (AVX-512) are where the schedules are fast.
+DEFAULT_CPUS = ("x86-64-v2", "x86-64-v3", "x86-64-v4")
+#: The level of the kernels the text stages (-emit=mlir-tir and below) show by default.
+DEFAULT_CPU = DEFAULT_CPUS[0]
 #: The CPUs `-target=cpu:<cpu>` accepts: the x86-64 psABI levels, which every vendor honours.
 LEVELS = {name: level for level, name in CPU_LEVELS.items()}
 CPUS = tuple(LEVELS)
+#: The module attribute naming the level a module's kernels were scheduled for: set where
+#: the kernels are made (`hexir-lower-to-tir`), so a printed stage fed back is compiled for
+#: its own level only.
+LEVEL_ATTR = "hexir.cpu"
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,12 @@ def llvm_ir(module: ir.Module, names: Iterable[str] | None = None) -> str:
                 continue
             scratch.body.append(op.clone())
         return llvm.translate_module_to_llvmir(scratch.operation)
+
+
+def cpus(cpu: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The levels `cpu` names, lowest first: one, several, or (None) DEFAULT_CPUS."""
+    names = DEFAULT_CPUS if cpu is None else (cpu,) if isinstance(cpu, str) else cpu
+    return tuple(sorted(set(names), key=level))
 
 
 def level(cpu: str | None) -> int:

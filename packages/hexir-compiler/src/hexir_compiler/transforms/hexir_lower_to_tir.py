@@ -69,7 +69,16 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
     """
     module = module.operation
     body = module.regions[0].blocks[0]
+    made = module.attributes[host.LEVEL_ATTR] if host.LEVEL_ATTR in module.attributes else None
+    if made is not None:  # a printed stage fed back: its kernels are for their own level
+        made_for = ir.StringAttr(made).value
+        if cpu is not None and cpu != made_for:
+            raise CompileError(f"the module's kernels were made for {made_for} "
+                               f"({host.LEVEL_ATTR} = \"{made_for}\"); it cannot be compiled "
+                               f"for {cpu}: compile the source, or a stage above mlir-tir")
+        cpu = made_for
     level = host.level(cpu)
+    module.attributes[host.LEVEL_ATTR] = ir.StringAttr.get(cpu or host.DEFAULT_CPU)
     taken = {
         ir.StringAttr(op.attributes["sym_name"]).value
         for op in (view.operation for view in body.operations)

@@ -98,10 +98,13 @@ class CpuDevice(Device):
     def _load_executable(self, exe: Executable) -> CpuKernel:
         if exe.image is None:
             return CpuKernel(exe)
-        if exe.cpu_level > hostcode.host_level():
-            need, have = CPU_LEVELS[exe.cpu_level], CPU_LEVELS[hostcode.host_level()]
+        usable = hostcode.usable_level()
+        if exe.cpu_level > usable:
+            need, have = CPU_LEVELS[exe.cpu_level], CPU_LEVELS[usable]
+            cpu = f"this CPU ({have})" if usable == hostcode.host_level() else \
+                f"{hostcode.LEVEL_SETTING}={have}"
             raise DeviceError(f"host image of kernel '{exe.name}' is code for {need}, which "
-                              f"this CPU ({have}) cannot run; compile with -target=cpu:{have}")
+                              f"{cpu} cannot run; compile with -target=cpu:{have}")
         code = hostcode.load(exe.image, exe.name, len(exe.args),
                              what=f"host image of kernel '{exe.name}'")
         self._loaded.append(code)

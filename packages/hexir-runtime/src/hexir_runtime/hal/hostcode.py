@@ -32,7 +32,7 @@ import struct
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from hexir_format import FormatError, elf, hostlink
+from hexir_format import CPU_LEVELS, FormatError, elf, hostlink
 from hexir_runtime.errors import DeviceError
 
 if TYPE_CHECKING:
@@ -238,6 +238,23 @@ LEVEL_FEATURES = {
     3: ("avx", "avx2", "bmi1", "bmi2", "f16c", "fma", "abm", "movbe", "xsave"),
     4: ("avx512f", "avx512bw", "avx512cd", "avx512dq", "avx512vl"),
 }
+
+
+LEVEL_SETTING = "HEXIR_CPU_LEVEL"
+
+
+def usable_level() -> int:
+    """The highest x86-64 level the runtime runs host code of: the CPU's (`host_level`), or
+    $HEXIR_CPU_LEVEL when that names a lower one (to run a module's baseline code on a newer
+    machine, e.g. to compare levels); a one-line DeviceError for a value that is no level."""
+    text = os.environ.get(LEVEL_SETTING)
+    if text is None:
+        return host_level()
+    level = next((n for n, name in CPU_LEVELS.items() if name == text), None)
+    if level is None:
+        raise DeviceError(f"{LEVEL_SETTING}={text!r}: expected one of "
+                          f"{', '.join(CPU_LEVELS.values())}")
+    return min(level, host_level())
 
 
 @functools.cache
