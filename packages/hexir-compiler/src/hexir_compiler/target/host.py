@@ -10,7 +10,9 @@ tanh, ...), which the runtime's loader resolves. That object is the kernel's hos
 The code is for named x86-64 levels, never the build machine's own CPU (the deploy host may
 differ): by default a program for each of DEFAULT_CPUS, which the runtime picks from at load
 (the highest its CPU runs), or the levels `-target=cpu:<level>` names. Each image records its
-level in the `.hxb`, and the runtime refuses an image its CPU cannot run. The only fast-math flag is `contract`, on the multiply-adds of a matmul's
+level in the `.hxb`, and the runtime refuses an image its CPU cannot run.
+
+The only fast-math flag is `contract`, on the multiply-adds of a matmul's
 sums and of `host_math`'s polynomials: LLVM fuses those into FMAs where the level has them
 (v3 and up), so their last bits depend on the level; nothing is reordered (no reduction is
 reassociated), and everything else is the IEEE result of the loops as written.

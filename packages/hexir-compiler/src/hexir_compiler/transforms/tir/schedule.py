@@ -84,10 +84,13 @@ ROW_MIN = 64
 #: at 4 lanes a thread), each thread strides over the space instead of the grid growing.
 GRID_STRIDE_BLOCKS = 4096
 #: The register tile a cpu matmul sums over k, by x86-64 level: (rows, bytes of columns).
-#: As many accumulators as the level's vector registers hold with room left for the rhs
-#: loads and the broadcast: 16 of 32 AVX-512 registers (4 x 64 f32), 8 of 16 AVX ones
-#: (4 x 16 f32), 8 of 16 SSE ones (2 x 16 f32); each rhs load serves every row of the tile.
-ROW_TILES = {4: (4, 256), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
+#: Eight vector accumulators at every level, enough multiply-adds in flight to hide their
+#: latency, with room left for the rhs loads and the broadcast: 8 of 32 AVX-512 registers
+#: (4 x 32 f32), 8 of 16 AVX ones (4 x 16 f32), 8 of 16 SSE ones (2 x 16 f32); each rhs load
+#: serves every row of the tile. 4 x 64 f32 at v4 (16 zmm) compiled the transformer block
+#: example in 10.1 s against 5.6 (LLVM vectorizes each accumulator's GELU epilogue) and was
+#: not faster within this machine's noise (76-111 against 85-114 us a call).
+ROW_TILES = {4: (4, 128), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
 
 #: Combines two partial results (each a list of values) into one.
 Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
@@ -99,14 +102,19 @@ PANEL_MIN_MACS = 1 << 22
 
 
 #: The cpu register tile of a matmul whose constant rhs the compiler packs into column
-#: panels (rows, panel bytes), by x86-64 level: at v3 5 rows x 2 ymm, ten accumulators, each
-#: k step 2 panel loads, a broadcast a row and an FMA a vector. Six rows (MLAS's tile) would
-#: load less per FMA, but LLVM then keeps all six broadcasts live and spills three
-#: accumulators to the stack: 17.6 against 40.2 G multiply-adds/s on one Zen 3 core. At v4,
-#: 8 rows x 2 zmm: 16 of the 32 registers accumulate, with room for the 8 broadcasts and
-#: the 2 panel loads (no spills in the compiled loop). At v1 and v2 (SSE, 16 registers, no
-#: FMA): 4 rows x 2 xmm, 8 accumulators, as at v3's register budget.
-PANEL_TILES = {1: (4, 32), 2: (4, 32), 3: (5, 64), 4: (8, 128)}
+#: panels (rows, panel bytes), by x86-64 level. The panel is 64 bytes (16 f32) at every level,
+#: so the packed weights are the same bytes for each level's program of a module, which
+#: stores them once (`serialize.Rodata`). At v3 5 rows x 2 ymm, ten accumulators, each k step
+#: 2 panel loads, a broadcast a row and an FMA a vector; six rows (MLAS's tile) would load
+#: less per FMA, but LLVM then keeps all six broadcasts live and spills three accumulators to
+#: the stack: 17.6 against 40.2 G multiply-adds/s on one Zen 3 core. At v4 8 rows x 1 zmm:
+#: against 8 x 2 zmm (128-byte panels) the example MLP (64 x 512 -> 2048 -> 512, f32, 2
+#: threads, medians of 200 calls, three runs) took 0.79-0.87x ONNX Runtime's time against
+#: 0.73-0.82x, and the GELU epilogue of the transformer block's FFN compiled in a quarter of
+#: the 3.7 s (LLVM vectorizes every accumulator's epilogue); 12 and 14 rows x 1 zmm were
+#: slower (1.04-1.23x ORT). At v1 and v2 (SSE, 16 registers, no FMA) 2 rows x 4 xmm, eight
+#: accumulators: 1.96-2.21x ORT against 1.97-2.33x for 4 rows x 2 xmm (32-byte panels).
+PANEL_TILES = {1: (2, 64), 2: (2, 64), 3: (5, 64), 4: (8, 64)}
 #: A panel kernel's cpu grid has at least this many iterations when the matrix has enough
 #: row blocks: the pool splits the grid into 8 chunks per thread (`hal/threads.py`), so a
 #: matmul with few panels (N = 512: 32 at v3) still reaches every core with even chunks.
