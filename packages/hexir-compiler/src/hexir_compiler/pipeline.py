@@ -237,7 +237,7 @@ def _hxb(module: ir.Module, options: Options) -> bytes:
     exactly as before, several a version 6 module of variants (`serialize.variants_to_bytes`).
 
     A module whose kernels are already made (a printed stage from mlir-tir on) holds its
-    own level's program only."""
+    own level's program only, and one with no cpu kernels one program (its level is moot)."""
     made = _made_for(module)
     if made is not None:
         if options.cpu is not None and host.cpus(options.cpu) != (made,):
@@ -262,6 +262,8 @@ def _hxb(module: ir.Module, options: Options) -> bytes:
         for _, step in PASSES[STAGES.index("mlir-tir"):]:
             step(copy, options)
             _verify(copy)
+        if not host.has_kernels(copy):  # no host code (every op on cuda): one program
+            return serialize.to_bytes(copy, options.chip, level)
         lowered.append((copy, level))
     return serialize.variants_to_bytes(lowered, options.chip)
 

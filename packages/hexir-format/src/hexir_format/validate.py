@@ -59,6 +59,14 @@ class Signature:
         outs = ", ".join(map(str, self.outputs))
         return f"({ins}) -> ({outs})"
 
+    def named(self) -> str:
+        """`(x: 4xf32) -> (y: 4xf32)`: the types with their names, where the module has any."""
+        def side(names: tuple[str, ...], types: tuple[TensorType, ...]) -> str:
+            return ", ".join(f"{n}: {t}" if n else str(t)
+                             for n, t in zip((*names, *[""] * len(types)), types))
+        return (f"({side(self.input_names, self.inputs)}) -> "
+                f"({side(self.output_names, self.outputs)})")
+
 
 @dataclass(frozen=True)
 class Need:
@@ -144,13 +152,10 @@ def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYT
     for name, found in variants.items():
         found.sort(key=lambda e: e.cpu_level)
         if differ := next((e for e in found[1:] if e.signature != found[0].signature), None):
-            raise ValidationError(f"{differ.label}: its signature {differ.signature} (names "
-                                  f"{differ.signature.input_names}, "
-                                  f"{differ.signature.output_names}) differs from "
-                                  f"{found[0].label}'s {found[0].signature} (names "
-                                  f"{found[0].signature.input_names}, "
-                                  f"{found[0].signature.output_names}); the variants of an "
-                                  "entry point must agree", entry=name, field="symbols")
+            raise ValidationError(f"{differ.label}: its signature {differ.signature.named()} "
+                                  f"differs from {found[0].label}'s "
+                                  f"{found[0].signature.named()}; the variants of an entry "
+                                  "point must agree", entry=name, field="symbols")
     chosen = {name: _choose(found, cpu_level) for name, found in variants.items()}
     return ModulePlan(module, chosen, home, {n: tuple(v) for n, v in variants.items()})
 

@@ -81,12 +81,20 @@ def level(cpu: str | None) -> int:
     return LEVELS[cpu]
 
 
+def _kernels(module: ir.Module) -> list[ir.Operation]:
+    """The cpu kernels of `module` at mlir-llvm."""
+    return [view.operation for view in module.body.operations
+            if view.operation.name == "llvm.func" and "hexir.kernel" in view.operation.attributes]
+
+
+def has_kernels(module: ir.Module) -> bool:
+    """Whether `module` (at mlir-llvm) has cpu kernels, which get host code."""
+    return bool(_kernels(module))
+
+
 def compile_kernels(module: ir.Module, cpu: str | None = None) -> dict[str, HostImage]:
     """A host image per cpu kernel of `module` (at mlir-llvm), by name."""
-    kernels = [
-        view.operation for view in module.body.operations
-        if view.operation.name == "llvm.func" and "hexir.kernel" in view.operation.attributes
-    ]
+    kernels = _kernels(module)
     if not kernels:
         return {}
     cpu = cpu or DEFAULT_CPU
