@@ -42,13 +42,9 @@ LOOSER = {"light_densenet121": 2e-3}
 
 _STRINGS = ("string tensors: Hexir has f32, f64, i32, i64 and bool",
             r"input 'x' has element type STRING")
-_SEQUENCES = ("sequence values (SequenceConstruct, SplitToSequence, ...) are not tensors; "
-              "Hexir imports tensor graphs", r"\b(Sequence\w+|SplitToSequence|"
-              r"ConcatFromSequence) is not an op Hexir imports|does not import:.*Sequence")
 #: suite/model (a regex) -> (why, what the failure must show: a regex of the refusal).
 EXCEPTIONS: dict[str, tuple[str, str]] = {
     r"simple/test_strnorm_model_\w+": _STRINGS,
-    r"simple/test_sequence_model[1-8]": _SEQUENCES,
     r"simple/test_gradient_of_add(_and_mul)?": (
         "Gradient (the ai.onnx.preview.training domain) is training, not inference",
         r"domain 'ai.onnx.preview.training' is not one Hexir reads|domains? Hexir does not "

@@ -107,6 +107,24 @@ class Tensor:
     const: np.ndarray | None = None  # a constant's values (`is not None`: it is one)
 
 
+@dataclass
+class Sequence:
+    """An ONNX sequence value (`seq(tensor)`), which lives only between the ops that read and
+    write sequences (`onnx_sequence`): its length is always known at import. It is held as its
+    elements while every position used on it is a constant, and as one stacked tensor
+    [length, *element] once a runtime position was (see `onnx_sequence` for the view that
+    converts one form into the other)."""
+
+    dtype: np.dtype
+    items: list[Tensor] | None = None
+    stacked: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.items) if self.items is not None else \
+            (self.stacked.shape[0] if self.stacked is not None else 0)
+
+
 def _onnx():
     try:
         import onnx
@@ -157,7 +175,7 @@ class Importer:
         self.onnx = _onnx()
         self.model, self.name = model, name
         self.shapes, self.fixed = shapes, fixed
-        self.values: dict[str, Tensor] = {}
+        self.values: dict[str, Tensor | Sequence] = {}
         self.refusals = Refusals(name)
 
     # ---- checks of the model as a whole -------------------------------------------------
@@ -269,7 +287,9 @@ class Importer:
                                                    "arg_attrs": _named(names)})
             block = func.regions[0].blocks.append(*types)
             for arg, name in zip(block.arguments, names, strict=False):
-                self.values[name].value = arg
+                value = self.values[name]
+                assert isinstance(value, Tensor)
+                value.value = arg
             with ir.InsertionPoint(block):
                 for index, node in enumerate(graph.node):
                     emitter.node(node, index)
@@ -277,6 +297,11 @@ class Importer:
                     if vi.name not in self.values and vi.name not in emitter.unknown:
                         self.refusals.refuse(f"{self.name}: graph output '{vi.name}' is "
                                              "computed by no node")
+                for vi in graph.output:
+                    if isinstance(self.values.get(vi.name), Sequence):
+                        self.refusals.refuse(f"{self.name}: graph output '{vi.name}' is a "
+                                             "sequence; Hexir's graphs return tensors (a "
+                                             "sequence may live inside the graph)")
                 self.refusals.check()
                 results = [emitter.tensor(self.values[vi.name]) for vi in graph.output]
                 ir.Operation.create("func.return", operands=results)
