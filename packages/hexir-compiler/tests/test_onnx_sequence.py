@@ -83,10 +83,10 @@ def test_out_of_range_runtime_positions_are_clamped_where_onnx_runtime_fails():
     model = _runtime_positions_model()
     feeds = {**XYZW, "ins": np.array(9, np.int64), "era": np.array(-9, np.int64),
              "at": np.array(7, np.int64)}
-    with pytest.raises(Exception, match="(?i)invalid|out of|range|bound"):
+    with pytest.raises(Exception, match=r"(?i)invalid|out of|range|bound"):
         _theirs(model, feeds)
     picked, whole, n = _ours(model)(*feeds.values())
-    x, y, z, w = (XYZW[k] for k in "xyzw")
+    y, z, w = (XYZW[k] for k in "yzw")
     # ins 9 -> appended (x, y, z, w); at 7 -> the last, w; era -9 -> the first erased
     np.testing.assert_array_equal(picked, w)
     np.testing.assert_array_equal(whole, np.stack([y, z, w], axis=0))

@@ -17,6 +17,12 @@ ONNX reference implementation, so shape arithmetic (Shape, Size, ConstantOfShape
 Gather/Concat/Slice of shapes, Cast of constants) never reaches a kernel. A constant that a
 runtime op uses becomes a `hexir.constant` made straight from the array's buffer.
 
+Besides tensors, a value may be an ONNX sequence (`Sequence`) inside the graph, never at its
+inputs or outputs: its length is always known at import, and it is a list of its elements
+while every position used on it is a constant, one stacked tensor once a runtime position is
+(`onnx_sequence`). The training domain's Gradient is differentiated at import by reverse
+mode, its gradients ordinary values of the graph (`onnx_gradient`).
+
 Every refusal is a `ModelError`, one line naming the node or tensor. A refused node does not
 stop the import: the nodes after it are read too (those that need its outputs are skipped),
 and the error lists every refusal, unsupported ops grouped (`Refusals`).
@@ -28,6 +34,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -303,7 +310,8 @@ class Importer:
                                              "sequence; Hexir's graphs return tensors (a "
                                              "sequence may live inside the graph)")
                 self.refusals.check()
-                results = [emitter.tensor(self.values[vi.name]) for vi in graph.output]
+                results = [emitter.tensor(cast(Tensor, self.values[vi.name]))
+                           for vi in graph.output]
                 ir.Operation.create("func.return", operands=results)
             func.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(types, [r.type for r in results]))

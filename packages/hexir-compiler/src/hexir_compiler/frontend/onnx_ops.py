@@ -1185,7 +1185,7 @@ def _scatter_nd(e, xs, a, v):
 
 
 # ---- ops in their own modules, each registering itself here -------------------------------
-# The ops composed of the above, the recurrent layers (RNN, GRU, LSTM), and the sequence ops. Imported last, as
-# they import this module's registry: importing it registers them wherever the handlers are
-# read.
-from hexir_compiler.frontend import onnx_ops_composite, onnx_rnn, onnx_sequence  # noqa: E402, F401, I001
+# The ops composed of the above, the recurrent layers (RNN, GRU, LSTM) and the sequence ops.
+# Imported last, as they import this module's registry: importing it registers them wherever
+# the handlers are read.
+from hexir_compiler.frontend import onnx_ops_composite, onnx_rnn, onnx_sequence  # noqa: E402, F401

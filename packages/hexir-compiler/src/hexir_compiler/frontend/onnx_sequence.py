@@ -93,8 +93,9 @@ def stacked(e, s: Sequence) -> Tensor:
     if len(shapes) > 1:
         raise NodeError(f"a runtime position needs elements of one shape; this sequence holds "
                         f"shapes {', '.join(str(list(sh)) for sh in shapes)}")
-    if all(t.const is not None for t in s.items):
-        return constant(np.stack([t.const for t in s.items]))
+    arrays = [t.const for t in s.items if t.const is not None]
+    if len(arrays) == len(s.items):
+        return constant(np.stack(arrays))
     rows = [e.reshape(t, (1, *t.shape)) for t in s.items]
     return _concat(e, rows, {"axis": 0}, 13)[0]
 
