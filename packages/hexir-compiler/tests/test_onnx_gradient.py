@@ -181,3 +181,11 @@ def test_malformed_gradient_nodes_are_one_line():
     ]
     for grad, expected in cases:
         assert expected in _refusal(_model([*base, grad], [_v("a", [3])], [_v("da", [3])]))
+
+
+def test_a_gradient_of_a_refused_node_adds_no_refusal_of_its_own():
+    nodes = [n("Det", ["a"], "y", name="det"),
+             helper.make_node("Gradient", ["a"], ["da"], name="grad", domain=TRAINING,
+                              xs=["a"], y="y")]
+    text = _refusal(_model(nodes, [_v("a", [3, 3])], [_v("da", [3, 3])]))
+    assert "Det (1 node: 'det')" in text and "Gradient" not in text

@@ -278,8 +278,9 @@ def _reduce(b, node, x, y, g):
     return [spread]
 
 
-def gradient(emitter, node, where: str) -> list[Tensor]:
-    """The Gradient node's outputs: dy/dx for each x of its `xs`."""
+def gradient(emitter, node, where: str) -> list[Tensor] | None:
+    """The Gradient node's outputs: dy/dx for each x of its `xs` (None when a tensor it names
+    is one the import already refused)."""
     b = _Builder(emitter, where)
     a = _attrs(b, node)
     xs = [s.decode() if isinstance(s, bytes) else s for s in a.get("xs", [])]
@@ -294,6 +295,8 @@ def gradient(emitter, node, where: str) -> list[Tensor]:
     if len(node.output) > len(xs):
         raise ModelError(f"{where}: {len(node.output)} outputs; expected at most one per name "
                          f"of xs ({len(xs)})")
+    if any(name in emitter.unknown for name in (*xs, *zs, y)):
+        return None
     for name in (*xs, *zs, y):
         if name not in b.values:
             raise ModelError(f"{where}: '{name}' is not a tensor computed before it")
