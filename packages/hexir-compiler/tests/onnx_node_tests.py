@@ -34,7 +34,7 @@ STATIC_OPERANDS = {("Reshape", 1), ("Expand", 1), ("Squeeze", 1), ("Unsqueeze", 
                    *((op, 1) for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")),
                    *((op, 1) for op in ("ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
                                         "ReduceSumSquare", "ReduceProd", "Split", "Tile", "Trilu",
-                                        "OneHot")),
+                                        "OneHot", "SplitToSequence")),
                    ("Pad", 1), ("Pad", 3), *(("Resize", i) for i in range(1, 4)),
                    *(("Range", i) for i in range(3))}
 #: Tolerances by dtype (the issue's): float32, float64; ints and bools are exact.

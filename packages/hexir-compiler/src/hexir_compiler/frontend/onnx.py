@@ -17,6 +17,12 @@ ONNX reference implementation, so shape arithmetic (Shape, Size, ConstantOfShape
 Gather/Concat/Slice of shapes, Cast of constants) never reaches a kernel. A constant that a
 runtime op uses becomes a `hexir.constant` made straight from the array's buffer.
 
+Besides tensors, a value may be an ONNX sequence (`Sequence`) inside the graph, never at its
+inputs or outputs: its length is always known at import, and it is a list of its elements
+while every position used on it is a constant, one stacked tensor once a runtime position is
+(`onnx_sequence`). The training domain's Gradient is differentiated at import by reverse
+mode, its gradients ordinary values of the graph (`onnx_gradient`).
+
 Every refusal is a `ModelError`, one line naming the node or tensor. A refused node does not
 stop the import: the nodes after it are read too (those that need its outputs are skipped),
 and the error lists every refusal, unsupported ops grouped (`Refusals`).
@@ -28,6 +34,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -107,6 +114,24 @@ class Tensor:
     const: np.ndarray | None = None  # a constant's values (`is not None`: it is one)
 
 
+@dataclass
+class Sequence:
+    """An ONNX sequence value (`seq(tensor)`), which lives only between the ops that read and
+    write sequences (`onnx_sequence`): its length is always known at import. It is held as its
+    elements while every position used on it is a constant, and as one stacked tensor
+    [length, *element] once a runtime position was (see `onnx_sequence` for the view that
+    converts one form into the other)."""
+
+    dtype: np.dtype
+    items: list[Tensor] | None = None
+    stacked: Tensor | None = None
+
+    @property
+    def length(self) -> int:
+        return len(self.items) if self.items is not None else \
+            (self.stacked.shape[0] if self.stacked is not None else 0)
+
+
 def _onnx():
     try:
         import onnx
@@ -157,7 +182,7 @@ class Importer:
         self.onnx = _onnx()
         self.model, self.name = model, name
         self.shapes, self.fixed = shapes, fixed
-        self.values: dict[str, Tensor] = {}
+        self.values: dict[str, Tensor | Sequence] = {}
         self.refusals = Refusals(name)
 
     # ---- checks of the model as a whole -------------------------------------------------
@@ -269,7 +294,9 @@ class Importer:
                                                    "arg_attrs": _named(names)})
             block = func.regions[0].blocks.append(*types)
             for arg, name in zip(block.arguments, names, strict=False):
-                self.values[name].value = arg
+                value = self.values[name]
+                assert isinstance(value, Tensor)
+                value.value = arg
             with ir.InsertionPoint(block):
                 for index, node in enumerate(graph.node):
                     emitter.node(node, index)
@@ -277,8 +304,14 @@ class Importer:
                     if vi.name not in self.values and vi.name not in emitter.unknown:
                         self.refusals.refuse(f"{self.name}: graph output '{vi.name}' is "
                                              "computed by no node")
+                for vi in graph.output:
+                    if isinstance(self.values.get(vi.name), Sequence):
+                        self.refusals.refuse(f"{self.name}: graph output '{vi.name}' is a "
+                                             "sequence; Hexir's graphs return tensors (a "
+                                             "sequence may live inside the graph)")
                 self.refusals.check()
-                results = [emitter.tensor(self.values[vi.name]) for vi in graph.output]
+                results = [emitter.tensor(cast(Tensor, self.values[vi.name]))
+                           for vi in graph.output]
                 ir.Operation.create("func.return", operands=results)
             func.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(types, [r.type for r in results]))

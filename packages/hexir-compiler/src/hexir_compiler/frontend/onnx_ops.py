@@ -20,7 +20,15 @@ from typing import overload
 
 import numpy as np
 
-from hexir_compiler.frontend.onnx import DOMAINS, DTYPES, MLIR, ModelError, Tensor, _tensor_type
+from hexir_compiler.frontend.onnx import (
+    DOMAINS,
+    DTYPES,
+    MLIR,
+    ModelError,
+    Sequence,
+    Tensor,
+    _tensor_type,
+)
 from hexir_compiler.mlir import ir
 from hexir_format import signatures
 
@@ -31,6 +39,11 @@ HANDLERS: dict[str, Handler] = {}
 VERSIONS: dict[str, tuple[int, ...]] = {}
 #: The ops whose first input must be float32 or float64, checked before the handler runs.
 FLOATS_ONLY: set[str] = set()
+#: The ops that read or write sequence values (`onnx_sequence`), and Identity, which passes
+#: one on; never folded (a sequence is not an array the reference evaluator is given).
+TAKES_SEQUENCES: set[str] = {"Identity"}
+#: The training domain, whose Gradient is differentiated at import (`onnx_gradient`).
+TRAINING = "ai.onnx.preview.training"
 
 
 #: Ops that draw random values: never folded (the values would be numpy's, not those of the
@@ -99,8 +112,18 @@ class Emitter:
                              "Runtime's)")
         blocked = any(input_ in self.unknown for input_ in node.input)
         inputs = [values.get(input_) if input_ else None for input_ in node.input]
+        if node.domain == TRAINING and node.op_type == "Gradient":
+            from hexir_compiler.frontend import onnx_gradient
+
+            return None if blocked else onnx_gradient.gradient(self, node, where)
+        sequences = [n for n, t in zip(node.input, inputs, strict=False)
+                     if isinstance(t, Sequence)]
+        if sequences and node.op_type not in TAKES_SEQUENCES:
+            raise ModelError(f"{where}: input '{sequences[0]}' is a sequence; "
+                             f"{node.op_type} takes tensors")
         problem, schema = self._support(node)
-        if node.domain in DOMAINS and not blocked and self._folds(node, inputs):
+        if node.domain in DOMAINS and not blocked and not sequences and \
+                node.op_type not in TAKES_SEQUENCES and self._folds(node, inputs):
             return self._fold(node, inputs, where)
         if problem is not None:
             self.importer.refusals.unsupported(*problem, name)
@@ -1162,7 +1185,7 @@ def _scatter_nd(e, xs, a, v):
 
 
 # ---- ops in their own modules, each registering itself here -------------------------------
-# The ops composed of the above, and the recurrent layers (RNN, GRU, LSTM). Imported last, as
-# they import this module's registry: importing it registers them wherever the handlers are
-# read.
-from hexir_compiler.frontend import onnx_ops_composite, onnx_rnn  # noqa: E402, F401
+# The ops composed of the above, the recurrent layers (RNN, GRU, LSTM) and the sequence ops.
+# Imported last, as they import this module's registry: importing it registers them wherever
+# the handlers are read.
+from hexir_compiler.frontend import onnx_ops_composite, onnx_rnn, onnx_sequence  # noqa: E402, F401
