@@ -36,7 +36,8 @@ SEEDS = (11, 12, 13)
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_every_cpu_kernel_is_compiled_code(name):
     module = hf.parse((FIXTURES / f"{name}.hxb").read_bytes())
-    assert module.version == 5
+    assert module.version == 6  # a variant per x86-64 level, hexir's default
+    assert sorted({e.cpu_level for e in module.executables}) == [2, 3, 4]
     for exe in module.executables:
         assert exe.device is hf.Device.CPU and bytes(exe.image[:4]) == b"\x7fELF", exe.name
 
@@ -108,7 +109,7 @@ def test_a_module_that_calls_back_for_its_matmul_is_refused_in_one_line(tmp_path
                       out, err)
     assert status != 0 and out.getvalue() == "" and err.getvalue().count("\n") == 1
     assert "host image of kernel 'linear_0': calls 'hexir_rt_matmul'" in err.getvalue()
-    (small,) = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes()).executables
+    small, *_ = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes()).executables
     hostcode.load(small.image, small.name, len(small.args), what="the built-in linear").close()
     with hr.load(FIXTURES / "builtin-cpu.hxb") as m:
         (printed,) = m.run("main")
@@ -118,8 +119,8 @@ def test_a_module_that_calls_back_for_its_matmul_is_refused_in_one_line(tmp_path
 def test_an_image_for_a_newer_cpu_level_is_refused_before_it_runs(monkeypatch):
     """The module records the x86-64 level each host image was compiled for; a machine below
     it is told so in one line instead of dying of an illegal instruction."""
-    (exe,) = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes()).executables
-    assert exe.cpu_level == 2  # the compiler's default, x86-64-v2
+    exe, *_ = hf.parse((FIXTURES / "builtin-cpu.hxb").read_bytes()).executables
+    assert exe.cpu_level == 2  # the lowest of the compiler's default levels
     newer = hf.Executable(exe.name, exe.kind, exe.device, exe.args, exe.params, exe.image,
                           exe.grid, exe.block, cpu_level=4)
     monkeypatch.setattr(hostcode, "host_level", lambda: 3)
@@ -132,3 +133,43 @@ def test_an_image_for_a_newer_cpu_level_is_refused_before_it_runs(monkeypatch):
 
 def test_this_machine_runs_at_least_the_default_level():
     assert hostcode.host_level() >= 2
+
+
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_every_level_the_host_runs_gives_the_same_answer(name, monkeypatch):
+    """Each variant of a default module (x86-64-v2, -v3, -v4), picked by capping the level
+    with HEXIR_CPU_LEVEL, matches numpy; the levels this CPU cannot run are skipped."""
+    data = np.load(FIXTURES / f"{name}.npz")
+    x, want = data["input_0"], data["output_0"]
+    ran = []
+    for level in (2, 3, 4):
+        if level > hostcode.host_level():
+            continue
+        monkeypatch.setenv("HEXIR_CPU_LEVEL", f"x86-64-v{level}")
+        with hr.load(FIXTURES / f"{name}.hxb") as m:
+            assert m.cpu_code("main").startswith(f"x86-64-v{level} (of x86-64-v2, ")
+            plan = m._resident.plan
+            assert {plan.module.executables[i].cpu_level
+                    for i in plan.entries["main"].executables} == {level}
+            got = m.main(x)
+        scale = np.abs(want).max()
+        assert np.abs(got - want).max() <= TOLERANCE[want.dtype] * scale, level
+        ran.append(level)
+    assert 2 in ran
+
+
+def test_a_cpu_level_setting_that_is_no_level_is_refused_in_one_line(monkeypatch):
+    monkeypatch.setenv("HEXIR_CPU_LEVEL", "v3")
+    with pytest.raises(DeviceError, match="^HEXIR_CPU_LEVEL='v3': expected one of x86-64, "
+                                          "x86-64-v2, x86-64-v3, x86-64-v4$"):
+        hr.load(FIXTURES / "builtin-cpu.hxb")
+
+
+def test_hexir_run_says_which_host_code_it_runs(monkeypatch):
+    from hexir_runtime import cli
+
+    monkeypatch.setenv("HEXIR_CPU_LEVEL", "x86-64-v2")
+    out, err = io.StringIO(), io.StringIO()
+    assert cli.main([str(FIXTURES / "builtin-cpu.hxb")], out, err) == 0
+    device = next(line for line in out.getvalue().splitlines() if line.startswith("device"))
+    assert device.endswith(", host code x86-64-v2 (of x86-64-v2, x86-64-v3, x86-64-v4)")

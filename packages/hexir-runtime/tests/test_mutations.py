@@ -1,6 +1,6 @@
 """The damage campaign: every field of every kind of module, set to hostile values.
 
-For each fixture (the seed's v3 file, the v4 test modules, the compiler's v5 modules) the
+For each fixture (the seed's v3 file, the v4 test modules, the compiler's v5 and v6 modules) the
 field map lists every header, section-table, symbol, command-operand, executable, argument
 type, param and slot field, at its offset, from the layout's own declarations. Each field in
 turn, and then fixed-seed pairs of fields, gets hostile values (0, 1, off by one, the
@@ -100,8 +100,13 @@ def field_map(data: bytes) -> list[Field]:
         fields += struct_fields(L.SectionEntry, 24 + 24 * i, f"section[{i}]")
     sec = {s.kind: s for s in layout.sections}
     symbols = sec[hf.SectionKind.SYMBOLS]
+    symbol = L.SymbolV6 if module.version >= 6 else L.Symbol
     for i in range(symbols.size // L.Symbol.sizeof()):
-        fields += struct_fields(L.Symbol, symbols.offset + 40 * i, f"symbol[{i}]")
+        for f in struct_fields(symbol, symbols.offset + 40 * i, f"symbol[{i}]"):
+            # Version 6: a variant renamed is an entry point of its own beside the others
+            # (another valid program, visible in the entry names), as the rest still run.
+            renamed = module.version >= 6 and f.name.endswith(".name")
+            fields.append(Field(f.name, f.offset, f.width, explains=renamed))
     pc, program = 0, sec[hf.SectionKind.PROGRAM]
     while pc < program.size:
         at = program.offset + pc
@@ -289,8 +294,12 @@ def test_byte_flips_outside_code(tmp_path, source):
     module = hf.parse(data)
     exes = module.layout.section(hf.SectionKind.EXECUTABLES)
     rodata = module.layout.section(hf.SectionKind.RODATA)
-    code = [(exes.offset + (bytes(data).find(bytes(e.image), exes.offset) - exes.offset),
-             len(e.image)) for e in module.executables if e.image is not None]
+    code, at = [], exes.offset  # the images lie in executable order
+    for e in module.executables:
+        if e.image is not None:
+            at = bytes(data).find(bytes(e.image), at)
+            code.append((at, len(e.image)))
+            at += len(e.image)
     rng = random.Random(f"flips {source.name}")
     for _ in range(300):
         at = rng.randrange(len(data))
