@@ -171,5 +171,5 @@ def test_hexir_run_says_which_host_code_it_runs(monkeypatch):
     monkeypatch.setenv("HEXIR_CPU_LEVEL", "x86-64-v2")
     out, err = io.StringIO(), io.StringIO()
     assert cli.main([str(FIXTURES / "builtin-cpu.hxb")], out, err) == 0
-    device = next(line for line in out.getvalue().splitlines() if line.startswith("device"))
+    device = next(line for line in err.getvalue().splitlines() if line.startswith("device"))
     assert device.endswith(", host code x86-64-v2 (of x86-64-v2, x86-64-v3, x86-64-v4)")
