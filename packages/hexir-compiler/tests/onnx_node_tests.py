@@ -21,6 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
+from conftest import HOST_TARGET
+
 ROOT = Path(__file__).resolve().parents[3]
 WHEEL = "onnx==1.22.0"
 DATA = "onnx/backend/test/data/"
@@ -152,7 +154,8 @@ def compile_case(case: Case, placement: str | None = None) -> tuple[bytes, list[
 
     model, inputs, expected = load(case)
     fixed = {name: inputs[name] for name in static_inputs(model) if name in inputs}
-    module = hexir_compiler.compile(model, "hxb", placement=placement, fixed_inputs=fixed)
+    module = hexir_compiler.compile(model, "hxb", placement=placement, fixed_inputs=fixed,
+                                    target=HOST_TARGET)
     return module, [n for n in inputs if n not in fixed], (inputs, expected)
 
 

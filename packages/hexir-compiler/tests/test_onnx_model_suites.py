@@ -28,6 +28,7 @@ onnx = pytest.importorskip("onnx")
 from onnx import numpy_helper
 
 import onnx_node_tests as node
+from conftest import HOST_TARGET
 from hexir_compiler import cli
 from hexir_runtime import cli as run_cli
 
@@ -121,7 +122,8 @@ def run(model: Model, tmp: Path) -> None:
     hxb = tmp / "model.hxb"
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
-        status = cli.main(["-emit=hxb", "-o", str(hxb), *flags, str(model.path)])
+        status = cli.main(["-emit=hxb", "-o", str(hxb), f"-target={HOST_TARGET}", *flags,
+                           str(model.path)])
     if status != 0:
         raise Refused(err.getvalue().strip())
     rtol = LOOSER.get(model.name, RTOL)

@@ -30,13 +30,14 @@ import onnxruntime
 import hexir_compiler
 import hexir_runtime
 import real_models
+from conftest import HOST_TARGET
 from hexir_format import KernelKind, Op
 
 
 @functools.cache
 def compiled(name: str) -> bytes:
     """The model's .hxb for the cpu, compiled once per session (the tests share it)."""
-    return hexir_compiler.compile(real_models.export(name))
+    return hexir_compiler.compile(real_models.export(name), target=HOST_TARGET)
 
 
 @pytest.mark.parametrize("name", real_models.selected())

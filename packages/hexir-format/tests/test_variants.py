@@ -9,12 +9,11 @@ from dataclasses import replace
 import pytest
 
 import hexir_format as hf
+from conftest import FIXTURES
 from hexir_format import Command, Device, DType, Function, Module, Slot
 from hexir_format import TensorType as T
 from hexir_format import layout as L
 from hexir_format.validate import check
-
-from conftest import FIXTURES
 
 SYMBOL = L.size(L.Symbol)  # 40: name 32, program_offset 4, cpu_level 4
 
@@ -24,7 +23,10 @@ def compiled() -> bytes:
     return (FIXTURES / "builtin-cpu.hxb").read_bytes()
 
 
-def echo(levels=(2, 3), types=(T(DType.F32, (4,)),) * 2) -> Module:
+FOUR = T(DType.F32, (4,))
+
+
+def echo(levels=(2, 3), types=(FOUR, FOUR)) -> Module:
     """`main(x) -> (x)` once per level in `levels`, each variant over its own slot."""
     functions = tuple(Function("main", (Command.input(i, 0), Command.output(i, 0)),
                                cpu_level=level) for i, level in enumerate(levels))
@@ -96,7 +98,7 @@ def test_a_levelless_entry_beside_a_variant_of_the_same_name_is_refused():
 
 
 def test_a_version_5_symbol_still_has_a_reserved_word():
-    data = hf.build(replace(echo(levels=(0,), types=(T(DType.F32, (4,)),)), version=5))
+    data = hf.build(replace(echo(levels=(0,), types=(FOUR,)), version=5))
     at = symbol_at(data, 0) + 36
     with pytest.raises(hf.FormatError, match=f"reserved field at offset {at} is 2"):
         hf.parse(patched(data, at, 2))
@@ -119,7 +121,7 @@ def test_the_writer_refuses_two_variants_for_one_level():
 
 def test_variants_that_disagree_on_the_signature_are_refused():
     """A caller cannot know which variant the host picks, so all must take and give alike."""
-    module = echo(types=(T(DType.F32, (4,)), T(DType.F32, (5,))))
+    module = echo(types=(FOUR, T(DType.F32, (5,))))
     with pytest.raises(hf.ValidationError, match="main \\[x86-64-v3\\]: its signature "
                                                  "\\(5xf32\\) -> \\(5xf32\\) differs from "
                                                  "main \\[x86-64-v2\\]'s \\(4xf32\\) -> "
@@ -136,7 +138,7 @@ def test_a_variant_that_dispatches_a_higher_level_kernel_is_refused():
     commands = tuple(replace(c, operands=(high, *c.operands[1:])) if c.op is hf.Op.DISPATCH
                      else c for c in v2.commands)
     damaged = replace(module, functions=(replace(v2, commands=commands), v3, v4))
-    with pytest.raises(hf.ValidationError, match="main \\[x86-64-v2\\]: command 3 .*kernel "
-                                                 "'linear_0' is host code for x86-64-v4, above "
-                                                 "this variant's x86-64-v2"):
+    with pytest.raises(hf.ValidationError, match=r"main \[x86-64-v2\]: command 3 .*kernel "
+                                                 r"'linear_0' is host code for x86-64-v4, above "
+                                                 r"this variant's x86-64-v2"):
         check(hf.parse(hf.build(damaged)))

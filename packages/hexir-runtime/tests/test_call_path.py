@@ -265,6 +265,6 @@ def test_a_plan_offset_counts_against_max_alloc_bytes_at_load():
     module = hf.parse((FIXTURES / "mlp-f32.hxb").read_bytes())
     (slot, _), *rest = module.placements
     far = hf.build(replace(module, placements=((slot, 8 << 30), *rest)))
-    with pytest.raises(hr.ValidationError, match=rf"main \[x86-64-v2\]: plan: slot {slot} at offset "
-                       rf"{8 << 30} makes a call allocate .* more than the cap of 1048576"):
+    with pytest.raises(hr.ValidationError, match=rf"main \[x86-64-v2\]: plan: slot {slot} at "
+                       rf"offset {8 << 30} makes a call allocate .* more than the cap of 1048576"):
         hr.load(far, max_alloc_bytes=1 << 20)

@@ -160,8 +160,8 @@ def test_every_level_the_host_runs_gives_the_same_answer(name, monkeypatch):
 
 def test_a_cpu_level_setting_that_is_no_level_is_refused_in_one_line(monkeypatch):
     monkeypatch.setenv("HEXIR_CPU_LEVEL", "v3")
-    with pytest.raises(DeviceError, match="^HEXIR_CPU_LEVEL='v3': expected one of x86-64, "
-                                          "x86-64-v2, x86-64-v3, x86-64-v4$"):
+    with pytest.raises(DeviceError, match=r"^HEXIR_CPU_LEVEL='v3': expected one of x86-64, "
+                                          r"x86-64-v2, x86-64-v3, x86-64-v4$"):
         hr.load(FIXTURES / "builtin-cpu.hxb")
 
 

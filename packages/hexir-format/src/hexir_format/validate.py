@@ -63,7 +63,8 @@ class Signature:
         """`(x: 4xf32) -> (y: 4xf32)`: the types with their names, where the module has any."""
         def side(names: tuple[str, ...], types: tuple[TensorType, ...]) -> str:
             return ", ".join(f"{n}: {t}" if n else str(t)
-                             for n, t in zip((*names, *[""] * len(types)), types))
+                             for n, t in zip((*names, *[""] * len(types)), types,
+                                             strict=False))
         return (f"({side(self.input_names, self.inputs)}) -> "
                 f"({side(self.output_names, self.outputs)})")
 
