@@ -8,7 +8,8 @@ import hexir_format as hf
 module = hf.parse(Path(sys.argv[1]).read_bytes())
 print(f"version {module.version}")
 for function in module.functions:
-    print(f"function {function.name}")
+    level = f" {hf.CPU_LEVELS[function.cpu_level]}" if function.cpu_level else ""
+    print(f"function {function.name}{level}")
     for command in function.commands:
         print(f"  {command}")
 for i, slot in enumerate(module.slots):
