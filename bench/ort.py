@@ -15,9 +15,10 @@ attention layer) numpy:
 | transformer | `examples/transformer_block.mlir` (x 2x16x64, 4 heads, pre-LN, GELU) |
 | attention | a BERT-style encoder layer, the ONNX model compiled by Hexir: x 1x128x512, 8 heads of 64 (QK^T and PV: batched products of two activations), FFN 2048 |
 
-Hexir runs twice: compiled for the default target (`x86-64-v2`) and for this machine's level
-(`-target=cpu:x86-64-v3` on an AVX2 host, v4 on an AVX-512 one), as ORT picks its kernels for
-the CPU it runs on. `--baseline=DIR` adds the Hexir of another checkout (its `packages/`),
+Hexir runs twice: compiled for the baseline level every x86-64 runs (`-target=cpu:x86-64-v2`)
+and for this machine's level (`-target=cpu:x86-64-v3` on an AVX2 host, v4 on an AVX-512 one),
+as ORT picks its kernels for the CPU it runs on; a default module (all three levels) runs the
+latter here. `--baseline=DIR` adds the Hexir of another checkout (its `packages/`),
 compiled and run in its own processes, so a change and its parent are timed in one run.
 
 Every figure is the median of `--calls` steady calls (after 30 warm-up calls) in a fresh
