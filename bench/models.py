@@ -20,8 +20,9 @@ Each model is exported once into `build/models/<key>/` (the key hashes this file
 and the torch/transformers versions), compiled for every `--targets` entry (`default` is the
 compiler's default: a program per x86-64 level, of which the runtime runs this host's; with
 `--baseline=DIR` also by another checkout's compiler: before and after in one run), and
-then, for every `--threads` entry (`default`: each runtime its own default, `N`: HEXIR_CPU_THREADS=N and ORT's intra-op threads N), measured in a fresh process
-(the cpu pool's size is fixed per process): every Hexir result is checked against ONNX
+then, for every `--threads` entry (`default`: each runtime its own default, `N`:
+HEXIR_CPU_THREADS=N and ORT's intra-op threads N), measured in a fresh process (the cpu
+pool's size is fixed per process): every Hexir result is checked against ONNX
 Runtime's first (within rtol 1e-3 / atol 1e-4, as the tests hold them), then the engines run
 in interleaved blocks -- one untimed call, then `--block` calls each timed -- until each has
 `--calls` timed calls or the model's `--budget` seconds are spent. A figure is the median of
