@@ -254,7 +254,8 @@ def _functions(version: int, symbols: tuple[memoryview, int],
                           f"{L.size(L.Symbol)}", field="size", offset=sym_base)
     commands = _commands(version, *program)
     index = {pc: i for i, (pc, _) in enumerate(commands)}
-    functions, expected, names = [], 0, set()
+    functions, expected = [], 0
+    names: set[tuple[str, int]] = set()
     decl = L.SymbolV6 if version >= 6 else L.Symbol
     for n in range(len(sym) // L.size(L.Symbol)):
         at = n * L.size(L.Symbol)
