@@ -4,7 +4,8 @@
 | ----------- | -------------------------------------------- | -------------------------------- |
 | mlir        | (parse and verify)                           | the graph as written             |
 | mlir-hetero | hexir-partition, hexir-insert-transfers      | devices on ops, copies between   |
-| mlir-tir    | hexir-fuse, hexir-lower-to-tir               | each op or fused group a kernel  |
+| mlir-tir    | hexir-fuse, hexir-lower-to-tir,              | each op or fused group a kernel, |
+|             | hexir-dedupe-kernels                         | identical kernels one            |
 | mlir-linalg | hextir-to-loops                              | kernels as loop nests on buffers |
 | mlir-gpu    | hexir-kernels-to-gpu                         | cuda kernels as gpu.module/func  |
 | mlir-llvm   | hexir-kernels-to-llvm                        | every kernel in LLVM / NVVM      |
@@ -28,6 +29,7 @@ from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host, parse_targets
 from hexir_compiler.transforms import (
+    hexir_dedupe_kernels,
     hexir_fuse,
     hexir_insert_transfers,
     hexir_kernels_to_gpu,
@@ -182,6 +184,7 @@ def _kernels(module: ir.Module, options: Options) -> None:
     if options.fuse:
         hexir_fuse.run(module)
     hexir_lower_to_tir.run(module, options.cpu)
+    hexir_dedupe_kernels.run(module)
 
 
 #: The MLIR stages after `mlir` and the passes that produce each from the one before.

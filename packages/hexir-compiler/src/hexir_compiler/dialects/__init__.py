@@ -9,8 +9,10 @@ is single-threaded: diagnostics then come out in program order.
 from hexir_compiler.dialects._load import load, without_segment_sizes
 from hexir_compiler.dialects.hexir import Hexir
 from hexir_compiler.dialects.hextir import Hextir
+from hexir_compiler.dialects._load import mark_loaded
 from hexir_compiler.mlir import ir
 
+mark_loaded(Hexir, Hextir)
 for _op in (*Hexir.operations, *Hextir.operations):
     if _op.OPERATION_NAME != "hexir.call_tir":  # one group per input: it has segment sizes
         without_segment_sizes(_op)
