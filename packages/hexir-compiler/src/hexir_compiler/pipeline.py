@@ -23,7 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from hexir_compiler import builtin, serialize
+from hexir_compiler import builtin, dialects, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
@@ -38,6 +38,7 @@ from hexir_compiler.transforms import (
     hexir_partition,
     hextir_to_loops,
 )
+import hexir_format as hf
 from hexir_format import MAGIC
 
 DESCRIPTIONS = {
@@ -206,15 +207,16 @@ def lower(module: ir.Module, options: Options, stage: str) -> ir.Module:
     return module
 
 
-def run(module: ir.Module, options: Options) -> ir.Module | str | bytes:
-    """`module` lowered to `options.stage`: a module (MLIR stages), LLVM IR text, or .hxb bytes."""
+def run(module: ir.Module, options: Options) -> ir.Module | str | hf.Module:
+    """`module` lowered to `options.stage`: a module (MLIR stages), LLVM IR text, or the .hxb
+    model (`serialize.build` makes its bytes)."""
     if options.stage not in STAGES:
         raise CompileError(f"'{options.stage}' is not a stage; expected one of {', '.join(STAGES)}")
     if options.stage not in ("llvm", "hxb"):
         return lower(module, options, options.stage)
     lower(module, options, "mlir-llvm")
     if options.stage == "hxb":
-        return serialize.to_bytes(module, options.chip, options.cpu)
+        return serialize.to_model(module, options.chip, options.cpu)  # compile_file builds it
     parts = [f"; hexir: cpu kernels, {host.TRIPLE}\n{host.llvm_ir(module)}"]
     parts += [f"; hexir: cuda kernel @{name}, nvptx64-nvidia-cuda\n{text}"
               for name, text in cuda.llvm_ir(module)]
@@ -227,7 +229,13 @@ def compile_file(path, options: Options) -> str | bytes:
     with context():
         module = load(None if path is None else path if is_onnx(path) else str(path), options)
         result = run(module, options)
-        return str(result) if isinstance(result, ir.Module) else result
+        if isinstance(result, ir.Module):
+            return str(result)
+    # The module goes, and with it the context, before the .hxb's bytes are made: the
+    # context's attributes hold the weights, twice where a matmul's are packed.
+    del module
+    dialects.release()
+    return serialize.build(result) if isinstance(result, hf.Module) else result
 
 
 def _verify(module: ir.Module) -> None:

@@ -24,6 +24,7 @@ Every cpu kernel carrying a host image makes the module version 5 (`hexir_format
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field, replace
 
@@ -51,7 +52,7 @@ def serialize(module: ir.Module, target: str | None = None, cpu: str | None = No
     writer = _Writer(index)
     functions = [writer.function(op) for op in entries]
     return hf.Module(
-        5, tuple(functions), bytes(writer.rodata), tuple(executables), tuple(writer.slots),
+        5, tuple(functions), b"".join(writer.rodata), tuple(executables), tuple(writer.slots),
         placements=_memory_plan(functions, writer.slots, executables),
     )
 
@@ -70,11 +71,32 @@ def _memory_plan(functions: list[hf.Function], slots: list[hf.Slot],
     return tuple(sorted(offsets.items()))
 
 
+def to_model(module: ir.Module, target: str | None = None, cpu: str | None = None) -> hf.Module:
+    """The `.hxb` model of `module` at the version it needs (`build` makes its bytes); every
+    failure here is a `SerializeError`."""
+    with _serialize_errors():
+        model = serialize(module, target, cpu)
+        return replace(model, version=hf.minimum_version(model))
+
+
+def build(model: hf.Module) -> bytes:
+    """The bytes of `model` (from `to_model`). It needs no MLIR, so the caller can release the
+    module's context first: its attributes hold every weight, twice where a matmul's are
+    packed, and the format's writer makes two more copies of the read-only data."""
+    with _serialize_errors():
+        return hf.build(model)
+
+
 def to_bytes(module: ir.Module, target: str | None = None, cpu: str | None = None) -> bytes:
     """The `.hxb` bytes of `module`; every failure here is a `SerializeError`."""
+    return build(to_model(module, target, cpu))
+
+
+@contextlib.contextmanager
+def _serialize_errors():
+    """A format error as a `SerializeError` (with the op's location where it names one)."""
     try:
-        model = serialize(module, target, cpu)
-        return hf.build(replace(model, version=hf.minimum_version(model)))
+        yield
     except SerializeError:
         raise
     except hf.HexirError as err:  # device code, or a limit of the format
@@ -188,7 +210,10 @@ class _Writer:
     """Slots, RODATA and commands, shared by every function of the module."""
 
     executables: dict[str, int]
-    rodata: bytearray = field(default_factory=bytearray)
+    #: RODATA's pieces, joined once at the end: mostly views of the constants' attributes, so
+    #: the weights are copied once here (appending to one buffer copied them up to twice more).
+    rodata: list = field(default_factory=list)
+    rodata_size: int = 0
     slots: list[hf.Slot] = field(default_factory=list)
 
     def new_slot(self, device: str, t: ir.Type) -> int:
@@ -258,10 +283,12 @@ class _Writer:
         dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")
         # The buffer protocol gives the elements (a splat's too, repeated) without a Python loop.
         data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.shape)
-        offset = len(self.rodata)
+        offset = self.rodata_size
         if data.size:  # (a view with a 0 in its shape cannot be cast)
-            self.rodata += np.ascontiguousarray(data).data.cast("B")  # no bytes copy
-        self.rodata += bytes(-len(self.rodata) % 8)
+            self.rodata.append(np.ascontiguousarray(data).data.cast("B"))
+        pad = -(offset + data.nbytes) % 8
+        self.rodata.append(bytes(pad))
+        self.rodata_size = offset + data.nbytes + pad
         slot = self._result(op, slot_of)
         return [hf.Command.const(slot, offset, data.nbytes)]
 

@@ -28,4 +28,16 @@ def context() -> ir.Context:
     return ctx
 
 
-__all__ = ["Hexir", "Hextir", "context"]
+def release() -> None:
+    """Let go of the last `context()`'s dialect definitions, so that context can be freed.
+
+    Each dialect keeps its IRDL definition (a module in that context, which its verifiers
+    use) on its class, and so keeps the context alive, and with it every attribute ever made
+    in it: a compiled model's weights, twice where a matmul's are packed. Call it once the
+    context is no longer used; the next `context()` loads the dialects again.
+    """
+    for dialect in (Hexir, Hextir):
+        dialect._mlir_module = None
+
+
+__all__ = ["Hexir", "Hextir", "context", "release"]
