@@ -23,6 +23,7 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+import hexir_format as hf
 from hexir_compiler import builtin, dialects, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
@@ -38,7 +39,6 @@ from hexir_compiler.transforms import (
     hexir_partition,
     hextir_to_loops,
 )
-import hexir_format as hf
 from hexir_format import MAGIC
 
 DESCRIPTIONS = {

@@ -6,10 +6,9 @@ register in every context. Python-defined verifiers run on the calling thread, s
 is single-threaded: diagnostics then come out in program order.
 """
 
-from hexir_compiler.dialects._load import load, without_segment_sizes
+from hexir_compiler.dialects._load import load, mark_loaded, without_segment_sizes
 from hexir_compiler.dialects.hexir import Hexir
 from hexir_compiler.dialects.hextir import Hextir
-from hexir_compiler.dialects._load import mark_loaded
 from hexir_compiler.mlir import ir
 
 mark_loaded(Hexir, Hextir)
