@@ -8,6 +8,7 @@ is single-threaded: diagnostics then come out in program order.
 
 import ctypes
 import ctypes.util
+from typing import Any
 
 from hexir_compiler.dialects._load import load, mark_loaded, without_segment_sizes
 from hexir_compiler.dialects.hexir import Hexir
@@ -42,7 +43,8 @@ def release() -> None:
     process (ViT-B/16: 330 MB); glibc's `malloc_trim` hands those pages back, so what the
     caller does next (the `.hxb`'s bytes) reuses them instead of growing the peak.
     """
-    for dialect in (Hexir, Hextir):
+    ours: tuple[Any, ...] = (Hexir, Hextir)  # (`_load.load` sets the attribute; untyped)
+    for dialect in ours:
         dialect._mlir_module = None
     if _LIBC is not None:
         _LIBC.malloc_trim(0)

@@ -9,8 +9,8 @@ the *same* type. CSE merges the identical `irdl.any` constraints of all fields, 
 2. `mark_loaded`: the bindings import a dialect's Python module (`<prefix>.<namespace>`) before
 they make a Python object for one of its ops, and remember only imports that succeeded; for a
 dialect defined outside their package every op object cost a failed import (a search of
-`sys.path`: 13 s of ViT-B/16's compile). `mark_loaded` adds our package as a prefix, so the first
-lookup finds the dialect's module and the bindings stop looking.
+`sys.path`: 13 s of a profiled ViT-B/16 compile). `mark_loaded` adds our package as a prefix,
+so the first lookup finds the dialect's module and the bindings stop looking.
 
 3. `without_segment_sizes`: positional accessors and a builder that writes no segment-size
 attributes, for ops with at most one variadic group (see its docstring).
