@@ -4,7 +4,8 @@
 | ----------- | -------------------------------------------- | -------------------------------- |
 | mlir        | (parse and verify)                           | the graph as written             |
 | mlir-hetero | hexir-partition, hexir-insert-transfers      | devices on ops, copies between   |
-| mlir-tir    | hexir-fuse, hexir-lower-to-tir               | each op or fused group a kernel  |
+| mlir-tir    | hexir-fuse, hexir-lower-to-tir,              | each op or fused group a kernel, |
+|             | hexir-dedupe-kernels                         | identical kernels one            |
 | mlir-linalg | hextir-to-loops                              | kernels as loop nests on buffers |
 | mlir-gpu    | hexir-kernels-to-gpu                         | cuda kernels as gpu.module/func  |
 | mlir-llvm   | hexir-kernels-to-llvm                        | every kernel in LLVM / NVVM      |
@@ -22,12 +23,14 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from hexir_compiler import builtin, serialize
+import hexir_format as hf
+from hexir_compiler import builtin, dialects, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host, parse_targets
 from hexir_compiler.transforms import (
+    hexir_dedupe_kernels,
     hexir_fuse,
     hexir_insert_transfers,
     hexir_kernels_to_gpu,
@@ -182,7 +185,12 @@ def _place(module: ir.Module, options: Options) -> None:
 
 def _kernels(module: ir.Module, options: Options) -> None:
     _fuse(module, options)
-    hexir_lower_to_tir.run(module, _made_for(module) or host.cpus(options.cpu)[0])
+    _lower_to_tir(module, _made_for(module) or host.cpus(options.cpu)[0])
+
+
+def _lower_to_tir(module: ir.Module, cpu: str) -> None:
+    hexir_lower_to_tir.run(module, cpu)
+    hexir_dedupe_kernels.run(module)
 
 
 def _fuse(module: ir.Module, options: Options) -> None:
@@ -215,8 +223,9 @@ def lower(module: ir.Module, options: Options, stage: str) -> ir.Module:
     return module
 
 
-def run(module: ir.Module, options: Options) -> ir.Module | str | bytes:
-    """`module` lowered to `options.stage`: a module (MLIR stages), LLVM IR text, or .hxb bytes."""
+def run(module: ir.Module, options: Options) -> ir.Module | str | hf.Module:
+    """`module` lowered to `options.stage`: a module (MLIR stages), LLVM IR text, or the .hxb
+    model (`serialize.build` makes its bytes)."""
     if options.stage not in STAGES:
         raise CompileError(f"'{options.stage}' is not a stage; expected one of {', '.join(STAGES)}")
     if options.stage not in ("llvm", "hxb"):
@@ -230,11 +239,11 @@ def run(module: ir.Module, options: Options) -> ir.Module | str | bytes:
     return "\n".join(parts)
 
 
-def _hxb(module: ir.Module, options: Options) -> bytes:
-    """The `.hxb` of `module`: a program per host level (`Options.cpu`), the module taken
-    through the level-independent passes once (placement, fusion) and through the rest once
-    per level, each level's kernels compiled for it; one level gives a version 5 module
-    exactly as before, several a version 6 module of variants (`serialize.variants_to_bytes`).
+def _hxb(module: ir.Module, options: Options) -> hf.Module:
+    """The `.hxb` model of `module`: a program per host level (`Options.cpu`), the module
+    taken through the level-independent passes once (placement, fusion) and through the rest
+    once per level, each level's kernels compiled for it; one level gives a version 5 module
+    exactly as before, several a version 6 module of variants (`serialize.Variants`).
 
     A module whose kernels are already made (a printed stage from mlir-tir on) holds its
     own level's program only, and one with no cpu kernels one program (its level is moot)."""
@@ -250,22 +259,23 @@ def _hxb(module: ir.Module, options: Options) -> bytes:
         levels = host.cpus(options.cpu)
     if len(levels) == 1 or made is not None:
         lower(module, options, "mlir-llvm")
-        return serialize.to_bytes(module, options.chip, levels[0])
+        return serialize.to_model(module, options.chip, levels[0])
     lower(module, options, "mlir-hetero")
     _fuse(module, options)
     _verify(module)
-    lowered = []
+    variants = serialize.Variants(options.chip)
     for level in levels:
         copy = _clone(module)
-        hexir_lower_to_tir.run(copy, level)
+        _lower_to_tir(copy, level)
         _verify(copy)
         for _, step in PASSES[STAGES.index("mlir-tir"):]:
             step(copy, options)
             _verify(copy)
         if not host.has_kernels(copy):  # no host code (every op on cuda): one program
-            return serialize.to_bytes(copy, options.chip, level)
-        lowered.append((copy, level))
-    return serialize.variants_to_bytes(lowered, options.chip)
+            return serialize.to_model(copy, options.chip, level)
+        variants.add(copy, level)
+        del copy  # its packed weights are in the variants' rodata now
+    return variants.model()
 
 
 def _clone(module: ir.Module) -> ir.Module:
@@ -286,7 +296,13 @@ def compile_file(path, options: Options) -> str | bytes:
     with context():
         module = load(None if path is None else path if is_onnx(path) else str(path), options)
         result = run(module, options)
-        return str(result) if isinstance(result, ir.Module) else result
+        if isinstance(result, ir.Module):
+            return str(result)
+    # The module goes, and with it the context, before the .hxb's bytes are made: the
+    # context's attributes hold the weights, twice where a matmul's are packed.
+    del module
+    dialects.release()
+    return serialize.build(result) if isinstance(result, hf.Module) else result
 
 
 def _verify(module: ir.Module) -> None:

@@ -21,7 +21,7 @@ device by liveness (`hexir_format.plan.assign`): the module's memory plan.
 Constants are stored once per distinct value (`Rodata`). Every cpu kernel carrying a host
 image makes the module version 5 (`hexir_format`'s `minimum_version`); a program lowered for
 several host levels is one version 6 module whose entry points are a variant per level
-(`variants_to_bytes`). The format still reads and writes versions 3 and 4.
+(`Variants`). The format still reads and writes versions 3 and 4.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class SerializeError(CompileError):
 def serialize(module: ir.Module, target: str | None = None, cpu: str | None = None,
               rodata: Rodata | None = None) -> hf.Module:
     """The `.hxb` model of `module`; `target` is the CUDA architecture (e.g. "sm_90"), `cpu`
-    the host CPU level (e.g. "x86-64-v3"); `rodata`, where the constants go (shared by the
-    levels of one module; the model's rodata is what it holds once this one is written)."""
+    the host CPU level (e.g. "x86-64-v3"). With `rodata` (shared by the levels of one
+    module), the constants go there and the model's own rodata is left empty."""
     entries = [op for op in _ops(module, "func.func") if not is_kernel(op)]
     if not entries:
         raise CompileError("the module has no func.func, so there is no entry point to write")
@@ -57,52 +57,65 @@ def serialize(module: ir.Module, target: str | None = None, cpu: str | None = No
     writer = _Writer(index, rodata or Rodata())
     functions = [writer.function(op) for op in entries]
     return hf.Module(
-        5, tuple(functions), bytes(writer.rodata.data), tuple(executables), tuple(writer.slots),
-        placements=_memory_plan(functions, writer.slots, executables),
+        5, tuple(functions), b"" if rodata else writer.rodata.join(), tuple(executables),
+        tuple(writer.slots), placements=_memory_plan(functions, writer.slots, executables),
     )
 
 
 @dataclass
 class Rodata:
-    """A module's constants, each distinct value stored once: a constant equal byte for
-    byte to one already written (a tied weight; the unpacked weights every level's program
-    shares) takes its offset. Each value starts at an 8-byte boundary."""
+    """A module's constants, each distinct value stored once: a constant equal byte for byte
+    to one already written (a tied weight; the weights every level's program shares) takes
+    its offset. Each value starts at an 8-byte boundary. The pieces are mostly views of the
+    constants' attributes, joined once at the end (appending to one buffer copied the weights
+    up to twice more)."""
 
-    data: bytearray = field(default_factory=bytearray)
+    pieces: list = field(default_factory=list)
+    size: int = 0
     seen: dict[tuple[int, bytes], int] = field(default_factory=dict)
 
     def add(self, value: memoryview) -> int:
         """The offset of `value`'s bytes (a C-contiguous byte view)."""
         key = (len(value), hashlib.blake2b(value, digest_size=32).digest())
         if key not in self.seen:
-            self.seen[key] = len(self.data)
-            self.data += value
-            self.data += bytes(-len(self.data) % 8)
+            self.seen[key] = self.size
+            pad = -len(value) % 8
+            self.pieces += [value, bytes(pad)]
+            self.size += len(value) + pad
         return self.seen[key]
 
+    def join(self) -> bytes:
+        return b"".join(self.pieces)
 
-def variants_to_bytes(lowered: list[tuple[ir.Module, str]], target: str | None = None) -> bytes:
-    """The version 6 `.hxb` of one program lowered for several host levels, (module at
-    mlir-llvm, level) each: every entry point a variant per level, the levels' constants
-    stored once (`Rodata`), kernels equal in every field (cuda's, which no level changes)
-    stored once."""
-    rodata = Rodata()
-    models = [(_serialized(module, target, cpu, rodata), host.level(cpu))
-              for module, cpu in lowered]
-    functions: list[hf.Function] = []
-    slots: list[hf.Slot] = []
-    placements: list[tuple[int, int]] = []
-    kernels: dict[hf.Executable, int] = {}
-    for model, level in models:
-        base = len(slots)
-        index = [kernels.setdefault(exe, len(kernels)) for exe in model.executables]
-        slots += model.slots
-        placements += [(base + slot, offset) for slot, offset in model.placements]
-        functions += [replace(f, commands=tuple(_renumbered(c, base, index) for c in f.commands),
-                              cpu_level=level) for f in model.functions]
-    merged = hf.Module(6, tuple(functions), bytes(rodata.data), tuple(kernels), tuple(slots),
-                       placements=tuple(placements))
-    return _built(merged)
+
+@dataclass
+class Variants:
+    """One program lowered for several host levels, serialized level by level (each level's
+    MLIR module can go once its model is made) into one version 6 model: every entry point a
+    variant per level, the levels' constants stored once (`Rodata`), kernels equal in every
+    field (cuda's, which no level changes) stored once."""
+
+    target: str | None = None
+    rodata: Rodata = field(default_factory=Rodata)
+    functions: list[hf.Function] = field(default_factory=list)
+    slots: list[hf.Slot] = field(default_factory=list)
+    placements: list[tuple[int, int]] = field(default_factory=list)
+    kernels: dict[hf.Executable, int] = field(default_factory=dict)
+
+    def add(self, module: ir.Module, cpu: str) -> None:
+        """`module` (at mlir-llvm) as the variants for level `cpu`."""
+        with _serialize_errors():
+            model = serialize(module, self.target, cpu, self.rodata)
+        base, level = len(self.slots), host.level(cpu)
+        index = [self.kernels.setdefault(exe, len(self.kernels)) for exe in model.executables]
+        self.slots += model.slots
+        self.placements += [(base + slot, offset) for slot, offset in model.placements]
+        self.functions += [replace(f, cpu_level=level, commands=tuple(
+            _renumbered(c, base, index) for c in f.commands)) for f in model.functions]
+
+    def model(self) -> hf.Module:
+        return hf.Module(6, tuple(self.functions), self.rodata.join(), tuple(self.kernels),
+                         tuple(self.slots), placements=tuple(self.placements))
 
 
 #: The operands that name a slot, by name (DISPATCH's slots come after its named operands).
@@ -132,27 +145,31 @@ def _memory_plan(functions: list[hf.Function], slots: list[hf.Slot],
     return tuple(sorted(offsets.items()))
 
 
-def to_bytes(module: ir.Module, target: str | None = None, cpu: str | None = None) -> bytes:
-    """The `.hxb` bytes of `module` (one level's program); every failure here is a
-    `SerializeError`."""
-    model = _serialized(module, target, cpu)
-    return _built(replace(model, version=hf.minimum_version(model)))
+def to_model(module: ir.Module, target: str | None = None, cpu: str | None = None) -> hf.Module:
+    """The `.hxb` model of `module` at the version it needs (`build` makes its bytes); every
+    failure here is a `SerializeError`."""
+    with _serialize_errors():
+        model = serialize(module, target, cpu)
+        return replace(model, version=hf.minimum_version(model))
 
 
-def _serialized(module: ir.Module, target: str | None, cpu: str | None,
-                rodata: Rodata | None = None) -> hf.Module:
-    with _as_serialize_error():
-        return serialize(module, target, cpu, rodata)
-
-
-def _built(model: hf.Module) -> bytes:
-    with _as_serialize_error():
+def build(model: hf.Module) -> bytes:
+    """The bytes of `model` (from `to_model`). It needs no MLIR, so the caller can release the
+    module's context first: its attributes hold every weight, twice where a matmul's are
+    packed, and the format's writer makes two more copies of the read-only data."""
+    with _serialize_errors():
         return hf.build(model)
 
 
+def to_bytes(module: ir.Module, target: str | None = None, cpu: str | None = None) -> bytes:
+    """The `.hxb` bytes of `module` (one level's program); every failure here is a
+    `SerializeError`."""
+    return build(to_model(module, target, cpu))
+
+
 @contextlib.contextmanager
-def _as_serialize_error():
-    """A failure of the format or of device code as a `SerializeError` (with a location)."""
+def _serialize_errors():
+    """A format error as a `SerializeError` (with the op's location where it names one)."""
     try:
         yield
     except SerializeError:

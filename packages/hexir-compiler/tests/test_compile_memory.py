@@ -1,0 +1,34 @@
+"""A compile frees its MLIR context before it makes the `.hxb`'s bytes.
+
+The context holds every attribute made in it -- an imported model's weights, twice where a
+matmul's are packed -- so keeping it through the format's writer (which copies the read-only
+data twice more) set the compile's peak memory; the dialect classes used to keep the last
+context alive for the rest of the process.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import hexir_format as hf
+from hexir_compiler import dialects, pipeline, serialize
+from hexir_compiler.mlir import ir
+
+MLP = Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir"
+
+
+def test_no_context_is_alive_when_the_hxb_is_built(monkeypatch):
+    dialects.release()  # (an earlier test's context, if nothing else holds it)
+    before = ir.Context._get_live_count()  # contexts other tests still hold
+    alive = []
+    build = serialize.build
+
+    def watched(model: hf.Module) -> bytes:
+        alive.append(ir.Context._get_live_count())
+        return build(model)
+
+    monkeypatch.setattr(serialize, "build", watched)
+    image = pipeline.compile_file(MLP, pipeline.Options("hxb"))
+    assert alive == [before]
+    assert len(hf.parse(image).executables) == 4
+    assert ir.Context._get_live_count() == before
