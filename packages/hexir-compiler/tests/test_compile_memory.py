@@ -30,5 +30,5 @@ def test_no_context_is_alive_when_the_hxb_is_built(monkeypatch):
     monkeypatch.setattr(serialize, "build", watched)
     image = pipeline.compile_file(MLP, pipeline.Options("hxb"))
     assert alive == [before]
-    assert len(hf.parse(image).executables) == 4
+    assert len(hf.parse(image).executables) == 4 * 3  # four kernels, x86-64-v2, -v3, -v4
     assert ir.Context._get_live_count() == before

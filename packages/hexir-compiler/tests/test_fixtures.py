@@ -28,11 +28,12 @@ def test_fixture_matches_the_compiler(name):
     )
 
 
-def test_builtin_compiles_to_version_5_and_the_seeds_v3_file_is_kept():
+def test_builtin_compiles_to_version_6_and_the_seeds_v3_file_is_kept():
     import hexir_format as hf
 
     module = hf.parse(fixtures.build("builtin-cpu.hxb"))
-    assert module.version == 5 and module.executables[0].image is not None
+    assert module.version == 6 and module.executables[0].image is not None
+    assert [f.cpu_level for f in module.functions] == [2, 3, 4]
     assert "builtin.hxb" not in fixtures.FIXTURES  # the seed's file, not the compiler's
     seed = (FIXTURES / "builtin.hxb").read_bytes()
     assert len(seed) == 488 and hf.parse(seed).version == 3
