@@ -32,6 +32,10 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "7x7-stride2-pad3": ((1, 3, 23, 23), (16, 3, 7, 7), 1, (2, 2), (3, 3, 3, 3), (1, 1)),
     "1x1": ((1, 24, 7, 7), (40, 24, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
     "deep-3x3": ((1, 96, 6, 5), (20, 96, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+    # a 64-channel v4 tile and a 36-channel last one (three vectors, the third partly past)
+    "wide-3x3": ((1, 6, 7, 6), (100, 6, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+    # each group's packed panels after the last one's: 72 = 64 + 8 channels a group
+    "groups-tail": ((1, 8, 5, 6), (144, 4, 3, 3), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
     "1x1-stride2": ((1, 8, 9, 9), (16, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
     "dilation2": ((1, 4, 12, 10), (9, 4, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
     "uneven-pads": ((1, 3, 8, 9), (5, 3, 3, 2), 1, (1, 2), (0, 2, 1, 0), (1, 1)),
@@ -127,19 +131,21 @@ def test_a_cpu_conv_matches_torch(tmp_path, name, weight, fused, element, level)
     assert np.abs(got - want).max(initial=0) / scale <= (1e-5 if element == "f32" else 1e-12)
 
 
-def test_a_constant_conv_weight_is_packed_into_channel_panels(tmp_path) -> None:
-    """At v3 a 20-channel weight [20, 5, 3, 3] becomes two 16-channel panels [2, 3, 3, 5, 16]
-    (zeros past channel 20) and the original constant goes; a depthwise weight stays as it
+@pytest.mark.parametrize("level", [2, 3, 4], ids=lambda v: f"v{v}")
+def test_a_constant_conv_weight_is_packed_into_channel_panels(tmp_path, level) -> None:
+    """At every level a 20-channel weight [20, 5, 3, 3] becomes the same two 16-channel
+    panels [2, 3, 3, 5, 16] (zeros past channel 20: one packed copy serves a module's
+    programs for all levels) and the original constant goes; a depthwise weight stays as it
     is (its schedule broadcasts one weight at a time)."""
     case = CASES["3x3-pad1"]
     w = np.ones(case[1], np.float32)
     source = tmp_path / "conv.mlir"
     source.write_text(_program(case, "f32", w, True, False))
-    tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v3")
+    tir = compile_source(source, "mlir-tir", target=f"cpu:x86-64-v{level}")
     assert "tensor<2x3x3x5x16xf32>" in tir and "tensor<20x5x3x3xf32>" not in tir
     case = CASES["depthwise"]
     source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, False))
-    tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v3")
+    tir = compile_source(source, "mlir-tir", target=f"cpu:x86-64-v{level}")
     assert "tensor<6x1x3x3xf32>" in tir
 
 

@@ -58,7 +58,12 @@ from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
-from hexir_compiler.transforms.tir.schedule import conv_tile, depthwise_pixels, register_lanes
+from hexir_compiler.transforms.tir.schedule import (
+    conv_panel,
+    conv_tile,
+    depthwise_pixels,
+    register_lanes,
+)
 
 #: The most window offsets a pixel-vector block unrolls (5 x 5): its steps are a few vector
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
@@ -150,9 +155,20 @@ def uses_panels(op: GraphOp) -> bool:
     return w[0] // op.int_attr("group") > 1
 
 
-def panel_columns(level: int, element_bytes: int, per_group_out: int) -> int:
-    """Output channels per panel: the level's tile width, or a group's channels when fewer."""
-    return max(1, min(conv_tile(level, element_bytes)[1], per_group_out))
+def panel_columns(element_bytes: int, per_group_out: int) -> int:
+    """Output channels per packed panel of a constant weight: `schedule.conv_panel`, the same
+    at every level, or a group's channels when fewer."""
+    return max(1, min(conv_panel(element_bytes), per_group_out))
+
+
+def tile_columns(level: int, element_bytes: int, per_group_out: int, panel: int | None) -> int:
+    """Output channels of a block at `level`: the level's tile width (a whole number of
+    packed panels of `panel` channels, when the weight is packed), or a group's channels --
+    rounded up to whole panels -- when fewer."""
+    columns = conv_tile(level, element_bytes)[1]
+    if panel is None:
+        return max(1, min(columns, per_group_out))
+    return min(max(columns // panel, 1) * panel, -(-per_group_out // panel) * panel)
 
 
 def pack_weight(weight, group: int, width: int):
@@ -227,14 +243,14 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     packed = PANEL in op.attributes
     element_bytes = ir.FloatType(b.element).width // 8
     rows, _ = conv_tile(b.host_level, element_bytes)
-    width = ir.MemRefType(weight.type).shape[-1] if packed else \
-        panel_columns(b.host_level, element_bytes, g.per_group_out)
+    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else None
+    width = tile_columns(b.host_level, element_bytes, g.per_group_out, panel_width)
     lanes = register_lanes(b.host_level, element_bytes)
     if width % lanes:
-        lanes = width  # one vector of a narrow panel's columns
-    vectors = width // lanes
+        lanes = width  # one vector of a narrow tile's columns
+    panels_per_group = -(-g.per_group_out // panel_width) if packed else 0
     per_group = -(-g.per_group_out // width)
-    tail = g.per_group_out - (per_group - 1) * width  # the last panel's columns
+    tail = g.per_group_out - (per_group - 1) * width  # the last tile's columns
     pixels = pymath.prod(g.out)
     rows = max(1, min(rows, pixels))
     full, remainder = divmod(pixels, rows)
@@ -244,7 +260,9 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
         n, group, panel, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(panel, width))
-        panel_at = arith.addi(b.mul(group, per_group), panel)
+        if packed:  # the tile's first packed panel: a tile is whole panels, or one narrower
+            panel_at = arith.addi(b.mul(group, panels_per_group),
+                                  b.mul(panel, max(1, width // panel_width)))
 
         def block(index: ir.Value | int, short: int, columns: int) -> None:
             count = short or rows
@@ -258,15 +276,18 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
             bases = [g.base(b, o) for o in outs]
             channels = [first_out, *(arith.addi(first_out, b.index(t))
                                      for t in range(1, columns))]
+            vectors = -(-columns // lanes)  # a last tile's vectors past its channels: none
             zero = b.float(0.0)
 
             def run(masked: list[int]) -> None:
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     *ks, c = ivs
                     channel = arith.addi(first_in, c)
-                    if packed:  # the whole panel: zeros past a last panel's columns
-                        ys = [b.load_vector(weight, [panel_at, *ks, c, b.index(v * lanes)],
-                                            lanes) for v in range(vectors)]
+                    if packed:  # whole vectors: zeros past a group's last channel
+                        ys = [b.load_vector(weight, [
+                            arith.addi(panel_at, b.index(v * lanes // panel_width)),
+                            *ks, c, b.index(v * lanes % panel_width)], lanes)
+                            for v in range(vectors)]
                     else:
                         ys = [b.vector_of([b.load(weight, [channels[t], c, *ks])
                                            if t < columns else zero
@@ -297,7 +318,7 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
         if tail == width:
             blocks(width)
             return
-        # a group's last panel has fewer channels (then there are several: width < Mg)
+        # a group's last tile has fewer channels (then there are several: width < Mg)
         with b.guard(b.less_than(panel, per_group - 1)):
             blocks(width)
         with b.guard(arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(per_group - 1))):

@@ -137,12 +137,27 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 
 
 #: The register tile of a cpu conv's channel panels (`convolution`), by x86-64 level:
-#: (output pixels, bytes of output channels), written as explicit vectors: 6 x 2 ymm at v3
-#: (twelve accumulators, two weight vectors and a broadcast: 15 of the 16 registers; one
-#: thread, ResNet-18's 14x14 3x3 conv 2.20x ORT against 2.47x for 4 x 2), 4 x 2 xmm at v2
-#: (no FMA: a product needs a register of its own), 8 x 1 zmm at v4 (of 32 registers;
-#: compiled, not timed: this machine has no AVX-512).
-CONV_TILES = {4: (8, 64), 3: (6, 64), 2: (4, 32), 1: (4, 32)}
+#: (output pixels, bytes of output channels), written as explicit vectors whose weights the
+#: multiply-adds read from memory (an FMA's memory operand), so the registers hold the
+#: accumulators and the pixels' broadcasts. Measured with `bench/conv.py --threads=1
+#: --clock=cpu` (one Zen 4 core, hexir / ORT, ResNet-18's 56x56, 14x14 and 7x7 3x3 convs and
+#: its 3x3 stride-2 one, MobileNetV2's 24 -> 144 1x1):
+#: - v4: 4 x 4 zmm, 16 of the 32 registers accumulating: 1.12, 1.06, 1.13, 1.10, 1.54,
+#:   against 1.18, 1.09, 1.19, 1.56, 1.73 for 8 x 2 zmm, 1.20, 1.17, 1.76, 1.31, 1.60 for
+#:   10 x 2, 1.22, 1.25, 1.32, 1.47, 1.89 for 12 x 2, and 1.42, 1.62, 1.84, -, 1.62 for the
+#:   first guess, 8 x 1 zmm (whose stores are one channel's pixels, each a plane apart);
+#: - v3: 6 x 2 ymm, twelve accumulators (ResNet-18's 14x14 conv 2.20x ORT against 2.47x for
+#:   4 x 2; 3 x 4 ymm: 2.32);
+#: - v2 (SSE: no FMA, a product needs a register of its own): 2 x 4 xmm, 3.49, 4.05, 3.24,
+#:   4.06, 2.96 against 4.52, 4.87, 4.20, 3.66, 3.33 for 4 x 2 xmm and 4.01-4.30 for 3 x 4.
+#: The tile is a whole number of CONV_PANEL_BYTES panels at every level.
+CONV_TILES = {4: (4, 256), 3: (6, 64), 2: (2, 64), 1: (2, 64)}
+#: Bytes of output channels per packed panel of a conv's constant weight
+#: (`convolution.pack_weight`), the same at every level: a module that carries a program
+#: per level stores one packed copy of each weight (identical constants are deduplicated),
+#: and a tile of several panels reads each from its own run (CONV_TILES' v4 figures are
+#: with 64-byte panels).
+CONV_PANEL_BYTES = 64
 #: Bytes of output pixels a depthwise conv's block sums in registers, by level: four of the
 #: level's vector registers (ymm at v3, zmm at v4, xmm below).
 DEPTHWISE_BYTES = {4: 256, 3: 128, 2: 64, 1: 64}
@@ -152,6 +167,11 @@ def conv_tile(level: int, element_bytes: int) -> tuple[int, int]:
     """(pixels, output channels) of a conv block at x86-64 `level` (CONV_TILES)."""
     rows, width = CONV_TILES[level]
     return rows, max(1, width // element_bytes)
+
+
+def conv_panel(element_bytes: int) -> int:
+    """Output channels per packed panel of a conv weight (CONV_PANEL_BYTES)."""
+    return max(1, CONV_PANEL_BYTES // element_bytes)
 
 
 #: Bytes of one vector register by x86-64 level: xmm (SSE) below v3, ymm (AVX2) at v3,
