@@ -156,3 +156,30 @@ def test_v4_conv_kernels_compile(tmp_path) -> None:
         source = tmp_path / "conv.mlir"
         source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
         assert compile_source(source, "hxb", target="cpu:x86-64-v4")
+
+
+@pytest.mark.parametrize(("activation", "vectors"), [("relu", True), ("tanh", False)])
+def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
+        tmp_path, activation, vectors) -> None:
+    """bias + relu + residual on a depthwise conv is evaluated and stored a vector of pixels
+    at a time; an epilogue with an op that only takes scalars (tanh) stays lane by lane, and
+    both match torch."""
+    case = CASES["depthwise"]
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    source = tmp_path / "conv.mlir"
+    source.write_text(_program(case, "f32", w, True, True).replace(
+        '"hexir.relu"', f'"hexir.{activation}"'))
+    target = f"cpu:x86-64-v{LEVELS[-1]}"
+    tir = compile_source(source, "mlir-tir", target=target)
+    assert ("vector.store" in tir) == vectors
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    out = _out_shape(x_shape, w_shape, strides, pads, dilations)
+    bias = rng.standard_normal((w_shape[0], 1, 1)).astype(np.float32)
+    residual = rng.standard_normal(out).astype(np.float32)
+    with hexir_runtime.load(compile_source(source, "hxb", target=target)) as module:
+        got = module.main(x, bias, residual)
+    conv = _reference(x, w, group, strides, pads, dilations) + bias
+    want = (np.maximum(conv, 0) if activation == "relu" else np.tanh(conv)) + residual
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

@@ -7,7 +7,7 @@ Two schedules, by how many output channels a group has (Mg = M / group):
   are output pixels and whose columns are a group's output channels. A block is `rows`
   neighbouring pixels (the output's spatial positions flattened, so a 7x7 map wastes
   nothing) by `width` channels (`schedule.conv_tile`: 6 x 16 f32 at x86-64-v3, twelve ymm
-  accumulators), summed in registers over the kernel window (outer loops) and the group's
+  accumulators; 4 x 64 at v4, sixteen zmm), summed in registers over the kernel window (outer loops) and the group's
   input channels (the innermost loop): each step loads the panel's weights (`width / lanes`
   vectors), broadcasts one input value per pixel and does rows x vectors vector
   multiply-adds (`contract`: FMA where the level has it). The vectors are written out
@@ -16,10 +16,11 @@ Two schedules, by how many output channels a group has (Mg = M / group):
   56x56 3x3 conv with a residual add in its epilogue ran as scalar FMAs with the sums on the
   stack: 88.8 against 13.9 ms for the conv without it, one profile at x86-64-v3; explicit
   vectors, 19.9 and 16.7 on the same loaded machine). A constant weight is packed at
-  compile time by hexir-lower-to-tir (`pack_weight`: [group x panels, *kernel, Cg, width],
-  zeros past the group's channels), so a step's weights are whole vectors (a group's last
-  panel computes its zero columns and stores only its own); an input weight is read where
-  it lies. A 1x1 conv is this GEMM with a window of one offset. A block's pixels are
+  compile time by hexir-lower-to-tir (`pack_weight`: [group x panels, *kernel, Cg, 16]
+  for f32 -- `schedule.CONV_PANEL_BYTES`, the same at every level -- zeros past the group's
+  channels), so a step's weights are whole vectors, a tile of several panels reading each
+  from its own contiguous run (a group's last tile computes the zero columns of its last
+  vector and stores only its own channels); an input weight is read where it lies. A 1x1 conv is this GEMM with a window of one offset. A block's pixels are
   neighbours, so its broadcasts read one or two cache lines a step and the next block
   reads them again from L1; the whole channel sum stays in registers (one thread, cpu
   time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a block apart against 2.30x;
@@ -34,7 +35,12 @@ Two schedules, by how many output channels a group has (Mg = M / group):
   lane, clamped and masked) and its interior run (the innermost axis's windows inside the
   input), each in power-of-two blocks. Written as vectors for the reason the panels are:
   LLVM compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread:
-  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x).
+  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x). A block's pixels being
+  neighbours along the innermost axis, the fused epilogue runs on the sum vectors and each
+  is one vector store where its formulas take vectors (`kernel.Epilogue.vectors`): lane by
+  lane, the bias, the relu's compare and blend and the store were scalar instructions per
+  pixel, more than the window's vector FMAs (the same conv with bias + relu at x86-64-v4,
+  one thread: 2.42x ORT lane by lane, 1.04x on vectors; stride 2: 2.39x, 1.19x).
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
@@ -382,6 +388,12 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                 sums = b.fold([*g.kernel, g.per_group_in], inits, step) \
                     if pymath.prod(g.kernel) > MAX_UNROLLED_WINDOW else \
                     b.fold([g.per_group_in], inits, channel)
+                if epilogue is None or epilogue.vectors:  # a vector's pixels are neighbours
+                    for j, total in enumerate(sums):
+                        at = [n, m, *outs[j * width]]
+                        b.store_vector(total if epilogue is None else epilogue(b, total, at),
+                                       out, at)
+                    return
                 for j, o in enumerate(outs):
                     at = [n, m, *o]
                     value = b.lane(sums[j // width], j % width)
