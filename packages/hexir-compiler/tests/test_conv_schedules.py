@@ -36,6 +36,9 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "wide-3x3": ((1, 6, 7, 6), (100, 6, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
     # each group's packed panels after the last one's: 72 = 64 + 8 channels a group
     "groups-tail": ((1, 8, 5, 6), (144, 4, 3, 3), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
+    # pixel vectors along rows of 37 (32 + 4 + 1 at v4), a 16 + 4 channel split at v4
+    "1x1-rows": ((1, 12, 3, 37), (20, 12, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+    "1x1-groups": ((2, 8, 2, 20), (12, 4, 1, 1), 2, (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1-stride2": ((1, 8, 9, 9), (16, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
     "dilation2": ((1, 4, 12, 10), (9, 4, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
     "uneven-pads": ((1, 3, 8, 9), (5, 3, 3, 2), 1, (1, 2), (0, 2, 1, 0), (1, 1)),
@@ -183,3 +186,15 @@ def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
     conv = _reference(x, w, group, strides, pads, dilations) + bias
     want = (np.maximum(conv, 0) if activation == "relu" else np.tanh(conv)) + residual
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:
+    """A 1x1 stride-1 conv whose rows hold a vector of pixels stores whole vectors along
+    them (its correctness: the 1x1-rows and 1x1-groups cases above); with stride 2 it keeps
+    the channel panels, whose stores are lane by lane."""
+    source = tmp_path / "conv.mlir"
+    for name, vectors in (("1x1-rows", True), ("1x1-stride2", False)):
+        case = CASES[name]
+        source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
+        tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v2")
+        assert ("vector.store" in tir) == vectors, name

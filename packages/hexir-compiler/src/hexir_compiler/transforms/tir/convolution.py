@@ -68,6 +68,7 @@ from hexir_compiler.transforms.tir.schedule import (
     conv_panel,
     conv_tile,
     depthwise_pixels,
+    pixel_panel,
     register_lanes,
 )
 
@@ -161,6 +162,20 @@ def uses_panels(op: GraphOp) -> bool:
     return w[0] // op.int_attr("group") > 1
 
 
+def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
+                      epilogue: Epilogue | None) -> bool:
+    """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
+    stride 1, no padding, rows of at least a vector's pixels at `level` and an epilogue that
+    takes vectors (or none)."""
+    x, w = op.inputs[:2]
+    if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3:
+        return False
+    if any(s != 1 for s in op.ints_attr("strides")) or any(op.ints_attr("pads")):
+        return False
+    return x[-1] >= register_lanes(level, element_bytes) and (
+        epilogue is None or epilogue.vectors)
+
+
 def panel_columns(element_bytes: int, per_group_out: int) -> int:
     """Output channels per packed panel of a constant weight: `schedule.conv_panel`, the same
     at every level, or a group's channels when fewer."""
@@ -198,7 +213,9 @@ def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     g = Geometry(op)
     if 0 in (g.batch, g.per_group_out, pymath.prod(g.out), g.group):
         return  # no outputs
-    if uses_panels(op):
+    if uses_pixel_panels(op, b.host_level, ir.FloatType(b.element).width // 8, epilogue):
+        _pixel_panels(b, op, g, epilogue)
+    elif uses_panels(op):
         _panels(b, op, g, epilogue)
     else:
         _pixel_vectors(b, g, epilogue)
@@ -329,6 +346,71 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
             blocks(width)
         with b.guard(arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(per_group - 1))):
             blocks(tail)
+
+
+def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
+                  epilogue: Epilogue | None) -> None:
+    """A 1x1 conv as a GEMM whose vectors run along the pixels (`uses_pixel_panels`): a
+    block is a vector of neighbouring pixels of one output row by `schedule.pixel_panel`
+    output channels, one accumulator vector per channel; each step over the group's input
+    channels loads the pixels' inputs as one vector and multiplies it by each channel's
+    weight, a broadcast scalar (an FMA's broadcast operand at v4). The sums, a vector per
+    channel along the pixels, go through the epilogue and the store a vector at a time. A
+    row is cut as `_runs` cuts it (power-of-two vectors past the last whole one)."""
+    data, weight, *_, out = b.args
+    packed = PANEL in op.attributes
+    element_bytes = ir.FloatType(b.element).width // 8
+    lanes = register_lanes(b.host_level, element_bytes)
+    width = min(pixel_panel(b.host_level), g.per_group_out)
+    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else 0
+    panels_per_group = -(-g.per_group_out // panel_width) if packed else 0
+    rank = len(g.out)
+    per_group = -(-g.per_group_out // width)
+    tail = g.per_group_out - (per_group - 1) * width
+    rows = g.out[:-1]
+    with b.loop(g.batch * g.group * per_group * pymath.prod(rows), "parallel") as flat:
+        n, group, tile, *row = b.delinearize(flat, [g.batch, g.group, per_group, *rows])
+        first_in = b.mul(group, g.per_group_in)
+        first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(tile, width))
+        in_group = b.mul(tile, width)  # the tile's first channel within its group
+
+        def weights(c: ir.Value, columns: int, count: int) -> list[ir.Value]:
+            values = []
+            for t in range(columns):
+                q = arith.addi(in_group, b.index(t))
+                if packed:
+                    at = [arith.addi(b.mul(group, panels_per_group),
+                                     arith.divui(q, b.index(panel_width))),
+                          *([b.index(0)] * rank), c, arith.remui(q, b.index(panel_width))]
+                else:
+                    at = [arith.addi(b.mul(group, g.per_group_out), q), c,
+                          *([b.index(0)] * rank)]
+                values.append(b.splat(b.load(weight, at), count))
+            return values
+
+        def block(columns: int, start: ir.Value, count: int) -> None:
+            zero = b.float(0.0)
+
+            def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                (c,) = ivs
+                x = b.load_vector(data, [n, arith.addi(first_in, c), *row, start], count)
+                return _multiply_add(acc, [x], weights(c, columns, count))
+
+            sums = b.fold([g.per_group_in], [b.splat(zero, count)] * columns, step)
+            for t, total in enumerate(sums):
+                at = [n, arith.addi(first_out, b.index(t)), *row, start]
+                b.store_vector(total if epilogue is None else epilogue(b, total, at), out, at)
+
+        def tiles(columns: int) -> None:
+            _runs(b, 0, g.out[-1], lanes, lambda start, count: block(columns, start, count))
+
+        if tail == width:
+            tiles(width)
+            return
+        with b.guard(b.less_than(tile, per_group - 1)):
+            tiles(width)
+        with b.guard(arith.cmpi(arith.CmpIPredicate.eq, tile, b.index(per_group - 1))):
+            tiles(tail)
 
 
 def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:

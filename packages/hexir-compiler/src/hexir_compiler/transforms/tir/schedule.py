@@ -158,6 +158,17 @@ CONV_TILES = {4: (4, 256), 3: (6, 64), 2: (2, 64), 1: (2, 64)}
 #: and a tile of several panels reads each from its own run (CONV_TILES' v4 figures are
 #: with 64-byte panels).
 CONV_PANEL_BYTES = 64
+#: Output channels of a 1x1 conv's pixel-vector block (`convolution._pixel_panels`), by
+#: x86-64 level: one accumulator vector per channel, with room for the input vector and the
+#: broadcasts: 16 of the 32 zmm at v4, 8 of the 16 ymm or xmm below.
+PIXEL_PANELS = {4: 16, 3: 8, 2: 8, 1: 8}
+
+
+def pixel_panel(level: int) -> int:
+    """Output channels of a 1x1 conv's pixel-vector block at `level` (PIXEL_PANELS)."""
+    return PIXEL_PANELS[level]
+
+
 #: Bytes of output pixels a depthwise conv's block sums in registers, by level: four of the
 #: level's vector registers (ymm at v3, zmm at v4, xmm below).
 DEPTHWISE_BYTES = {4: 256, 3: 128, 2: 64, 1: 64}
