@@ -65,6 +65,7 @@ from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
 from hexir_compiler.transforms.tir.schedule import (
+    PIXEL_PANEL_INPUTS,
     conv_panel,
     conv_tile,
     depthwise_pixels,
@@ -165,10 +166,12 @@ def uses_panels(op: GraphOp) -> bool:
 def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
                       epilogue: Epilogue | None) -> bool:
     """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
-    stride 1, no padding, rows of at least a vector's pixels at `level` and an epilogue that
-    takes vectors (or none)."""
+    stride 1, no padding, fewer than `schedule.PIXEL_PANEL_INPUTS` input channels a group,
+    rows of at least a vector's pixels at `level` and an epilogue that takes vectors (or
+    none)."""
     x, w = op.inputs[:2]
-    if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3:
+    if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3 or \
+            w[1] >= PIXEL_PANEL_INPUTS:
         return False
     if any(s != 1 for s in op.ints_attr("strides")) or any(op.ints_attr("pads")):
         return False
