@@ -166,12 +166,13 @@ def uses_panels(op: GraphOp) -> bool:
 def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
                       epilogue: Epilogue | None) -> bool:
     """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
-    stride 1, no padding, fewer than `schedule.PIXEL_PANEL_INPUTS` input channels a group,
+    stride 1, no padding, fewer input channels a group than `schedule.PIXEL_PANEL_INPUTS` at `level`,
     rows of at least a vector's pixels at `level` and an epilogue that takes vectors (or
     none)."""
     x, w = op.inputs[:2]
+    limit = PIXEL_PANEL_INPUTS[level]
     if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3 or \
-            w[1] >= PIXEL_PANEL_INPUTS:
+            (limit is not None and w[1] >= limit):
         return False
     if any(s != 1 for s in op.ints_attr("strides")) or any(op.ints_attr("pads")):
         return False

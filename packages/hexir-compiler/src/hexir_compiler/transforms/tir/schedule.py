@@ -167,14 +167,17 @@ CONV_PANEL_BYTES = 64
 #: plane apart; v3 1.13, 0.92, 1.52 against 2.33, 1.44, 1.98; v2 1.81, 2.67, 3.20 against
 #: 3.55, 3.34, 3.35.
 PIXEL_PANELS = {4: 16, 3: 8, 2: 8, 1: 8}
-#: A 1x1 conv takes the pixel-vector form below this many input channels a group: with
-#: few, each output's epilogue and store cost as much as its multiply-adds, and the form
-#: makes them vector-wide; with more, the channel panels' larger register tile wins
-#: (SqueezeNet's 1x1s, pixel vectors against channel panels, one thread: 32 -> 128 at
-#: 27x27 2.25 against 1.36x ORT at v3, 1.52 against 1.52 at v4; 64 -> 256, 128 -> 16,
-#: 256 -> 32 and 512 -> 64: 2.14-2.43 against 1.14-1.44 at v3, 1.00-1.49 against
-#: 1.16-1.61 at v4).
-PIXEL_PANEL_INPUTS = 32
+#: A 1x1 conv takes the pixel-vector form below this many input channels a group, by
+#: level (None: at any count). With few, each output's epilogue and store cost as much as
+#: its multiply-adds, and the form makes them vector-wide; with more, v3's and v2's channel
+#: panels have the larger register tile (SqueezeNet's 1x1s, pixel vectors against channel
+#: panels, one thread, v3: 32 -> 128 at 27x27 2.25 against 1.36x ORT; 64 -> 256, 128 -> 16,
+#: 256 -> 32 and 512 -> 64: 2.14-2.43 against 1.14-1.44). At v4 the two forms draw on
+#: those convs (1.00-1.52 against 1.16-1.61) and the whole models gain from pixel vectors
+#: everywhere (`bench/models.py`, default threads, in one run each, after / ORT with the
+#: limit of 32 and, in the run before, without: MobileNetV2 1.49 and 1.23, SqueezeNet 1.1
+#: 1.38 and 1.10, against 1.92 and 2.03, 1.36 and 1.40 for the starting commit).
+PIXEL_PANEL_INPUTS = {4: None, 3: 32, 2: 32, 1: 32}
 
 
 def pixel_panel(level: int) -> int:
