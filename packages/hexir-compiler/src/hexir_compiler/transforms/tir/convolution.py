@@ -1,7 +1,7 @@
 """The cpu schedules of `hexir.conv`: register tiles of fused multiply-adds, no per-element
 branches in the inner loop.
 
-Two schedules, by how many output channels a group has (Mg = M / group):
+Three schedules, by how many output channels a group has (Mg = M / group) and the window:
 
 - channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows
   are output pixels and whose columns are a group's output channels. A block is `rows`
@@ -26,6 +26,9 @@ Two schedules, by how many output channels a group has (Mg = M / group):
   time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a block apart against 2.30x;
   summing the channels in L1-sized slices with the partial sums kept in the destination
   cost 2.56x against 1.36x without).
+- pixel panels (1x1, stride 1, unpadded, rows of at least a vector: `uses_pixel_panels`):
+  the same GEMM with its vectors along the pixels instead of the channels, so that the
+  epilogue and the stores are vector-wide (see `_pixel_panels`).
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
   depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
   weight a broadcast scalar, the window unrolled: each step loads the pixels' inputs as
