@@ -32,6 +32,13 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "7x7-stride2-pad3": ((1, 3, 23, 23), (16, 3, 7, 7), 1, (2, 2), (3, 3, 3, 3), (1, 1)),
     "1x1": ((1, 24, 7, 7), (40, 24, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
     "deep-3x3": ((1, 96, 6, 5), (20, 96, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+    # a 64-channel v4 tile and a 36-channel last one (three vectors, the third partly past)
+    "wide-3x3": ((1, 6, 7, 6), (100, 6, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+    # each group's packed panels after the last one's: 72 = 64 + 8 channels a group
+    "groups-tail": ((1, 8, 5, 6), (144, 4, 3, 3), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
+    # pixel vectors along rows of 37 (32 + 4 + 1 at v4), a 16 + 4 channel split at v4
+    "1x1-rows": ((1, 12, 3, 37), (20, 12, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+    "1x1-groups": ((2, 8, 2, 20), (12, 4, 1, 1), 2, (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1-stride2": ((1, 8, 9, 9), (16, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
     "dilation2": ((1, 4, 12, 10), (9, 4, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
     "uneven-pads": ((1, 3, 8, 9), (5, 3, 3, 2), 1, (1, 2), (0, 2, 1, 0), (1, 1)),
@@ -127,19 +134,21 @@ def test_a_cpu_conv_matches_torch(tmp_path, name, weight, fused, element, level)
     assert np.abs(got - want).max(initial=0) / scale <= (1e-5 if element == "f32" else 1e-12)
 
 
-def test_a_constant_conv_weight_is_packed_into_channel_panels(tmp_path) -> None:
-    """At v3 a 20-channel weight [20, 5, 3, 3] becomes two 16-channel panels [2, 3, 3, 5, 16]
-    (zeros past channel 20) and the original constant goes; a depthwise weight stays as it
+@pytest.mark.parametrize("level", [2, 3, 4], ids=lambda v: f"v{v}")
+def test_a_constant_conv_weight_is_packed_into_channel_panels(tmp_path, level) -> None:
+    """At every level a 20-channel weight [20, 5, 3, 3] becomes the same two 16-channel
+    panels [2, 3, 3, 5, 16] (zeros past channel 20: one packed copy serves a module's
+    programs for all levels) and the original constant goes; a depthwise weight stays as it
     is (its schedule broadcasts one weight at a time)."""
     case = CASES["3x3-pad1"]
     w = np.ones(case[1], np.float32)
     source = tmp_path / "conv.mlir"
     source.write_text(_program(case, "f32", w, True, False))
-    tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v3")
+    tir = compile_source(source, "mlir-tir", target=f"cpu:x86-64-v{level}")
     assert "tensor<2x3x3x5x16xf32>" in tir and "tensor<20x5x3x3xf32>" not in tir
     case = CASES["depthwise"]
     source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, False))
-    tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v3")
+    tir = compile_source(source, "mlir-tir", target=f"cpu:x86-64-v{level}")
     assert "tensor<6x1x3x3xf32>" in tir
 
 
@@ -150,3 +159,42 @@ def test_v4_conv_kernels_compile(tmp_path) -> None:
         source = tmp_path / "conv.mlir"
         source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
         assert compile_source(source, "hxb", target="cpu:x86-64-v4")
+
+
+@pytest.mark.parametrize(("activation", "vectors"), [("relu", True), ("tanh", False)])
+def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
+        tmp_path, activation, vectors) -> None:
+    """bias + relu + residual on a depthwise conv is evaluated and stored a vector of pixels
+    at a time; an epilogue with an op that only takes scalars (tanh) stays lane by lane, and
+    both match torch."""
+    case = CASES["depthwise"]
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    source = tmp_path / "conv.mlir"
+    source.write_text(_program(case, "f32", w, True, True).replace(
+        '"hexir.relu"', f'"hexir.{activation}"'))
+    target = f"cpu:x86-64-v{LEVELS[-1]}"
+    tir = compile_source(source, "mlir-tir", target=target)
+    assert ("vector.store" in tir) == vectors
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    out = _out_shape(x_shape, w_shape, strides, pads, dilations)
+    bias = rng.standard_normal((w_shape[0], 1, 1)).astype(np.float32)
+    residual = rng.standard_normal(out).astype(np.float32)
+    with hexir_runtime.load(compile_source(source, "hxb", target=target)) as module:
+        got = module.main(x, bias, residual)
+    conv = _reference(x, w, group, strides, pads, dilations) + bias
+    want = (np.maximum(conv, 0) if activation == "relu" else np.tanh(conv)) + residual
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:
+    """A 1x1 stride-1 conv whose rows hold a vector of pixels stores whole vectors along
+    them (its correctness: the 1x1-rows and 1x1-groups cases above); with stride 2 it keeps
+    the channel panels, whose stores are lane by lane."""
+    source = tmp_path / "conv.mlir"
+    for name, vectors in (("1x1-rows", True), ("1x1-stride2", False)):
+        case = CASES[name]
+        source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
+        tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v2")
+        assert ("vector.store" in tir) == vectors, name

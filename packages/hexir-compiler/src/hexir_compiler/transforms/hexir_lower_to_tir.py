@@ -220,7 +220,7 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
         if _device(op) != "cpu" or not convolution.uses_panels(graph_op):
             return graph_op
         group = graph_op.int_attr("group")
-        width = convolution.panel_columns(level, ir.FloatType(element).width // 8,
+        width = convolution.panel_columns(ir.FloatType(element).width // 8,
                                           graph_op.inputs[1][0] // group)
         pack = functools.partial(convolution.pack_weight, group=group, width=width)
     elif len(graph_op.inputs[1]) == 2:

@@ -84,7 +84,12 @@ class KernelBuilder:
         return self.constant(value, self.element)
 
     def constant(self, value: builtins.float, type_: ir.Type) -> ir.Value:
-        """`value` as a constant of the scalar type `type_` (float, integer or i1)."""
+        """`value` as a constant of the scalar type `type_` (float, integer or i1), or of
+        every lane of the vector type `type_` (a formula evaluated on vectors)."""
+        if isinstance(type_, ir.VectorType):
+            vector_type = ir.VectorType(type_)
+            return self.splat(self.constant(value, vector_type.element_type),
+                              vector_type.shape[0])
         if isinstance(type_, ir.IndexType):
             return self.index(int(value))
         if isinstance(type_, ir.IntegerType):
@@ -167,6 +172,10 @@ class KernelBuilder:
         vector<lanes x element> (a float buffer's)."""
         return vector.load(ir.VectorType.get([lanes], self.elements[buffer]), buffer,
                            list(indices))
+
+    def store_vector(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value]) -> None:
+        """buffer[indices], ... = the lanes of the vector `value`, along the innermost axis."""
+        vector.store(value, buffer, list(indices))
 
     def splat(self, value: ir.Value, lanes: int) -> ir.Value:
         """A vector<lanes> of `value` (a broadcast)."""

@@ -1,13 +1,13 @@
 """The cpu schedules of `hexir.conv`: register tiles of fused multiply-adds, no per-element
 branches in the inner loop.
 
-Two schedules, by how many output channels a group has (Mg = M / group):
+Three schedules, by how many output channels a group has (Mg = M / group) and the window:
 
 - channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows
   are output pixels and whose columns are a group's output channels. A block is `rows`
   neighbouring pixels (the output's spatial positions flattened, so a 7x7 map wastes
   nothing) by `width` channels (`schedule.conv_tile`: 6 x 16 f32 at x86-64-v3, twelve ymm
-  accumulators), summed in registers over the kernel window (outer loops) and the group's
+  accumulators; 4 x 64 at v4, sixteen zmm), summed in registers over the kernel window (outer loops) and the group's
   input channels (the innermost loop): each step loads the panel's weights (`width / lanes`
   vectors), broadcasts one input value per pixel and does rows x vectors vector
   multiply-adds (`contract`: FMA where the level has it). The vectors are written out
@@ -16,15 +16,19 @@ Two schedules, by how many output channels a group has (Mg = M / group):
   56x56 3x3 conv with a residual add in its epilogue ran as scalar FMAs with the sums on the
   stack: 88.8 against 13.9 ms for the conv without it, one profile at x86-64-v3; explicit
   vectors, 19.9 and 16.7 on the same loaded machine). A constant weight is packed at
-  compile time by hexir-lower-to-tir (`pack_weight`: [group x panels, *kernel, Cg, width],
-  zeros past the group's channels), so a step's weights are whole vectors (a group's last
-  panel computes its zero columns and stores only its own); an input weight is read where
-  it lies. A 1x1 conv is this GEMM with a window of one offset. A block's pixels are
+  compile time by hexir-lower-to-tir (`pack_weight`: [group x panels, *kernel, Cg, 16]
+  for f32 -- `schedule.CONV_PANEL_BYTES`, the same at every level -- zeros past the group's
+  channels), so a step's weights are whole vectors, a tile of several panels reading each
+  from its own contiguous run (a group's last tile computes the zero columns of its last
+  vector and stores only its own channels); an input weight is read where it lies. A 1x1 conv is this GEMM with a window of one offset. A block's pixels are
   neighbours, so its broadcasts read one or two cache lines a step and the next block
   reads them again from L1; the whole channel sum stays in registers (one thread, cpu
   time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a block apart against 2.30x;
   summing the channels in L1-sized slices with the partial sums kept in the destination
   cost 2.56x against 1.36x without).
+- pixel panels (1x1, stride 1, unpadded, rows of at least a vector: `uses_pixel_panels`):
+  the same GEMM with its vectors along the pixels instead of the channels, so that the
+  epilogue and the stores are vector-wide (see `_pixel_panels`).
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
   depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
   weight a broadcast scalar, the window unrolled: each step loads the pixels' inputs as
@@ -34,7 +38,12 @@ Two schedules, by how many output channels a group has (Mg = M / group):
   lane, clamped and masked) and its interior run (the innermost axis's windows inside the
   input), each in power-of-two blocks. Written as vectors for the reason the panels are:
   LLVM compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread:
-  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x).
+  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x). A block's pixels being
+  neighbours along the innermost axis, the fused epilogue runs on the sum vectors and each
+  is one vector store where its formulas take vectors (`kernel.Epilogue.vectors`): lane by
+  lane, the bias, the relu's compare and blend and the store were scalar instructions per
+  pixel, more than the window's vector FMAs (the same conv with bias + relu at x86-64-v4,
+  one thread: 2.42x ORT lane by lane, 1.04x on vectors; stride 2: 2.39x, 1.19x).
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
@@ -58,7 +67,14 @@ from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
-from hexir_compiler.transforms.tir.schedule import conv_tile, depthwise_pixels, register_lanes
+from hexir_compiler.transforms.tir.schedule import (
+    PIXEL_PANEL_INPUTS,
+    conv_panel,
+    conv_tile,
+    depthwise_pixels,
+    pixel_panel,
+    register_lanes,
+)
 
 #: The most window offsets a pixel-vector block unrolls (5 x 5): its steps are a few vector
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
@@ -150,9 +166,37 @@ def uses_panels(op: GraphOp) -> bool:
     return w[0] // op.int_attr("group") > 1
 
 
-def panel_columns(level: int, element_bytes: int, per_group_out: int) -> int:
-    """Output channels per panel: the level's tile width, or a group's channels when fewer."""
-    return max(1, min(conv_tile(level, element_bytes)[1], per_group_out))
+def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
+                      epilogue: Epilogue | None) -> bool:
+    """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
+    stride 1, no padding, fewer input channels a group than `schedule.PIXEL_PANEL_INPUTS` at `level`,
+    rows of at least a vector's pixels at `level` and an epilogue that takes vectors (or
+    none)."""
+    x, w = op.inputs[:2]
+    limit = PIXEL_PANEL_INPUTS[level]
+    if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3 or \
+            (limit is not None and w[1] >= limit):
+        return False
+    if any(s != 1 for s in op.ints_attr("strides")) or any(op.ints_attr("pads")):
+        return False
+    return x[-1] >= register_lanes(level, element_bytes) and (
+        epilogue is None or epilogue.vectors)
+
+
+def panel_columns(element_bytes: int, per_group_out: int) -> int:
+    """Output channels per packed panel of a constant weight: `schedule.conv_panel`, the same
+    at every level, or a group's channels when fewer."""
+    return max(1, min(conv_panel(element_bytes), per_group_out))
+
+
+def tile_columns(level: int, element_bytes: int, per_group_out: int, panel: int | None) -> int:
+    """Output channels of a block at `level`: the level's tile width (a whole number of
+    packed panels of `panel` channels, when the weight is packed), or a group's channels --
+    rounded up to whole panels -- when fewer."""
+    columns = conv_tile(level, element_bytes)[1]
+    if panel is None:
+        return max(1, min(columns, per_group_out))
+    return min(max(columns // panel, 1) * panel, -(-per_group_out // panel) * panel)
 
 
 def pack_weight(weight, group: int, width: int):
@@ -176,7 +220,9 @@ def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     g = Geometry(op)
     if 0 in (g.batch, g.per_group_out, pymath.prod(g.out), g.group):
         return  # no outputs
-    if uses_panels(op):
+    if uses_pixel_panels(op, b.host_level, ir.FloatType(b.element).width // 8, epilogue):
+        _pixel_panels(b, op, g, epilogue)
+    elif uses_panels(op):
         _panels(b, op, g, epilogue)
     else:
         _pixel_vectors(b, g, epilogue)
@@ -227,14 +273,14 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     packed = PANEL in op.attributes
     element_bytes = ir.FloatType(b.element).width // 8
     rows, _ = conv_tile(b.host_level, element_bytes)
-    width = ir.MemRefType(weight.type).shape[-1] if packed else \
-        panel_columns(b.host_level, element_bytes, g.per_group_out)
+    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else None
+    width = tile_columns(b.host_level, element_bytes, g.per_group_out, panel_width)
     lanes = register_lanes(b.host_level, element_bytes)
     if width % lanes:
-        lanes = width  # one vector of a narrow panel's columns
-    vectors = width // lanes
+        lanes = width  # one vector of a narrow tile's columns
+    panels_per_group = -(-g.per_group_out // panel_width) if packed else 0
     per_group = -(-g.per_group_out // width)
-    tail = g.per_group_out - (per_group - 1) * width  # the last panel's columns
+    tail = g.per_group_out - (per_group - 1) * width  # the last tile's columns
     pixels = pymath.prod(g.out)
     rows = max(1, min(rows, pixels))
     full, remainder = divmod(pixels, rows)
@@ -244,7 +290,9 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
         n, group, panel, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(panel, width))
-        panel_at = arith.addi(b.mul(group, per_group), panel)
+        if packed:  # the tile's first packed panel: a tile is whole panels, or one narrower
+            panel_at = arith.addi(b.mul(group, panels_per_group),
+                                  b.mul(panel, max(1, width // panel_width)))
 
         def block(index: ir.Value | int, short: int, columns: int) -> None:
             count = short or rows
@@ -258,15 +306,18 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
             bases = [g.base(b, o) for o in outs]
             channels = [first_out, *(arith.addi(first_out, b.index(t))
                                      for t in range(1, columns))]
+            vectors = -(-columns // lanes)  # a last tile's vectors past its channels: none
             zero = b.float(0.0)
 
             def run(masked: list[int]) -> None:
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     *ks, c = ivs
                     channel = arith.addi(first_in, c)
-                    if packed:  # the whole panel: zeros past a last panel's columns
-                        ys = [b.load_vector(weight, [panel_at, *ks, c, b.index(v * lanes)],
-                                            lanes) for v in range(vectors)]
+                    if packed:  # whole vectors: zeros past a group's last channel
+                        ys = [b.load_vector(weight, [
+                            arith.addi(panel_at, b.index(v * lanes // panel_width)),
+                            *ks, c, b.index(v * lanes % panel_width)], lanes)
+                            for v in range(vectors)]
                     else:
                         ys = [b.vector_of([b.load(weight, [channels[t], c, *ks])
                                            if t < columns else zero
@@ -297,11 +348,76 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
         if tail == width:
             blocks(width)
             return
-        # a group's last panel has fewer channels (then there are several: width < Mg)
+        # a group's last tile has fewer channels (then there are several: width < Mg)
         with b.guard(b.less_than(panel, per_group - 1)):
             blocks(width)
         with b.guard(arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(per_group - 1))):
             blocks(tail)
+
+
+def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
+                  epilogue: Epilogue | None) -> None:
+    """A 1x1 conv as a GEMM whose vectors run along the pixels (`uses_pixel_panels`): a
+    block is a vector of neighbouring pixels of one output row by `schedule.pixel_panel`
+    output channels, one accumulator vector per channel; each step over the group's input
+    channels loads the pixels' inputs as one vector and multiplies it by each channel's
+    weight, a broadcast scalar (an FMA's broadcast operand at v4). The sums, a vector per
+    channel along the pixels, go through the epilogue and the store a vector at a time. A
+    row is cut as `_runs` cuts it (power-of-two vectors past the last whole one)."""
+    data, weight, *_, out = b.args
+    packed = PANEL in op.attributes
+    element_bytes = ir.FloatType(b.element).width // 8
+    lanes = register_lanes(b.host_level, element_bytes)
+    width = min(pixel_panel(b.host_level), g.per_group_out)
+    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else 0
+    panels_per_group = -(-g.per_group_out // panel_width) if packed else 0
+    rank = len(g.out)
+    per_group = -(-g.per_group_out // width)
+    tail = g.per_group_out - (per_group - 1) * width
+    rows = g.out[:-1]
+    with b.loop(g.batch * g.group * per_group * pymath.prod(rows), "parallel") as flat:
+        n, group, tile, *row = b.delinearize(flat, [g.batch, g.group, per_group, *rows])
+        first_in = b.mul(group, g.per_group_in)
+        first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(tile, width))
+        in_group = b.mul(tile, width)  # the tile's first channel within its group
+
+        def weights(c: ir.Value, columns: int, count: int) -> list[ir.Value]:
+            values = []
+            for t in range(columns):
+                q = arith.addi(in_group, b.index(t))
+                if packed:
+                    at = [arith.addi(b.mul(group, panels_per_group),
+                                     arith.divui(q, b.index(panel_width))),
+                          *([b.index(0)] * rank), c, arith.remui(q, b.index(panel_width))]
+                else:
+                    at = [arith.addi(b.mul(group, g.per_group_out), q), c,
+                          *([b.index(0)] * rank)]
+                values.append(b.splat(b.load(weight, at), count))
+            return values
+
+        def block(columns: int, start: ir.Value, count: int) -> None:
+            zero = b.float(0.0)
+
+            def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                (c,) = ivs
+                x = b.load_vector(data, [n, arith.addi(first_in, c), *row, start], count)
+                return _multiply_add(acc, [x], weights(c, columns, count))
+
+            sums = b.fold([g.per_group_in], [b.splat(zero, count)] * columns, step)
+            for t, total in enumerate(sums):
+                at = [n, arith.addi(first_out, b.index(t)), *row, start]
+                b.store_vector(total if epilogue is None else epilogue(b, total, at), out, at)
+
+        def tiles(columns: int) -> None:
+            _runs(b, 0, g.out[-1], lanes, lambda start, count: block(columns, start, count))
+
+        if tail == width:
+            tiles(width)
+            return
+        with b.guard(b.less_than(tile, per_group - 1)):
+            tiles(width)
+        with b.guard(arith.cmpi(arith.CmpIPredicate.eq, tile, b.index(per_group - 1))):
+            tiles(tail)
 
 
 def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:
@@ -361,6 +477,12 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                 sums = b.fold([*g.kernel, g.per_group_in], inits, step) \
                     if pymath.prod(g.kernel) > MAX_UNROLLED_WINDOW else \
                     b.fold([g.per_group_in], inits, channel)
+                if epilogue is None or epilogue.vectors:  # a vector's pixels are neighbours
+                    for j, total in enumerate(sums):
+                        at = [n, m, *outs[j * width]]
+                        b.store_vector(total if epilogue is None else epilogue(b, total, at),
+                                       out, at)
+                    return
                 for j, o in enumerate(outs):
                     at = [n, m, *o]
                     value = b.lane(sums[j // width], j % width)

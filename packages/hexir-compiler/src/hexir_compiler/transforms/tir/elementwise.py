@@ -32,7 +32,22 @@ Scalar = Callable[..., ir.Value]
 
 
 def is_float(value: ir.Value) -> bool:
-    return isinstance(value.type, ir.FloatType)
+    """Whether `value` is a float or a vector of floats."""
+    return isinstance(element_type(value.type), ir.FloatType)
+
+
+def element_type(type_: ir.Type) -> ir.Type:
+    """A vector type's element type; any other type itself."""
+    return ir.VectorType(type_).element_type if isinstance(type_, ir.VectorType) else type_
+
+
+#: The formulas that take vectors as they take scalars (their ops and constants follow the
+#: operands' type) and compile to vector instructions: a fused epilogue made only of these
+#: runs on whole vectors (`kernel.Epilogue.vectors`). Not exp and what uses it (sigmoid,
+#: SiLU's): `target.host_math` rewrites only scalar f32 exps into arithmetic, and a vector's
+#: became a libm call per lane (EfficientNet-B0 at v4, its SiLU epilogues on vectors: 3.09x
+#: ORT, against 2.43x lane by lane).
+VECTOR_FORMULAS = frozenset({"relu", "neg", "abs", "add", "sub", "mul", "div", "max", "min"})
 
 
 def _typed(on_float: Callable, on_int: Callable) -> Scalar:
@@ -50,7 +65,9 @@ def _extremum(greater: bool) -> Scalar:
     def formula(b: KernelBuilder, x: ir.Value, y: ir.Value) -> ir.Value:
         if not is_float(x):
             return (arith.maxsi if greater else arith.minsi)(x, y)
-        bits = ir.IntegerType.get_signless(ir.FloatType(x.type).width)
+        bits = ir.IntegerType.get_signless(ir.FloatType(element_type(x.type)).width)
+        if isinstance(x.type, ir.VectorType):
+            bits = ir.VectorType.get(ir.VectorType(x.type).shape, bits)
         xi, yi = arith.bitcast(bits, x), arith.bitcast(bits, y)
         # equal: the same value, or zeros of either sign (+0 for max: the sign bits and-ed)
         tie = arith.bitcast(x.type, (arith.andi if greater else arith.ori)(xi, yi))

@@ -23,12 +23,20 @@ from hexir_compiler.mlir import ir
 from hexir_compiler.ops import CONTRACTIONS, REDUCTIONS
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import plan_matmul
-from hexir_compiler.transforms.tir.elementwise import formula
-from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, Prologue, broadcast_indices
+from hexir_compiler.transforms.tir.elementwise import VECTOR_FORMULAS, formula
+from hexir_compiler.transforms.tir.kernel import (
+    Epilogue,
+    GraphOp,
+    Kernel,
+    Prologue,
+    broadcast_indices,
+)
 from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce, plan_softmax
 from hexir_compiler.transforms.tir.schedule import lanes
 from hexir_compiler.transforms.tir.window import plan_conv
 
+#: The element types a vector epilogue takes (MLIR's names).
+FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
 #: The planners of the ops that can head a group (`ops.CONTRACTIONS`; each takes an epilogue).
 HEADS = {"matmul": plan_matmul, "linear": plan_matmul, "conv": plan_conv}
 #: The planners of the reductions (`ops.REDUCTIONS`; each takes a prologue).
@@ -61,13 +69,19 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
         loaded: dict[int, ir.Value] = {}
         values: dict[int, ir.Value] = {} if head is None else {head: product}
 
+        lanes = ir.VectorType(product.type).shape[0] \
+            if product is not None and isinstance(product.type, ir.VectorType) else 0
+
         def operand(source: tuple[str, int]) -> ir.Value:
             kind, index = source
             if kind == "step":
                 return values[index]
             if index not in loaded:
                 at = broadcast_indices(b, coords, inputs[index], shape)
-                loaded[index] = b.load(buffers[index], at)
+                along = inputs[index] and inputs[index][-1] != 1  # varies along the lanes
+                loaded[index] = b.load(buffers[index], at) if not lanes else \
+                    b.load_vector(buffers[index], at, lanes) if along else \
+                    b.splat(b.load(buffers[index], at), lanes)
             return loaded[index]
 
         for i, step in rest:
@@ -81,8 +95,10 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                                "fused prologue")
         return reduction(sink.op, Prologue(lambda b, at: evaluate(b, at, None), others))
     if head is not None:
-        return HEADS[steps[head].op.mnemonic](steps[head].op,
-                                              lambda b, value, at: evaluate(b, at, value))
+        vectors = all(s.op.mnemonic in VECTOR_FORMULAS for _, s in rest) and all(
+            e in FLOATS for _, s in rest for e in s.op.elements)
+        return HEADS[steps[head].op.mnemonic](
+            steps[head].op, Epilogue(lambda b, value, at: evaluate(b, at, value), vectors))
 
     def emit(b: KernelBuilder) -> None:
         out = b.args[-1]

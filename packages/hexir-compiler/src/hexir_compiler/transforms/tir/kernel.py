@@ -76,9 +76,19 @@ class GraphOp:
         return attr
 
 
-#: An element-wise epilogue: (builder, a contraction's value at an output element, its
-#: coordinates) -> the value to store there (`tir.fusion` makes them).
-Epilogue = Callable[[KernelBuilder, ir.Value, list[ir.Value]], ir.Value]
+@dataclass(frozen=True)
+class Epilogue:
+    """An element-wise epilogue (`tir.fusion` makes them): `epilogue(builder, a contraction's
+    value at an output element, its coordinates)` is the value to store there. Where
+    `vectors`, the value may also be a vector of neighbours along the output's innermost axis
+    (the coordinates then the first one's), and the result is the vector of theirs: its
+    operands are loaded as vectors and its ops run on them, instead of lane by lane."""
+
+    apply: Callable[[KernelBuilder, ir.Value, list[ir.Value]], ir.Value]
+    vectors: bool = False
+
+    def __call__(self, b: KernelBuilder, value: ir.Value, at: list[ir.Value]) -> ir.Value:
+        return self.apply(b, value, at)
 
 #: Reads an operand's element at the given coordinates.
 Read = Callable[[list[ir.Value]], ir.Value]

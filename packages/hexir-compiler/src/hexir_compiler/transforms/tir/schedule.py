@@ -145,14 +145,59 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 
 
 #: The register tile of a cpu conv's channel panels (`convolution`), by x86-64 level:
-#: (output pixels, bytes of output channels), written as explicit vectors: 6 x 2 ymm at v3
-#: (twelve accumulators, two weight vectors and a broadcast: 15 of the 16 registers; one
-#: thread, ResNet-18's 14x14 3x3 conv 2.20x ORT against 2.47x for 4 x 2), 4 x 2 xmm at v2
-#: (no FMA: a product needs a register of its own), 8 x 1 zmm at v4 (of 32 registers;
-#: compiled, not timed: this machine has no AVX-512).
-CONV_TILES = {4: (8, 64), 3: (6, 64), 2: (4, 32), 1: (4, 32)}
+#: (output pixels, bytes of output channels), written as explicit vectors whose weights the
+#: multiply-adds read from memory (an FMA's memory operand), so the registers hold the
+#: accumulators and the pixels' broadcasts. Measured with `bench/conv.py --threads=1
+#: --clock=cpu` (one core of this AMD EPYC, hexir / ORT, ResNet-18's 56x56, 14x14 and 7x7 3x3 convs and
+#: its 3x3 stride-2 one, MobileNetV2's 24 -> 144 1x1):
+#: - v4: 4 x 4 zmm, 16 of the 32 registers accumulating: 1.12, 1.06, 1.13, 1.10, 1.54,
+#:   against 1.18, 1.09, 1.19, 1.56, 1.73 for 8 x 2 zmm, 1.20, 1.17, 1.76, 1.31, 1.60 for
+#:   10 x 2, 1.22, 1.25, 1.32, 1.47, 1.89 for 12 x 2, and 1.42, 1.62, 1.84, -, 1.62 for the
+#:   first guess, 8 x 1 zmm (whose stores are one channel's pixels, each a plane apart);
+#: - v3: 6 x 2 ymm, twelve accumulators (ResNet-18's 14x14 conv 2.20x ORT against 2.47x for
+#:   4 x 2; 3 x 4 ymm: 2.32);
+#: - v2 (SSE: no FMA, a product needs a register of its own): 2 x 4 xmm, 3.49, 4.05, 3.24,
+#:   4.06, 2.96 against 4.52, 4.87, 4.20, 3.66, 3.33 for 4 x 2 xmm and 3.78-4.30 for 3 x 4.
+#: The tile is a whole number of CONV_PANEL_BYTES panels at every level.
+CONV_TILES = {4: (4, 256), 3: (6, 64), 2: (2, 64), 1: (2, 64)}
+#: Bytes of output channels per packed panel of a conv's constant weight
+#: (`convolution.pack_weight`), the same at every level: a module that carries a program
+#: per level stores one packed copy of each weight (identical constants are deduplicated),
+#: and a tile of several panels reads each from its own run (CONV_TILES' v4 figures are
+#: with 64-byte panels).
+CONV_PANEL_BYTES = 64
+#: Output channels of a 1x1 conv's pixel-vector block (`convolution._pixel_panels`), by
+#: x86-64 level: one accumulator vector per channel, with room for the input vector and the
+#: broadcasts: 16 of the 32 zmm at v4, 8 of the 16 ymm or xmm below. Measured as CONV_TILES
+#: (MobileNetV2's 16 -> 96 1x1 at 112x112 and 24 -> 144 at 56x56, SqueezeNet's 16 -> 64 at
+#: 55x55, all with bias + relu): v4 0.97, 0.97, 1.44x ORT against 1.88-2.24, 1.47-1.77,
+#: 1.86-2.48 as channel panels, whose stores and epilogue went lane by lane, a channel's
+#: plane apart; v3 1.13, 0.92, 1.52 against 2.33, 1.44, 1.98; v2 1.81, 2.67, 3.20 against
+#: 3.55, 3.34, 3.35.
+PIXEL_PANELS = {4: 16, 3: 8, 2: 8, 1: 8}
+#: A 1x1 conv takes the pixel-vector form below this many input channels a group, by
+#: level (None: at any count). With few, each output's epilogue and store cost as much as
+#: its multiply-adds, and the form makes them vector-wide; with more, v3's and v2's channel
+#: panels have the larger register tile (SqueezeNet's 1x1s, pixel vectors against channel
+#: panels, one thread, v3: 32 -> 128 at 27x27 2.25 against 1.36x ORT; 64 -> 256, 128 -> 16,
+#: 256 -> 32 and 512 -> 64: 2.14-2.43 against 1.14-1.44). At v4 the two forms draw on
+#: those convs (1.00-1.52 against 1.16-1.61) and the whole models gain from pixel vectors
+#: everywhere (`bench/models.py`, default threads, in one run each, after / ORT with the
+#: limit of 32 and, in the run before, without: MobileNetV2 1.49 and 1.23, SqueezeNet 1.1
+#: 1.38 and 1.10, against 1.92 and 2.03, 1.36 and 1.40 for the starting commit).
+PIXEL_PANEL_INPUTS = {4: None, 3: 32, 2: 32, 1: 32}
+
+
+def pixel_panel(level: int) -> int:
+    """Output channels of a 1x1 conv's pixel-vector block at `level` (PIXEL_PANELS)."""
+    return PIXEL_PANELS[level]
+
+
 #: Bytes of output pixels a depthwise conv's block sums in registers, by level: four of the
-#: level's vector registers (ymm at v3, zmm at v4, xmm below).
+#: level's vector registers (ymm at v3, zmm at v4, xmm below). At v4 the size barely
+#: matters (MobileNetV2's 56x56 depthwise 3x3 and its stride-2 one, lane-by-lane epilogue:
+#: 2.37, 2.40x ORT with 256 bytes, 2.33, 2.62 with 128, 2.63, 2.39 with 64): the rows'
+#: borders and the epilogue cost more than the window's FMAs.
 DEPTHWISE_BYTES = {4: 256, 3: 128, 2: 64, 1: 64}
 
 
@@ -160,6 +205,11 @@ def conv_tile(level: int, element_bytes: int) -> tuple[int, int]:
     """(pixels, output channels) of a conv block at x86-64 `level` (CONV_TILES)."""
     rows, width = CONV_TILES[level]
     return rows, max(1, width // element_bytes)
+
+
+def conv_panel(element_bytes: int) -> int:
+    """Output channels per packed panel of a conv weight (CONV_PANEL_BYTES)."""
+    return max(1, CONV_PANEL_BYTES // element_bytes)
 
 
 #: Bytes of one vector register by x86-64 level: xmm (SSE) below v3, ymm (AVX2) at v3,
