@@ -3,57 +3,56 @@ branches in the inner loop.
 
 Three schedules, by how many output channels a group has (Mg = M / group) and the window:
 
-- channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows
-  are output pixels and whose columns are a group's output channels. A block is `rows`
-  neighbouring pixels (the output's spatial positions flattened, so a 7x7 map wastes
-  nothing) by `width` channels (`schedule.conv_tile`: 6 x 16 f32 at x86-64-v3, twelve ymm
-  accumulators; 4 x 64 at v4, sixteen zmm), summed in registers over the kernel window (outer loops) and the group's
+- channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows are
+  output pixels and whose columns are a group's output channels. A block is `rows` neighbouring
+  pixels (the output's spatial positions flattened, so a 7x7 map wastes nothing) by `width`
+  channels (`schedule.conv_tile`: 6 x 16 f32 at x86-64-v3, twelve ymm accumulators; 4 x 64 at
+  v4, sixteen zmm), summed in registers over the kernel window (outer loops) and the group's
   input channels (the innermost loop): each step loads the panel's weights (`width / lanes`
-  vectors), broadcasts one input value per pixel and does rows x vectors vector
-  multiply-adds (`contract`: FMA where the level has it). The vectors are written out
-  (`KernelBuilder.load_vector`, `splat`, `lane`), not left to LLVM's SLP vectorizer: that
-  one vectorized the same loops or gave up on them by what followed them (ResNet-18's
-  56x56 3x3 conv with a residual add in its epilogue ran as scalar FMAs with the sums on the
-  stack: 88.8 against 13.9 ms for the conv without it, one profile at x86-64-v3; explicit
-  vectors, 19.9 and 16.7 on the same loaded machine). A constant weight is packed at
-  compile time by hexir-lower-to-tir (`pack_weight`: [group x panels, *kernel, Cg, 16]
-  for f32 -- `schedule.CONV_PANEL_BYTES`, the same at every level -- zeros past the group's
-  channels), so a step's weights are whole vectors, a tile of several panels reading each
-  from its own contiguous run (a group's last tile computes the zero columns of its last
-  vector and stores only its own channels); an input weight is read where it lies. A 1x1 conv is this GEMM with a window of one offset. A block's pixels are
-  neighbours, so its broadcasts read one or two cache lines a step and the next block
-  reads them again from L1; the whole channel sum stays in registers (one thread, cpu
-  time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a block apart against 2.30x;
-  summing the channels in L1-sized slices with the partial sums kept in the destination
-  cost 2.56x against 1.36x without).
-- pixel panels (1x1, stride 1, unpadded, rows of at least a vector: `uses_pixel_panels`):
-  the same GEMM with its vectors along the pixels instead of the channels, so that the
-  epilogue and the stores are vector-wide (see `_pixel_panels`).
+  vectors), broadcasts one input value per pixel and does rows x vectors vector multiply-adds
+  (`contract`: FMA where the level has it). The vectors are written out
+  (`KernelBuilder.load_vector`, `splat`, `lane`), not left to LLVM's SLP vectorizer: that one
+  vectorized the same loops or gave up on them by what followed them (ResNet-18's 56x56 3x3
+  conv with a residual add in its epilogue ran as scalar FMAs with the sums on the stack: 88.8
+  against 13.9 ms for the conv without it, one profile at x86-64-v3; explicit vectors, 19.9 and
+  16.7 on the same loaded machine). A constant weight is packed at compile time by hexir-lower-
+  to-tir (`pack_weight`: [group x panels, *kernel, Cg, 16] for f32 --
+  `schedule.CONV_PANEL_BYTES`, the same at every level -- zeros past the group's channels), so
+  a step's weights are whole vectors, a tile of several panels reading each from its own
+  contiguous run (a group's last tile computes the zero columns of its last vector and stores
+  only its own channels); an input weight is read where it lies. A 1x1 conv is this GEMM with a
+  window of one offset. A block's pixels are neighbours, so its broadcasts read one or two
+  cache lines a step and the next block reads them again from L1; the whole channel sum stays
+  in registers (one thread, cpu time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a
+  block apart against 2.30x; summing the channels in L1-sized slices with the partial sums kept
+  in the destination cost 2.56x against 1.36x without).
+- pixel panels (1x1, stride 1, unpadded, rows of at least a vector: `uses_pixel_panels`): the
+  same GEMM with its vectors along the pixels instead of the channels, so that the epilogue and
+  the stores are vector-wide (see `_pixel_panels`).
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
   depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
   weight a broadcast scalar, the window unrolled: each step loads the pixels' inputs as
-  register-wide vectors (one load of the run they lie in; at a stride s, a run of
-  s x (lanes - 1) + 1 elements and a shuffle of every s-th) and does a vector multiply-add
-  each. A row is split at compile time into its border runs (their inputs gathered lane by
-  lane, clamped and masked) and its interior run (the innermost axis's windows inside the
-  input), each in power-of-two blocks. Written as vectors for the reason the panels are:
-  LLVM compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread:
-  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x). A block's pixels being
-  neighbours along the innermost axis, the fused epilogue runs on the sum vectors and each
-  is one vector store where its formulas take vectors (`kernel.Epilogue.vectors`): lane by
-  lane, the bias, the relu's compare and blend and the store were scalar instructions per
-  pixel, more than the window's vector FMAs (the same conv with bias + relu at x86-64-v4,
-  one thread: 2.42x ORT lane by lane, 1.04x on vectors; stride 2: 2.39x, 1.19x).
+  register-wide vectors (one load of the run they lie in; at a stride s, a run of s x (lanes -
+  1) + 1 elements and a shuffle of every s-th) and does a vector multiply-add each. A row is
+  split at compile time into its border runs (their inputs gathered lane by lane, clamped and
+  masked) and its interior run (the innermost axis's windows inside the input), each in power-
+  of-two blocks. Written as vectors for the reason the panels are: LLVM compiled these loops to
+  scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread: 4.55x ORT scalar, 2.26x as
+  vectors; stride 2: 3.19x, 2.68x). A block's pixels being neighbours along the innermost axis,
+  the fused epilogue runs on the sum vectors and each is one vector store where its formulas
+  take vectors (`kernel.Epilogue.vectors`): lane by lane, the bias, the relu's compare and
+  blend and the store were scalar instructions per pixel, more than the window's vector FMAs
+  (the same conv with bias + relu at x86-64-v4, one thread: 2.42x ORT lane by lane, 1.04x on
+  vectors; stride 2: 2.39x, 1.19x).
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
 masks at all; a border block runs a copy where each pixel's position per kernel offset is
-clamped into the input and its value replaced by 0 outside (a select, invariant in the
-channel loop): padding adds 0, as the reference's zero padding does. Strides and dilations
-are affine index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel
-panels x chunks of pixel blocks (TARGET_ITERATIONS), or batch x channels x rows; the sums go
-through the fused epilogue (bias, activation, residual add) at the store. No output is
-computed twice.
+clamped into the input and its value replaced by 0 outside (a select, invariant in the channel
+loop): padding adds 0, as the reference's zero padding does. Strides and dilations are affine
+index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel panels x chunks
+of pixel blocks (TARGET_ITERATIONS), or batch x channels x rows; the sums go through the fused
+epilogue (bias, activation, residual add) at the store. No output is computed twice.
 """
 
 from __future__ import annotations
@@ -169,8 +168,8 @@ def uses_panels(op: GraphOp) -> bool:
 def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
                       epilogue: Epilogue | None) -> bool:
     """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
-    stride 1, no padding, fewer input channels a group than `schedule.PIXEL_PANEL_INPUTS` at `level`,
-    rows of at least a vector's pixels at `level` and an epilogue that takes vectors (or
+    stride 1, no padding, fewer input channels a group than `schedule.PIXEL_PANEL_INPUTS` at
+    `level`, rows of at least a vector's pixels at `level` and an epilogue that takes vectors (or
     none)."""
     x, w = op.inputs[:2]
     limit = PIXEL_PANEL_INPUTS[level]
@@ -273,8 +272,8 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     packed = PANEL in op.attributes
     element_bytes = ir.FloatType(b.element).width // 8
     rows, _ = conv_tile(b.host_level, element_bytes)
-    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else None
-    width = tile_columns(b.host_level, element_bytes, g.per_group_out, panel_width)
+    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else 0  # 0: not packed
+    width = tile_columns(b.host_level, element_bytes, g.per_group_out, panel_width or None)
     lanes = register_lanes(b.host_level, element_bytes)
     if width % lanes:
         lanes = width  # one vector of a narrow tile's columns

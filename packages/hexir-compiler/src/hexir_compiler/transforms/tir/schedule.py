@@ -148,8 +148,8 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 #: (output pixels, bytes of output channels), written as explicit vectors whose weights the
 #: multiply-adds read from memory (an FMA's memory operand), so the registers hold the
 #: accumulators and the pixels' broadcasts. Measured with `bench/conv.py --threads=1
-#: --clock=cpu` (one core of this AMD EPYC, hexir / ORT, ResNet-18's 56x56, 14x14 and 7x7 3x3 convs and
-#: its 3x3 stride-2 one, MobileNetV2's 24 -> 144 1x1):
+#: --clock=cpu` (one core of this AMD EPYC, hexir / ORT, ResNet-18's 56x56, 14x14 and 7x7 3x3
+#: convs and its 3x3 stride-2 one, MobileNetV2's 24 -> 144 1x1):
 #: - v4: 4 x 4 zmm, 16 of the 32 registers accumulating: 1.12, 1.06, 1.13, 1.10, 1.54,
 #:   against 1.18, 1.09, 1.19, 1.56, 1.73 for 8 x 2 zmm, 1.20, 1.17, 1.76, 1.31, 1.60 for
 #:   10 x 2, 1.22, 1.25, 1.32, 1.47, 1.89 for 12 x 2, and 1.42, 1.62, 1.84, -, 1.62 for the
