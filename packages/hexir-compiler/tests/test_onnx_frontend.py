@@ -106,6 +106,6 @@ def test_names_survive_every_mlir_stage():
                    [_value("input.1", TensorProto.FLOAT, [2])],
                    [_value("logits", TensorProto.FLOAT, [2])])
     direct = hexir_compiler.compile(model)
-    (entry,) = hf.parse(direct).functions
-    assert (entry.inputs, entry.outputs) == (("input.1",), ("logits",))
+    entries = hf.parse(direct).functions  # a variant per x86-64 level, each named alike
+    assert [(e.inputs, e.outputs) for e in entries] == [(("input.1",), ("logits",))] * 3
     assert '{hexir.name = "input.1"}' in hexir_compiler.compile(model, "mlir-llvm")

@@ -145,7 +145,8 @@ def test_a_packed_v4_kernel_matches_numpy_interpreted(monkeypatch, shape, elemen
 @needs_v3
 def test_the_mlp_layer_packs_its_weight_and_needs_no_blas(tmp_path) -> None:
     """At its real size (above PANEL_MIN_MACS): a v3 kernel over 128 panels, the cpu grid,
-    calling no routine; at v2 the same layer is 8-column panels, 256 of them."""
+    calling no routine; at v2 the same 16-column panels (64 bytes at every level), read by
+    a 2-row tile."""
     rng = np.random.default_rng(5)
     w = (rng.standard_normal((512, 2048)) / 23).astype(np.float32)
     bias = rng.standard_normal(2048).astype(np.float32)
@@ -161,7 +162,7 @@ def test_the_mlp_layer_packs_its_weight_and_needs_no_blas(tmp_path) -> None:
     assert np.abs(got - want).max() / np.abs(want).max() <= 1e-5
     v2 = _compile(tmp_path, text, target="cpu:x86-64-v2")
     (exe,) = parse(v2).executables
-    assert exe.grid[0] == 256 and [t.shape for t in exe.args][1] == (256, 512, 8)
+    assert exe.grid[0] == 128 and [t.shape for t in exe.args][1] == (128, 512, 16)
     assert b"hexir_rt_matmul" not in bytes(exe.image)
     with hexir_runtime.load(v2) as module:
         assert np.abs(module.main(x) - want).max() / np.abs(want).max() <= 1e-5
