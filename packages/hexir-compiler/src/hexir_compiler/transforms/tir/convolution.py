@@ -344,14 +344,7 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
             _blocks_of(b, chunk, chunks, full, rows, remainder,
                        lambda index, short: block(index, short, columns))
 
-        if tail == width:
-            blocks(width)
-            return
-        # a group's last tile has fewer channels (then there are several: width < Mg)
-        with b.guard(b.less_than(panel, per_group - 1)):
-            blocks(width)
-        with b.guard(arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(per_group - 1))):
-            blocks(tail)
+        _by_tile(b, panel, per_group, width, tail, blocks)
 
 
 def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
@@ -410,13 +403,20 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
         def tiles(columns: int) -> None:
             _runs(b, 0, g.out[-1], lanes, lambda start, count: block(columns, start, count))
 
-        if tail == width:
-            tiles(width)
-            return
-        with b.guard(b.less_than(tile, per_group - 1)):
-            tiles(width)
-        with b.guard(arith.cmpi(arith.CmpIPredicate.eq, tile, b.index(per_group - 1))):
-            tiles(tail)
+        _by_tile(b, tile, per_group, width, tail, tiles)
+
+
+def _by_tile(b: KernelBuilder, tile: ir.Value, tiles: int, width: int, tail: int,
+             emit: Callable[[int], None]) -> None:
+    """`emit(columns)` for tile `tile` of a group's `tiles`: `width` channels, or `tail` for
+    a group's last tile when it has fewer (then there are several: width < Mg)."""
+    if tail == width:
+        emit(width)
+        return
+    with b.guard(b.less_than(tile, tiles - 1)):
+        emit(width)
+    with b.guard(arith.cmpi(arith.CmpIPredicate.eq, tile, b.index(tiles - 1))):
+        emit(tail)
 
 
 def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:
