@@ -57,13 +57,14 @@ CPU: list[str] = []  # the level modules are compiled for (main sets it)
 def compile_program(text_or_path, element_path: bool = True, fuse: bool = True) -> bytes:
     from hexir_compiler.dialects import context
     from hexir_compiler.mlir import ir
+    from hexir_compiler import serialize
     from hexir_compiler.pipeline import Options, compile_file, run
 
     options = Options("hxb", fuse=fuse, cpu=CPU[0])
     if element_path:
         return compile_file(text_or_path, options)
     with context():
-        return run(ir.Module.parse(text_or_path), options)
+        return serialize.build(run(ir.Module.parse(text_or_path), options))
 
 
 def plain_numpy(program: Path, dtype):

@@ -8,6 +8,7 @@ context alive for the rest of the process.
 
 from __future__ import annotations
 
+import gc
 from pathlib import Path
 
 import hexir_format as hf
@@ -19,6 +20,7 @@ MLP = Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir"
 
 def test_no_context_is_alive_when_the_hxb_is_built(monkeypatch):
     dialects.release()  # (an earlier test's context, if nothing else holds it)
+    gc.collect()
     before = ir.Context._get_live_count()  # contexts other tests still hold
     alive = []
     build = serialize.build
@@ -29,6 +31,7 @@ def test_no_context_is_alive_when_the_hxb_is_built(monkeypatch):
 
     monkeypatch.setattr(serialize, "build", watched)
     image = pipeline.compile_file(MLP, pipeline.Options("hxb"))
-    assert alive == [before]
+    # none of the compile's own (the release may also free one an earlier test left behind)
+    assert len(alive) == 1 and alive[0] <= before
     assert len(hf.parse(image).executables) == 4 * 3  # four kernels, x86-64-v2, -v3, -v4
-    assert ir.Context._get_live_count() == before
+    assert ir.Context._get_live_count() <= before

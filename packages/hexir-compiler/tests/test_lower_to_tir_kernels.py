@@ -308,10 +308,12 @@ def test_compiled_cpu_kernel_matches_numpy(case: Case, element: str) -> None:
     hr = pytest.importorskip("hexir_runtime")
     from hexir_compiler.dialects import context
     from hexir_compiler.mlir import ir
+    from hexir_compiler import serialize
     from hexir_compiler.pipeline import Options, run
 
     with context():
-        data = run(ir.Module.parse(case.program(element, "cpu")), Options("hxb"))
+        data = serialize.build(run(ir.Module.parse(case.program(element, "cpu")),
+                                   Options("hxb")))
     module = hr.load(data)
     inputs = sample(case, element, np.random.default_rng(7))
     assert_close(module.main(*inputs), reference(case, inputs), element)
