@@ -55,9 +55,9 @@ CPU: list[str] = []  # the level modules are compiled for (main sets it)
 
 
 def compile_program(text_or_path, element_path: bool = True, fuse: bool = True) -> bytes:
+    from hexir_compiler import serialize
     from hexir_compiler.dialects import context
     from hexir_compiler.mlir import ir
-    from hexir_compiler import serialize
     from hexir_compiler.pipeline import Options, compile_file, run
 
     options = Options("hxb", fuse=fuse, cpu=CPU[0])

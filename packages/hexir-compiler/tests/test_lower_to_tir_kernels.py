@@ -306,9 +306,9 @@ def test_compiled_cpu_kernel_matches_numpy(case: Case, element: str) -> None:
     numpy's answer. What the serializer writes (kind, params, argument types) also fits the
     kind's signature rule, which the runtime validates before it runs anything."""
     hr = pytest.importorskip("hexir_runtime")
+    from hexir_compiler import serialize
     from hexir_compiler.dialects import context
     from hexir_compiler.mlir import ir
-    from hexir_compiler import serialize
     from hexir_compiler.pipeline import Options, run
 
     with context():
