@@ -6,16 +6,18 @@ The runtime carries the object because it runs without llvmlite (or any compiler
 compiler's tests check that the checked-in object is what this script builds. The protocol
 is described in `hexir_runtime.hal.threads`, whose layout constants are compiled in here.
 The code is for the x86-64 baseline (any x86-64 CPU), position-independent, and calls one
-external function, libc's `syscall`, for the futex (SYS_futex = 202 on x86-64).
+external function, libc's `syscall`, for the futex (SYS_futex = 202 on x86-64) and
+`sched_yield` (24).
 
 One entry, `hexir_threads(state, op, arg)`:
 - WORK: a worker's loop, until CLOSE. It spins on the generation for `state.spin` cycles of
-  the time-stamp counter after each job, then sleeps on it (FUTEX_WAIT_PRIVATE) with
-  `state.sleepers` raised, so that a publisher knows to wake it.
+  the time-stamp counter after each job (yielding its core after YIELD_AFTER of them), then
+  sleeps on it (FUTEX_WAIT_PRIVATE) with `state.sleepers` raised, so that a publisher knows
+  to wake it.
 - RUN: publish the job at `arg` (copied into the slot of the new generation's parity, field
   by field with atomic stores), reset the done count, open the ticket (generation << 32 |
   next chunk), bump the generation, wake sleepers, claim chunks like a worker, then spin
-  until every chunk is done.
+  until every chunk is done, yielding its core after YIELD_AFTER cycles.
 - CLOSE: raise `state.stop`, bump the generation and wake everyone: each worker returns.
 
 A chunk is claimed by a compare-and-swap of the ticket that carries the generation, and its
@@ -32,7 +34,7 @@ from hexir_runtime.hal import threads
 
 OUT = Path(threads.__file__).with_name("threads.o")
 TRIPLE, CPU = "x86_64-unknown-linux-gnu", "x86-64"
-FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX = 128, 129, 202
+FUTEX_WAIT_PRIVATE, FUTEX_WAKE_PRIVATE, SYS_FUTEX, SYS_SCHED_YIELD = 128, 129, 202, 24
 
 FIELD = {name: 8 * i for i, name in enumerate(threads.JOB_FIELDS)}
 
@@ -105,11 +107,20 @@ wake:
 claim:
   call void @claim(ptr %s, i32 %g)
   %chunks = call i64 @field(ptr %slot, i64 {CHUNKS})
+  %start = call i64 @llvm.readcyclecounter()
   br label %wait
 wait:
   %done = load atomic i64, ptr %pdone acquire, align 8
   %running = icmp ult i64 %done, %chunks
-  br i1 %running, label %pause, label %exit
+  br i1 %running, label %timer, label %exit
+timer:
+  %now = call i64 @llvm.readcyclecounter()
+  %spent = sub i64 %now, %start
+  %long = icmp ugt i64 %spent, {YIELD_AFTER}
+  br i1 %long, label %yield, label %pause
+yield:
+  %y = call i64 (i64, ...) @syscall(i64 {SYS_SCHED_YIELD})
+  br label %wait
 pause:
   call void @llvm.x86.sse2.pause()
   br label %wait
@@ -189,7 +200,13 @@ timer:
   %spent = sub i64 %now, %start
   %limit = load atomic i64, ptr %pspin monotonic, align 8
   %long = icmp ugt i64 %spent, %limit
-  br i1 %long, label %sleep, label %pause
+  br i1 %long, label %sleep, label %polite
+polite:
+  %busy = icmp ugt i64 %spent, {YIELD_AFTER}
+  br i1 %busy, label %yield, label %pause
+yield:
+  %y = call i64 (i64, ...) @syscall(i64 {SYS_SCHED_YIELD})
+  br label %spin
 pause:
   call void @llvm.x86.sse2.pause()
   br label %spin
@@ -265,7 +282,8 @@ def source() -> str:
         DONE=threads.DONE, SLEEPERS=threads.SLEEPERS, STOP=threads.STOP, SPIN=threads.SPIN,
         CHUNKS=FIELD["chunks"], ENTRY_FIELD=FIELD["entry"], ARGC=FIELD["argc"],
         ARGS=FIELD["args"], EXTENT=FIELD["extent"], END=FIELD["end"], COPY=copy_fields(),
-        SYS_FUTEX=SYS_FUTEX, FUTEX_WAIT_PRIVATE=FUTEX_WAIT_PRIVATE,
+        SYS_FUTEX=SYS_FUTEX, SYS_SCHED_YIELD=SYS_SCHED_YIELD, YIELD_AFTER=threads.YIELD_AFTER,
+        FUTEX_WAIT_PRIVATE=FUTEX_WAIT_PRIVATE,
         FUTEX_WAKE_PRIVATE=FUTEX_WAKE_PRIVATE) + invoke()
 
 

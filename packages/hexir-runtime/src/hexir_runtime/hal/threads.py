@@ -45,6 +45,13 @@ JOB_FIELDS = ("entry", "argc", "args", "chunks", "extent", "end")
 WORK, RUN, CLOSE = 0, 1, 2  # the entry's operations: hexir_threads(state, op, arg)
 MAX_ARGS = 64  # the most buffer pointers a kernel run by the pool may take
 CHUNKS_PER_THREAD = 8  # so that a thread that starts late or runs slower takes fewer
+#: Cycles a waiting thread spins before each further check also yields its core
+#: (`sched_yield`): where other processes' threads are runnable -- ONNX Runtime's or
+#: PyTorch's pools spinning after their own calls -- a thread of ours that waits on a chunk
+#: would otherwise hold a core the chunk's thread needs (bench/coexist.py). A few
+#: microseconds: a wait that short is a chunk about to finish, and with nothing else
+#: runnable a yield returns at once.
+YIELD_AFTER = 1 << 14
 ENTRY = "hexir_threads"
 
 
