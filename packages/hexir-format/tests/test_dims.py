@@ -82,6 +82,26 @@ def test_bounds_contain_every_value_in_the_ranges(tree, envs):
         assert lo <= py(env) <= hi
 
 
+@settings(max_examples=400, deadline=None)
+@given(trees())
+def test_the_text_of_a_dimension_parses_back_to_it(tree):
+    d, _ = tree
+    assert D.parse(D.render(d)) == d
+
+
+@pytest.mark.parametrize("text, message", [
+    ("seq +", r"'seq \+' is not a dimension expression"),
+    ("seq / 2", r"'seq / 2' is not an integer, a symbol, \+ - \* // %, ceildiv, min or max"),
+    ("2.5", "'2.5' is not an integer"),
+    ("f(seq)", "'f\\(seq\\)' is not an integer"),
+    ("__import__('os')", "is not an integer, a symbol"),
+    ("min(a, b, c)", "is not an integer, a symbol"),
+])
+def test_a_bad_dimension_text_is_refused_saying_what_is_allowed(text, message):
+    with pytest.raises(DimError, match=message):
+        D.parse(text)
+
+
 def test_equal_expressions_built_differently_are_equal_and_fold():
     seq, past, batch = (Expr.symbol(n) for n in ("seq", "past", "batch"))
     assert seq + past == past + seq and hash(seq + past) == hash(past + seq)

@@ -24,6 +24,7 @@ range, a stack that underflows or ends with other than one value, and programs l
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import enum
 from collections.abc import Iterable, Mapping, Sequence
@@ -87,7 +88,7 @@ def _key(d: Dim) -> tuple:
 
 def _text(d: Dim, nested: bool = False) -> str:
     if isinstance(d, int):
-        return str(d)
+        return f"({d})" if nested and d < 0 else str(d)
     (monomial, c), *rest = d.terms
     compound = bool(rest or d.const or c != 1 or len(monomial) > 1)
     return f"({d})" if nested and compound else str(d)
@@ -167,21 +168,18 @@ class Expr:
         return bound(self, ranges)
 
     def __str__(self) -> str:
-        parts = []
+        parts: list[tuple[bool, str]] = []  # (negative, the term's magnitude as text)
         for monomial, c in self.terms:
-            factors = " * ".join(str(a) if len(monomial) == 1 or a.op < 0 or a.op in
-                                 (Opcode.MIN, Opcode.MAX) else f"({a})" for a in monomial)
-            if c == 1:
-                parts.append(factors)
-            elif c == -1:
-                parts.append(f"-{factors}")
-            else:
-                parts.append(f"{c} * {factors}")
+            alone = len(monomial) == 1 and c == 1
+            factors = " * ".join(f"({a})" if a.op in _SPELLING and not alone else str(a)
+                                 for a in monomial)
+            parts.append((c < 0, factors if abs(c) == 1 else f"{abs(c)} * {factors}"))
         if self.const:
-            parts.append(str(self.const))
-        text = parts[0]
-        for p in parts[1:]:
-            text += f" - {p[1:]}" if p.startswith("-") else f" + {p}"
+            parts.append((self.const < 0, str(abs(self.const))))
+        negative, text = parts[0]
+        text = f"-{text}" if negative else text
+        for negative, term in parts[1:]:
+            text += f" {'-' if negative else '+'} {term}"
         return text
 
     def __repr__(self) -> str:
@@ -477,10 +475,44 @@ def decode(words: Sequence[int], symbols: Sequence[str]) -> Dim:
 
 
 def render(d: Dim) -> str:
-    """`d` as a user reads it: `batch`, `past + seq`, `2 * seq`, `16`."""
+    """`d` as a user reads it: `batch`, `past + seq`, `2 * seq`, `16`; `parse` reads it back."""
     return str(d)
+
+
+_PARSED_BINARY = {ast.Add: add, ast.Sub: _BINARY[Opcode.SUB], ast.Mult: mul,
+                  ast.FloorDiv: floordiv, ast.Mod: mod}
+_PARSED_CALLS = {"ceildiv": ceildiv, "min": minimum, "max": maximum}
+
+
+def parse(text: str) -> Dim:
+    """The dimension `text` spells (what `render` writes, or a user's `-input-shape`):
+    integers, symbol names, `+ - * // %`, parentheses, `ceildiv(a, b)`, `min(a, b)` and
+    `max(a, b)`. Read with Python's own expression parser, of whose tree only those forms
+    are accepted."""
+    try:
+        tree = ast.parse(text.strip(), mode="eval").body
+    except SyntaxError:
+        raise DimError(f"'{text}' is not a dimension expression") from None
+
+    def walk(node: ast.AST) -> Dim:
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            return Expr.symbol(node.id)
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return mul(walk(node.operand), -1)
+        if isinstance(node, ast.BinOp) and type(node.op) in _PARSED_BINARY:
+            return _PARSED_BINARY[type(node.op)](walk(node.left), walk(node.right))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id in _PARSED_CALLS and len(node.args) == 2
+                and not node.keywords):
+            return _PARSED_CALLS[node.func.id](walk(node.args[0]), walk(node.args[1]))
+        raise DimError(f"'{text}': '{ast.unparse(node)}' is not an integer, a symbol, "
+                       "+ - * // %, ceildiv, min or max")
+
+    return walk(tree)
 
 
 __all__ = ["MAX_WORDS", "Atom", "Dim", "DimError", "Expr", "Opcode", "add", "bound",
            "ceildiv", "decode", "encode", "evaluate", "floordiv", "maximum", "minimum", "mod",
-           "mul", "render"]
+           "mul", "parse", "render"]
