@@ -160,3 +160,36 @@ def test_encoding_refuses_a_symbol_outside_the_table_and_a_non_dimension():
         D.encode(Expr.symbol("heads") * 2, SYMBOLS)
     with pytest.raises(DimError, match="expected an int or a dimension expression, got float"):
         D.add(Expr.symbol("seq"), 1.5)  # type: ignore[arg-type]
+
+
+def _given(*dims):
+    """Given records from (tensor, axis, declared text or int, size)."""
+    return [D.Given(t, a, D.parse(d) if isinstance(d, str) else d, n) for t, a, d, n in dims]
+
+
+def test_binding_reads_symbols_off_the_inputs_and_solves_sums():
+    given = _given(("ids", 0, "batch", 2), ("ids", 1, "seq", 17), ("past_key", 2, "past", 5),
+                   ("mask", 1, "past + seq", 22), ("mask", 0, "batch", 2), ("x", 2, 64, 64))
+    assert D.bind(given, RANGES) == {"batch": 2, "seq": 17, "past": 5}
+    # the sum can come first: it waits until 'past' is known, then solves for 'seq'
+    given = _given(("mask", 1, "past + seq", 22), ("past_key", 2, "past", 5),
+                   ("pairs", 0, "2 * seq + 1", 35))
+    assert D.bind(given, RANGES) == {"past": 5, "seq": 17}
+
+
+@pytest.mark.parametrize("dims, message", [
+    ([("ids", 1, "seq", 17), ("mask", 1, "seq", 19)],
+     "input 'mask' dim 1 is 'seq' = 19, but input 'ids' dim 1 gave 'seq' = 17"),
+    ([("ids", 1, "seq", 17), ("past_key", 2, "past", 5), ("mask", 1, "past + seq", 21)],
+     "input 'mask' dim 1 is 'past \\+ seq' = 21, but input 'past_key' dim 2 gave 'past' = 5, "
+     "input 'ids' dim 1 gave 'seq' = 17"),
+    ([("x", 0, "batch", 9)],
+     "input 'x' dim 0 is 'batch' = 9, which makes 'batch' = 9; the module allows 1 to 8"),
+    ([("x", 0, "2 * seq", 7)], "input 'x' dim 0 is '2 \\* seq', which cannot be 7"),
+    ([("x", 0, "seq * past", 6)],
+     "input 'x' dim 0 is 'past \\* seq': no input gives 'past' alone"),
+    ([("x", 1, 64, 65)], "input 'x' dim 1 is 64, got 65"),
+])
+def test_binding_refuses_conflicting_and_out_of_range_sizes_naming_the_inputs(dims, message):
+    with pytest.raises(DimError, match=message):
+        D.bind(_given(*dims), RANGES)

@@ -395,6 +395,95 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, i
     return min(corners), max(corners)  # monotone in each operand on a sign-fixed divisor
 
 
+# binding -------------------------------------------------------------------------------
+
+@dataclasses.dataclass(frozen=True)
+class Given:
+    """One dimension of a call's input: the input's name, the axis, what the module declares
+    there and the size the caller passed."""
+
+    tensor: str
+    axis: int
+    declared: Dim
+    size: int
+
+
+def _affine_in(d: Expr, name: str) -> tuple[int, Dim] | None:
+    """(c, rest) with d == c * name + rest and rest free of `name`; None where `name` appears
+    otherwise (multiplied by another factor, or inside a division, min or max)."""
+    symbol = Atom(-1, name)
+    c, rest = 0, {}
+    for monomial, coefficient in d.terms:
+        if monomial == (symbol,):
+            c = coefficient
+        elif name in Expr(0, ((monomial, 1),)).symbols():
+            return None
+        else:
+            rest[monomial] = coefficient
+    return (c, Expr._make(d.const, rest)) if c else None
+
+
+def bind(given: Sequence[Given], ranges: Mapping[str, tuple[int, int]]) -> dict[str, int]:
+    """The symbols' values that a call's input sizes imply, checked against each other and
+    against the symbols' declared inclusive `ranges`, before anything is allocated.
+
+    A dimension declared as a bare symbol binds it; one declared as an expression in which a
+    single unbound symbol appears as `c * symbol + rest` solves for it once the rest is known
+    (`past + seq`); every dimension is then checked against its declaration. A conflict names
+    the inputs that bound the symbols: `input 'mask' dim 1 is 'seq' = 19, but input 'ids'
+    dim 1 gave 'seq' = 17`.
+    """
+    env: dict[str, int] = {}
+    source: dict[str, Given] = {}
+    pending = [g for g in given if isinstance(g.declared, Expr)]
+    progress = True
+    while pending and progress:
+        progress, waiting = False, []
+        for g in pending:
+            assert isinstance(g.declared, Expr)
+            unknown = sorted(g.declared.symbols() - env.keys())
+            if not unknown:
+                continue  # checked below
+            solved = _affine_in(g.declared, unknown[0]) if len(unknown) == 1 else None
+            if solved is None:
+                waiting.append(g)
+                continue
+            c, rest = solved
+            remainder = g.size - evaluate(rest, env)
+            name = unknown[0]
+            if remainder % c:
+                raise DimError(f"input '{g.tensor}' dim {g.axis} is '{render(g.declared)}', "
+                               f"which cannot be {g.size}")
+            lo, hi = ranges.get(name, (0, INT64_MAX))
+            if not lo <= remainder // c <= hi:
+                raise DimError(f"input '{g.tensor}' dim {g.axis} is '{render(g.declared)}' = "
+                               f"{g.size}, which makes '{name}' = {remainder // c}; the module "
+                               f"allows {lo} to {hi}")
+            env[name], source[name] = remainder // c, g
+            progress = True
+        pending = waiting
+    for g in given:
+        unknown = sorted(free_symbols(g.declared) - env.keys())
+        if unknown:
+            raise DimError(f"input '{g.tensor}' dim {g.axis} is '{render(g.declared)}': "
+                           f"no input gives '{unknown[0]}' alone")
+        want = evaluate(g.declared, env)
+        if want == g.size:
+            continue
+        if isinstance(g.declared, int):
+            raise DimError(f"input '{g.tensor}' dim {g.axis} is {want}, got {g.size}")
+        gave = ", ".join(f"input '{source[n].tensor}' dim {source[n].axis} gave '{n}' = "
+                         f"{env[n]}" for n in sorted(g.declared.symbols()))
+        raise DimError(f"input '{g.tensor}' dim {g.axis} is '{render(g.declared)}' = "
+                       f"{g.size}, but {gave}")
+    return env
+
+
+def free_symbols(d: Dim) -> frozenset[str]:
+    """The symbols `d` reads (none for an int)."""
+    return frozenset() if isinstance(d, int) else d.symbols()
+
+
 # programs ------------------------------------------------------------------------------
 
 def encode(d: Dim, symbols: Sequence[str]) -> tuple[int, ...]:
@@ -513,6 +602,6 @@ def parse(text: str) -> Dim:
     return walk(tree)
 
 
-__all__ = ["MAX_WORDS", "Atom", "Dim", "DimError", "Expr", "Opcode", "add", "bound",
-           "ceildiv", "decode", "encode", "evaluate", "floordiv", "maximum", "minimum", "mod",
-           "mul", "parse", "render"]
+__all__ = ["MAX_WORDS", "Atom", "Dim", "DimError", "Expr", "Given", "Opcode", "add", "bind",
+           "bound", "ceildiv", "decode", "encode", "evaluate", "floordiv", "free_symbols",
+           "maximum", "minimum", "mod", "mul", "parse", "render"]
