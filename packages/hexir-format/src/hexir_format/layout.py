@@ -213,7 +213,7 @@ def offset_of(decl: Construct, path: str) -> int:
     error's offset is this, added to where its record lies."""
     name, _, rest = path.partition(".")
     step = _STEP.match(name)
-    if step is None:
+    if step is None or not isinstance(decl, Struct):
         raise KeyError(f"{path!r} is not a field path")
     at = 0
     for sub in decl.subcons:
