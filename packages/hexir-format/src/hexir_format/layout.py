@@ -208,9 +208,19 @@ _STEP = re.compile(r"(\w+)(?:\[(\d+)\])?$")
 def offset_of(decl: Construct, path: str) -> int:
     """Where field `path` of fixed-size Struct `decl` starts, in bytes from the record's start:
     the sum of the sizes of the fields declared before it (so a field after a counted array,
-    which no record has, cannot be located). `path` names a nested field with
-    dots and an array element by index: `"type.rank"`, `"dims[2]"`, `"reserved[1]"`. An
-    error's offset is this, added to where its record lies."""
+    which no record has, cannot be located). `path` names a nested field with dots and an
+    array element by index: `"type.rank"`, `"dims[2]"`, `"reserved[1]"`. An error's offset is
+    this, added to where its record lies."""
+    return _locate(decl, path)[0]
+
+
+def field_of(decl: Construct, path: str) -> Construct:
+    """The declaration of field `path` of `decl` (as `offset_of` names it): what it holds."""
+    return _locate(decl, path)[1]
+
+
+@functools.cache
+def _locate(decl: Construct, path: str) -> tuple[int, Construct]:
     name, _, rest = path.partition(".")
     step = _STEP.match(name)
     if step is None or not isinstance(decl, Struct):
@@ -225,7 +235,10 @@ def offset_of(decl: Construct, path: str) -> int:
                     raise KeyError(f"{path!r}: {step[1]} is not an array of that length")
                 at += int(step[2]) * size(inner.subcon)
                 inner = inner.subcon
-            return at + (offset_of(inner, rest) if rest else 0)
+            if not rest:
+                return at, inner
+            within, field = _locate(inner, rest)
+            return at + within, field
         at += size(sub)
     raise KeyError(f"{decl} has no field {step[1]!r}")
 

@@ -47,17 +47,7 @@ class Field:
 
     @property
     def width(self) -> int:
-        return L.size(self._decl)
-
-    @property
-    def _decl(self) -> Construct:
-        decl = self.record.decl
-        for step in filter(None, self.path.split(".")):
-            name, _, index = step.partition("[")
-            decl = next(sub.subcon for sub in decl.subcons if sub.name == name)
-            if index:
-                decl = decl.subcon
-        return decl
+        return L.size(L.field_of(self.record.decl, self.path) if self.path else self.record.decl)
 
 
 def records(data: Buffer) -> list[Record]:
