@@ -13,6 +13,7 @@ import struct
 import pytest
 
 import hexir_format as hf
+from conftest import FIXTURES
 from hexir_format import (
     Command,
     Device,
@@ -27,8 +28,6 @@ from hexir_format import (
 )
 from hexir_format import layout as L
 from hexir_format.model import VERSIONS
-
-from conftest import FIXTURES
 
 
 def _v4() -> bytes:
