@@ -58,9 +58,7 @@ Symbol = Struct(
     "reserved" / Int32ul,
 )
 
-# A command is this header followed by `operand_count` u64 operands (`Command`). The reader
-# parses the header alone first: the count must fit the program section before the operands
-# are read through it.
+# A command is this header followed by `operand_count` u64 operands (`Command`).
 CommandHeader = Struct(
     "kind" / Int32ul,
     "operand_count" / Int32ul,
@@ -214,6 +212,7 @@ def offset_of(decl: Construct, path: str) -> int:
     return _locate(decl, path)[0]
 
 
+@functools.cache
 def field_of(decl: Construct, path: str) -> Construct:
     """The declaration of field `path` of `decl` (as `offset_of` names it): what it holds."""
     return _locate(decl, path)[1]

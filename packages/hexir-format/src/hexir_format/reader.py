@@ -13,10 +13,11 @@ and tables only.
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import mmap
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import construct
 
@@ -50,16 +51,16 @@ from hexir_format.model import (
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
-@dataclass(frozen=True)
 class _Record:
     """One record parsed through its declaration, and the file offset it starts at: its fields
     read as attributes, and `at(field)` is where a field lies, for messages."""
 
-    decl: construct.Construct
-    start: int
-    values: construct.Container
+    __slots__ = ("decl", "start", "values")
 
-    def __getattr__(self, name: str):
+    def __init__(self, decl: construct.Construct, start: int, values: construct.Container):
+        self.decl, self.start, self.values = decl, start, values
+
+    def __getattr__(self, name: str):  # only for the record's fields (the slots come first)
         try:
             return self.values[name]
         except KeyError:
@@ -74,8 +75,7 @@ class _Record:
 
     def nested(self, field: str) -> _Record:
         """A Struct-valued field (a slot's tensor type) as a record of its own."""
-        decl = next(sub.subcon for sub in self.decl.subcons if sub.name == field)
-        return _Record(decl, self.at(field), self.values[field])
+        return _Record(L.field_of(self.decl, field), self.at(field), self.values[field])
 
 
 def _read(decl: construct.Construct, data: memoryview, at: int, base: int,
@@ -245,17 +245,18 @@ def _name(record: _Record, where: str) -> str:
 
 def _commands(fmt: L.Format, program: memoryview, base: int) -> list[tuple[int, Command]]:
     """Every command of the program section with its offset inside the section: each one's
-    header first, so its operand count is checked against the section before the whole
-    `layout.Command` is read through it."""
+    header read first, so that its operand count is checked against the section before the
+    whole `layout.Command` is read through it."""
     out, pc, end = [], 0, len(program)
-    header = L.size(L.CommandHeader)
+    stream = io.BytesIO(program)
+    header, command = L.compiled(L.CommandHeader), L.compiled(L.Command)
     while pc < end:
         at = base + pc
-        if end - pc < header:
+        if end - pc < L.size(L.CommandHeader):
             raise FormatError(f"program: {end - pc} stray bytes at offset {at}, too short for a "
                               "command header", field="kind",
                               offset=at + L.offset_of(L.CommandHeader, "kind"))
-        h = _read(L.CommandHeader, program, pc, base, "program")
+        h = _Record(L.CommandHeader, at, header.parse_stream(stream))
         size = L.command_size(h.operand_count)
         if size > end - pc:
             raise FormatError(f"program: command at offset {at} claims {h.operand_count} "
@@ -269,10 +270,10 @@ def _commands(fmt: L.Format, program: memoryview, base: int) -> list[tuple[int, 
         if op is None or op not in fmt.ops:
             raise FormatError(f"program: command at offset {at} has unknown kind {h.kind} for "
                               f"version {fmt.number}", field="kind", offset=h.at("kind"))
-        command = _Record(L.Command, at,
-                          L.compiled(L.Command).parse(bytes(program[pc:pc + size])))
-        _check_operand_count(op, command)
-        out.append((pc, Command(op, tuple(command.operands))))
+        stream.seek(pc)
+        c = _Record(L.Command, at, command.parse_stream(stream))
+        _check_operand_count(op, c)
+        out.append((pc, Command(op, tuple(c.operands))))
         pc += size
     return out
 
