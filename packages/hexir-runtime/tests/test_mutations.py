@@ -35,7 +35,7 @@ import pytest
 import hexir_format as hf
 import hexir_runtime as hr
 from conftest import FIXTURES
-from hexir_format import layout as L
+from hexir_format import records
 from hexir_runtime.cli import main as hexir_run
 
 examine = pytest.importorskip("hxb_dump.examine")
@@ -60,26 +60,6 @@ class Field:
     code: bool = False  # inside a kernel's image: validated, never run
 
 
-def struct_fields(decl, base: int, prefix: str) -> Iterator[Field]:
-    """Every integer field of a construct Struct laid at `base` (arrays element by element;
-    a name's first byte stands for the name)."""
-    at = base
-    for sub in decl.subcons:
-        size = sub.sizeof()
-        inner = getattr(sub, "subcon", None)
-        if getattr(inner, "subcons", None):  # a nested struct (a slot's tensor type)
-            yield from struct_fields(inner, at, f"{prefix}.{sub.name}")
-        elif getattr(sub.subcon, "count", None) if hasattr(sub, "subcon") else False:
-            width = size // sub.subcon.count
-            for i in range(sub.subcon.count):
-                yield Field(f"{prefix}.{sub.name}[{i}]", at + i * width, width)
-        elif sub.name == "name" or sub.name == "magic":
-            yield Field(f"{prefix}.{sub.name}", at, 1)
-        else:
-            yield Field(f"{prefix}.{sub.name}", at, size)
-        at += size
-
-
 REFERENCES = {"slot", "src", "dst", "index", "executable", "rodata_offset"}
 
 
@@ -92,56 +72,57 @@ def rewires(version: int, op: hf.Op, operand: str) -> bool:
     return operand in REFERENCES or operand.startswith("slot") or untyped_print
 
 
+# The records the campaign damages: every fixed one but the optional names and plan sections'.
+DAMAGED = {"header", "section", "symbol", "command", "executables", "executable", "argument",
+           "param", "slot"}
+
+
 def field_map(data: bytes) -> list[Field]:
     module = hf.parse(data)
-    layout = module.layout
-    fields = list(struct_fields(L.Header, 0, "header"))
-    for i in range(len(layout.sections)):
-        fields += struct_fields(L.SectionEntry, 24 + 24 * i, f"section[{i}]")
-    sec = {s.kind: s for s in layout.sections}
-    symbols = sec[hf.SectionKind.SYMBOLS]
-    symbol = L.SymbolV6 if module.version >= 6 else L.Symbol
-    for i in range(symbols.size // L.Symbol.sizeof()):
-        for f in struct_fields(symbol, symbols.offset + 40 * i, f"symbol[{i}]"):
-            # Version 6: a variant renamed is an entry point of its own beside the others
-            # (another valid program, visible in the entry names), as the rest still run.
-            renamed = module.version >= 6 and f.name.endswith(".name")
-            fields.append(Field(f.name, f.offset, f.width, explains=renamed))
-    pc, program = 0, sec[hf.SectionKind.PROGRAM]
-    while pc < program.size:
-        at = program.offset + pc
-        kind, count = struct.unpack_from("<II", data, at)
-        op = hf.Op(kind)
-        names = [*hf.OPERAND_NAMES[op], *(f"slot{j}" for j in range(count))]
-        fields += [Field(f"{op}@{pc}.kind", at, 4), Field(f"{op}@{pc}.count", at + 4, 4)]
-        fields += [Field(f"{op}@{pc}.{names[j]}", at + 8 + 8 * j, 8,
-                         explains=rewires(module.version, op, names[j])) for j in range(count)]
-        pc += 8 + 8 * count
-    exes = sec[hf.SectionKind.EXECUTABLES]
-    entry = L.EXECUTABLE[module.version]
-    fields += struct_fields(L.ExecutablesHeader, exes.offset, "executables")
-    for i, exe in enumerate(module.executables):
-        at = exes.offset + 8 + entry.sizeof() * i
-        fields += struct_fields(entry, at, f"exe[{i}]")
-        if module.version >= 4:
-            raw = entry.parse(data[at:at + entry.sizeof()])
-            for j in range(raw.argc):
-                fields += struct_fields(L.TensorTypeEntry, exes.offset + raw.args_offset + 56 * j,
-                                        f"exe[{i}].arg[{j}]")
-            fields += [Field(f"exe[{i}].param[{j}]", exes.offset + raw.params_offset + 8 * j, 8,
-                             real=True, explains=True) for j in range(raw.params_count)]
-        if exe.image is not None:  # a few bytes of its code, and its ELF header
-            start = exes.offset + struct.unpack_from("<I", data, at + 56)[0]
-            fields += [Field(f"exe[{i}].image+{k}", start + k, 2, code=True)
-                       for k in (16, 18, 40, 58, 60, 62)]
-    if module.version >= 4:
-        slots = sec[hf.SectionKind.SLOTS]
-        for i in range(slots.size // L.SlotEntry.sizeof()):
-            fields += struct_fields(L.SlotEntry, slots.offset + 64 * i, f"slot[{i}]")
-    rodata = sec[hf.SectionKind.RODATA]
+    fields: list[Field] = []
+    images: list[Field] = []  # an executable's code, after its argument types and params
+    for record in records.records(data):
+        if images and not record.label.startswith(f"{images[0].name.split('.')[0]}."):
+            fields, images = fields + images, []
+        if record.kind in DAMAGED:
+            fields += record_fields(module, record)
+        if record.kind == "executable" and record.values.image_size:
+            start = exes_offset(module) + record.values.image_offset
+            images = [Field(f"{record.label}.image+{k}", start + k, 2, code=True)
+                      for k in (16, 18, 40, 58, 60, 62)]  # a few bytes of its ELF header
+    fields += images
+    rodata = module.layout.section(hf.SectionKind.RODATA)
     fields += [Field(f"rodata+{k}", rodata.offset + k, 4, explains=True)
                for k in range(0, min(rodata.size, 64), 8)]
     return fields
+
+
+def exes_offset(module: hf.Module) -> int:
+    return module.layout.section(hf.SectionKind.EXECUTABLES).offset
+
+
+def record_fields(module: hf.Module, record: records.Record) -> Iterator[Field]:
+    """The record's fields as the campaign names and damages them: a name's (or the magic's)
+    first byte stands for it; a param is a real whose change the damage explains; a command's
+    operands are named by its op, and a renamed version 6 variant is another valid program."""
+    if record.kind == "command":
+        op = hf.Op(record.values.kind)
+        names = [*hf.OPERAND_NAMES[op], *(f"slot{j}" for j in range(len(record.values.operands)))]
+        short = {"kind": "kind", "operand_count": "count"}
+        for f in records.fields(record):
+            index = int(f.path[len("operands["):-1]) if f.path.startswith("operands[") else None
+            name = short[f.path] if index is None else names[index]
+            yield Field(f"{record.label}.{name}", f.offset, f.width,
+                        explains=index is not None and rewires(module.version, op, name))
+        return
+    for f in records.fields(record):
+        if record.kind == "param":
+            yield Field(record.label, f.offset, f.width, real=True, explains=True)
+        elif f.format is None:  # a byte string
+            renamed = module.version >= 6 and record.kind == "symbol"
+            yield Field(f"{record.label}.{f.path}", f.offset, 1, explains=renamed)
+        else:
+            yield Field(f"{record.label}.{f.path}", f.offset, f.width)
 
 
 def hostile(field: Field, original: int | float) -> list[int | float]:

@@ -28,8 +28,19 @@ from construct import Bytes, Int8ul, Int16ul, Int32ul, Int64sl, Int64ul, Struct
 from hexir_format import layout as L
 from hexir_format.errors import FormatError
 
+# e_ident's bytes, as the ELF specification numbers them (EI_MAG0-3, EI_CLASS, EI_DATA, ...).
+Elf64_Ident = Struct(
+    "ei_mag" / Bytes(4),
+    "ei_class" / Int8ul,
+    "ei_data" / Int8ul,
+    "ei_version" / Int8ul,
+    "ei_osabi" / Int8ul,
+    "ei_abiversion" / Int8ul,
+    "ei_pad" / Bytes(7),
+)
+
 Elf64_Ehdr = Struct(
-    "e_ident" / Bytes(16),
+    "e_ident" / Elf64_Ident,
     "e_type" / Int16ul,
     "e_machine" / Int16ul,
     "e_version" / Int32ul,
@@ -227,11 +238,6 @@ def parse_object(data: bytes | bytearray | memoryview, what: str = "host image")
     return _Parser(memoryview(data).cast("B"), what).parse()
 
 
-# Where each Elf64_Shdr field lies inside its entry, for messages.
-_SHDR_FIELD_AT = {sc.name: sum(c.sizeof() for c in Elf64_Shdr.subcons[:k])
-                  for k, sc in enumerate(Elf64_Shdr.subcons)}
-
-
 class _Parser:
     """One pass over the headers and tables, each checked before it is used."""
 
@@ -250,13 +256,14 @@ class _Parser:
         self.shoff = h.e_shoff
         self.headers = [_record(Elf64_Shdr, self.view, h.e_shoff + i * SHDR_BYTES)
                         for i in range(h.e_shnum)]
+        shstrndx = L.offset_of(Elf64_Ehdr, "e_shstrndx")
         if not 0 < h.e_shstrndx < h.e_shnum:
-            self.fail(f"e_shstrndx {h.e_shstrndx} at offset 62 is not a section index (the "
-                      f"object has {h.e_shnum} sections)", "e_shstrndx", 62)
+            self.fail(f"e_shstrndx {h.e_shstrndx} at offset {shstrndx} is not a section index "
+                      f"(the object has {h.e_shnum} sections)", "e_shstrndx", shstrndx)
         if self.headers[h.e_shstrndx].sh_type != SHT_STRTAB:
             self.fail(f"e_shstrndx {h.e_shstrndx} names a section of type "
                       f"{self.headers[h.e_shstrndx].sh_type}, expected {SHT_STRTAB} "
-                      "(SHT_STRTAB)", "e_shstrndx", 62)
+                      "(SHT_STRTAB)", "e_shstrndx", shstrndx)
         names = bytes(self.contents(h.e_shstrndx, f"section {h.e_shstrndx}"))
         self.sections = tuple(self.section(i, names, h.e_shstrndx)
                               for i in range(len(self.headers)))
@@ -276,37 +283,43 @@ class _Parser:
             self.fail(f"is {self.size} bytes, too short for the {EHDR_BYTES}-byte ELF "
                       "header", "e_ident", 0)
         h = _record(Elf64_Ehdr, self.view, 0)
-        if h.e_ident[:4] != MAGIC:
-            self.fail(f"bad magic {h.e_ident[:4]!r} in e_ident at offset 0, expected {MAGIC!r}: "
-                      "not an ELF object", "e_ident", 0)
-        for at, field, want, meaning in ((4, "EI_CLASS", 2, "ELFCLASS64"),
-                                         (5, "EI_DATA", 1, "ELFDATA2LSB, little-endian"),
-                                         (6, "EI_VERSION", 1, "EV_CURRENT")):
-            if h.e_ident[at] != want:
-                self.fail(f"{field} {h.e_ident[at]} at offset {at}, expected {want} ({meaning})",
-                          field, at)
+        at = {field: L.offset_of(Elf64_Ehdr, field) for field in (
+            "e_ident", "e_ident.ei_class", "e_ident.ei_data", "e_ident.ei_version", "e_type",
+            "e_machine", "e_shnum", "e_shentsize", "e_shoff")}
+        if h.e_ident.ei_mag != MAGIC:
+            self.fail(f"bad magic {h.e_ident.ei_mag!r} in e_ident at offset {at['e_ident']}, "
+                      f"expected {MAGIC!r}: not an ELF object", "e_ident", at["e_ident"])
+        for ident, field, want, meaning in (("ei_class", "EI_CLASS", 2, "ELFCLASS64"),
+                                            ("ei_data", "EI_DATA", 1, "ELFDATA2LSB, little-endian"),
+                                            ("ei_version", "EI_VERSION", 1, "EV_CURRENT")):
+            if (found := h.e_ident[ident]) != want:
+                where = at[f"e_ident.{ident}"]
+                self.fail(f"{field} {found} at offset {where}, expected {want} ({meaning})",
+                          field, where)
         if h.e_type != ET_REL:
-            self.fail(f"e_type {h.e_type} ({E_TYPES.get(h.e_type, 'unknown')}) at offset 16, "
-                      f"expected {ET_REL} (ET_REL, a relocatable object)", "e_type", 16)
+            self.fail(f"e_type {h.e_type} ({E_TYPES.get(h.e_type, 'unknown')}) at offset "
+                      f"{at['e_type']}, expected {ET_REL} (ET_REL, a relocatable object)",
+                      "e_type", at["e_type"])
         if h.e_machine != EM_X86_64:
             self.fail(f"e_machine {h.e_machine} ({E_MACHINES.get(h.e_machine, 'unknown')}) at "
-                      f"offset 18, expected {EM_X86_64} (EM_X86_64)", "e_machine", 18)
+                      f"offset {at['e_machine']}, expected {EM_X86_64} (EM_X86_64)", "e_machine",
+                      at["e_machine"])
         if h.e_shnum == 0:
-            self.fail("e_shnum 0 at offset 60: no section table (extended numbering is not "
-                      "supported)", "e_shnum", 60)
+            self.fail(f"e_shnum 0 at offset {at['e_shnum']}: no section table (extended "
+                      "numbering is not supported)", "e_shnum", at["e_shnum"])
         if h.e_shentsize != SHDR_BYTES:
-            self.fail(f"e_shentsize {h.e_shentsize} at offset 58, expected "
-                      f"{SHDR_BYTES}", "e_shentsize", 58)
+            self.fail(f"e_shentsize {h.e_shentsize} at offset {at['e_shentsize']}, expected "
+                      f"{SHDR_BYTES}", "e_shentsize", at["e_shentsize"])
         end = h.e_shoff + h.e_shnum * SHDR_BYTES
         if end > self.size:
-            self.fail(f"e_shoff {h.e_shoff} at offset 40 puts the {h.e_shnum}-entry section "
-                      f"table at [{h.e_shoff}, {end}), past the end of the {self.size}-byte "
-                      "object", "e_shoff", 40)
+            self.fail(f"e_shoff {h.e_shoff} at offset {at['e_shoff']} puts the {h.e_shnum}-entry "
+                      f"section table at [{h.e_shoff}, {end}), past the end of the "
+                      f"{self.size}-byte object", "e_shoff", at["e_shoff"])
         return h
 
     def at(self, i: int, field: str) -> int:
         """The file offset of a field of section header `i`."""
-        return self.shoff + i * SHDR_BYTES + _SHDR_FIELD_AT[field]
+        return self.shoff + i * SHDR_BYTES + L.offset_of(Elf64_Shdr, field)
 
     def contents(self, i: int, label: str) -> memoryview:
         sh = self.headers[i]
@@ -352,18 +365,21 @@ class _Parser:
             at = symtab.offset + j * SYM_BYTES
             raw = _record(Elf64_Sym, symtab.data, j * SYM_BYTES)
             where = f"{symtab.label}: symbol {j}"
-            name = self.string(strtab, raw.st_name, where, "st_name", f"section {link}", at)
+            name = self.string(strtab, raw.st_name, where, "st_name", f"section {link}",
+                               at + L.offset_of(Elf64_Sym, "st_name"))
             shndx = raw.st_shndx
             if shndx not in (SHN_UNDEF, SHN_ABS, SHN_COMMON):
                 if shndx >= len(self.sections):
-                    self.fail(f"{where} ({name}): st_shndx 0x{shndx:x} at offset {at + 6} is "
+                    field = at + L.offset_of(Elf64_Sym, "st_shndx")
+                    self.fail(f"{where} ({name}): st_shndx 0x{shndx:x} at offset {field} is "
                               f"neither a section index (the object has {len(self.sections)}) "
-                              "nor SHN_UNDEF/SHN_ABS/SHN_COMMON", "st_shndx", at + 6)
+                              "nor SHN_UNDEF/SHN_ABS/SHN_COMMON", "st_shndx", field)
                 home = self.sections[shndx]
                 if raw.st_value > home.size:
-                    self.fail(f"{where} ({name}): st_value 0x{raw.st_value:x} at offset {at + 8} "
+                    field = at + L.offset_of(Elf64_Sym, "st_value")
+                    self.fail(f"{where} ({name}): st_value 0x{raw.st_value:x} at offset {field} "
                               f"is past the end of {home.label} ({home.size} bytes)",
-                              "st_value", at + 8)
+                              "st_value", field)
             out.append(Symbol(j, name, raw.st_info >> 4, raw.st_info & 0xF, shndx,
                               raw.st_value, raw.st_size))
         return tuple(out)
@@ -385,13 +401,14 @@ class _Parser:
             kind, symbol = raw.r_info & 0xFFFFFFFF, raw.r_info >> 32
             where = f"{rela.label}: relocation {k} at offset 0x{raw.r_offset:x}"
             if symbol >= symbols:
-                self.fail(f"{where}: r_info symbol {symbol} at offset {at + 8} is past the end "
-                          f"of the {symbols}-entry symbol table", "r_info", at + 8)
+                field = at + L.offset_of(Elf64_Rela, "r_info")
+                self.fail(f"{where}: r_info symbol {symbol} at offset {field} is past the end "
+                          f"of the {symbols}-entry symbol table", "r_info", field)
             width = RELOCATION_WIDTHS.get(kind, 1)
             if raw.r_offset + width > target.size:
                 self.fail(f"{where} ({relocation_name(kind)}, {width} bytes, r_offset) is past "
                           f"the end of section {target.index} ({target.name}, {target.size} "
-                          "bytes)", "r_offset", at)
+                          "bytes)", "r_offset", at + L.offset_of(Elf64_Rela, "r_offset"))
             out.append(Relocation(raw.r_offset, kind, symbol, raw.r_addend))
         return RelocationTable(rela.index, target.index, tuple(out))
 

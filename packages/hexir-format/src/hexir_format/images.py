@@ -5,23 +5,43 @@ architecture) or a fatbin (NVIDIA's container of PTX and cubin parts, each for o
 a cpu kernel (version 5) carries a host object, read by `hexir_format.elf`. The compiler asks
 which kernels each part defines, to prove the image it embeds names the kernel it describes;
 hxb-dump asks the same to show it. Every length is checked before it is used: a damaged image
-is one `FormatError`.
+is one `FormatError`. A cubin is read through `hexir_format.elf`'s ELF64 declarations, a
+fatbin through the two below: no field is found by a number written in the code.
 """
 
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import dataclass, field
 
+import construct
+from construct import Bytes, Int16ul, Int32ul, Int64ul, Padding, Struct
+
+from hexir_format import elf
+from hexir_format import layout as L
 from hexir_format.errors import FormatError
 
-ELF_MAGIC = b"\x7fELF"
-EM_X86_64, EM_CUDA = 62, 190
+ELF_MAGIC = elf.MAGIC
+EM_X86_64, EM_CUDA = elf.EM_X86_64, 190
+STO_CUDA_ENTRY = 0x10  # st_other's mark of a kernel entry (helpers lack it)
 FATBIN_MAGIC = bytes.fromhex("50ED55BA")
-_FATBIN_HEADER = struct.Struct("<IHHQ")  # magic, version, header size, size of the parts
-_PART_HEADER = struct.Struct("<HHIQ")  # kind, version, header size, payload size
-_PART_ARCH, _PART_FLAGS = 28, 40  # u32 sm number, u64 flags, inside a part header
+# NVIDIA's fatbin, undocumented: this header, then parts, each a header below and its payload.
+FatbinHeader = Struct(
+    "magic" / Bytes(4),
+    "version" / Int16ul,
+    "header_size" / Int16ul,
+    "parts_size" / Int64ul,
+)
+FatbinPart = Struct(
+    "kind" / Int16ul,  # 1 PTX, 2 ELF
+    "version" / Int16ul,
+    "header_size" / Int32ul,  # at least this struct's size
+    "payload_size" / Int64ul,
+    Padding(12),  # not read
+    "arch" / Int32ul,  # the sm number
+    Padding(8),  # not read
+    "flags" / Int64ul,
+)
 _COMPRESSED = 0x2000 | 0x8000  # LZ4, zstd
 _PART_KINDS = {1: "ptx", 2: "elf"}
 _PTX_ENTRY = re.compile(rb"\.entry\s+([A-Za-z_$][\w$]*)\s*\(")
@@ -50,7 +70,7 @@ class Part:
 def flavour(image: bytes) -> str:
     """`host object`, `ELF cubin`, `fatbin`, `PTX text` or `unknown`, from the first bytes."""
     if image.startswith(ELF_MAGIC):
-        machine = struct.unpack_from("<H", image, 18)[0] if len(image) >= 20 else None
+        machine = _header_field(image, "e_machine")
         return "host object" if machine == EM_X86_64 else "ELF cubin"
     if image.startswith(FATBIN_MAGIC):
         return "fatbin"
@@ -87,11 +107,29 @@ def ptx_target(ptx: bytes) -> str | None:
 def cubin_arch(image: bytes) -> str | None:
     """The SM a CUDA ELF (e_machine 190) was built for, from e_flags: bits 8-15 since ELF ABI
     version 8 (CUDA 13), the low byte before it."""
-    if len(image) < 64 or struct.unpack_from("<H", image, 18)[0] != EM_CUDA:
+    if len(image) < L.size(elf.Elf64_Ehdr):
         return None
-    flags = struct.unpack_from("<I", image, 48)[0]
-    sm = (flags >> 8) & 0xFF if image[8] >= 8 else flags & 0xFF
+    h = L.compiled(elf.Elf64_Ehdr).parse(bytes(image[:L.size(elf.Elf64_Ehdr)]))
+    if h.e_machine != EM_CUDA:
+        return None
+    sm = (h.e_flags >> 8) & 0xFF if h.e_ident.ei_abiversion >= 8 else h.e_flags & 0xFF
     return f"sm_{sm}" if sm else None
+
+
+def _header_field(image: bytes, name: str) -> int | None:
+    """One field of an ELF64 header, or None when the image is too short to hold it."""
+    at, decl = L.offset_of(elf.Elf64_Ehdr, name), L.field_of(elf.Elf64_Ehdr, name)
+    return decl.parse(bytes(image[at:at + L.size(decl)])) if len(image) >= at + L.size(decl) \
+        else None
+
+
+def _record(decl: construct.Construct, data: bytes, at: int, what: str):
+    """The record `decl` at `at`, or FormatError when `data` ends before it does."""
+    end = at + L.size(decl)
+    if end > len(data):
+        raise FormatError(f"malformed {what}: a {L.size(decl)}-byte record at offset {at} runs "
+                          f"past the end of the {len(data)}-byte image")
+    return L.compiled(decl).parse(bytes(data[at:end]))
 
 
 def cubin_kernels(cubin: bytes) -> tuple[str, ...]:
@@ -99,44 +137,43 @@ def cubin_kernels(cubin: bytes) -> tuple[str, ...]:
 
     Helpers ptxas adds (such as the slow path of a float division) are FUNC symbols too, but
     without the entry mark, so they are left out."""
+    h = _record(elf.Elf64_Ehdr, cubin, 0, "cubin")
+    sections = [_record(elf.Elf64_Shdr, cubin, h.e_shoff + i * h.e_shentsize, "cubin")
+                for i in range(h.e_shnum)]
+    names: list[str] = []
     try:
-        (shoff,) = struct.unpack_from("<Q", cubin, 0x28)
-        shentsize, shnum = struct.unpack_from("<HH", cubin, 0x3A)
-        sections = [struct.unpack_from("<IIQQQQIIQQ", cubin, shoff + i * shentsize)
-                    for i in range(shnum)]
-        names: list[str] = []
-        for _, sh_type, _, _, offset, size, link, _, _, entsize in sections:
-            if sh_type != 2 or not entsize:  # SHT_SYMTAB
+        for s in sections:
+            if s.sh_type != elf.SHT_SYMTAB or not s.sh_entsize:
                 continue
-            strtab = sections[link][4]
-            for sym in range(offset, offset + size, entsize):
-                st_name, st_info, st_other = struct.unpack_from("<IBB", cubin, sym)
-                if st_info & 0xF == 2 and st_other & 0x10:  # STT_FUNC, STO_CUDA_ENTRY
-                    end = cubin.index(b"\0", strtab + st_name)
-                    names.append(cubin[strtab + st_name:end].decode())
-        return tuple(names)
-    except (struct.error, IndexError, ValueError, UnicodeDecodeError) as err:
+            strtab = sections[s.sh_link].sh_offset
+            for at in range(s.sh_offset, s.sh_offset + s.sh_size, s.sh_entsize):
+                sym = _record(elf.Elf64_Sym, cubin, at, "cubin")
+                if sym.st_info & 0xF == elf.STT_FUNC and sym.st_other & STO_CUDA_ENTRY:
+                    end = cubin.index(b"\0", strtab + sym.st_name)
+                    names.append(cubin[strtab + sym.st_name:end].decode())
+    except (IndexError, ValueError, UnicodeDecodeError) as err:
         raise FormatError(f"malformed cubin: {err}") from None
+    return tuple(names)
 
 
 def _fatbin_parts(image: bytes) -> list[Part]:
-    """The layout is NVIDIA's, undocumented: a 16-byte header, then parts, each a header
-    (kind, version, header size, payload size, ..., sm at +28, flags at +40) and its payload."""
-    if len(image) < _FATBIN_HEADER.size:
+    """The parts of a fatbin (`FatbinHeader`, then each `FatbinPart` and its payload)."""
+    if len(image) < L.size(FatbinHeader):
         raise FormatError(f"malformed fatbin: {len(image)} bytes, shorter than its header")
-    _, _, header, total = _FATBIN_HEADER.unpack_from(image)
+    h = _record(FatbinHeader, image, 0, "fatbin")
+    header, total = h.header_size, h.parts_size
     offset, end = header, header + total
-    if header < _FATBIN_HEADER.size or end > len(image):
+    if header < L.size(FatbinHeader) or end > len(image):
         raise FormatError(f"malformed fatbin: {total} bytes of parts after a {header}-byte "
                           f"header in a {len(image)}-byte image")
     found = []
     while offset < end:
-        if end - offset < _PART_FLAGS + 8:
+        if end - offset < L.size(FatbinPart):
             raise FormatError(f"malformed fatbin: a part header at {offset} runs past {end}")
-        kind, _, part_header, size = _PART_HEADER.unpack_from(image, offset)
-        (arch,) = struct.unpack_from("<I", image, offset + _PART_ARCH)
-        (flags,) = struct.unpack_from("<Q", image, offset + _PART_FLAGS)
-        if part_header < _PART_FLAGS + 8 or size > end - offset - part_header:
+        part = _record(FatbinPart, image, offset, "fatbin")
+        kind, part_header, size = part.kind, part.header_size, part.payload_size
+        arch, flags = part.arch, part.flags
+        if part_header < L.size(FatbinPart) or size > end - offset - part_header:
             raise FormatError(f"malformed fatbin: the part at {offset} runs past {end}")
         payload = image[offset + part_header:offset + part_header + size]
         offset += part_header + size

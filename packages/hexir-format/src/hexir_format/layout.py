@@ -1,15 +1,41 @@
-"""Every fixed-size structure of a `.hxb`, declared once with construct.
+"""Every on-disk record of a `.hxb`, of every version the reader accepts, declared once.
 
-The reader and the writer both use these declarations, so the two cannot drift; the sizes
-asserted in the tests (header 24, section entry 24, symbol 40, executable 80/96, ...) are
-the `sizeof()` of these structs.
+The records are construct Structs; what differs between versions is a `Format` entry
+(which symbol and executable record, which sections, commands and element types), not a
+branch on a number in the code that reads them. The reader, the writer, the validator,
+hxb-dump and the runtime's damage campaign take every size and every field offset from here
+(`size`, `offset_of`, `command_size`), so no two of them can disagree about where a field
+lies, and an error's offset is the declared offset of the field it names.
 """
 
+from __future__ import annotations
+
 import functools
+import re
+from dataclasses import dataclass
 
-from construct import Array, Bytes, Const, Construct, Float64l, Int32ul, Int64ul, Struct
+from construct import (
+    Array,
+    Bytes,
+    Const,
+    Construct,
+    Float64l,
+    Int32ul,
+    Int64ul,
+    Struct,
+    this,
+)
 
-from hexir_format.model import MAGIC, MAX_RANK, NAME_BYTES
+from hexir_format.model import (
+    MAGIC,
+    MAX_RANK,
+    NAME_BYTES,
+    V3_OPS,
+    V4_DTYPES,
+    DType,
+    Op,
+    SectionKind,
+)
 
 Header = Struct(
     "magic" / Const(MAGIC),
@@ -32,12 +58,13 @@ Symbol = Struct(
     "reserved" / Int32ul,
 )
 
-# A command is this header followed by `operand_count` u64 operands.
+# A command is this header followed by `operand_count` u64 operands (`Command`).
 CommandHeader = Struct(
     "kind" / Int32ul,
     "operand_count" / Int32ul,
 )
 Operand = Int64ul
+Command = Struct(*CommandHeader.subcons, "operands" / Array(this.operand_count, Operand))
 
 ExecutablesHeader = Struct(
     "count" / Int32ul,
@@ -124,8 +151,40 @@ PlanEntry = Struct(
 # level (`model.Function.cpu_level`).
 SymbolV6 = Struct(*Symbol.subcons[:-1], "cpu_level" / Int32ul)
 
-EXECUTABLE = {3: ExecutableV3, 4: ExecutableV4, 5: ExecutableV5, 6: ExecutableV5}
 ALIGNMENT = 8
+
+
+@dataclass(frozen=True)
+class Format:
+    """What one version of the format holds: the records whose layout changed between
+    versions, and what may appear in its sections (the reader refuses the rest by name)."""
+
+    number: int
+    symbol: Construct
+    executable: Construct
+    sections: frozenset[SectionKind]  # the kinds a file may hold
+    required: tuple[SectionKind, ...]  # the kinds it must hold, in the order they are checked
+    ops: frozenset[Op]  # the command kinds of its program
+    dtypes: frozenset[DType]  # the element types of its tensors
+
+
+_V3_SECTIONS = (SectionKind.SYMBOLS, SectionKind.PROGRAM, SectionKind.RODATA,
+                SectionKind.EXECUTABLES)
+_V4_SECTIONS = (*_V3_SECTIONS, SectionKind.SLOTS)
+_V5_SECTIONS = frozenset({*_V4_SECTIONS, SectionKind.NAMES, SectionKind.PLAN})
+_ALL_OPS, _ALL_DTYPES = frozenset(Op), frozenset(DType)
+
+#: Every version the reader accepts (`model.VERSIONS`), by number.
+FORMATS = {
+    3: Format(3, Symbol, ExecutableV3, frozenset(_V3_SECTIONS), _V3_SECTIONS, V3_OPS,
+               V4_DTYPES),
+    4: Format(4, Symbol, ExecutableV4, frozenset(_V4_SECTIONS), _V4_SECTIONS, _ALL_OPS,
+               V4_DTYPES),
+    5: Format(5, Symbol, ExecutableV5, _V5_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES),
+    6: Format(6, SymbolV6, ExecutableV5, _V5_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES),
+}
+#: The executable entry of each version (the writer's and the tools' shorthand).
+EXECUTABLE = {n: v.executable for n, v in FORMATS.items()}
 
 
 @functools.cache
@@ -138,6 +197,54 @@ def size(decl: Construct) -> int:
 def compiled(decl: Construct) -> Construct:
     """`decl` compiled by construct: the same parse, several times faster."""
     return decl.compile()
+
+
+_STEP = re.compile(r"(\w+)(?:\[(\d+)\])?$")
+
+
+@functools.cache
+def offset_of(decl: Construct, path: str) -> int:
+    """Where field `path` of fixed-size Struct `decl` starts, in bytes from the record's start:
+    the sum of the sizes of the fields declared before it (so a field after a counted array,
+    which no record has, cannot be located). `path` names a nested field with dots and an
+    array element by index: `"type.rank"`, `"dims[2]"`, `"reserved[1]"`. An error's offset is
+    this, added to where its record lies."""
+    return _locate(decl, path)[0]
+
+
+@functools.cache
+def field_of(decl: Construct, path: str) -> Construct:
+    """The declaration of field `path` of `decl` (as `offset_of` names it): what it holds."""
+    return _locate(decl, path)[1]
+
+
+@functools.cache
+def _locate(decl: Construct, path: str) -> tuple[int, Construct]:
+    name, _, rest = path.partition(".")
+    step = _STEP.match(name)
+    if step is None or not isinstance(decl, Struct):
+        raise KeyError(f"{path!r} is not a field path")
+    at = 0
+    for sub in decl.subcons:
+        if sub.name == step[1]:
+            inner = sub.subcon
+            if step[2] is not None:  # an element; a counted array's (operands) may be any
+                if not isinstance(inner, Array) or (isinstance(inner.count, int)
+                                                    and int(step[2]) >= inner.count):
+                    raise KeyError(f"{path!r}: {step[1]} is not an array of that length")
+                at += int(step[2]) * size(inner.subcon)
+                inner = inner.subcon
+            if not rest:
+                return at, inner
+            within, field = _locate(inner, rest)
+            return at + within, field
+        at += size(sub)
+    raise KeyError(f"{decl} has no field {step[1]!r}")
+
+
+def command_size(operand_count: int) -> int:
+    """The bytes of a command with `operand_count` operands: its header, then the operands."""
+    return size(CommandHeader) + operand_count * size(Operand)
 
 
 def align(offset: int) -> int:

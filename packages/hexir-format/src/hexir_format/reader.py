@@ -2,16 +2,21 @@
 
 Every offset, size and count comes off disk, so each is checked against what holds it before
 anything is read through it, and a violation becomes one `FormatError` that names the field
-and the absolute byte offset. Rodata and device images are returned as memoryview slices of
-the caller's buffer (an mmap stays an mmap): validation touches headers and tables only.
+and the absolute byte offset. Records are parsed through their declarations in `layout`,
+which also say where each field lies: an error's offset is where its record lies plus the
+declared offset of the field it names (`_Record.at`), never a number written here. What
+differs between versions is the version's `layout.Format` (its symbol and executable
+records, sections, commands and element types). Rodata and device images are returned as
+memoryview slices of the caller's buffer (an mmap stays an mmap): validation touches headers
+and tables only.
 """
 
 from __future__ import annotations
 
+import io
 import itertools
 import math
 import mmap
-import struct
 from dataclasses import replace
 
 import construct
@@ -27,9 +32,6 @@ from hexir_format.model import (
     NAME_BYTES,
     OPERAND_NAMES,
     V3_KINDS,
-    V3_OPS,
-    V4_DTYPES,
-    VERSIONS,
     Command,
     Device,
     DType,
@@ -49,67 +51,104 @@ from hexir_format.model import (
 Buffer = bytes | bytearray | memoryview | mmap.mmap
 
 
+class _Record:
+    """One record parsed through its declaration, and the file offset it starts at: its fields
+    read as attributes, and `at(field)` is where a field lies, for messages."""
+
+    __slots__ = ("decl", "start", "values")
+
+    def __init__(self, decl: construct.Construct, start: int, values: construct.Container):
+        self.decl, self.start, self.values = decl, start, values
+
+    def __getattr__(self, name: str):  # only for the record's fields (the slots come first)
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def has(self, field: str) -> bool:
+        """Whether this record's layout (this version's) has the field."""
+        return field in self.values
+
+    def at(self, field: str) -> int:
+        return self.start + L.offset_of(self.decl, field)
+
+    def nested(self, field: str) -> _Record:
+        """A Struct-valued field (a slot's tensor type) as a record of its own."""
+        return _Record(L.field_of(self.decl, field), self.at(field), self.values[field])
+
+
+def _read(decl: construct.Construct, data: memoryview, at: int, base: int,
+          where: str) -> _Record:
+    """The fixed-size record `decl` at `at` of `data`, which starts at file offset `base`."""
+    size = L.size(decl)
+    if at < 0 or at + size > len(data):
+        raise FormatError(f"{where}: a {size}-byte record at offset {base + at} runs past the "
+                          f"end (at {base + len(data)})", offset=base + at)
+    return _Record(decl, base + at, L.compiled(decl).parse(bytes(data[at:at + size])))
+
+
 def parse_layout(buf: Buffer) -> Layout:
     """The header and the section table, each section checked to lie inside the file."""
     data = memoryview(buf).cast("B")
-    size = len(data)
-    if size < L.size(L.Header):
-        raise FormatError(f"file is {size} bytes, too short for the {L.size(L.Header)}-byte "
-                          "header", field="header", offset=0)
-    if bytes(data[:8]) != MAGIC:
-        raise FormatError(f"bad magic {bytes(data[:8])!r} at offset 0, expected {MAGIC!r}: "
-                          "this is not a hexir module", field="magic", offset=0)
-    header = _struct(L.Header, data, 0, "header")
-    if header.version not in VERSIONS:
-        raise FormatError(f"header: version {header.version} at offset 8 is not supported; "
-                          f"expected one of {', '.join(map(str, VERSIONS))}",
-                          field="version", offset=8)
+    size, head = len(data), L.size(L.Header)
+    if size < head:
+        raise FormatError(f"file is {size} bytes, too short for the {head}-byte header",
+                          field="header", offset=0)
+    at = L.offset_of(L.Header, "magic")
+    if (magic := bytes(data[at:at + len(MAGIC)])) != MAGIC:
+        raise FormatError(f"bad magic {magic!r} at offset {at}, expected {MAGIC!r}: this is "
+                          "not a hexir module", field="magic", offset=at)
+    header = _read(L.Header, data, 0, 0, "header")
+    if header.version not in L.FORMATS:
+        raise FormatError(f"header: version {header.version} at offset {header.at('version')} "
+                          f"is not supported; expected one of {', '.join(map(str, L.FORMATS))}",
+                          field="version", offset=header.at("version"))
     if header.flags:
-        raise FormatError(f"header: flags 0x{header.flags:x} at offset 12; no flags are "
-                          "defined, expected 0", field="flags", offset=12)
-    _reserved("header", header.reserved, 20)
-    count = header.section_count
-    table_end = L.size(L.Header) + count * L.size(L.SectionEntry)
+        raise FormatError(f"header: flags 0x{header.flags:x} at offset {header.at('flags')}; no "
+                          "flags are defined, expected 0", field="flags", offset=header.at("flags"))
+    _reserved("header", header)
+    count, entry = header.section_count, L.size(L.SectionEntry)
+    table_end = head + count * entry
     if table_end > size:
-        raise FormatError(f"header: section_count {count} at offset 16 needs a table ending at "
-                          f"{table_end}, past the end of the {size}-byte file",
-                          field="section_count", offset=16)
-    sections = []
-    for i in range(count):
-        at = L.size(L.Header) + i * L.size(L.SectionEntry)
-        e = _struct(L.SectionEntry, data, at, f"section {i}")
-        sections.append(Section(e.kind, e.flags, e.offset, e.size))
-    layout = Layout(size, header.version, header.flags, tuple(sections))
-    _check_sections(layout, table_end)
+        raise FormatError(f"header: section_count {count} at offset "
+                          f"{header.at('section_count')} needs a table ending at {table_end}, "
+                          f"past the end of the {size}-byte file", field="section_count",
+                          offset=header.at("section_count"))
+    entries = [_read(L.SectionEntry, data, head + i * entry, 0, f"section {i}")
+               for i in range(count)]
+    layout = Layout(size, header.version, header.flags,
+                    tuple(Section(e.kind, e.flags, e.offset, e.size) for e in entries))
+    _check_sections(layout, entries, table_end)
     return layout
 
 
-def _check_sections(layout: Layout, table_end: int) -> None:
-    since = {SectionKind.SLOTS: 4, SectionKind.NAMES: 5, SectionKind.PLAN: 5}
-    known = {k for k in SectionKind if layout.version >= since.get(k, 3)}
+def _check_sections(layout: Layout, entries: list[_Record], table_end: int) -> None:
+    fmt = L.FORMATS[layout.version]
     seen: dict[int, int] = {}
-    for i, s in enumerate(layout.sections):
+    for i, (s, e) in enumerate(zip(layout.sections, entries, strict=True)):
         where = f"section {i} ({s.name})"
-        at = L.size(L.Header) + i * L.size(L.SectionEntry)
-        if s.kind not in known:
-            raise FormatError(f"{where}: kind {s.kind} at offset {at} is not a section of "
-                              f"version {layout.version}", field="kind", offset=at)
+        if s.kind not in fmt.sections:
+            raise FormatError(f"{where}: kind {s.kind} at offset {e.at('kind')} is not a section "
+                              f"of version {layout.version}", field="kind", offset=e.at("kind"))
         if s.kind in seen:
             raise FormatError(f"{where}: duplicates section {seen[s.kind]}", field="kind",
-                              offset=at)
+                              offset=e.at("kind"))
         seen[s.kind] = i
         if s.flags:
-            raise FormatError(f"{where}: flags 0x{s.flags:x} at offset {at + 4}, expected 0",
-                              field="flags", offset=at + 4)
+            raise FormatError(f"{where}: flags 0x{s.flags:x} at offset {e.at('flags')}, "
+                              "expected 0", field="flags", offset=e.at("flags"))
         if s.offset > layout.file_size or s.size > layout.file_size - s.offset:
             raise FormatError(f"{where}: offset {s.offset} + size {s.size} runs past the end of "
-                              f"the {layout.file_size}-byte file", field="offset", offset=at + 8)
+                              f"the {layout.file_size}-byte file", field="offset",
+                              offset=e.at("offset"))
         if s.offset < table_end and s.size:
             raise FormatError(f"{where}: offset {s.offset} lies inside the header and section "
-                              f"table (which end at {table_end})", field="offset", offset=at + 8)
+                              f"table (which end at {table_end})", field="offset",
+                              offset=e.at("offset"))
         if s.offset % L.ALIGNMENT:
             raise FormatError(f"{where}: offset {s.offset} is not {L.ALIGNMENT}-byte aligned",
-                              field="offset", offset=at + 8)
+                              field="offset", offset=e.at("offset"))
     spans = sorted((s.offset, s.offset + s.size, i) for i, s in enumerate(layout.sections)
                    if s.size)
     for (_, end, i), (start, _, j) in itertools.pairwise(spans):
@@ -117,9 +156,7 @@ def _check_sections(layout: Layout, table_end: int) -> None:
             raise FormatError(f"section {j} ({layout.sections[j].name}) at offset {start} "
                               f"overlaps section {i} ({layout.sections[i].name}), which ends at "
                               f"{end}", field="offset", offset=start)
-    required = [SectionKind.SYMBOLS, SectionKind.PROGRAM, SectionKind.RODATA,
-                SectionKind.EXECUTABLES] + ([SectionKind.SLOTS] if layout.version >= 4 else [])
-    for kind in required:
+    for kind in fmt.required:
         if kind not in seen:
             raise FormatError(f"the {kind} section is missing", field="kind")
 
@@ -128,67 +165,68 @@ def parse(buf: Buffer) -> Module:
     """The whole module. Raises FormatError for anything the layout does not allow."""
     data = memoryview(buf).cast("B")
     layout = parse_layout(data)
+    fmt = L.FORMATS[layout.version]
 
-    def payload(kind: SectionKind) -> tuple[memoryview, int]:
+    def payload(kind: SectionKind) -> tuple[memoryview, int] | None:
         s = layout.section(kind)
-        assert s is not None  # _check_sections requires every kind
-        return data[s.offset:s.offset + s.size], s.offset
+        return None if s is None else (data[s.offset:s.offset + s.size], s.offset)
 
-    slots = _slots(layout.version, *payload(SectionKind.SLOTS)) if layout.version >= 4 else ()
-    functions = _functions(layout.version, payload(SectionKind.SYMBOLS),
-                           payload(SectionKind.PROGRAM))
-    executables = _executables(layout.version, *payload(SectionKind.EXECUTABLES))
-    rodata, _ = payload(SectionKind.RODATA)
-    if layout.section(SectionKind.NAMES) is not None:
-        functions = _names(functions, *payload(SectionKind.NAMES))
+    def required(kind: SectionKind) -> tuple[memoryview, int]:
+        found = payload(kind)
+        assert found is not None  # _check_sections requires the kind
+        return found
+
+    slots = _slots(fmt, *slot_section) if (slot_section := payload(SectionKind.SLOTS)) else ()
+    functions = _functions(fmt, required(SectionKind.SYMBOLS), required(SectionKind.PROGRAM))
+    executables = _executables(fmt, *required(SectionKind.EXECUTABLES))
+    rodata, _ = required(SectionKind.RODATA)
+    if names := payload(SectionKind.NAMES):
+        functions = _names(functions, *names)
     placements: tuple[tuple[int, int], ...] = ()
-    if layout.section(SectionKind.PLAN) is not None:
-        placements = _placements(len(slots), *payload(SectionKind.PLAN))
+    if plan := payload(SectionKind.PLAN):
+        placements = _placements(len(slots), *plan)
     return Module(layout.version, functions, rodata, executables, slots, layout, placements)
 
 
 def _placements(slot_count: int, data: memoryview, base: int) -> tuple[tuple[int, int], ...]:
     """The plan's (slot, offset) entries; the validator checks what they mean."""
     head, size = L.size(L.PlanHeader), L.size(L.PlanEntry)
-    h = _struct(L.PlanHeader, data, 0, "plan")
-    _reserved("plan", h.reserved, base + 4)
+    h = _read(L.PlanHeader, data, 0, base, "plan")
+    _reserved("plan", h)
     if len(data) != head + h.count * size:
-        raise FormatError(f"plan: count {h.count} at offset {base} needs {head + h.count * size} "
-                          f"bytes but the section has {len(data)}", field="count", offset=base)
+        raise FormatError(f"plan: count {h.count} at offset {h.at('count')} needs "
+                          f"{head + h.count * size} bytes but the section has {len(data)}",
+                          field="count", offset=h.at("count"))
     found, previous = [], -1
     for n in range(h.count):
-        at = head + n * size
-        e = _struct(L.PlanEntry, data, at, f"plan entry {n}")
+        where = f"plan entry {n}"
+        e = _read(L.PlanEntry, data, head + n * size, base, where)
         if e.slot >= slot_count or e.slot <= previous:
-            raise FormatError(f"plan entry {n}: slot {e.slot} at offset {base + at} is not a "
-                              f"slot after {previous} (there are {slot_count})", field="slot",
-                              offset=base + at)
-        _reserved(f"plan entry {n}", e.reserved, base + at + 4)
+            raise FormatError(f"{where}: slot {e.slot} at offset {e.at('slot')} is not a slot "
+                              f"after {previous} (there are {slot_count})", field="slot",
+                              offset=e.at("slot"))
+        _reserved(where, e)
         if e.offset > MAX_BYTES:
-            raise FormatError(f"plan entry {n}: offset {e.offset} at offset {base + at + 8} is "
-                              "beyond any arena", field="offset", offset=base + at + 8)
+            raise FormatError(f"{where}: offset {e.offset} at offset {e.at('offset')} is beyond "
+                              "any arena", field="offset", offset=e.at("offset"))
         found.append((e.slot, e.offset))
         previous = e.slot
     return tuple(found)
 
 
-def _struct(decl: construct.Construct, data: memoryview, at: int, where: str):
-    """Parse a fixed-size struct at `at` (its bytes are there, so parsing cannot fail)."""
-    end = at + L.size(decl)
-    if at < 0 or end > len(data):
-        raise FormatError(f"{where}: a {L.size(decl)}-byte record at offset {at} runs past the "
-                          f"end ({len(data)})", offset=at)
-    return L.compiled(decl).parse(bytes(data[at:end]))
-
-
-def _reserved(where: str, value: object, at: int) -> None:
-    """A reserved field must be zero."""
+def _reserved(where: str, record: _Record) -> None:
+    """A reserved field must be zero (every word of it, when it is several)."""
+    value = record.reserved
+    if isinstance(value, list):  # two reserved words (a v4 executable), shown as a list
+        value = list(value) if any(value) else 0
     if value:
-        raise FormatError(f"{where}: reserved field at offset {at} is {value}, expected 0",
-                          field="reserved", offset=at)
+        raise FormatError(f"{where}: reserved field at offset {record.at('reserved')} is "
+                          f"{value}, expected 0", field="reserved", offset=record.at("reserved"))
 
 
-def _name(raw: bytes, where: str, at: int) -> str:
+def _name(record: _Record, where: str) -> str:
+    """A record's NUL-terminated, NUL-padded UTF-8 `name`."""
+    raw, at = record.name, record.at("name")
     end = raw.find(b"\0")
     if end < 0:
         raise FormatError(f"{where}: name at offset {at} has no NUL terminator within "
@@ -205,86 +243,98 @@ def _name(raw: bytes, where: str, at: int) -> str:
                           offset=at) from None
 
 
-def _commands(version: int, program: memoryview, base: int) -> list[tuple[int, Command]]:
-    """Every command of the program section with its offset inside the section."""
+def _commands(fmt: L.Format, program: memoryview, base: int) -> list[tuple[int, Command]]:
+    """Every command of the program section with its offset inside the section: each one's
+    header read first, so that its operand count is checked against the section before the
+    whole `layout.Command` is read through it."""
     out, pc, end = [], 0, len(program)
-    header = L.size(L.CommandHeader)
+    stream = io.BytesIO(program)
+    header, command = L.compiled(L.CommandHeader), L.compiled(L.Command)
     while pc < end:
         at = base + pc
-        if end - pc < header:
+        if end - pc < L.size(L.CommandHeader):
             raise FormatError(f"program: {end - pc} stray bytes at offset {at}, too short for a "
-                              "command header", field="kind", offset=at)
-        kind, count = struct.unpack_from("<II", program, pc)
-        if count > (end - pc - header) // 8:
-            raise FormatError(f"program: command at offset {at} claims {count} operands and runs "
-                              f"off the end of the program section (at {base + end})",
-                              field="operand_count", offset=at + 4)
+                              "command header", field="kind",
+                              offset=at + L.offset_of(L.CommandHeader, "kind"))
+        h = _Record(L.CommandHeader, at, header.parse_stream(stream))
+        size = L.command_size(h.operand_count)
+        if size > end - pc:
+            raise FormatError(f"program: command at offset {at} claims {h.operand_count} "
+                              f"operands and runs off the end of the program section (at "
+                              f"{base + end})", field="operand_count",
+                              offset=h.at("operand_count"))
         try:
-            op = Op(kind)
+            op = Op(h.kind)
         except ValueError:
             op = None
-        if op is None or (version == 3 and op not in V3_OPS):
-            raise FormatError(f"program: command at offset {at} has unknown kind {kind} for "
-                              f"version {version}", field="kind", offset=at)
-        operands = struct.unpack_from(f"<{count}Q", program, pc + header)
-        _check_operand_count(op, operands, at)
-        out.append((pc, Command(op, operands)))
-        pc += header + 8 * count
+        if op is None or op not in fmt.ops:
+            raise FormatError(f"program: command at offset {at} has unknown kind {h.kind} for "
+                              f"version {fmt.number}", field="kind", offset=h.at("kind"))
+        stream.seek(pc)
+        c = _Record(L.Command, at, command.parse_stream(stream))
+        _check_operand_count(op, c)
+        out.append((pc, Command(op, tuple(c.operands))))
+        pc += size
     return out
 
 
-def _check_operand_count(op: Op, operands: tuple[int, ...], at: int) -> None:
-    named = len(OPERAND_NAMES[op])
+def _check_operand_count(op: Op, command: _Record) -> None:
+    operands, at = command.operands, command.start
     if op is Op.DISPATCH:
-        if len(operands) < 2 or len(operands) != 2 + operands[1]:
-            argc = operands[1] if len(operands) >= 2 else "?"
+        argc = OPERAND_NAMES[op].index("argc")
+        if len(operands) <= argc or len(operands) != argc + 1 + operands[argc]:
+            if len(operands) > argc:
+                count, field, offset = operands[argc], "argc", command.at(f"operands[{argc}]")
+            else:
+                count, field, offset = "?", "operand_count", command.at("operand_count")
             raise FormatError(f"program: dispatch at offset {at} has {len(operands)} operands "
-                              f"but argc {argc} needs {argc} + 2", field="argc", offset=at)
+                              f"but argc {count} needs {count} + {argc + 1}", field=field,
+                              offset=offset)
         return
-    if len(operands) != named:
+    if len(operands) != (named := len(OPERAND_NAMES[op])):
         raise FormatError(f"program: {op} at offset {at} has {len(operands)} operands, expected "
-                          f"{named}", field="operand_count", offset=at + 4)
+                          f"{named}", field="operand_count", offset=command.at("operand_count"))
 
 
-def _functions(version: int, symbols: tuple[memoryview, int],
+def _functions(fmt: L.Format, symbols: tuple[memoryview, int],
                program: tuple[memoryview, int]) -> tuple[Function, ...]:
     sym, sym_base = symbols
-    if len(sym) % L.size(L.Symbol):
+    size = L.size(fmt.symbol)
+    if len(sym) % size:
         raise FormatError(f"symbols: size {len(sym)} at offset {sym_base} is not a multiple of "
-                          f"{L.size(L.Symbol)}", field="size", offset=sym_base)
-    commands = _commands(version, *program)
+                          f"{size}", field="size", offset=sym_base)
+    commands = _commands(fmt, *program)
     index = {pc: i for i, (pc, _) in enumerate(commands)}
     functions, expected = [], 0
     names: set[tuple[str, int]] = set()
-    decl = L.SymbolV6 if version >= 6 else L.Symbol
-    for n in range(len(sym) // L.size(L.Symbol)):
-        at = n * L.size(L.Symbol)
+    for n in range(len(sym) // size):
         where = f"symbol {n}"
-        entry = _struct(decl, sym, at, where)
-        name = _name(entry.name, where, sym_base + at)
+        entry = _read(fmt.symbol, sym, n * size, sym_base, where)
+        name = _name(entry, where)
         where = f"symbol {n} ({name})"
-        level = entry.cpu_level if version >= 6 else 0
-        if version >= 6 and level not in (0, *CPU_LEVELS):
-            raise FormatError(f"{where}: cpu_level {level} at offset {sym_base + at + 36}; "
+        level = entry.cpu_level if entry.has("cpu_level") else 0
+        if level not in (0, *CPU_LEVELS):
+            raise FormatError(f"{where}: cpu_level {level} at offset {entry.at('cpu_level')}; "
                               "expected 0 (no host code) or 1 to 4 (the x86-64 level it was "
-                              "compiled for)", field="cpu_level", offset=sym_base + at + 36)
+                              "compiled for)", field="cpu_level", offset=entry.at("cpu_level"))
         if (name, level) in names or (name, 0) in names or (level == 0 and any(
                 other == name for other, _ in names)):
             also = f" for {CPU_LEVELS[level]}" if level else ""
             raise FormatError(f"{where}: entry point defined twice{also}", field="name",
-                              offset=sym_base + at)
+                              offset=entry.at("name"))
         names.add((name, level))
-        if version < 6:
-            _reserved(where, entry.reserved, sym_base + at + 36)
+        if entry.has("reserved"):
+            _reserved(where, entry)
         if entry.program_offset != expected:
-            raise FormatError(f"{where}: program_offset {entry.program_offset} at offset "
-                              f"{sym_base + at + 32} should be {expected}, where the previous "
-                              "entry point ends", field="program_offset", offset=sym_base + at + 32)
+            at = entry.at("program_offset")
+            raise FormatError(f"{where}: program_offset {entry.program_offset} at offset {at} "
+                              f"should be {expected}, where the previous entry point ends",
+                              field="program_offset", offset=at)
         first = index.get(entry.program_offset, len(commands))
         body = []
         for pc, command in commands[first:]:
             if command.op is Op.END:
-                expected = pc + 8
+                expected = pc + L.command_size(len(command.operands))
                 break
             body.append(command)
         else:
@@ -302,34 +352,34 @@ def _names(functions: tuple[Function, ...], data: memoryview,
            base: int) -> tuple[Function, ...]:
     """The functions with their input and output names (the layout's canonical order only)."""
     head, size = L.size(L.NamesHeader), L.size(L.NameEntry)
-    h = _struct(L.NamesHeader, data, 0, "names")
-    _reserved("names", h.reserved, base + 4)
+    h = _read(L.NamesHeader, data, 0, base, "names")
+    _reserved("names", h)
     if h.count > (len(data) - head) // size:
-        raise FormatError(f"names: count {h.count} at offset {base} needs "
+        raise FormatError(f"names: count {h.count} at offset {h.at('count')} needs "
                           f"{head + h.count * size} bytes but the section has {len(data)}",
-                          field="count", offset=base)
+                          field="count", offset=h.at("count"))
     names: list[tuple[list[str], list[str]]] = [([], []) for _ in functions]
     offset, previous = head + h.count * size, (-1, -1)
     for n in range(h.count):
-        at = head + n * size
-        e, where = _struct(L.NameEntry, data, at, f"name {n}"), f"name {n}"
+        where = f"name {n}"
+        e = _read(L.NameEntry, data, head + n * size, base, where)
         if e.function >= len(functions):
-            raise FormatError(f"{where}: function {e.function} at offset {base + at} is not an "
-                              f"entry point (there are {len(functions)})", field="function",
-                              offset=base + at)
+            raise FormatError(f"{where}: function {e.function} at offset {e.at('function')} is "
+                              f"not an entry point (there are {len(functions)})",
+                              field="function", offset=e.at("function"))
         if e.role > 1:
-            raise FormatError(f"{where}: role {e.role} at offset {base + at + 4}; expected 0 "
-                              "(input) or 1 (output)", field="role", offset=base + at + 4)
+            raise FormatError(f"{where}: role {e.role} at offset {e.at('role')}; expected 0 "
+                              "(input) or 1 (output)", field="role", offset=e.at("role"))
         row = names[e.function][e.role]
         if (e.function, e.role) < previous or e.index != len(row):
             raise FormatError(f"{where}: function {e.function}, role {e.role}, index {e.index} "
-                              f"at offset {base + at} is out of order; expected index "
-                              f"{len(row)} next", field="index", offset=base + at + 8)
+                              f"at offset {e.start} is out of order; expected index "
+                              f"{len(row)} next", field="index", offset=e.at("index"))
         previous = (e.function, e.role)
         if e.offset != offset or not 0 < e.size <= MAX_IO_NAME or e.size > len(data) - offset:
             raise FormatError(f"{where}: {e.size} bytes at section offset {e.offset} (field at "
-                              f"offset {base + at + 12}); expected 1 to {MAX_IO_NAME} bytes at "
-                              f"{offset}, inside the section", field="size", offset=base + at + 12)
+                              f"offset {e.at('size')}); expected 1 to {MAX_IO_NAME} bytes at "
+                              f"{offset}, inside the section", field="size", offset=e.at("size"))
         raw = bytes(data[offset:offset + e.size])
         try:
             name = raw.decode("utf-8")
@@ -347,7 +397,8 @@ def _names(functions: tuple[Function, ...], data: memoryview,
                  for f, (i, o) in zip(functions, names, strict=False))
 
 
-def _enum(enum, value: int, where: str, field: str, at: int):
+def _enum(enum, record: _Record, field: str, where: str):
+    value, at = record.values[field], record.at(field)
     try:
         return enum(value)
     except ValueError:
@@ -355,114 +406,117 @@ def _enum(enum, value: int, where: str, field: str, at: int):
                           f"{enum.__name__}", field=field, offset=at) from None
 
 
-def _tensor_type(entry, where: str, at: int, version: int) -> TensorType:
-    dtype = _enum(DType, entry.dtype, where, "dtype", at)
-    if version < 5 and dtype not in V4_DTYPES:
-        raise FormatError(f"{where}: dtype {int(dtype)} ({dtype}) at offset {at} needs version "
-                          f"5; this module is version {version}", field="dtype", offset=at)
-    if entry.rank > MAX_RANK:
-        raise FormatError(f"{where}: rank {entry.rank} at offset {at + 4} exceeds {MAX_RANK}",
-                          field="rank", offset=at + 4)
-    if any(entry.dims[entry.rank:]):
-        raise FormatError(f"{where}: dimensions past rank {entry.rank} at offset {at + 8} are "
-                          "not zero", field="dims", offset=at + 8)
-    shape = tuple(entry.dims[:entry.rank])
+def _tensor_type(t: _Record, where: str, fmt: L.Format) -> TensorType:
+    dtype = _enum(DType, t, "dtype", where)
+    if dtype not in fmt.dtypes:
+        since = min(n for n, f in L.FORMATS.items() if dtype in f.dtypes)
+        raise FormatError(f"{where}: dtype {int(dtype)} ({dtype}) at offset {t.at('dtype')} "
+                          f"needs version {since}; this module is version {fmt.number}",
+                          field="dtype", offset=t.at("dtype"))
+    if t.rank > MAX_RANK:
+        raise FormatError(f"{where}: rank {t.rank} at offset {t.at('rank')} exceeds {MAX_RANK}",
+                          field="rank", offset=t.at("rank"))
+    if any(t.dims[t.rank:]):
+        raise FormatError(f"{where}: dimensions past rank {t.rank} at offset {t.at('dims')} are "
+                          "not zero", field="dims", offset=t.at("dims"))
+    shape = tuple(t.dims[:t.rank])
     if math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_BYTES:
-        raise FormatError(f"{where}: dimensions {list(shape)} at offset {at + 8} span more "
+        raise FormatError(f"{where}: dimensions {list(shape)} at offset {t.at('dims')} span more "
                           f"than {MAX_BYTES} bytes of {dtype} (counting a 0 as 1), more than "
-                          "any array can", field="dims", offset=at + 8)
+                          "any array can", field="dims", offset=t.at("dims"))
     return TensorType(dtype, shape)
 
 
-def _slots(version: int, data: memoryview, base: int) -> tuple[Slot, ...]:
+def _slots(fmt: L.Format, data: memoryview, base: int) -> tuple[Slot, ...]:
     size = L.size(L.SlotEntry)
     if len(data) % size:
         raise FormatError(f"slots: size {len(data)} at offset {base} is not a multiple of "
                           f"{size}", field="size", offset=base)
     slots = []
     for i in range(len(data) // size):
-        at = base + i * size
-        e = _struct(L.SlotEntry, data, i * size, f"slot {i}")
-        device = _enum(Device, e.device, f"slot {i}", "device", at)
-        _reserved(f"slot {i}", e.reserved, at + 4)
-        slots.append(Slot(device, _tensor_type(e.type, f"slot {i}", at + 8, version)))
+        where = f"slot {i}"
+        e = _read(L.SlotEntry, data, i * size, base, where)
+        device = _enum(Device, e, "device", where)
+        _reserved(where, e)
+        slots.append(Slot(device, _tensor_type(e.nested("type"), where, fmt)))
     return tuple(slots)
 
 
-def _executables(version: int, data: memoryview, base: int) -> tuple[Executable, ...]:
+def _executables(fmt: L.Format, data: memoryview, base: int) -> tuple[Executable, ...]:
     head = L.size(L.ExecutablesHeader)
     if len(data) < head:
         raise FormatError(f"executables: size {len(data)} at offset {base} is too small for "
                           f"the {head}-byte header", field="size", offset=base)
-    h = _struct(L.ExecutablesHeader, data, 0, "executables")
-    entry = L.EXECUTABLE[version]
-    if h.count > (len(data) - head) // L.size(entry):
-        raise FormatError(f"executables: count {h.count} at offset {base} needs "
-                          f"{head + h.count * L.size(entry)} bytes but the section has "
-                          f"{len(data)}", field="count", offset=base)
-    _reserved("executables", h.reserved, base + 4)
-    exes, records = [], [(0, head + h.count * L.size(entry), "the entry table", base)]
+    h = _read(L.ExecutablesHeader, data, 0, base, "executables")
+    size = L.size(fmt.executable)
+    if h.count > (len(data) - head) // size:
+        raise FormatError(f"executables: count {h.count} at offset {h.at('count')} needs "
+                          f"{head + h.count * size} bytes but the section has {len(data)}",
+                          field="count", offset=h.at("count"))
+    _reserved("executables", h)
+    # (section offset, size, what, file offset of the field that places it, that field)
+    exes, records = [], [(0, head + h.count * size, "the entry table", h.at("count"), "count")]
     for i in range(h.count):
-        at = head + i * L.size(entry)
-        e = _struct(entry, data, at, f"executable {i}")
-        name = _name(e.name, f"executable {i}", base + at)
+        e = _read(fmt.executable, data, head + i * size, base, f"executable {i}")
+        name = _name(e, f"executable {i}")
         where = f"executable {i} ({name})"
-        kind = _enum(KernelKind, e.kind, where, "kind", base + at + 32)
-        device = _enum(Device, e.device, where, "device", base + at + 36)
-        image = _image(e, data, base, where, at)
-        records.append((e.image_offset, e.image_size, f"{where}: its image", base + at + 56))
-        if version == 3:
-            exes.append(_v3_executable(e, name, kind, device, image, where, base + at))
+        kind = _enum(KernelKind, e, "kind", where)
+        device = _enum(Device, e, "device", where)
+        image = _image(e, data, where)
+        records.append((e.image_offset, e.image_size, f"{where}: its image",
+                        e.at("image_offset"), "image_offset"))
+        if not e.has("argc"):  # version 3: extents (m, n, k) instead of argument types
+            exes.append(_v3_executable(e, name, kind, device, image, where))
         else:
-            exes.append(_v4_executable(e, version, name, kind, device, image, data, base, where,
-                                       at))
+            exes.append(_v4_executable(e, fmt, name, kind, device, image, data, base, where))
             records += [(e.args_offset, e.argc * L.size(L.TensorTypeEntry),
-                         f"{where}: its argument types", base + at + 44),
-                        (e.params_offset, e.params_count * 8, f"{where}: its params",
-                         base + at + 48)]
+                         f"{where}: its argument types", e.at("args_offset"), "args_offset"),
+                        (e.params_offset, e.params_count * L.size(L.Param),
+                         f"{where}: its params", e.at("params_offset"), "params_offset")]
     _check_records(records)
     return tuple(exes)
 
 
-def _check_records(records: list[tuple[int, int, str, int]]) -> None:
+def _check_records(records: list[tuple[int, int, str, int, str]]) -> None:
     """Each record of the executables section (argument types, params, images) starts on an
     8-byte boundary and shares no byte with another record or with the entry table, so no
     field can be read as part of something else."""
-    spans = sorted((offset, size, what, at) for offset, size, what, at in records if size)
-    for offset, _, what, at in spans:
+    spans = sorted(record for record in records if record[1])
+    for offset, _, what, at, field in spans:
         if offset % L.ALIGNMENT:
             raise FormatError(f"{what} at section offset {offset} (field at offset {at}) is "
-                              f"not {L.ALIGNMENT}-byte aligned", field="offset", offset=at)
-    for (start, size, what, _), (nxt, _, other, at) in itertools.pairwise(spans):
+                              f"not {L.ALIGNMENT}-byte aligned", field=field, offset=at)
+    for (start, size, what, _, _), (nxt, _, other, at, field) in itertools.pairwise(spans):
         if nxt < start + size:
             raise FormatError(f"{other} at section offset {nxt} (field at offset {at}) overlaps "
-                              f"{what}, which spans {start}..{start + size}", field="offset",
+                              f"{what}, which spans {start}..{start + size}", field=field,
                               offset=at)
 
 
-def _image(e, data: memoryview, base: int, where: str, at: int) -> memoryview | None:
+def _image(e: _Record, data: memoryview, where: str) -> memoryview | None:
     if e.image_size == 0:
         if e.image_offset:
             raise FormatError(f"{where}: image_offset {e.image_offset} with image_size 0",
-                              field="image_offset", offset=base + at + 56)
+                              field="image_offset", offset=e.at("image_offset"))
         return None
     if e.image_offset > len(data) or e.image_size > len(data) - e.image_offset:
         raise FormatError(f"{where}: image_offset {e.image_offset} + image_size {e.image_size} "
                           f"runs past the end of the {len(data)}-byte executables section",
-                          field="image_offset", offset=base + at)
+                          field="image_offset", offset=e.at("image_offset"))
     return data[e.image_offset:e.image_offset + e.image_size]
 
 
-def _v3_executable(e, name, kind, device, image, where: str, at: int) -> Executable:
+def _v3_executable(e: _Record, name, kind, device, image, where: str) -> Executable:
     if kind not in V3_KINDS:
-        raise FormatError(f"{where}: kind {kind.value} at offset {at + 32} is not a version 3 "
-                          "kernel", field="kind", offset=at + 32)
-    if e.elem_size != 8:
-        raise FormatError(f"{where}: elem_size {e.elem_size} at offset {at + 52}; version 3 "
-                          "holds f64 (8) only", field="elem_size", offset=at + 52)
+        raise FormatError(f"{where}: kind {kind.value} at offset {e.at('kind')} is not a "
+                          "version 3 kernel", field="kind", offset=e.at("kind"))
+    if e.elem_size != DType.F64.itemsize:
+        raise FormatError(f"{where}: elem_size {e.elem_size} at offset {e.at('elem_size')}; "
+                          "version 3 holds f64 (8) only", field="elem_size",
+                          offset=e.at("elem_size"))
     if kind is not KernelKind.MATMUL and e.k:
-        raise FormatError(f"{where}: k {e.k} at offset {at + 48} must be 0 for {kind}",
-                          field="k", offset=at + 48)
+        raise FormatError(f"{where}: k {e.k} at offset {e.at('k')} must be 0 for {kind}",
+                          field="k", offset=e.at("k"))
     f64 = DType.F64
     out = TensorType(f64, (e.m, e.n))
     if kind is KernelKind.MATMUL:
@@ -474,36 +528,35 @@ def _v3_executable(e, name, kind, device, image, where: str, at: int) -> Executa
                       (e.block_x, e.block_y, z))
 
 
-def _v4_executable(e, version: int, name, kind, device, image, data: memoryview, base: int,
-                   where: str, at: int) -> Executable:
-    if version == 4 and any(e.reserved):  # two reserved words, shown as a list
-        _reserved(where, list(e.reserved), base + at + 88)
-    if version >= 5:
-        _reserved(where, e.reserved, base + at + 92)
-    level = e.cpu_level if version >= 5 else 0
+def _v4_executable(e: _Record, fmt: L.Format, name, kind, device, image, data: memoryview,
+                   base: int, where: str) -> Executable:
+    _reserved(where, e)  # version 4: two words; version 5 on: the one after cpu_level
+    level = e.cpu_level if e.has("cpu_level") else 0
     host = device is Device.CPU and image is not None
-    if version >= 5 and (level in CPU_LEVELS) != host:
+    if e.has("cpu_level") and (level in CPU_LEVELS) != host:
         expected = "1 to 4, the x86-64 level its host image needs" if host else \
             "0: it carries no host image"
-        raise FormatError(f"{where}: cpu_level {level} at offset {base + at + 88}; expected "
-                          f"{expected}", field="cpu_level", offset=base + at + 88)
+        raise FormatError(f"{where}: cpu_level {level} at offset {e.at('cpu_level')}; expected "
+                          f"{expected}", field="cpu_level", offset=e.at("cpu_level"))
     if not kind.takes(e.argc):
         inputs = "at least 1 input" if kind.arity is None else f"{kind.arity} inputs"
-        raise FormatError(f"{where}: argc {e.argc} at offset {base + at + 40}; {kind} takes "
-                          f"{inputs} + 1 destination", field="argc", offset=base + at + 40)
+        raise FormatError(f"{where}: argc {e.argc} at offset {e.at('argc')}; {kind} takes "
+                          f"{inputs} + 1 destination", field="argc", offset=e.at("argc"))
     size = L.size(L.TensorTypeEntry)
     if e.args_offset > len(data) or e.argc * size > len(data) - e.args_offset:
         raise FormatError(f"{where}: args_offset {e.args_offset} + {e.argc} x {size} bytes runs "
                           "past the end of the executables section", field="args_offset",
-                          offset=base + at + 44)
+                          offset=e.at("args_offset"))
     args = tuple(
-        _tensor_type(_struct(L.TensorTypeEntry, data, e.args_offset + j * size, where),
-                     f"{where} argument {j}", base + e.args_offset + j * size, version)
+        _tensor_type(_read(L.TensorTypeEntry, data, e.args_offset + j * size, base, where),
+                     f"{where} argument {j}", fmt)
         for j in range(e.argc))
-    if e.params_offset > len(data) or e.params_count * 8 > len(data) - e.params_offset:
-        raise FormatError(f"{where}: params_offset {e.params_offset} + {e.params_count} x 8 "
-                          "bytes runs past the end of the executables section",
-                          field="params_offset", offset=base + at + 48)
-    params = struct.unpack_from(f"<{e.params_count}d", data, e.params_offset)
+    param = L.size(L.Param)
+    if e.params_offset > len(data) or e.params_count * param > len(data) - e.params_offset:
+        raise FormatError(f"{where}: params_offset {e.params_offset} + {e.params_count} x "
+                          f"{param} bytes runs past the end of the executables section",
+                          field="params_offset", offset=e.at("params_offset"))
+    params = construct.Array(e.params_count, L.Param).parse(
+        bytes(data[e.params_offset:e.params_offset + e.params_count * param]))
     return Executable(name, kind, device, args, tuple(params), image,
                       (e.grid_x, e.grid_y, e.grid_z), (e.block_x, e.block_y, e.block_z), level)

@@ -21,6 +21,7 @@ import math
 from dataclasses import dataclass, field, replace
 
 from hexir_format import elf, hostlink, plan
+from hexir_format import layout as L
 from hexir_format.errors import FormatError, ValidationError
 from hexir_format.model import (
     CPU_LEVELS,
@@ -144,7 +145,7 @@ def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYT
         replay = _Replay(module, function, max_alloc_bytes, home, base, offset,
                          constants=constants)
         entries.append(replay.run())
-        offset = replay.pc + 8  # past the END
+        offset = replay.pc + L.command_size(0)  # past the END
     if module.placements:
         entries = _check_plan(module, entries, max_alloc_bytes)
     variants: dict[str, list[EntryPlan]] = {}
@@ -303,7 +304,7 @@ class _Replay:
         for index, command in enumerate(self.function.commands):
             self.index, self.command = index, command
             getattr(self, f"_{command.op}")(command)  # `_alloc`, `_const`, ... by op name
-            self.pc += 8 + 8 * len(command.operands)
+            self.pc += L.command_size(len(command.operands))
         self.index, self.command = len(self.function.commands), Command.end()
         if self.unread:
             self.index, self.command, self.pc = min(self.unread.values(), key=lambda u: u[0])

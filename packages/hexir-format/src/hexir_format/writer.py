@@ -7,6 +7,8 @@ tells a writer whether the smaller, older layout (v3) can express a module.
 
 from __future__ import annotations
 
+from construct import Array
+
 from hexir_format import layout as L
 from hexir_format.errors import FormatError
 from hexir_format.model import (
@@ -67,7 +69,7 @@ def build(module: Module) -> bytes:
     """The bytes of `module` in its own version's layout."""
     if module.version == 3 and (problem := _v3_problem(module)):
         raise FormatError(f"version 3 cannot express {problem}; write version 4")
-    if module.version not in L.EXECUTABLE:
+    if module.version not in L.FORMATS:
         raise FormatError(f"cannot write version {module.version}; expected 3, 4, 5 or 6")
     if module.version < 6 and (variant := next((f for f in module.functions if f.cpu_level),
                                                None)):
@@ -159,6 +161,7 @@ def _name(name: str, what: str) -> bytes:
 
 def _symbols_and_program(module: Module) -> tuple[bytes, bytes]:
     symbols, program = bytearray(), bytearray()
+    symbol = L.FORMATS[module.version].symbol  # its last word: reserved, or (v6) cpu_level
     levels: dict[str, set[int]] = {}
     for function in module.functions:
         level, seen = function.cpu_level, levels.setdefault(function.name, set())
@@ -169,9 +172,8 @@ def _symbols_and_program(module: Module) -> tuple[bytes, bytes]:
             raise FormatError(f"entry point '{function.name}' is defined twice"
                               + (f" for {CPU_LEVELS[level]}" if level else ""))
         seen.add(level)
-        fields = dict(name=_name(function.name, "entry point"), program_offset=len(program))
-        symbols += (L.SymbolV6.build(dict(fields, cpu_level=level)) if module.version >= 6
-                    else L.Symbol.build(dict(fields, reserved=0)))
+        symbols += symbol.build(dict(name=_name(function.name, "entry point"),
+                                     program_offset=len(program), cpu_level=level, reserved=0))
         for command in (*function.commands, Command.end()):
             program += L.CommandHeader.build(dict(kind=command.op,
                                                   operand_count=len(command.operands)))
@@ -222,7 +224,8 @@ def _entry(version: int, exe: Executable, args_offset: int, params_offset: int,
         common, argc=len(exe.args), args_offset=args_offset, params_offset=params_offset,
         params_count=len(exe.params), grid_x=exe.grid[0], grid_y=exe.grid[1],
         grid_z=exe.grid[2], block_x=exe.block[0], block_y=exe.block[1], block_z=exe.block[2])
-    if version == 4:
-        return L.ExecutableV4.build(dict(fields, reserved=[0, 0]))
-    return L.ExecutableV5.build(dict(fields, cpu_level=exe.cpu_level, reserved=0))
+    decl = L.EXECUTABLE[version]
+    reserved = L.field_of(decl, "reserved")  # v4: two words; v5 on: one, after cpu_level
+    zero = [0] * reserved.count if isinstance(reserved, Array) else 0
+    return decl.build(dict(fields, cpu_level=exe.cpu_level, reserved=zero))
 

@@ -22,14 +22,13 @@ from hexir_format import (
     plan,
     signature_problem,
 )
+from hexir_format import layout as L
 from hexir_format.validate import variant_label
 from hxb_dump import images, params, rodata
 
 #: A JSON object of `--json`'s document: its values are of many types (numbers, strings, lists
 #: of further objects), and the listing reads each by its key, knowing what that key holds.
 Facts = dict[str, Any]
-COMMAND_HEADER = 8
-OPERAND = 8
 
 
 def layout_facts(layout: Layout) -> Facts:
@@ -87,7 +86,7 @@ def _functions(module: Module) -> list[Facts]:
         commands, pc = [], offset
         for command in function.commands:
             commands.append(_command(pc, command))
-            pc += COMMAND_HEADER + OPERAND * len(command.operands)
+            pc += L.command_size(len(command.operands))
         inputs = _bound(module, function.commands, Op.INPUT)
         outputs = _bound(module, function.commands, Op.OUTPUT)
         out.append({
@@ -103,7 +102,7 @@ def _functions(module: Module) -> list[Facts]:
                          f"({_named(function.outputs, outputs)})",
             "commands": commands,
         })
-        offset = pc + COMMAND_HEADER  # the END that closes the function
+        offset = pc + L.command_size(0)  # the END that closes the function
     return out
 
 
