@@ -13,6 +13,7 @@ are graph inputs there), runs it with the others and compares with the expected 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -59,22 +60,33 @@ def suite(name: str) -> Path:
             return beside
     home = ROOT / "build" / "onnx-node"
     target = home / name
-    if (target / ".complete").exists():
+    if target.is_dir():
         return target
-    home.mkdir(parents=True, exist_ok=True)
-    wheels = sorted(home.glob("onnx-1.22.0-*.whl"))
-    if not wheels:
-        subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", WHEEL, "-d",
-                        str(home)], check=True)
+    # pytest-xdist's workers collect at once: each downloads and unpacks into its own
+    # directory and renames it into place, so none ever reads a half-unpacked suite
+    own = home / f".{os.getpid()}"
+    own.mkdir(parents=True, exist_ok=True)
+    try:
         wheels = sorted(home.glob("onnx-1.22.0-*.whl"))
-    prefix = f"{DATA}{name}/"
-    with zipfile.ZipFile(wheels[0]) as wheel:
-        for member in wheel.namelist():
-            if member.startswith(prefix) and not member.endswith("/"):
-                out = target / member[len(prefix):]
-                out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(wheel.read(member))
-    (target / ".complete").touch()
+        if not wheels:
+            subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", WHEEL,
+                            "-d", str(own)], check=True)
+            fetched = next(own.glob("onnx-1.22.0-*.whl"))
+            wheels = [fetched.replace(home / fetched.name)]  # whole, or not there at all
+        prefix = f"{DATA}{name}/"
+        with zipfile.ZipFile(wheels[0]) as wheel:
+            for member in wheel.namelist():
+                if member.startswith(prefix) and not member.endswith("/"):
+                    out = own / name / member[len(prefix):]
+                    out.parent.mkdir(parents=True, exist_ok=True)
+                    out.write_bytes(wheel.read(member))
+        try:
+            (own / name).rename(target)
+        except OSError:  # another worker's copy is in place: the same bytes
+            if not target.is_dir():
+                raise
+    finally:
+        shutil.rmtree(own, ignore_errors=True)
     return target
 
 
