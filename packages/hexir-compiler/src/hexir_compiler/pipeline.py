@@ -194,8 +194,8 @@ def _kernels(module: ir.Module, options: Options) -> None:
     _lower_to_tir(module, _made_for(module) or host.cpus(options.cpu)[0])
 
 
-def _lower_to_tir(module: ir.Module, cpu: str) -> None:
-    hexir_lower_to_tir.run(module, cpu)
+def _lower_to_tir(module: ir.Module, cpu: str, packings: dict | None = None) -> None:
+    hexir_lower_to_tir.run(module, cpu, packings)
     hexir_dedupe_kernels.run(module)
 
 
@@ -275,10 +275,11 @@ def _hxb(module: ir.Module, options: Options) -> tuple[hf.Module, serialize.Roda
     _fuse(module, options)
     _verify(module)
     variants = serialize.Variants(options.chip)
+    packings: dict = {}  # the packed weights, computed once for every level that reads them
     with contextlib.ExitStack() as stack:
         for level in levels:
             copy = _clone(module)
-            _lower_to_tir(copy, level)
+            _lower_to_tir(copy, level, packings)
             _verify(copy)
             for _, step in PASSES[STAGES.index("mlir-tir"):]:
                 step(copy, options)
