@@ -120,8 +120,15 @@ class Codegen:
         process = getattr(self._local, "process", None)
         if process is None:
             process = self._local.process = self._start()
-        _send(process.stdin, (text, cpu))
-        code, message = _receive(process.stdout, process)
+        try:
+            _send(process.stdin, (text, cpu))
+            reply = _receive(process.stdout)
+        except OSError:  # the pipe broke: the worker is gone
+            reply = None
+        if reply is None:
+            raise RuntimeError(f"a code generation worker ended unexpectedly (exit status "
+                               f"{process.wait()})")
+        code, message = reply
         if message is not None:
             raise RejectedIR(message)
         return code
@@ -157,15 +164,14 @@ def _send(stream: BinaryIO, message: object) -> None:
     stream.flush()
 
 
-def _receive(stream: BinaryIO, process: subprocess.Popen | None = None):
+def _receive(stream: BinaryIO):
+    """The next message, or None where the other side closed its end."""
     head = stream.read(8)
     if len(head) < 8:
-        if process is None:
-            return None  # (the worker's side) the parent is done
-        raise RuntimeError(f"a code generation worker ended unexpectedly (exit status "
-                           f"{process.wait()})")
+        return None
     (size,) = struct.unpack("<Q", head)
-    return pickle.loads(stream.read(size))
+    data = stream.read(size)
+    return pickle.loads(data) if len(data) == size else None
 
 
 def serve(requests: BinaryIO, replies: BinaryIO) -> None:
