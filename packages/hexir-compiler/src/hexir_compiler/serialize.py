@@ -27,8 +27,8 @@ several host levels is one version 6 module whose entry points are a variant per
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -81,13 +81,16 @@ class Rodata:
     to one already written (a tied weight; the weights every level's program shares) takes
     its offset. Each value starts at an 8-byte boundary. The pieces are mostly views of the
     constants' attributes, joined once at the end (appending to one buffer copied the weights
-    up to twice more), or written one by one (`pieces`) where the `.hxb` goes to a file."""
+    up to twice more), or written one by one (`pieces`) where the `.hxb` goes to a file.
+
+    Values are found by length and CRC-32 (four times as fast as a cryptographic hash over a
+    big model's weights), and a match is compared byte for byte."""
 
     pieces: list = field(default_factory=list)
     size: int = 0
-    seen: dict[tuple[int, bytes], int] = field(default_factory=dict)
+    seen: dict[tuple[int, int], list[tuple[int, memoryview]]] = field(default_factory=dict)
     #: offsets by attribute: MLIR uniques attributes, so the same weight in every level's
-    #: program is one attribute, and its bytes need hashing once, not once per level
+    #: program is one attribute, and its bytes need reading once, not once per level
     known: dict = field(default_factory=dict)
 
     def add(self, value: memoryview, attribute: ir.Attribute | None = None) -> int:
@@ -95,15 +98,19 @@ class Rodata:
         given, the uniqued attribute those bytes are the value of)."""
         if attribute is not None and attribute in self.known:
             return self.known[attribute]
-        key = (len(value), hashlib.blake2b(value, digest_size=32).digest())
-        if key not in self.seen:
-            self.seen[key] = self.size
+        same = self.seen.setdefault((len(value), zlib.crc32(value)), [])
+        bytes_ = np.frombuffer(value, np.uint8)
+        offset = next((at for at, other in same
+                       if np.array_equal(bytes_, np.frombuffer(other, np.uint8))), None)
+        if offset is None:
+            offset = self.size
+            same.append((offset, value))
             pad = -len(value) % 8
             self.pieces += [value, bytes(pad)]
             self.size += len(value) + pad
         if attribute is not None:
-            self.known[attribute] = self.seen[key]
-        return self.seen[key]
+            self.known[attribute] = offset
+        return offset
 
     def join(self) -> bytes:
         return b"".join(self.pieces)
