@@ -31,6 +31,7 @@ from hexir_compiler.mlir import ir, llvm
 from hexir_compiler.target import host_codegen
 from hexir_compiler.target.host_codegen import TRIPLE
 from hexir_format import CPU_LEVELS
+
 #: The levels a module holds by default, one program each; the runtime runs the highest the
 #: host supports. x86-64-v2 (SSE4.2, every x86-64 server since 2009) keeps the module
 #: running anywhere, v3 (AVX2, FMA) and v4 (AVX-512) are where the schedules are fast.
