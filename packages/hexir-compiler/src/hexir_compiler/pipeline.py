@@ -135,6 +135,7 @@ def load(path, options: Options | None = None) -> ir.Module:
 
         options = options or Options("mlir")
         module = onnx.import_model(path, options.input_shapes, options.fixed_inputs)
+        dialects.trim_heap()  # the model's protobuf and arrays are gone; the weights stay
         try:
             _verify(module)
         except CompileError as err:  # an op the import made breaks a rule: the model's fault
