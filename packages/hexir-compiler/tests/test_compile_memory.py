@@ -1,4 +1,5 @@
-"""A compile frees its MLIR context before it makes the `.hxb`'s bytes.
+"""A compile frees its MLIR context before it makes the `.hxb`'s bytes, and one written to a
+file never copies its weights into one buffer.
 
 The context holds every attribute made in it -- an imported model's weights, twice where a
 matmul's are packed -- so keeping it through the format's writer (which copies the read-only
@@ -35,3 +36,18 @@ def test_no_context_is_alive_when_the_hxb_is_built(monkeypatch):
     assert len(alive) == 1 and alive[0] <= before
     assert len(hf.parse(image).executables) == 4 * 3  # four kernels, x86-64-v2, -v3, -v4
     assert ir.Context._get_live_count() <= before
+
+
+def test_a_module_written_to_a_file_never_joins_its_constants(monkeypatch, tmp_path):
+    """`hexir -o` streams the read-only data from the constants' attributes to the file:
+    joining it would hold a second copy of every weight next to the context's."""
+    data = pipeline.compile_file(MLP, pipeline.Options("hxb"))
+
+    def joined(self) -> bytes:
+        raise AssertionError("the rodata was joined into one buffer")
+
+    monkeypatch.setattr(serialize.Rodata, "join", joined)
+    path = tmp_path / "mlp.hxb"
+    with path.open("wb") as out:
+        assert pipeline.compile_file(MLP, pipeline.Options("hxb"), out) is None
+    assert path.read_bytes() == data

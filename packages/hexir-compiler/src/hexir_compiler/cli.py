@@ -33,7 +33,7 @@ from hexir_compiler.pipeline import (
 from hexir_compiler.serialize import SerializeError
 from hexir_compiler.target import TargetError, host, parse_targets
 from hexir_format import MAGIC
-from hexir_format.files import terminate_as_interrupt, write_atomically
+from hexir_format.files import atomic_write, terminate_as_interrupt, write_atomically
 
 EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
 
@@ -238,7 +238,10 @@ def run(argv: list[str]) -> int:
                          "compile: run it with hexir-run, or list it with hxb-dump\n")
         return EXIT_INPUT
     try:
+        if opts.stage == "hxb":
+            return _write_module(args, opts)
         result = compile_file(args.input, opts)
+        assert result is not None, "a stage other than hxb gives its text"
     except ParseError as err:
         name = "the program on stdin" if args.input == STDIN else args.input
         verdict = f"{name} does not verify" if err.verifying else f"could not parse {name}"
@@ -276,6 +279,21 @@ def _is_module_file(path: str) -> bool:
             return is_compiled_module(f.read(len(MAGIC)))
     except OSError:
         return False
+
+
+def _write_module(args: Args, opts: Options) -> int:
+    """Compile to a `.hxb` written straight to -o (default out.hxb), announced on stderr:
+    the file appears only once complete (`atomic_write`), and the weights go from the
+    compiler's constants to the file, never all into one buffer."""
+    path = args.output or "out.hxb"
+    try:
+        with atomic_write(path) as out:
+            compile_file(args.input, opts, out)
+    except OSError as err:  # creating the file, or writing it (a full disk)
+        sys.stderr.write(f"error: cannot open '{path}': {err.strerror}\n")
+        return EXIT_OUTPUT
+    sys.stderr.write(f"wrote {path}\n")
+    return 0
 
 
 def _emit(result: str | bytes, args: Args) -> int:

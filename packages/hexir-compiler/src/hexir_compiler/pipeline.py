@@ -18,17 +18,19 @@ into `hexir` with the same flags continues down the same chain and gives the sam
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import BinaryIO
 
 import hexir_format as hf
 from hexir_compiler import builtin, dialects, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.target import cuda, host, parse_targets
+from hexir_compiler.target import cuda, host, host_codegen, parse_targets
 from hexir_compiler.transforms import (
     hexir_dedupe_kernels,
     hexir_fuse,
@@ -68,6 +70,10 @@ class Options:
     input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     fixed_inputs: Mapping[str, object] = field(default_factory=dict)
     fuse: bool = True  # hexir-fuse before the kernels are made (`-fusion=off`: one per op)
+    #: Worker processes for the host kernels' LLVM code generation: None, one per core for a
+    #: compile of many kernels (`target.host_codegen.workers`); 0, none. The `.hxb` is the
+    #: same byte for byte whatever the number.
+    jobs: int | None = None
 
 
 class ParseError(CompileError):
@@ -129,6 +135,7 @@ def load(path, options: Options | None = None) -> ir.Module:
 
         options = options or Options("mlir")
         module = onnx.import_model(path, options.input_shapes, options.fixed_inputs)
+        dialects.trim_heap()  # the model's protobuf and arrays are gone; the weights stay
         try:
             _verify(module)
         except CompileError as err:  # an op the import made breaks a rule: the model's fault
@@ -188,8 +195,8 @@ def _kernels(module: ir.Module, options: Options) -> None:
     _lower_to_tir(module, _made_for(module) or host.cpus(options.cpu)[0])
 
 
-def _lower_to_tir(module: ir.Module, cpu: str) -> None:
-    hexir_lower_to_tir.run(module, cpu)
+def _lower_to_tir(module: ir.Module, cpu: str, packings: dict | None = None) -> None:
+    hexir_lower_to_tir.run(module, cpu, packings)
     hexir_dedupe_kernels.run(module)
 
 
@@ -231,7 +238,8 @@ def run(module: ir.Module, options: Options) -> ir.Module | str | hf.Module:
     if options.stage not in ("llvm", "hxb"):
         return lower(module, options, options.stage)
     if options.stage == "hxb":
-        return _hxb(module, options)
+        model, rodata = _hxb(module, options)
+        return replace(model, rodata=rodata.join())
     lower(module, options, "mlir-llvm")
     parts = [f"; hexir: cpu kernels, {host.TRIPLE}\n{host.llvm_ir(module)}"]
     parts += [f"; hexir: cuda kernel @{name}, nvptx64-nvidia-cuda\n{text}"
@@ -239,11 +247,13 @@ def run(module: ir.Module, options: Options) -> ir.Module | str | hf.Module:
     return "\n".join(parts)
 
 
-def _hxb(module: ir.Module, options: Options) -> hf.Module:
-    """The `.hxb` model of `module`: a program per host level (`Options.cpu`), the module
-    taken through the level-independent passes once (placement, fusion) and through the rest
-    once per level, each level's kernels compiled for it; one level gives a version 5 module
-    exactly as before, several a version 6 module of variants (`serialize.Variants`).
+def _hxb(module: ir.Module, options: Options) -> tuple[hf.Module, serialize.Rodata]:
+    """The `.hxb` model of `module`, its rodata empty, and the constants that go there: a
+    program per host level (`Options.cpu`), the module taken through the level-independent
+    passes once (placement, fusion) and through the rest once per level, each level's
+    kernels compiled for it; one level gives a version 5 module exactly as before, several a
+    version 6 module of variants (`serialize.Variants`). A level's LLVM code generation goes
+    on in worker processes (`Options.jobs`) while the next level is lowered.
 
     A module whose kernels are already made (a printed stage from mlir-tir on) holds its
     own level's program only, and one with no cpu kernels one program (its level is moot)."""
@@ -259,23 +269,37 @@ def _hxb(module: ir.Module, options: Options) -> hf.Module:
         levels = host.cpus(options.cpu)
     if len(levels) == 1 or made is not None:
         lower(module, options, "mlir-llvm")
-        return serialize.to_model(module, options.chip, levels[0])
+        rodata = serialize.Rodata()
+        with _codegen(module, 1, options) as codegen:
+            return serialize.to_model(module, options.chip, levels[0], codegen, rodata), rodata
     lower(module, options, "mlir-hetero")
     _fuse(module, options)
     _verify(module)
     variants = serialize.Variants(options.chip)
-    for level in levels:
-        copy = _clone(module)
-        _lower_to_tir(copy, level)
-        _verify(copy)
-        for _, step in PASSES[STAGES.index("mlir-tir"):]:
-            step(copy, options)
+    packings: dict = {}  # the packed weights, computed once for every level that reads them
+    with contextlib.ExitStack() as stack:
+        for level in levels:
+            copy = _clone(module)
+            _lower_to_tir(copy, level, packings)
             _verify(copy)
-        if not host.has_kernels(copy):  # no host code (every op on cuda): one program
-            return serialize.to_model(copy, options.chip, level)
-        variants.add(copy, level)
-        del copy  # its packed weights are in the variants' rodata now
-    return variants.model()
+            for _, step in PASSES[STAGES.index("mlir-tir"):]:
+                step(copy, options)
+                _verify(copy)
+            if not host.has_kernels(copy):  # no host code (every op on cuda): one program
+                rodata = serialize.Rodata()
+                return serialize.to_model(copy, options.chip, level, rodata=rodata), rodata
+            if variants.codegen is None:  # (the first level shows how many kernels there are)
+                variants.codegen = stack.enter_context(_codegen(copy, len(levels), options))
+            variants.add(copy, level)
+            del copy  # its packed weights are in the variants' rodata now
+        return variants.model(rodata=False), variants.rodata
+
+
+def _codegen(module: ir.Module, levels: int, options: Options) -> host_codegen.Codegen:
+    """Where the host kernels of `module` (at mlir-llvm), made for `levels` levels, get their
+    code: worker processes, or this one (`host_codegen.workers`)."""
+    kernels = len(host.kernels(module)) * levels
+    return host_codegen.Codegen(host_codegen.workers(kernels, options.jobs))
 
 
 def _clone(module: ir.Module) -> ir.Module:
@@ -290,14 +314,25 @@ def _clone(module: ir.Module) -> ir.Module:
     return copy
 
 
-def compile_file(path, options: Options) -> str | bytes:
+def compile_file(path, options: Options, out: BinaryIO | None = None) -> str | bytes | None:
     """Parse `path` (None: the built-in program; an `.onnx` path or an `onnx.ModelProto`:
-    the model) and produce the stage's output."""
+    the model) and produce the stage's output; at stage hxb with `out` (a binary file), the
+    `.hxb` is written there (and None returned) straight from the constants' attributes,
+    whose bytes are never copied into one buffer."""
     with context():
         module = load(None if path is None else path if is_onnx(path) else str(path), options)
-        result = run(module, options)
-        if isinstance(result, ir.Module):
-            return str(result)
+        if options.stage != "hxb":
+            result = run(module, options)
+            if isinstance(result, ir.Module):
+                return str(result)
+        else:
+            result, rodata = _hxb(module, options)
+            if out is not None:
+                serialize.write(result, rodata, out)
+                result = None
+            else:
+                result = replace(result, rodata=rodata.join())
+            del rodata
     # The module goes, and with it the context, before the .hxb's bytes are made: the
     # context's attributes hold the weights, twice where a matmul's are packed.
     del module
@@ -335,7 +370,9 @@ def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | N
     options = Options(emit, dict(placement or {}), chip, cpu, dict(input_shapes or {}),
                       dict(fixed_inputs or {}), fuse)
     try:
-        return compile_file(source, options)
+        result = compile_file(source, options)
+        assert result is not None, "compile_file gives the output where it writes no file"
+        return result
     except CompileError as err:  # the frontend names the CLI's flags; here, the arguments
         message = _FLAGS.sub(_argument, str(err))
         if message == str(err):

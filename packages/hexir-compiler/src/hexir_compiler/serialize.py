@@ -27,8 +27,9 @@ several host levels is one version 6 module whose entry points are a variant per
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import math
+import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -36,7 +37,7 @@ import numpy as np
 import hexir_format as hf
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_compiler.target import cuda, host
+from hexir_compiler.target import cuda, host, host_codegen
 from hexir_compiler.transforms.hextir_to_loops import is_kernel
 from hexir_format import plan
 
@@ -50,16 +51,28 @@ def serialize(module: ir.Module, target: str | None = None, cpu: str | None = No
     """The `.hxb` model of `module`; `target` is the CUDA architecture (e.g. "sm_90"), `cpu`
     the host CPU level (e.g. "x86-64-v3"). With `rodata` (shared by the levels of one
     module), the constants go there and the model's own rodata is left empty."""
+    return prepare(module, target, cpu, rodata)()
+
+
+def prepare(module: ir.Module, target: str | None = None, cpu: str | None = None,
+            rodata: Rodata | None = None,
+            codegen: host_codegen.Codegen | None = None) -> Callable[[], hf.Module]:
+    """`serialize`, in two steps: everything that reads `module` now (the host kernels'
+    code handed to `codegen`, which may make it in other processes), the model when the
+    returned function is called (once that code is made)."""
     entries = [op for op in _ops(module, "func.func") if not is_kernel(op)]
     if not entries:
         raise CompileError("the module has no func.func, so there is no entry point to write")
-    executables, index = _executables(module, entries, target, cpu)
+    executables, index = _executables(module, entries, target, cpu, codegen)
     writer = _Writer(index, rodata or Rodata())
     functions = [writer.function(op) for op in entries]
-    return hf.Module(
-        5, tuple(functions), b"" if rodata else writer.rodata.join(), tuple(executables),
-        tuple(writer.slots), placements=_memory_plan(functions, writer.slots, executables),
-    )
+    data = b"" if rodata else writer.rodata.join()
+
+    def model() -> hf.Module:
+        exes = [exe() for exe in executables]
+        return hf.Module(5, tuple(functions), data, tuple(exes), tuple(writer.slots),
+                         placements=_memory_plan(functions, writer.slots, exes))
+    return model
 
 
 @dataclass
@@ -68,21 +81,36 @@ class Rodata:
     to one already written (a tied weight; the weights every level's program shares) takes
     its offset. Each value starts at an 8-byte boundary. The pieces are mostly views of the
     constants' attributes, joined once at the end (appending to one buffer copied the weights
-    up to twice more)."""
+    up to twice more), or written one by one (`pieces`) where the `.hxb` goes to a file.
+
+    Values are found by length and CRC-32 (four times as fast as a cryptographic hash over a
+    big model's weights), and a match is compared byte for byte."""
 
     pieces: list = field(default_factory=list)
     size: int = 0
-    seen: dict[tuple[int, bytes], int] = field(default_factory=dict)
+    seen: dict[tuple[int, int], list[tuple[int, memoryview]]] = field(default_factory=dict)
+    #: offsets by attribute: MLIR uniques attributes, so the same weight in every level's
+    #: program is one attribute, and its bytes need reading once, not once per level
+    known: dict = field(default_factory=dict)
 
-    def add(self, value: memoryview) -> int:
-        """The offset of `value`'s bytes (a C-contiguous byte view)."""
-        key = (len(value), hashlib.blake2b(value, digest_size=32).digest())
-        if key not in self.seen:
-            self.seen[key] = self.size
+    def add(self, value: memoryview, attribute: ir.Attribute | None = None) -> int:
+        """The offset of `value`'s bytes (a C-contiguous byte view; `attribute`, where
+        given, the uniqued attribute those bytes are the value of)."""
+        if attribute is not None and attribute in self.known:
+            return self.known[attribute]
+        same = self.seen.setdefault((len(value), zlib.crc32(value)), [])
+        bytes_ = np.frombuffer(value, np.uint8)
+        offset = next((at for at, other in same
+                       if np.array_equal(bytes_, np.frombuffer(other, np.uint8))), None)
+        if offset is None:
+            offset = self.size
+            same.append((offset, value))
             pad = -len(value) % 8
             self.pieces += [value, bytes(pad)]
             self.size += len(value) + pad
-        return self.seen[key]
+        if attribute is not None:
+            self.known[attribute] = offset
+        return offset
 
     def join(self) -> bytes:
         return b"".join(self.pieces)
@@ -91,31 +119,40 @@ class Rodata:
 @dataclass
 class Variants:
     """One program lowered for several host levels, serialized level by level (each level's
-    MLIR module can go once its model is made) into one version 6 model: every entry point a
-    variant per level, the levels' constants stored once (`Rodata`), kernels equal in every
-    field (cuda's, which no level changes) stored once."""
+    MLIR module can go once it is read; its host code may still be in the making) into one
+    version 6 model: every entry point a variant per level, the levels' constants stored
+    once (`Rodata`), kernels equal in every field (cuda's, which no level changes) stored
+    once."""
 
     target: str | None = None
+    codegen: host_codegen.Codegen | None = None
     rodata: Rodata = field(default_factory=Rodata)
-    functions: list[hf.Function] = field(default_factory=list)
-    slots: list[hf.Slot] = field(default_factory=list)
-    placements: list[tuple[int, int]] = field(default_factory=list)
-    kernels: dict[hf.Executable, int] = field(default_factory=dict)
+    levels: list[tuple[Callable[[], hf.Module], str]] = field(default_factory=list)
 
     def add(self, module: ir.Module, cpu: str) -> None:
         """`module` (at mlir-llvm) as the variants for level `cpu`."""
         with _serialize_errors():
-            model = serialize(module, self.target, cpu, self.rodata)
-        base, level = len(self.slots), host.level(cpu)
-        index = [self.kernels.setdefault(exe, len(self.kernels)) for exe in model.executables]
-        self.slots += model.slots
-        self.placements += [(base + slot, offset) for slot, offset in model.placements]
-        self.functions += [replace(f, cpu_level=level, commands=tuple(
-            _renumbered(c, base, index) for c in f.commands)) for f in model.functions]
+            self.levels.append((prepare(module, self.target, cpu, self.rodata, self.codegen),
+                                cpu))
 
-    def model(self) -> hf.Module:
-        return hf.Module(6, tuple(self.functions), self.rodata.join(), tuple(self.kernels),
-                         tuple(self.slots), placements=tuple(self.placements))
+    def model(self, rodata: bool = True) -> hf.Module:
+        """The model, once every level's host code is made; its rodata joined, or (False)
+        left empty for the caller to write from `self.rodata.pieces`."""
+        functions: list[hf.Function] = []
+        slots: list[hf.Slot] = []
+        placements: list[tuple[int, int]] = []
+        kernels: dict[hf.Executable, int] = {}
+        for prepared, cpu in self.levels:
+            with _serialize_errors():
+                model = prepared()
+            base, level = len(slots), host.level(cpu)
+            index = [kernels.setdefault(exe, len(kernels)) for exe in model.executables]
+            slots += model.slots
+            placements += [(base + slot, offset) for slot, offset in model.placements]
+            functions += [replace(f, cpu_level=level, commands=tuple(
+                _renumbered(c, base, index) for c in f.commands)) for f in model.functions]
+        return hf.Module(6, tuple(functions), self.rodata.join() if rodata else b"",
+                         tuple(kernels), tuple(slots), placements=tuple(placements))
 
 
 #: The operands that name a slot, by name (DISPATCH's slots come after its named operands).
@@ -145,11 +182,14 @@ def _memory_plan(functions: list[hf.Function], slots: list[hf.Slot],
     return tuple(sorted(offsets.items()))
 
 
-def to_model(module: ir.Module, target: str | None = None, cpu: str | None = None) -> hf.Module:
-    """The `.hxb` model of `module` at the version it needs (`build` makes its bytes); every
-    failure here is a `SerializeError`."""
+def to_model(module: ir.Module, target: str | None = None, cpu: str | None = None,
+             codegen: host_codegen.Codegen | None = None,
+             rodata: Rodata | None = None) -> hf.Module:
+    """The `.hxb` model of `module` at the version it needs (`build` makes its bytes; with
+    `rodata`, the constants go there and the model's own is left empty); every failure here
+    is a `SerializeError`."""
     with _serialize_errors():
-        model = serialize(module, target, cpu)
+        model = prepare(module, target, cpu, rodata, codegen)()
         return replace(model, version=hf.minimum_version(model))
 
 
@@ -159,6 +199,14 @@ def build(model: hf.Module) -> bytes:
     packed, and the format's writer makes two more copies of the read-only data."""
     with _serialize_errors():
         return hf.build(model)
+
+
+def write(model: hf.Module, rodata: Rodata, out) -> None:
+    """`model` (its rodata empty) to the binary file `out`, the constants written from
+    `rodata`'s pieces, views of their attributes: the weights are never copied into one
+    buffer (the caller keeps the MLIR context, which owns them, until this returns)."""
+    with _serialize_errors():
+        hf.write(model, out, rodata.pieces)
 
 
 def to_bytes(module: ir.Module, target: str | None = None, cpu: str | None = None) -> bytes:
@@ -208,8 +256,9 @@ def tensor_type(t: ir.Type) -> hf.TensorType:
 
 
 def _executables(module: ir.Module, entries: list[ir.Operation], target: str | None,
-                 cpu: str | None):
-    """Every kernel a call names, in module order, and its index by name."""
+                 cpu: str | None, codegen: host_codegen.Codegen | None):
+    """Every kernel a call names, in module order (each a function giving its executable
+    once its code is made), and its index by name."""
     calls = _call_types(entries)
     kernels = [op for op in (v.operation for v in module.body.operations)
                if op.name in ("llvm.func", "gpu.module") and is_kernel(op)
@@ -219,13 +268,13 @@ def _executables(module: ir.Module, entries: list[ir.Operation], target: str | N
     if unlowered is not None:
         raise SerializeError("kernel is not lowered to LLVM; the serializer takes a module at "
                              "mlir-llvm", unlowered.location)
-    images: dict[str, host.HostImage | cuda.DeviceImage] = dict(host.compile_kernels(module, cpu))
+    # a host kernel's image is to come (a function), a cuda kernel's is made here
+    images: dict[str, Callable[[], host.HostImage] | cuda.DeviceImage] = dict(
+        host.submit_kernels(module, cpu, codegen))
     if any(_attr_str(op, "device", "cpu") == "cuda" for op in kernels):
         images.update(cuda.compile_kernels(module, target))
     executables = [_executable(op, calls[_attr_str(op, "sym_name")], images) for op in kernels]
-    return executables, {exe.name: i for i, exe in enumerate(executables)}
-
-
+    return executables, {_attr_str(op, "sym_name"): i for i, op in enumerate(kernels)}
 def _call_types(entries: list[ir.Operation]) -> dict[str, list[ir.Type]]:
     """callee name -> the tensor types of its buffers (inputs, then the destination)."""
     found: dict[str, list[ir.Type]] = {}
@@ -241,31 +290,34 @@ def _call_types(entries: list[ir.Operation]) -> dict[str, list[ir.Type]]:
     return found
 
 
-def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict) -> hf.Executable:
+def _executable(kernel: ir.Operation, types: list[ir.Type],
+                images: dict) -> Callable[[], hf.Executable]:
+    """The executable of `kernel`, checked now, given (with its image) when called."""
     name = _attr_str(kernel, "sym_name")
     if len(name.encode()) > hf.MAX_NAME:
         raise SerializeError(f"kernel name '{name}' is longer than {hf.MAX_NAME} bytes",
                              kernel.location)
-    image = images.get(name)
-    if image is None:
+    pending = images.get(name)
+    if pending is None:
         raise SerializeError(f"kernel '{name}' has no code", kernel.location)
     device = hf.Device.from_name(_attr_str(kernel, "device", "cpu"))
-    exe = hf.Executable(
-        name,
-        hf.KernelKind[_attr_str(kernel, "hexir.kernel").upper()],
-        device,
-        tuple(tensor_type(t) for t in types),
-        tuple(kernel.attributes["hexir.params"]) if "hexir.params" in kernel.attributes else (),
-        image=image.image,
-        grid=tuple(image.grid),
-        block=(1, 1, 1) if device is hf.Device.CPU else tuple(image.block),
-        cpu_level=image.level if device is hf.Device.CPU else 0,
-    )
+    kind = hf.KernelKind[_attr_str(kernel, "hexir.kernel").upper()]
+    args = tuple(tensor_type(t) for t in types)
+    params = tuple(kernel.attributes["hexir.params"]) if "hexir.params" in kernel.attributes \
+        else ()
     # The rule the runtime validates against: never write a module the runtime would refuse.
-    problem = hf.signature_problem(exe.kind, exe.args, exe.params)
+    problem = hf.signature_problem(kind, args, params)
     if problem:
         raise SerializeError(f"kernel '{name}': {problem}", kernel.location)
-    return exe
+
+    def executable() -> hf.Executable:
+        image = pending() if callable(pending) else pending
+        return hf.Executable(
+            name, kind, device, args, params, image=image.image, grid=tuple(image.grid),
+            block=(1, 1, 1) if device is hf.Device.CPU else tuple(image.block),
+            cpu_level=image.level if device is hf.Device.CPU else 0,
+        )
+    return executable
 
 
 def _io_names(func: ir.Operation) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -357,7 +409,7 @@ class _Writer:
         data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.shape)
         # (a view with a 0 in its shape cannot be cast; the buffer protocol: no bytes copy)
         offset = self.rodata.add(np.ascontiguousarray(data).data.cast("B") if data.size
-                                 else memoryview(b""))
+                                 else memoryview(b""), value)
         slot = self._result(op, slot_of)
         return [hf.Command.const(slot, offset, data.nbytes)]
 

@@ -35,7 +35,7 @@ from hexir_format.model import (
 )
 from hexir_format.reader import parse, parse_layout
 from hexir_format.signatures import ShapeError, signature_problem
-from hexir_format.writer import build, minimum_version
+from hexir_format.writer import build, minimum_version, write
 
 __all__ = [
     "BINARY_KINDS", "CODE_KINDS", "CPU_LEVELS", "LATEST_VERSION", "MAGIC", "MAX_BLOCK",
@@ -44,5 +44,5 @@ __all__ = [
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
     "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",
-    "parse_layout", "plan", "printable", "signature_problem", "validate",
+    "parse_layout", "plan", "printable", "signature_problem", "validate", "write",
 ]

@@ -3,9 +3,17 @@
 Each section is built from the declarations in `layout`, then placed after the header and
 section table at the next 8-byte boundary. The version is the module's own; `minimum_version`
 tells a writer whether the smaller, older layout (v3) can express a module.
+
+`write` streams the sections to a file, the read-only data straight from the caller's
+buffers (a compiler's constants): a big model's weights are then never copied into one
+buffer, which `build` (the bytes of a module) cannot avoid.
 """
 
 from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from typing import BinaryIO
 
 from construct import Array
 
@@ -67,6 +75,19 @@ def _v3_extents(exe: Executable) -> tuple[int, int, int] | None:
 
 def build(module: Module) -> bytes:
     """The bytes of `module` in its own version's layout."""
+    out = io.BytesIO()
+    write(module, out)
+    return out.getvalue()  # BytesIO hands over its buffer: no second copy
+
+
+def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
+    """Write `module` in its own version's layout to `out` (a binary file, at its start or
+    anywhere: offsets are the module's own) and return the bytes written. `rodata`, where
+    given, is the read-only data as a sequence of byte buffers written one after the other,
+    in place of `module.rodata` (which must then be empty): nothing joins them."""
+    pieces = [memoryview(module.rodata)] if rodata is None else [memoryview(p) for p in rodata]
+    if rodata is not None and len(module.rodata):
+        raise FormatError("the read-only data is given twice: the module's and as pieces")
     if module.version == 3 and (problem := _v3_problem(module)):
         raise FormatError(f"version 3 cannot express {problem}; write version 4")
     if module.version not in L.FORMATS:
@@ -82,10 +103,11 @@ def build(module: Module) -> bytes:
         raise FormatError(f"cpu kernel '{host.name}' carries a host image, which only version 5 "
                           f"holds; this module is version {module.version}")
     symbols, program = _symbols_and_program(module)
-    sections = [
+    #: each section's payload: its bytes, or (RODATA) the pieces written one after another
+    sections: list[tuple[SectionKind, bytes | list[memoryview]]] = [
         (SectionKind.SYMBOLS, symbols),
         (SectionKind.PROGRAM, program),
-        (SectionKind.RODATA, bytes(module.rodata)),
+        (SectionKind.RODATA, pieces),
         (SectionKind.EXECUTABLES, _executables(module)),
     ]
     named = [f for f in module.functions if f.inputs or f.outputs]
@@ -113,17 +135,19 @@ def build(module: Module) -> bytes:
             count=len(module.placements), reserved=0)) + b"".join(
             L.PlanEntry.build(dict(slot=slot, reserved=0, offset=offset))
             for slot, offset in module.placements)))
-    table_end = L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
-    out = bytearray(table_end)
-    table = []
+    table, end = [], L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
     for kind, payload in sections:
-        out += bytes(L.align(len(out)) - len(out))
-        table.append(dict(kind=kind, flags=0, offset=len(out), size=len(payload)))
-        out += payload
-    out[:table_end] = L.Header.build(dict(
+        size = sum(p.nbytes for p in payload) if isinstance(payload, list) else len(payload)
+        table.append(dict(kind=kind, flags=0, offset=L.align(end), size=size))
+        end = L.align(end) + size
+    written = out.write(L.Header.build(dict(
         version=module.version, flags=0, section_count=len(sections), reserved=0,
-    )) + b"".join(L.SectionEntry.build(e) for e in table)
-    return bytes(out)
+    )) + b"".join(L.SectionEntry.build(e) for e in table))
+    for (_, payload), entry in zip(sections, table, strict=True):
+        written += out.write(bytes(entry["offset"] - written))
+        for piece in (payload if isinstance(payload, list) else (payload,)):
+            written += out.write(piece)
+    return written
 
 
 def _types(module: Module):

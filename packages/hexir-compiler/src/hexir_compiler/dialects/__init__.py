@@ -46,6 +46,14 @@ def release() -> None:
     ours: tuple[Any, ...] = (Hexir, Hextir)  # (`_load.load` sets the attribute; untyped)
     for dialect in ours:
         dialect._mlir_module = None
+    trim_heap()
+
+
+def trim_heap() -> None:
+    """Hand the C heap's free pages back to the system (glibc's `malloc_trim`; elsewhere
+    nothing): after a big free in the heap's middle (a context's attributes; an imported
+    model's protobuf and arrays, ViT-L/16: 100 MB of holes), so the next big allocations do
+    not grow the peak past the pages `free` kept."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
 
@@ -63,4 +71,4 @@ def _libc():
 _LIBC = _libc()
 
 
-__all__ = ["Hexir", "Hextir", "context", "release"]
+__all__ = ["Hexir", "Hextir", "context", "release", "trim_heap"]

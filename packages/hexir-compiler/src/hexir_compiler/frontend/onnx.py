@@ -55,6 +55,11 @@ MLIR = {np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("int32"
         np.dtype("int64"): "i64", np.dtype("bool"): "i1"}
 
 
+#: An initializer of at least this many bytes lives in its MLIR attribute from the start
+#: (`Importer._initializer`); smaller ones (shapes, axes) stay numpy arrays.
+_IN_PLACE = 1 << 16
+
+
 class ModelError(CompileError):
     """A model Hexir cannot import; the message names the node or tensor. One that refuses
     the model for several reasons has `lines`, one per reason (its message joins them)."""
@@ -338,6 +343,14 @@ class Importer:
         if array.shape != tuple(init.dims) or array.dtype != dtype:
             raise ModelError(f"{self.name}: {what}: data of shape {list(array.shape)}, "
                              f"declared {list(init.dims)}")
+        if array.nbytes >= _IN_PLACE and dtype != np.bool_:
+            # The weight's one lasting copy is the attribute its constant will hold (MLIR
+            # makes it once: the constant's later `get` finds it); the values read at
+            # import are a view of it, so the model's protobuf, its arrays and the
+            # attributes are not all held at once (a third more memory for a big model).
+            attr = ir.DenseElementsAttr.get(np.require(array, requirements="C"),
+                                            type=_tensor_type(array.shape, dtype))
+            array = np.asarray(attr).reshape(array.shape)
         return Tensor(tuple(array.shape), dtype, const=array)
 
     def _fixed(self, vi) -> Tensor:

@@ -3,7 +3,8 @@
 Our MLIR bindings have no X86 backend, so MLIR stops at LLVM IR and `llvmlite` (LLVM 22)
 takes it from there: its new pass manager at -O3 (loop vectorization and unrolling included),
 then its code generator, which writes an ELF relocatable object (position-independent, small
-code model). Each cpu kernel becomes one object holding one global function of the kernel's
+code model), in worker processes where a compile has many kernels (`host_codegen`). Each
+cpu kernel becomes one object holding one global function of the kernel's
 name, `void name(ptr buffer..., i64 lo, i64 hi)`; its only undefined symbols are libm's (expf,
 tanh, ...), which the runtime's loader resolves. That object is the kernel's host image.
 
@@ -21,14 +22,16 @@ reassociated), and everything else is the IEEE result of the loops as written.
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
 from dataclasses import dataclass
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, llvm
+from hexir_compiler.target import host_codegen
+from hexir_compiler.target.host_codegen import TRIPLE
 from hexir_format import CPU_LEVELS
 
-TRIPLE = "x86_64-unknown-linux-gnu"
 #: The levels a module holds by default, one program each; the runtime runs the highest the
 #: host supports. x86-64-v2 (SSE4.2, every x86-64 server since 2009) keeps the module
 #: running anywhere, v3 (AVX2, FMA) and v4 (AVX-512) are where the schedules are fast.
@@ -81,7 +84,7 @@ def level(cpu: str | None) -> int:
     return LEVELS[cpu]
 
 
-def _kernels(module: ir.Module) -> list[ir.Operation]:
+def kernels(module: ir.Module) -> list[ir.Operation]:
     """The cpu kernels of `module` at mlir-llvm."""
     return [view.operation for view in module.body.operations
             if view.operation.name == "llvm.func" and "hexir.kernel" in view.operation.attributes]
@@ -89,64 +92,47 @@ def _kernels(module: ir.Module) -> list[ir.Operation]:
 
 def has_kernels(module: ir.Module) -> bool:
     """Whether `module` (at mlir-llvm) has cpu kernels, which get host code."""
-    return bool(_kernels(module))
+    return bool(kernels(module))
 
 
-def compile_kernels(module: ir.Module, cpu: str | None = None) -> dict[str, HostImage]:
+def compile_kernels(module: ir.Module, cpu: str | None = None,
+                    codegen: host_codegen.Codegen | None = None) -> dict[str, HostImage]:
     """A host image per cpu kernel of `module` (at mlir-llvm), by name."""
-    kernels = _kernels(module)
-    if not kernels:
+    return {name: image() for name, image in submit_kernels(module, cpu, codegen).items()}
+
+
+def submit_kernels(module: ir.Module, cpu: str | None = None,
+                   codegen: host_codegen.Codegen | None = None,
+                   ) -> dict[str, Callable[[], HostImage]]:
+    """Each cpu kernel of `module` (at mlir-llvm) handed to `codegen` (None: compiled here
+    and now), by name: a call gives its host image once its code is made (and raises the
+    CompileError where LLVM refuses the kernel's IR)."""
+    found = kernels(module)
+    if not found:
         return {}
     cpu = cpu or DEFAULT_CPU
-    machine = _target_machine(cpu)
-    images = {}
-    for kernel in kernels:
+    codegen = codegen or host_codegen.Codegen()
+    pending: dict[str, Callable[[], HostImage]] = {}
+    for kernel in found:
         name = _symbol(kernel)
         x, y, z = (int(g) for g in kernel.attributes["hexir.grid"])
-        images[name] = HostImage(_object(llvm_ir(module, [name]), machine, name), (x, y, z),
-                                 LEVELS[cpu])
-    return images
+        code = codegen.submit(llvm_ir(module, [name]), cpu)
+        pending[name] = functools.partial(_image, code, name, (x, y, z), LEVELS[cpu])
+    return pending
 
 
-def _object(text: str, machine, name: str) -> bytes:
-    binding = _llvmlite()
+def _image(code: Future, name: str, grid: tuple[int, int, int], level: int) -> HostImage:
     try:
-        parsed = binding.parse_assembly(text)
-        parsed.verify()
-    except RuntimeError as err:
-        raise CompileError(f"LLVM rejected the IR of cpu kernel '{name}': "
-                           f"{str(err).strip().splitlines()[0]}") from None
-    parsed.triple = TRIPLE
-    parsed.data_layout = str(machine.target_data)
-    tuning = binding.create_pipeline_tuning_options(speed_level=3)
-    tuning.loop_vectorization = True
-    tuning.slp_vectorization = True
-    builder = binding.create_pass_builder(machine, tuning)
-    builder.getModulePassManager().run(parsed, builder)
-    return bytes(machine.emit_object(parsed))
-
-
-@functools.cache
-def _target_machine(cpu: str):
-    # AVX-512 registers in full: LLVM's default for the level is half of each (256 bits)
-    features = "-prefer-256-bit" if level(cpu) >= LEVELS["x86-64-v4"] else ""
-    target = _llvmlite().Target.from_triple(TRIPLE)
-    return target.create_target_machine(cpu=cpu, features=features, opt=3, reloc="pic",
-                                        codemodel="small")
+        return HostImage(code.result(), grid, level)
+    except host_codegen.RejectedIR as err:
+        raise CompileError(f"LLVM rejected the IR of cpu kernel '{name}': {err}") from None
+    except RuntimeError as err:  # a worker that died
+        raise CompileError(f"cpu kernel '{name}': {err}") from None
 
 
 def llvm_version() -> str:
     """The version of the LLVM inside llvmlite, e.g. `22.1.0`."""
-    return ".".join(map(str, _llvmlite().llvm_version_info))
-
-
-def _llvmlite():
-    """llvmlite's binding layer, initialised once (it is a compiler dependency only)."""
-    import llvmlite.binding as binding
-
-    binding.initialize_native_target()
-    binding.initialize_native_asmprinter()
-    return binding
+    return ".".join(map(str, host_codegen.llvm_binding().llvm_version_info))
 
 
 def _symbol(op: ir.Operation) -> str:

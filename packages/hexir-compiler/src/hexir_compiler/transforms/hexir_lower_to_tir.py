@@ -60,9 +60,13 @@ def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
         pass_.signal_pass_failure()
 
 
-def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
+def run(module: ir.Module | ir.Operation, cpu: str | None = None,
+        packings: dict | None = None) -> None:
     """Lower every compute op of `module` in place; cpu kernels are scheduled for the host
-    CPU level `cpu` (`-target=cpu:...`; None: `target.host.DEFAULT_CPU`).
+    CPU level `cpu` (`-target=cpu:...`; None: `target.host.DEFAULT_CPU`). `packings`, a
+    dict shared by the lowerings of one program for several levels, keeps each packed
+    weight's value, so a layout every level reads is computed once (a big model's weights
+    take seconds to repack).
 
     Raises CompileError (`hexir.<op>: ...`, with the op's location) when one cannot be
     lowered.
@@ -107,7 +111,7 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
                 counter += 1
         name = f"{stem}_{counter}"
         counter += 1
-        _lower(members, name, body, level, packed)
+        _lower(members, name, body, level, packed, {} if packings is None else packings)
     for constant in {key[0] for key in packed}:
         if not list(constant.uses):
             constant.owner.erase()
@@ -126,7 +130,7 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
 
 
 def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level: int,
-           packed: dict) -> None:
+           packed: dict, packings: dict) -> None:
     """One kernel for an op or a fusion group, called where its last op was; the others are
     erased. A lone op's inputs are its operands; a group's are its operands from outside it,
     each once, a contraction's two first."""
@@ -139,7 +143,7 @@ def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level:
     for member in members:
         graph_op, _ = _read(member)
         if member is head:  # its operands are the first inputs (the rhs perhaps packed)
-            graph_op = _pack_rhs(member, graph_op, inputs, level, packed)
+            graph_op = _pack_rhs(member, graph_op, inputs, level, packed, packings)
             steps.append(fusion.Step(graph_op, tuple(("input", i) for i in range(2))))
             continue
         sources = []
@@ -207,9 +211,10 @@ def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Val
 
 
 def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level: int,
-              packed: dict) -> GraphOp:
+              packed: dict, packings: dict) -> GraphOp:
     """`graph_op` marked PANEL, its rhs (`inputs[1]`) replaced by the packed constant, where
-    the schedule packs it (see the module docstring); else `graph_op` unchanged."""
+    the schedule packs it (see the module docstring); else `graph_op` unchanged. `packings`
+    holds the packed values made so far, by (value, layout)."""
     if graph_op.mnemonic not in ("conv", "matmul", "linear"):
         return graph_op
     rhs = op.operands[1]
@@ -223,6 +228,7 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
         width = convolution.panel_columns(ir.FloatType(element).width // 8,
                                           graph_op.inputs[1][0] // group)
         pack = functools.partial(convolution.pack_weight, group=group, width=width)
+        layout: tuple[str | int, ...] = ("conv", group, width)
     elif len(graph_op.inputs[1]) == 2:
         depth, cols = graph_op.inputs[1]
         macs = math.prod(graph_op.inputs[0][:-1]) * depth * cols
@@ -231,21 +237,25 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
             return graph_op
         width = panel
         pack = functools.partial(_column_panels, width=width)
+        layout = ("columns", width)
     else:
         return graph_op
     key = (rhs, graph_op.mnemonic == "conv", width)
     if key not in packed:
         value = ir.DenseElementsAttr(rhs.owner.attributes["value"])
-        dtype = np.dtype(str(element).replace("f", "float"))
         shape = graph_op.inputs[1]
-        array = pack(np.full(shape, ir.FloatAttr(value.get_splat_value()).value, dtype)
-                     if value.is_splat else np.array(value).reshape(shape))
         with rhs.owner.location:
-            type_ = ir.RankedTensorType.get(list(array.shape), element)
+            if (value, shape, layout) not in packings:
+                dtype = np.dtype(str(element).replace("f", "float"))
+                array = pack(np.full(shape, ir.FloatAttr(value.get_splat_value()).value, dtype)
+                             if value.is_splat else np.asarray(value).reshape(shape))
+                type_ = ir.RankedTensorType.get(list(array.shape), element)
+                packings[value, shape, layout] = ir.DenseElementsAttr.get(array, type=type_)
+            attr = packings[value, shape, layout]
             packed[key] = ir.Operation.create(
-                "hexir.constant", results=[type_],
+                "hexir.constant", results=[attr.type],
                 attributes={**{n: rhs.owner.attributes[n] for n in rhs.owner.attributes},
-                            "value": ir.DenseElementsAttr.get(array, type=type_)},
+                            "value": attr},
                 ip=ir.InsertionPoint(rhs.owner)).result
     inputs[1] = packed[key]
     attributes = {**graph_op.attributes, PANEL: ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
