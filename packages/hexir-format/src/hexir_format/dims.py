@@ -395,6 +395,35 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, i
     return min(corners), max(corners)  # monotone in each operand on a sign-fixed divisor
 
 
+# deciding ------------------------------------------------------------------------------
+
+def _span(d: Dim) -> tuple[int, int] | None:
+    """`d`'s interval for every non-negative value of its symbols (sizes are never
+    negative); None when a divisor may be zero."""
+    if isinstance(d, int):
+        return d, d
+    try:
+        return bound(d, {name: (0, INT64_MAX) for name in d.symbols()})
+    except DimError:
+        return None
+
+
+def less(a: Dim, b: Dim) -> bool:
+    """Whether a < b for every non-negative value of the symbols; a DimError when that
+    depends on them."""
+    span = _span(add(b, mul(a, -1)))
+    if span is not None and span[0] > 0:
+        return True
+    if span is not None and span[1] <= 0:
+        return False
+    raise DimError(f"whether {render(a)} < {render(b)} depends on the sizes")
+
+
+def less_equal(a: Dim, b: Dim) -> bool:
+    """Whether a <= b, as `less` decides it."""
+    return not less(b, a)
+
+
 # binding -------------------------------------------------------------------------------
 
 @dataclasses.dataclass(frozen=True)
@@ -604,4 +633,4 @@ def parse(text: str) -> Dim:
 
 __all__ = ["MAX_WORDS", "Atom", "Dim", "DimError", "Expr", "Given", "Opcode", "add", "bind",
            "bound", "ceildiv", "decode", "encode", "evaluate", "floordiv", "free_symbols",
-           "maximum", "minimum", "mod", "mul", "parse", "render"]
+           "less", "less_equal", "maximum", "minimum", "mod", "mul", "parse", "render"]
