@@ -54,7 +54,7 @@ func.func @int(%a: tensor<2xi32>) {
 // -----
 
 func.func @dynamic(%a: tensor<?x2xf32>) {
-  // CHECK: :58:8: error: 'hexir.exp' op input must have a static shape, got tensor<?x2xf32>
+  // CHECK: :58:8: error: 'hexir.exp' op input: tensor<?x2xf32> has 1 dynamic dimension; its encoding must list its expression as strings, e.g. ["batch"]
   %r = "hexir.exp"(%a) : (tensor<?x2xf32>) -> tensor<?x2xf32>
   return
 }

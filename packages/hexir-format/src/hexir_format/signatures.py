@@ -51,6 +51,14 @@ def fmt(shape: Sequence[Dim]) -> str:
 
 # ---- shape rules -----------------------------------------------------------------------------
 
+def _may_be_at_most(a: Dim, b: Dim) -> bool:
+    """Whether a <= b, as `_may_be_less` answers."""
+    try:
+        return dims.less_equal(a, b)
+    except DimError:
+        return True
+
+
 def _may_be_less(a: Dim, b: Dim) -> bool:
     """Whether a < b: exactly for ints; for symbolic dims False only when it fails for every
     size, since what depends on the sizes is checked again with each call's (the runtime
@@ -87,8 +95,9 @@ def matmul(a: Sequence[D], b: Sequence[D], *, vectors: bool = True) -> tuple[D, 
     for name, s in (("lhs", a), ("rhs", b)):
         if len(s) < least:
             raise ShapeError(f"expected a {name} of rank {least} or more, got rank {len(s)}")
-    a2: tuple[D, ...] = tuple(a) if len(a) > 1 else (1, *a)
-    b2: tuple[D, ...] = tuple(b) if len(b) > 1 else (*b, 1)
+    one: tuple[D, ...] = (1,)
+    a2 = tuple(a) if len(a) > 1 else one + tuple(a)
+    b2 = tuple(b) if len(b) > 1 else tuple(b) + one
     if a2[-1] != b2[-2]:
         raise ShapeError(f"inner dimensions differ: {a2[-1]} vs {b2[-2]}")
     try:
@@ -97,9 +106,9 @@ def matmul(a: Sequence[D], b: Sequence[D], *, vectors: bool = True) -> tuple[D, 
         raise ShapeError(
             f"batch dimensions {fmt(a2[:-2])} and {fmt(b2[:-2])} are not broadcast-compatible"
         ) from None
-    rows: tuple[D, ...] = a2[-2:-1] if len(a) > 1 else ()
-    cols: tuple[D, ...] = b2[-1:] if len(b) > 1 else ()
-    return (*batch, *rows, *cols)
+    rows = a2[-2:-1] if len(a) > 1 else ()
+    cols = b2[-1:] if len(b) > 1 else ()
+    return batch + rows + cols
 
 
 def linear(x: Sequence[D], w: Sequence[D]) -> tuple[D, ...]:
@@ -188,7 +197,10 @@ def concat(shapes: Sequence[Sequence[D]], axis: int) -> tuple[D, ...]:
         if len(s) != len(first) or any(a != b for d, (a, b) in
                                          enumerate(zip(s, first, strict=True)) if d != axis):
             raise ShapeError(f"shapes {fmt(first)} and {fmt(s)} differ off axis {axis}")
-    return (*first[:axis], sum(s[axis] for s in shapes), *first[axis + 1:])
+    total = first[axis]
+    for s in shapes[1:]:
+        total = total + s[axis]
+    return first[:axis] + (total,) + first[axis + 1:]
 
 
 def slice_(x: Sequence[D], starts: Sequence[D], steps: Sequence[int],
@@ -212,7 +224,7 @@ def gather(data: Sequence[D], indices: Sequence[D], axis: int) -> tuple[D, ...]:
     if not data:
         raise ShapeError("cannot gather from a scalar")
     axis = normalize_axis(axis, len(data))
-    return (*data[:axis], *indices, *data[axis + 1:])
+    return tuple(data[:axis]) + tuple(indices) + tuple(data[axis + 1:])
 
 
 def gather_elements(data: Sequence[D], indices: Sequence[D], axis: int) -> tuple[D, ...]:
@@ -239,9 +251,11 @@ def scatter_nd(data: Sequence[D], indices: Sequence[D], updates: Sequence[D]) ->
     if not indices:
         raise ShapeError("indices must have rank 1 or more: [..., k]")
     k = indices[-1]
+    if not isinstance(k, int):
+        raise ShapeError(f"index tuples of {k} coordinates: their length must be static")
     if k > len(data):
         raise ShapeError(f"index tuples of {k} coordinates do not fit the rank-{len(data)} data")
-    want = (*indices[:-1], *data[k:])
+    want = tuple(indices[:-1]) + tuple(data[k:])
     if tuple(updates) != want:
         raise ShapeError(f"updates have shape {fmt(updates)}; indices {fmt(indices)} into data "
                          f"{fmt(data)} expect {fmt(want)}")
@@ -253,9 +267,9 @@ def top_k(x: Sequence[D], k: int, axis: int) -> tuple[D, ...]:
     if not x:
         raise ShapeError("cannot take the top k of a scalar")
     axis = normalize_axis(axis, len(x))
-    if not 0 <= k <= x[axis]:
+    if k < 0 or not _may_be_at_most(k, x[axis]):
         raise ShapeError(f"k = {k} is not in 0..{x[axis]}, the extent of axis {axis}")
-    return (*x[:axis], k, *x[axis + 1:])
+    return tuple(x[:axis]) + (k,) + tuple(x[axis + 1:])
 
 
 def _along_axis(what: str, data: Sequence[D], indices: Sequence[D], axis: int) -> None:
@@ -265,7 +279,7 @@ def _along_axis(what: str, data: Sequence[D], indices: Sequence[D], axis: int) -
     if len(indices) != len(data):
         raise ShapeError(f"{what} {fmt(indices)} and data {fmt(data)} differ in rank")
     for d, (i, e) in enumerate(zip(indices, data, strict=True)):
-        if d != axis and i > e:
+        if d != axis and not _may_be_at_most(i, e):
             raise ShapeError(f"{what} {fmt(indices)} exceed data {fmt(data)} on axis {d}, "
                              f"which is not the indexed axis {axis}")
 
@@ -284,16 +298,23 @@ def window(x: Sequence[D], kernel: Sequence[int], strides: Sequence[int],
                              f"{rank} spatial dimensions")
     if any(v < 1 for v in (*kernel, *strides, *dilations)) or any(p < 0 for p in pads):
         raise ShapeError("kernel, strides and dilations must be >= 1 and pads >= 0")
-    out = []
+    out: list[D] = []
     for d in range(rank):
-        span = x[d] + pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1
-        if span < 0:
+        span = x[d] + (pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1)
+        if not _may_be_at_most(0, span):
             raise ShapeError(f"spatial dimension {d}: a window of {kernel[d]} (dilation "
                              f"{dilations[d]}) does not fit {x[d]} plus the padding")
-        n = -(-span // strides[d]) + 1 if ceil_mode else span // strides[d] + 1
-        if ceil_mode and (n - 1) * strides[d] >= x[d] + pads[d]:
-            n -= 1
-        out.append(n)
+        if isinstance(span, int):
+            n = -(-span // strides[d]) + 1 if ceil_mode else span // strides[d] + 1
+            if ceil_mode and (n - 1) * strides[d] >= span - (pads[rank + d] - dilations[d] *
+                                                              (kernel[d] - 1) - 1):
+                n -= 1  # the last window would start in the end padding
+            out.append(n)
+        elif ceil_mode:
+            raise ShapeError(f"spatial dimension {d} is {x[d]}: ceil_mode needs a static "
+                             "extent")
+        else:
+            out.append(dims.floordiv(span, strides[d]) + 1)
     return tuple(out)
 
 
@@ -306,7 +327,10 @@ def conv(x: Sequence[D], w: Sequence[D], group: int, strides: Sequence[int],
     if group < 1 or x[1] != w[1] * group or w[0] % group:
         raise ShapeError(f"group {group}: input channels {x[1]} must be {w[1]} x group and "
                          f"output channels {w[0]} a multiple of group")
-    return (x[0], w[0], *window(x[2:], w[2:], strides, pads, dilations))
+    kernel = [k for k in w[2:] if isinstance(k, int)]
+    if len(kernel) != len(w) - 2:
+        raise ShapeError(f"the weight {fmt(w)} must have a static kernel")
+    return (x[0], w[0]) + window(x[2:], kernel, strides, pads, dilations)
 
 
 # ---- kernel kinds ----------------------------------------------------------------------------

@@ -118,7 +118,7 @@ def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
     kept = tuple(STORAGE.get(e, e) for e in ELEMENTS)
     dims, elem = _shaped(t, what, ir.MemRefType, "memref", kept)
-    shape = tuple(int(d) for d in dims)  # _shaped refuses a memref that is not static
+    shape = tuple(d for d in dims if isinstance(d, int))  # _shaped refuses a dynamic memref
     layout = ir.MemRefType(t).layout
     if not (
         isinstance(layout, ir.AffineMapAttr)
@@ -161,7 +161,7 @@ def same_element(*pairs: tuple[str, str]) -> str:
     return first
 
 
-def expect_shape(result: tuple[int, ...], expected: tuple[int, ...]) -> None:
+def expect_shape(result: tuple[Dim, ...], expected: tuple[Dim, ...]) -> None:
     if tuple(result) != tuple(expected):
         raise Invalid(f"result shape {fmt(result)} does not match the expected {fmt(expected)}")
 

@@ -30,6 +30,7 @@ from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE
 from hexir_compiler.mlir import ext, ir
 from hexir_compiler.ops import BINARY, GELU_APPROXIMATIONS, UNARY, Elementwise
 from hexir_format import signatures
+from hexir_format.dims import Dim
 
 
 class Hexir(Dialect, name="hexir"):
@@ -52,11 +53,11 @@ class HexirOp(_Operation):
         return verify(self)
 
 
-def _result(op) -> tuple[tuple[int, ...], str]:
+def _result(op) -> tuple[tuple[Dim, ...], str]:
     return tensor(op.results[0], "result")
 
 
-def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[int, ...]]:
+def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[Dim, ...]]:
     """The shapes of the operands, called `names` (tensors of an element type in `takes`),
     then of the result: all of one element type."""
     operands = [tensor(value, what, takes) for value, what in zip(op.operands, names, strict=False)]
