@@ -246,6 +246,36 @@ def _divide_exactly(a: Dim, k: int) -> Dim | None:
     return Expr._make(const // k, {m: c // k for m, c in terms.items()})
 
 
+def divide_exactly(a: Dim, b: Dim) -> Dim | None:
+    """a / b when b is a single term (`64`, `batch`, `4 * seq`) that divides every term of
+    a (`batch * seq * 64 / (batch * 64) == seq`); None otherwise (b zero, a sum, or any term
+    of a not a multiple of it)."""
+    if isinstance(b, int):
+        if b == 0:
+            return None
+        return a // b if isinstance(a, int) else (_divide_exactly(a, b) if b > 0 else
+                                                  _divide_exactly(mul(a, -1), -b))
+    if b.const or len(b.terms) != 1:
+        return None
+    (divisor, k), = b.terms
+    const, terms = _poly(a)
+    if const:
+        return None
+    out: dict[tuple[Atom, ...], int] = {}
+    for monomial, c in terms.items():
+        rest = list(monomial)
+        for atom in divisor:
+            if atom not in rest:
+                return None
+            rest.remove(atom)
+        if c % k:
+            return None
+        out[tuple(rest)] = c // k
+    if () in out:  # a term that was exactly the divisor: a constant of the quotient
+        return Expr._make(out.pop(()), out)
+    return Expr._make(0, out)
+
+
 def _op(opcode: Opcode, a: Dim, b: Dim) -> Expr:
     return Expr(0, (((Atom(int(opcode), args=(_key(a), _key(b)), operands=(a, b)),), 1),))
 
@@ -632,5 +662,6 @@ def parse(text: str) -> Dim:
 
 
 __all__ = ["MAX_WORDS", "Atom", "Dim", "DimError", "Expr", "Given", "Opcode", "add", "bind",
-           "bound", "ceildiv", "decode", "encode", "evaluate", "floordiv", "free_symbols",
+           "bound", "ceildiv", "decode", "divide_exactly", "encode", "evaluate", "floordiv",
+           "free_symbols",
            "less", "less_equal", "maximum", "minimum", "mod", "mul", "parse", "render"]

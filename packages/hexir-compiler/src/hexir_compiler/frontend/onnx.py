@@ -38,9 +38,11 @@ from typing import cast
 
 import numpy as np
 
+from hexir_compiler import symbolic
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_format import printable
+from hexir_format import dims, printable
+from hexir_format.dims import Dim
 
 IR_VERSIONS = range(3, 15)
 OPSETS = range(1, 29)
@@ -108,10 +110,13 @@ class Refusals:
 class Tensor:
     """A value of the graph: a runtime MLIR value, or a constant known at compile time."""
 
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]  # an int, or a symbolic expression (`batch`, `past + seq`)
     dtype: np.dtype
     value: ir.Value | None = None
-    const: np.ndarray | None = None  # a constant's values (`is not None`: it is one)
+    #: a constant's values (`is not None`: it is one); an object array of `Dim`s where an
+    #: integer constant holds symbolic sizes (the Shape of a dynamic tensor, and what shape
+    #: arithmetic makes of it)
+    const: np.ndarray | None = None
 
 
 @dataclass
@@ -381,12 +386,20 @@ class Importer:
         if not t.HasField("shape"):
             raise ModelError(f"{self.name}: input '{vi.name}' has no shape; give it with "
                              f"-input-shape={vi.name}=<d0>x<d1>...")
-        for d, dim in enumerate(t.shape.dim):
-            if not dim.HasField("dim_value") or dim.dim_value < 0:
-                label = f" ('{dim.dim_param}')" if dim.dim_param else ""
-                raise ModelError(f"{self.name}: input '{vi.name}' dimension {d}{label} is "
-                                 f"symbolic; bind it with -input-shape={vi.name}=<d0>x<d1>...")
-        return tuple(dim.dim_value for dim in t.shape.dim), dtype
+        return tuple(self._dim(vi.name, d, dim) for d, dim in enumerate(t.shape.dim)), dtype
+
+    def _dim(self, name: str, axis: int, dim) -> Dim:
+        """An input's dimension: its value, or the symbol its `dim_param` names (an
+        expression such as `past_sequence_length + 1` is read as one); one with neither is
+        a symbol of its own, `<input>_<axis>`."""
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
+            return int(dim.dim_value)
+        if dim.dim_param:
+            try:
+                return dims.parse(dim.dim_param)
+            except dims.DimError:
+                return dims.Expr.symbol(_identifier(dim.dim_param))
+        return dims.Expr.symbol(_identifier(f"{name}_{axis}"))
 
 
 def _converter_reason(err: Exception) -> str:
@@ -410,5 +423,12 @@ def _named(names) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.DictAttr.get({"hexir.name": ir.StringAttr.get(n)}) for n in names])
 
 
-def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> ir.Type:
-    return ir.RankedTensorType.get(list(shape), ir.Type.parse(MLIR[np.dtype(dtype)]))
+def _tensor_type(shape: tuple[Dim, ...], dtype: np.dtype) -> ir.Type:
+    return symbolic.tensor_type(shape, ir.Type.parse(MLIR[np.dtype(dtype)]))
+
+
+def _identifier(text: str) -> str:
+    """`text` as a symbol name: every character that cannot be in a Python identifier is
+    `_`, and a leading digit gets a `_` before it."""
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in text) or "_"
+    return f"_{name}" if name[0].isdigit() else name

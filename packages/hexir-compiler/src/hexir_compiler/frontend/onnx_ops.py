@@ -20,6 +20,7 @@ from typing import overload
 
 import numpy as np
 
+from hexir_compiler import symbolic
 from hexir_compiler.frontend.onnx import (
     DOMAINS,
     DTYPES,
@@ -30,7 +31,8 @@ from hexir_compiler.frontend.onnx import (
     _tensor_type,
 )
 from hexir_compiler.mlir import ir
-from hexir_format import signatures
+from hexir_format import dims, signatures
+from hexir_format.dims import Dim, Expr
 
 Handler = Callable[..., list[Tensor]]
 #: The ops that need only their input's shape: always folded at import, never handled.
@@ -188,11 +190,16 @@ class Emitter:
         only shapes)."""
         if node.op_type == "Shape":
             attrs = {a.name: a.i for a in node.attribute}
-            shape = np.array(inputs[0].shape, np.int64)
+            shape = sizes(inputs[0].shape)
             # ONNX clamps start and end (negative: from the back) to [0, rank], as slicing does
-            return [constant(shape[attrs.get("start", 0):attrs.get("end")])]
+            return [constant(shape[attrs.get("start", 0):attrs.get("end")], np.int64)]
         if node.op_type == "Size":
-            return [constant(np.array(math.prod(inputs[0].shape), np.int64))]
+            return [constant(sizes([math.prod(inputs[0].shape)]).reshape(()), np.int64)]
+        if any(t is not None and t.const is not None and t.const.dtype == object
+               for t in inputs):
+            from hexir_compiler.frontend import onnx_symbolic
+
+            return onnx_symbolic.fold(self, node, inputs, where)
         if node.op_type == "GatherElements" and node.domain in ("", "ai.onnx"):
             # onnx.reference's GatherElements fails once an axis has more than 64 elements
             # (np.choose's limit; its fallback is wrong), as a BERT embedding's buffered
@@ -244,6 +251,11 @@ class Emitter:
         """The MLIR value of `t`, making a `hexir.constant` of a constant (once per array)."""
         if t.value is not None:
             return t.value
+        if t.const is not None and t.const.dtype == object:
+            named = sorted(symbolic.symbols(t.const.reshape(-1)))
+            raise NodeError(f"uses the value of the symbolic size{'s' * (len(named) > 1)} "
+                            f"{', '.join(repr(n) for n in named)} as data, which Hexir does "
+                            "not compute at run time")
         key = id(t.const)
         if key not in self._consts:
             array = np.require(t.const, requirements="C")  # keeps a scalar 0-d
@@ -256,8 +268,8 @@ class Emitter:
 
     def op(self, name: str, inputs: list[Tensor], shape, dtype, **attrs) -> Tensor:
         """`hexir.<name>` of `inputs` with a result of `shape` x `dtype`."""
-        shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
-        if any(d < 0 for d in shape):
+        shape, dtype = dims_of(shape), np.dtype(dtype)
+        if any(isinstance(d, int) and d < 0 for d in shape):
             raise NodeError(f"gives the negative shape {list(shape)}")
         op = ir.Operation.create(
             f"hexir.{name}", results=[_tensor_type(shape, dtype)],
@@ -268,7 +280,10 @@ class Emitter:
     # ---- helpers the handlers share ------------------------------------------------------
 
     def elementwise(self, name: str, *xs: Tensor, dtype=None) -> Tensor:
-        shape = np.broadcast_shapes(*(x.shape for x in xs))
+        try:
+            shape = functools.reduce(signatures.broadcast, (x.shape for x in xs))
+        except signatures.ShapeError as err:
+            raise ValueError(str(err)) from None
         return self.op(name, list(xs), shape, dtype or xs[0].dtype)
 
     def binary(self, name: str, a: Tensor, b: Tensor, dtype=None) -> Tensor:
@@ -284,7 +299,7 @@ class Emitter:
         return constant(np.array(value, dtype=dtype))
 
     def reshape(self, x: Tensor, shape) -> Tensor:
-        shape = tuple(int(d) for d in shape)
+        shape = dims_of(shape)
         if x.const is not None:
             return constant(x.const.reshape(shape))
         if shape == x.shape:
@@ -292,7 +307,7 @@ class Emitter:
         return self.op("reshape", [x], shape, x.dtype)
 
     def expand(self, x: Tensor, shape) -> Tensor:
-        shape = tuple(shape)
+        shape = dims_of(shape)
         if x.shape == shape:
             return x
         if x.const is not None:
@@ -324,9 +339,39 @@ class Emitter:
         return self.op(name, [x], shape, x.dtype, axes=list(axes), keepdims=bool(keepdims))
 
 
-def constant(array: np.ndarray) -> Tensor:
+def constant(array: np.ndarray, dtype=None) -> Tensor:
+    """A constant tensor of `array`; an object array of sizes (`dims.Dim`s, for the
+    integer `dtype`) becomes an ordinary integer array once no element is symbolic."""
     array = np.asarray(array)
+    if array.dtype == object:
+        if all(isinstance(v, int) for v in array.reshape(-1)):
+            array = array.astype(dtype or np.int64)
+        else:
+            return Tensor(tuple(array.shape), np.dtype(dtype or np.int64), const=array)
     return Tensor(tuple(array.shape), array.dtype, const=array)
+
+
+def broadcast_shapes(*shapes) -> tuple[Dim, ...]:
+    """numpy's broadcast_shapes over dims that may be symbolic (a ValueError as numpy's)."""
+    try:
+        return functools.reduce(signatures.broadcast, (dims_of(s) for s in shapes), ())
+    except signatures.ShapeError as err:
+        raise ValueError(str(err)) from None
+
+
+def sizes(shape) -> np.ndarray:
+    """A shape as an int64 array, or an object array of its dims where one is symbolic."""
+    values = list(shape)
+    if all(isinstance(d, int | np.integer) for d in values):
+        return np.array(values, np.int64)
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
+
+
+def dims_of(shape) -> tuple[Dim, ...]:
+    """A shape as a tuple of dims: ints (numpy's as Python's) and symbolic expressions."""
+    return tuple(d if isinstance(d, Expr) else int(d) for d in shape)
 
 
 def _attribute(value) -> ir.Attribute:
@@ -357,7 +402,18 @@ def const_ints(t: Tensor | None, what: str) -> list[int] | None:
     """The values of a shape or axes operand, which must be known at compile time."""
     if t is None:
         return None
-    return [int(v) for v in known(t, what).reshape(-1)]
+    values = known(t, what).reshape(-1)
+    symbols = sorted(symbolic.symbols(v for v in values if isinstance(v, Expr)))
+    if symbols:
+        raise NodeError(f"its {what} operand depends on the symbolic size "
+                        f"'{symbols[0]}'; this op needs it known at compile time (bind the "
+                        "size with -input-shape)")
+    return [int(v) for v in values]
+
+
+def const_dims(t: Tensor, what: str) -> list[Dim]:
+    """The values of a shape operand, known at compile time or symbolic sizes."""
+    return list(dims_of(known(t, what).reshape(-1)))
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -548,7 +604,7 @@ def _prelu(e, xs, a, v):
         # the slope as it is, which broadcasting from opset 7 on would read on the last axis
         slope = e.reshape(slope, (*slope.shape, *(1,) * (len(x.shape) - 2)))
     try:
-        fits = np.broadcast_shapes(x.shape, slope.shape) == x.shape
+        fits = broadcast_shapes(x.shape, slope.shape) == x.shape
     except ValueError:
         fits = False
     if not fits:  # ONNX broadcasts the slope to the input, never the other way
@@ -594,7 +650,7 @@ def _where(e, xs, a, v):
         raise NodeError(f"expected a bool condition and two operands of one type, got "
                         f"{cond.dtype}, {x.dtype}, {y.dtype}")
     try:
-        shape = np.broadcast_shapes(cond.shape, x.shape, y.shape)
+        shape = broadcast_shapes(cond.shape, x.shape, y.shape)
     except ValueError:
         raise NodeError("condition, x and y do not broadcast") from None
     return [e.op("where", [e.expand(cond, shape), e.expand(x, shape), e.expand(y, shape)],
@@ -760,17 +816,17 @@ def _transpose(e, xs, a, v):
 
 @handles("Reshape", 13, 14, 19, 21, 23, 24, 25)
 def _reshape(e, xs, a, v):
-    x, shape = xs[0], const_ints(xs[1], "shape")
+    x, shape = xs[0], const_dims(xs[1], "shape")
     allow_zero = a.get("allowzero", 0)
     out = [x.shape[d] if s == 0 and not allow_zero else s for d, s in enumerate(shape)]
     if out.count(-1) > 1:
         raise NodeError(f"shape {shape} has more than one -1")
     if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        if known == 0 or math.prod(x.shape) % known:
+        rest = dims.divide_exactly(math.prod(x.shape), math.prod(d for d in out if d != -1))
+        if rest is None:
             raise NodeError(f"cannot reshape {list(x.shape)} to {shape}")
-        out[out.index(-1)] = math.prod(x.shape) // known
-    if math.prod(out) != math.prod(x.shape) or any(d < 0 for d in out):
+        out[out.index(-1)] = rest
+    if math.prod(out) != math.prod(x.shape) or any(isinstance(d, int) and d < 0 for d in out):
         raise NodeError(f"cannot reshape {list(x.shape)} ({math.prod(x.shape)} elements) to "
                         f"{shape}")
     return [e.reshape(x, out)]
@@ -814,10 +870,10 @@ def _unsqueeze(e, xs, a, v):
 
 @handles("Expand", 13)
 def _expand(e, xs, a, v):
-    x, shape = xs[0], const_ints(xs[1], "shape")
+    x, shape = xs[0], const_dims(xs[1], "shape")
     try:
-        out = np.broadcast_shapes(x.shape, tuple(shape))
-    except ValueError:
+        out = signatures.broadcast(x.shape, tuple(shape))
+    except signatures.ShapeError:
         raise NodeError(f"{list(x.shape)} does not broadcast with {shape}") from None
     return [e.expand(x, out)]
 
@@ -891,7 +947,7 @@ def _matmul(e, xs, a, v):
     if lhs.shape[-1] != rhs.shape[-2]:
         raise NodeError(f"inner dimensions differ: {list(x.shape)} and {list(y.shape)}")
     try:
-        batch = np.broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
+        batch = broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
     except ValueError:
         raise NodeError(f"batch dimensions of {list(x.shape)} and {list(y.shape)} do not "
                         "broadcast") from None

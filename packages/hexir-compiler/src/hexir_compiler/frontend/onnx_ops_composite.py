@@ -26,6 +26,7 @@ from hexir_compiler.frontend.onnx_ops import (
     _axis,
     _floats,
     _string,
+    broadcast_shapes,
     const_ints,
     constant,
     handles,
@@ -337,7 +338,7 @@ def _einsum_pair(e, ta: str, a: Tensor, tb: str, b: Tensor, needed: str):
         n = math.prod(right.shape[nb + len(summed):])
         left = e.reshape(left, (*left.shape[:nb], m, k))
         right = e.reshape(right, (*right.shape[:nb], k, n))
-        outer = tuple(np.broadcast_shapes(left.shape[:nb], right.shape[:nb]))
+        outer = tuple(broadcast_shapes(left.shape[:nb], right.shape[:nb]))
         product = e.op("matmul", [left, right], (*outer, m, n), a.dtype)
         shape = (*outer, *(a.shape[ta.index(c)] for c in rows),
                  *(b.shape[tb.index(c)] for c in cols))
