@@ -11,7 +11,7 @@ refused by the verifiers, as before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from hexir_compiler.mlir import ir
 from hexir_format import dims
@@ -56,6 +56,6 @@ def is_static(shape: Sequence[Dim]) -> bool:
     return all(isinstance(d, int) for d in shape)
 
 
-def symbols(shape: Sequence[Dim]) -> frozenset[str]:
-    """The names the shape's dims read."""
+def symbols(shape: Iterable[Dim]) -> frozenset[str]:
+    """The names the dims read."""
     return frozenset().union(*(dims.free_symbols(d) for d in shape))

@@ -1,8 +1,9 @@
 """The ONNX frontend: a model file (or an `onnx.ModelProto`) -> a `hexir` graph module.
 
 What it accepts: IR versions 3-14, the default domain at opsets 1-28 (the newest the onnx
-1.23 package defines), static shapes (a symbolic dimension is bound with `input_shapes`, the
-`-input-shape` flag), element types f32, f64, i32, i64 and bool. A model at opset 1-12 is
+1.23 package defines), symbolic dimensions (named symbols of the graph's tensor types,
+`symbolic`, which kernels need bound with `input_shapes`, the `-input-shape` flag), element
+types f32, f64, i32, i64 and bool. A model at opset 1-12 is
 first upgraded to opset 13 by `onnx.version_converter` (ONNX's own adapters between op
 versions), so the handlers need know only the op versions of opsets 13-28; an upgrade that
 fails is refused naming the node it failed on. Each node is translated by its handler in
@@ -133,8 +134,11 @@ class Sequence:
 
     @property
     def length(self) -> int:
-        return len(self.items) if self.items is not None else \
-            (self.stacked.shape[0] if self.stacked is not None else 0)
+        if self.items is not None:
+            return len(self.items)
+        length = self.stacked.shape[0] if self.stacked is not None else 0
+        assert isinstance(length, int), "a sequence's length is known at import"
+        return length
 
 
 def _onnx():
@@ -367,7 +371,7 @@ class Importer:
                              f"{[d if d is not None else '?' for d in declared]}")
         return Tensor(tuple(array.shape), dtype, const=array)
 
-    def _input_type(self, vi) -> tuple[tuple[int, ...], np.dtype]:
+    def _input_type(self, vi) -> tuple[tuple[Dim, ...], np.dtype]:
         t = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"{self.name}: input '{vi.name}' is not a tensor")

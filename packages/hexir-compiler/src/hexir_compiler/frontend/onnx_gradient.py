@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hexir_compiler.frontend.onnx import ModelError, Tensor
-from hexir_compiler.frontend.onnx_ops import broadcast_shapes, constant
+from hexir_compiler.frontend.onnx_ops import broadcast_shapes, constant, static
 
 
 class _Builder:
@@ -58,7 +58,7 @@ class _Builder:
         return value
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self.tensor(name).shape
+        return static(self.tensor(name).shape, f"'{name}'")
 
     def const(self, array, like: str | None = None) -> str:
         """A constant (of `like`'s element type, when given) under a fresh name."""

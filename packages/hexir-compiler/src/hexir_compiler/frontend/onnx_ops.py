@@ -369,6 +369,17 @@ def sizes(shape) -> np.ndarray:
     return out
 
 
+def static(shape, what: str) -> tuple[int, ...]:
+    """`shape` when every dim is known at compile time, else a NodeError naming the first
+    symbolic one: for the ops whose decomposition depends on the sizes (a split's parts, a
+    tiling's index tables)."""
+    for axis, d in enumerate(shape):
+        if isinstance(d, Expr):
+            raise NodeError(f"needs a static {what}; its dimension {axis} is "
+                            f"'{dims.render(d)}' (bind the size with -input-shape)")
+    return tuple(int(d) for d in shape)
+
+
 def dims_of(shape) -> tuple[Dim, ...]:
     """A shape as a tuple of dims: ints (numpy's as Python's) and symbolic expressions."""
     return tuple(d if isinstance(d, Expr) else int(d) for d in shape)

@@ -20,7 +20,7 @@ import numpy as np
 
 from hexir_compiler import symbolic
 from hexir_format import dims
-from hexir_format.dims import DimError, Expr
+from hexir_format.dims import Dim, DimError, Expr
 
 
 def _decided(a, b) -> bool:
@@ -136,6 +136,13 @@ def _where(e, xs, a):
                      np.asarray(xs[2].const, object))]
 
 
+def _product(values) -> Dim:
+    total: Dim = 1
+    for v in values:
+        total = dims.mul(total, v)
+    return total
+
+
 def _reduce_prod(e, xs, a):
     data = np.asarray(xs[0].const, object)
     axes = _ints(xs[1], "axes") if len(xs) > 1 and xs[1] is not None else \
@@ -143,7 +150,7 @@ def _reduce_prod(e, xs, a):
     keep = bool(a.get("keepdims", 1))
     out = data
     for axis in sorted((x % data.ndim for x in axes), reverse=True):
-        out = np.apply_along_axis(lambda v: functools.reduce(dims.mul, v, 1), axis, out)
+        out = np.apply_along_axis(_product, axis, out)
         if keep:
             out = np.expand_dims(out, axis)
     return [np.asarray(out, object)]
