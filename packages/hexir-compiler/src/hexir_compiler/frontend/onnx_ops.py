@@ -310,7 +310,7 @@ class Emitter:
         shape = dims_of(shape)
         if x.shape == shape:
             return x
-        if x.const is not None:
+        if x.const is not None and symbolic.is_static(shape):
             return constant(np.broadcast_to(x.const, shape).copy())
         return self.op("expand", [x], shape, x.dtype)
 
@@ -453,6 +453,14 @@ for _onnx, _hexir, _versions in (("Equal", "equal", (13, 19)), ("Less", "less", 
             raise NodeError(f"{_hexir} of bool is not supported")
         return [e.binary(_hexir, xs[0], xs[1], dtype=np.bool_)]
     handles(_onnx, *_versions)(_compare)
+for _onnx, _hexir in (("GreaterOrEqual", "greater"), ("LessOrEqual", "less")):
+    def _compare_or_equal(e, xs, a, v, _hexir=_hexir):
+        """a > b or a == b (a NaN compares false, as ONNX's does: not `not (a < b)`)."""
+        if xs[0].dtype == xs[1].dtype == np.bool_:
+            raise NodeError(f"{_hexir} of bool is not supported")
+        strict = e.binary(_hexir, xs[0], xs[1], dtype=np.bool_)
+        return [e.binary("or", strict, e.binary("equal", xs[0], xs[1], dtype=np.bool_))]
+    handles(_onnx, 12, 16)(_compare_or_equal)
 
 _UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
           "Erf": "erf", "Neg": "neg", "Abs": "abs", "Sign": "sign", "Floor": "floor",

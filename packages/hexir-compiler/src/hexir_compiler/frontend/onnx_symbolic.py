@@ -24,12 +24,16 @@ from hexir_format.dims import Dim, DimError, Expr
 
 
 def _decided(a, b) -> bool:
-    """a == b for two sizes, when the symbols cannot change the answer."""
+    """a == b for two sizes, when the symbols cannot change the answer (a size is never
+    negative, so `batch == -1`, an exporter's test for an inferred axis, is false)."""
     if a == b:
         return True
-    difference = dims.add(a, dims.mul(b, -1))
-    if isinstance(difference, int):
-        return False
+    for x, y in ((a, b), (b, a)):
+        try:
+            if dims.less(x, y):
+                return False
+        except DimError:
+            pass
     raise DimError(f"whether {dims.render(a)} equals {dims.render(b)} depends on the sizes")
 
 
@@ -171,6 +175,38 @@ def _expand(e, xs, a):
     return HANDLERS["Expand"](e, xs, a, 13)
 
 
+def _reshape(e, xs, a):
+    data = np.asarray(xs[0].const, object)
+    shape = _ints(xs[1], "shape")
+    shape = [data.shape[d] if n == 0 and not a.get("allowzero", 0) else n
+             for d, n in enumerate(shape)]
+    return [data.reshape(shape)]
+
+
+def _range(e, xs, a):
+    """start, start + delta, ... below limit: a runtime tensor where its length is symbolic,
+    made as an exclusive running sum of ones (0, 1, ..., n - 1) scaled and shifted."""
+    from hexir_compiler.frontend.onnx_ops import constant
+
+    start, limit, delta = (np.asarray(x.const).reshape(()).item() for x in xs)
+    if not isinstance(start, int) or not isinstance(delta, int) or delta == 0:
+        raise DimError("a Range over symbolic sizes needs a constant start and a nonzero "
+                       "constant delta")
+    span = dims.ceildiv(dims.add(limit, -start), delta)
+    try:
+        n = span if not dims.less(span, 0) else 0
+    except DimError:
+        n = dims.maximum(span, 0)
+    dtype = xs[0].dtype
+    ones = e.expand(constant(np.array(1, dtype)), [n])
+    values = e.op("cumsum", [ones], (n,), dtype, axis=0, exclusive=True, reverse=False)
+    if delta != 1:
+        values = e.binary("mul", values, constant(np.array(delta, dtype)))
+    if start:
+        values = e.binary("add", values, constant(np.array(start, dtype)))
+    return [values]
+
+
 def _identity(e, xs, a):
     return [xs[0].const]
 
@@ -183,4 +219,5 @@ FOLDS = {
     "Max": _variadic(dims.maximum), "Min": _variadic(dims.minimum),
     "Neg": lambda e, xs, a: [_elementwise(operator.neg, np.asarray(xs[0].const, object))],
     "ReduceProd": _reduce_prod, "ConstantOfShape": _constant_of_shape, "Expand": _expand,
+    "Reshape": _reshape, "Range": _range,
 }
