@@ -112,3 +112,49 @@ def test_a_symbolic_size_used_as_data_is_refused_naming_it(tmp_path):
     with pytest.raises(frontend.ModelError,
                        match="node 1 \\(Cast\\): casts symbolic sizes to a non-integer type"):
         hexir_compiler.compile(model)
+
+
+def test_slicing_a_constant_by_a_symbolic_end_bounds_the_symbol_and_sizes_become_data():
+    """BERT's pattern: the first `seq` of a buffer of 16 positions, and a size used as data
+    (`arange(batch) * seq`): the symbol is held to [1, 16] (the slice, and a gather of
+    position 0 along `seq`), and its value at run time is a `hexir.sizes`."""
+    i64 = TensorProto.INT64
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["s"]),
+        helper.make_node("Slice", ["s", "one", "two"], ["n"]),           # [seq]
+        helper.make_node("Slice", ["positions", "zero", "n", "one"], ["p"], name="first"),
+        helper.make_node("Gather", ["ids", "zero_scalar"], ["head"], axis=1),
+        helper.make_node("Mul", ["head", "n"], ["scaled"], name="by_seq"),
+        helper.make_node("Add", ["p", "one"], ["y"]),
+    ]
+    consts = [helper.make_tensor("positions", i64, [1, 16], list(range(16))),
+              helper.make_tensor("zero", i64, [1], [0]),
+              helper.make_tensor("one", i64, [1], [1]),
+              helper.make_tensor("two", i64, [1], [2]),
+              helper.make_tensor("zero_scalar", i64, [], [0])]
+    model = _model(nodes, [helper.make_tensor_value_info("ids", i64, ["batch", "seq"])],
+                   [helper.make_tensor_value_info("y", i64, None),
+                    helper.make_tensor_value_info("scaled", i64, None)], consts)
+    text = _printed(model)
+    assert "hexir.ranges = {seq = array<i64: 1, 16>}" in text
+    assert '"hexir.slice"(%0) {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : ' \
+           '(tensor<1x16xi64>) -> tensor<1x?xi64, ["seq"]>' in text
+    assert '"hexir.sizes"() {values = ["seq"]} : () -> tensor<1xi64>' in text
+
+
+def test_a_slice_no_size_allows_is_refused():
+    nodes = [helper.make_node("Slice", ["x", "zero", "n"], ["y"], name="past_the_end")]
+    consts = [helper.make_tensor("zero", TensorProto.INT64, [1], [0]),
+              helper.make_tensor("n", TensorProto.INT64, [1], [5])]
+    model = _model(nodes, [helper.make_tensor_value_info("x", F, [3])],
+                   [helper.make_tensor_value_info("y", F, None)], consts)
+    # a static axis keeps numpy's clamping; a symbolic one is held to the slice instead
+    assert "tensor<3xf32>" in _printed(model)
+    x = helper.make_tensor_value_info("x", F, ["n_x"])
+    nodes = [helper.make_node("Slice", ["x", "two", "one"], ["y"], name="backwards")]
+    consts = [helper.make_tensor("two", TensorProto.INT64, [1], [2]),
+              helper.make_tensor("one", TensorProto.INT64, [1], [1])]
+    model = _model(nodes, [x], [helper.make_tensor_value_info("y", F, None)], consts)
+    with pytest.raises(frontend.ModelError,
+                       match="node 'backwards' \\(Slice\\): needs 2 <= 1, which no size gives"):
+        _printed(model)

@@ -218,3 +218,19 @@ func.func @epsilon(%x: tensor<2x4xf32>, %g: tensor<4xf32>) {
   %r = "hexir.layer_norm"(%x, %g, %g) {epsilon = -1.0 : f64} : (tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
   return
 }
+
+// -----
+
+func.func @sizes_count() {
+  // CHECK: :226:8: error: 'hexir.sizes' op values has 1 entries for a result of 2 elements
+  %r = "hexir.sizes"() {values = ["seq"]} : () -> tensor<2xi64>
+  return
+}
+
+// -----
+
+func.func @sizes_text() {
+  // CHECK: :234:8: error: 'hexir.sizes' op values: 'seq +' is not a dimension expression
+  %r = "hexir.sizes"() {values = ["seq +"]} : () -> tensor<1xi64>
+  return
+}

@@ -427,21 +427,21 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, i
 
 # deciding ------------------------------------------------------------------------------
 
-def _span(d: Dim) -> tuple[int, int] | None:
-    """`d`'s interval for every non-negative value of its symbols (sizes are never
-    negative); None when a divisor may be zero."""
+def _span(d: Dim, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """`d`'s interval for its symbols' `ranges` (a symbol not listed: any size, 0 and up);
+    None when a divisor may be zero."""
     if isinstance(d, int):
         return d, d
     try:
-        return bound(d, {name: (0, INT64_MAX) for name in d.symbols()})
+        return bound(d, {name: ranges.get(name, (0, INT64_MAX)) for name in d.symbols()})
     except DimError:
         return None
 
 
-def less(a: Dim, b: Dim) -> bool:
-    """Whether a < b for every non-negative value of the symbols; a DimError when that
-    depends on them."""
-    span = _span(add(b, mul(a, -1)))
+def less(a: Dim, b: Dim, ranges: Mapping[str, tuple[int, int]] | None = None) -> bool:
+    """Whether a < b for every value of the symbols in their inclusive `ranges` (unlisted:
+    any size, never negative); a DimError when that depends on them."""
+    span = _span(add(b, mul(a, -1)), ranges or {})
     if span is not None and span[0] > 0:
         return True
     if span is not None and span[1] <= 0:
@@ -449,9 +449,9 @@ def less(a: Dim, b: Dim) -> bool:
     raise DimError(f"whether {render(a)} < {render(b)} depends on the sizes")
 
 
-def less_equal(a: Dim, b: Dim) -> bool:
+def less_equal(a: Dim, b: Dim, ranges: Mapping[str, tuple[int, int]] | None = None) -> bool:
     """Whether a <= b, as `less` decides it."""
-    return not less(b, a)
+    return not less(b, a, ranges)
 
 
 # binding -------------------------------------------------------------------------------

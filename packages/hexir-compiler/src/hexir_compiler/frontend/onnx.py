@@ -191,6 +191,8 @@ class Importer:
         self.onnx = _onnx()
         self.model, self.name = model, name
         self.shapes, self.fixed = shapes, fixed
+        #: each symbol's inclusive range, where the model bounds it (`require`)
+        self.ranges: dict[str, tuple[int, int]] = {}
         self.values: dict[str, Tensor | Sequence] = {}
         self.refusals = Refusals(name)
 
@@ -325,6 +327,10 @@ class Importer:
             func.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(types, [r.type for r in results]))
             func.attributes["res_attrs"] = _named(vi.name for vi in graph.output)
+            if self.ranges:  # what the model holds its symbols to (`require`)
+                func.attributes["hexir.ranges"] = ir.DictAttr.get({
+                    name: ir.DenseI64ArrayAttr.get(list(bounds))
+                    for name, bounds in sorted(self.ranges.items())})
             _drop_dead(block)
         return module
 
@@ -391,6 +397,29 @@ class Importer:
             raise ModelError(f"{self.name}: input '{vi.name}' has no shape; give it with "
                              f"-input-shape={vi.name}=<d0>x<d1>...")
         return tuple(self._dim(vi.name, d, dim) for d, dim in enumerate(t.shape.dim)), dtype
+
+    def require(self, low: Dim, high: Dim) -> None:
+        """Hold the sizes to low <= high: nothing to do where the symbols' ranges prove it; a
+        bound on the one symbol it constrains (`seq <= 512`) where it is a symbol against a
+        constant; a NodeError where it fails for every size or cannot be kept as a range."""
+        from hexir_compiler.frontend.onnx_ops import NodeError
+
+        try:
+            if dims.less_equal(low, high, self.ranges):
+                return
+            raise NodeError(f"needs {dims.render(low)} <= {dims.render(high)}, which no size "
+                            "gives")
+        except dims.DimError:
+            pass
+        for symbol, bound, upper in ((high, low, False), (low, high, True)):
+            if isinstance(symbol, dims.Expr) and isinstance(bound, int) and \
+                    symbol == dims.Expr.symbol(next(iter(symbol.symbols()))):
+                name = next(iter(symbol.symbols()))
+                lo, hi = self.ranges.get(name, (0, dims.INT64_MAX))
+                self.ranges[name] = (lo, min(hi, bound)) if upper else (max(lo, bound), hi)
+                return
+        raise NodeError(f"needs {dims.render(low)} <= {dims.render(high)}, which depends on "
+                        "the sizes")
 
     def _dim(self, name: str, axis: int, dim) -> Dim:
         """An input's dimension: its value, or the symbol its `dim_param` names (an

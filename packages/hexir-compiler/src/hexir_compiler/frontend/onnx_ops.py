@@ -251,12 +251,14 @@ class Emitter:
         """The MLIR value of `t`, making a `hexir.constant` of a constant (once per array)."""
         if t.value is not None:
             return t.value
-        if t.const is not None and t.const.dtype == object:
-            named = sorted(symbolic.symbols(t.const.reshape(-1)))
-            raise NodeError(f"uses the value of the symbolic size{'s' * (len(named) > 1)} "
-                            f"{', '.join(repr(n) for n in named)} as data, which Hexir does "
-                            "not compute at run time")
         key = id(t.const)
+        if t.const is not None and t.const.dtype == object and key not in self._consts:
+            # sizes used as data: their values at run time (`hexir.sizes`)
+            values = ir.ArrayAttr.get([ir.StringAttr.get(dims.render(v))
+                                       for v in t.const.reshape(-1)])
+            op = ir.Operation.create("hexir.sizes", results=[_tensor_type(t.shape, t.dtype)],
+                                     attributes={"values": values})
+            self._consts[key] = (t.const, op.result)
         if key not in self._consts:
             array = np.require(t.const, requirements="C")  # keeps a scalar 0-d
             type_ = _tensor_type(t.shape, t.dtype)
@@ -920,7 +922,7 @@ def _concat(e, xs, a, v):
 def _slice(e, xs, a, v):
     x = xs[0]
     rank = len(x.shape)
-    starts, ends = const_ints(xs[1], "starts"), const_ints(xs[2], "ends")
+    starts, ends = const_dims(xs[1], "starts"), const_dims(xs[2], "ends")
     axes = const_ints(xs[3] if len(xs) > 3 else None, "axes") or list(range(len(starts)))
     steps = const_ints(xs[4] if len(xs) > 4 else None, "steps") or [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
@@ -930,10 +932,35 @@ def _slice(e, xs, a, v):
         axis = _axis(axis, rank)
         if step == 0:
             raise NodeError("a step is 0")
-        indices = range(x.shape[axis])[slice(start, end, step)]
-        begin[axis], stride[axis], shape[axis] = (indices.start if len(indices) else 0,
-                                                  step, len(indices))
+        n = x.shape[axis]
+        if isinstance(n, int) and isinstance(start, int) and isinstance(end, int):
+            indices = range(n)[slice(start, end, step)]
+            begin[axis], stride[axis], shape[axis] = (indices.start if len(indices) else 0,
+                                                      step, len(indices))
+        else:
+            begin[axis], shape[axis] = _symbolic_slice(e, n, start, end, step)
     return [e.op("slice", [x], shape, x.dtype, starts=begin, steps=stride)]
+
+
+def _symbolic_slice(e, n: Dim, start: Dim, end: Dim, step: int) -> tuple[int, Dim]:
+    """(first index, length) of start:end on an axis of n elements where n or end is
+    symbolic: negative ends count from the back, an end past any size means the whole axis,
+    and the slice must lie inside the axis, 0 <= start <= end <= n -- proved for the
+    symbols' ranges, or made a range of the one symbol it bounds (`seq` <= 512 for the
+    first `seq` of 512 positions), which a call's sizes are then held to."""
+    if step != 1:
+        raise NodeError(f"a step of {step} over the symbolic extent {dims.render(n)}")
+    if isinstance(start, int) and start < 0:
+        start = dims.add(n, start)
+    if isinstance(end, int) and end < 0:
+        end = dims.add(n, end)
+    elif isinstance(end, int) and end >= 1 << 31:  # INT_MAX and friends: to the end
+        end = n
+    if not isinstance(start, int):
+        raise NodeError(f"starts at the symbolic index {dims.render(start)}")
+    for low, high in ((0, start), (start, end), (end, n)):
+        e.importer.require(low, high)
+    return start, dims.add(end, -start)
 
 
 @handles("Gather", 13)
@@ -942,8 +969,12 @@ def _gather(e, xs, a, v):
     if indices.dtype not in (np.int32, np.int64):
         raise NodeError(f"indices are {indices.dtype}; expected int32 or int64")
     axis = _axis(a.get("axis", 0), len(data.shape))
-    if indices.const is not None:
-        extent = data.shape[axis]
+    extent = data.shape[axis]
+    if indices.const is not None and isinstance(extent, Expr):
+        # a known index into a symbolic axis: the sizes are held to the index's range
+        for k in {int(k) for k in indices.const.reshape(-1)}:
+            e.importer.require(k + 1 if k >= 0 else -k, extent)
+    elif indices.const is not None:
         bad = indices.const[(indices.const < -extent) | (indices.const >= extent)]
         if bad.size:
             raise NodeError(f"index {int(bad.flat[0])} is out of range for axis {axis} of "

@@ -97,6 +97,11 @@ def _concat(e, xs, a):
 
 
 def _slice(e, xs, a):
+    from hexir_compiler.frontend.onnx_ops import HANDLERS
+
+    if any(x is not None and x.const.dtype == object for x in xs[1:3]):
+        # symbolic bounds: a runtime slice of symbolic length (of a constant, too)
+        return HANDLERS["Slice"](e, xs, a, 13)
     data = xs[0].const
     starts, ends = _ints(xs[1], "starts"), _ints(xs[2], "ends")
     axes = _ints(xs[3], "axes") if len(xs) > 3 and xs[3] is not None else \
