@@ -89,8 +89,8 @@ def test_kernels_are_refused_for_symbolic_sizes_in_one_line_until_input_shape_bi
     out = tmp_path / "m.hxb"
     assert cli.main(["-emit=hxb", "-o", str(out), str(path)]) == cli.EXIT_INPUT
     err = capsys.readouterr().err
-    assert err == (f"error: input 'x' dimension 0 is 'batch': kernels are made for static "
-                   f"shapes; bind it with -input-shape=x=<d0>x<d1>...\n")
+    assert err == ("error: input 'x' dimension 0 is 'batch': kernels are made for static "
+                   "shapes; bind it with -input-shape=x=<d0>x<d1>...\n")
     assert not out.exists()
     assert cli.main(["-emit=hxb", "-input-shape=x=3x5x8", "-o", str(out), str(path)]) == 0
 
