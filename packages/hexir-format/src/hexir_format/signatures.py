@@ -30,6 +30,8 @@ from hexir_format.errors import HexirError
 from hexir_format.model import BINARY_KINDS, CODE_KINDS, KernelKind, TensorType
 
 #: A shape's dimensions: ints, or ints and symbolic expressions; a rule gives what it takes.
+#: (Shapes are joined with `+`: mypy cannot type a star-unpacked tuple of a constrained
+#: TypeVar, hence the RUF005 exceptions.)
 D = TypeVar("D", int, Dim)
 Shape = tuple[int, ...]
 
@@ -200,7 +202,7 @@ def concat(shapes: Sequence[Sequence[D]], axis: int) -> tuple[D, ...]:
     total = first[axis]
     for s in shapes[1:]:
         total = total + s[axis]
-    return first[:axis] + (total,) + first[axis + 1:]
+    return first[:axis] + (total,) + first[axis + 1:]  # noqa: RUF005 (see D)
 
 
 def slice_(x: Sequence[D], starts: Sequence[D], steps: Sequence[int],
@@ -269,7 +271,7 @@ def top_k(x: Sequence[D], k: int, axis: int) -> tuple[D, ...]:
     axis = normalize_axis(axis, len(x))
     if k < 0 or not _may_be_at_most(k, x[axis]):
         raise ShapeError(f"k = {k} is not in 0..{x[axis]}, the extent of axis {axis}")
-    return tuple(x[:axis]) + (k,) + tuple(x[axis + 1:])
+    return tuple(x[:axis]) + (k,) + tuple(x[axis + 1:])  # noqa: RUF005 (see D)
 
 
 def _along_axis(what: str, data: Sequence[D], indices: Sequence[D], axis: int) -> None:
@@ -330,7 +332,7 @@ def conv(x: Sequence[D], w: Sequence[D], group: int, strides: Sequence[int],
     kernel = [k for k in w[2:] if isinstance(k, int)]
     if len(kernel) != len(w) - 2:
         raise ShapeError(f"the weight {fmt(w)} must have a static kernel")
-    return (x[0], w[0]) + window(x[2:], kernel, strides, pads, dilations)
+    return (x[0], w[0]) + window(x[2:], kernel, strides, pads, dilations)  # noqa: RUF005 (see D)
 
 
 # ---- kernel kinds ----------------------------------------------------------------------------
