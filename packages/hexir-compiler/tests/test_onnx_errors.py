@@ -57,8 +57,8 @@ BAD = {
     "symbolic dimension": (_model([helper.make_node("Relu", ["x"], ["y"])],
                                   [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                                  ["batch", 3])], [Y]),
-                           "input 'x' dimension 0 ('batch') is symbolic; bind it with "
-                           "-input-shape=x="),
+                           "input 'x' dimension 0 is 'batch': kernels are made for static "
+                           "shapes; bind it with -input-shape=x="),
     "short initializer": (_short_initializer(),
                           "initializer 'w' (shape [2, 3]): its data does not hold its shape"),
     "unsupported element type": (

@@ -54,7 +54,7 @@ func.func @int(%a: tensor<2xi32>) {
 // -----
 
 func.func @dynamic(%a: tensor<?x2xf32>) {
-  // CHECK: :58:8: error: 'hexir.exp' op input must have a static shape, got tensor<?x2xf32>
+  // CHECK: :58:8: error: 'hexir.exp' op input: tensor<?x2xf32> has 1 dynamic dimension; its encoding must list its expression as strings, e.g. ["batch"]
   %r = "hexir.exp"(%a) : (tensor<?x2xf32>) -> tensor<?x2xf32>
   return
 }
@@ -216,5 +216,21 @@ func.func @transfer_dst(%x: tensor<2x3xf32>) {
 func.func @epsilon(%x: tensor<2x4xf32>, %g: tensor<4xf32>) {
   // CHECK: :218:8: error: 'hexir.layer_norm' op epsilon is -1; expected a finite value >= 0
   %r = "hexir.layer_norm"(%x, %g, %g) {epsilon = -1.0 : f64} : (tensor<2x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  return
+}
+
+// -----
+
+func.func @sizes_count() {
+  // CHECK: :226:8: error: 'hexir.sizes' op values has 1 entries for a result of 2 elements
+  %r = "hexir.sizes"() {values = ["seq"]} : () -> tensor<2xi64>
+  return
+}
+
+// -----
+
+func.func @sizes_text() {
+  // CHECK: :234:8: error: 'hexir.sizes' op values: 'seq +' is not a dimension expression
+  %r = "hexir.sizes"() {values = ["seq +"]} : () -> tensor<1xi64>
   return
 }

@@ -246,6 +246,36 @@ def _divide_exactly(a: Dim, k: int) -> Dim | None:
     return Expr._make(const // k, {m: c // k for m, c in terms.items()})
 
 
+def divide_exactly(a: Dim, b: Dim) -> Dim | None:
+    """a / b when b is a single term (`64`, `batch`, `4 * seq`) that divides every term of
+    a (`batch * seq * 64 / (batch * 64) == seq`); None otherwise (b zero, a sum, or any term
+    of a not a multiple of it)."""
+    if isinstance(b, int):
+        if b == 0:
+            return None
+        return a // b if isinstance(a, int) else (_divide_exactly(a, b) if b > 0 else
+                                                  _divide_exactly(mul(a, -1), -b))
+    if b.const or len(b.terms) != 1:
+        return None
+    (divisor, k), = b.terms
+    const, terms = _poly(a)
+    if const:
+        return None
+    out: dict[tuple[Atom, ...], int] = {}
+    for monomial, c in terms.items():
+        rest = list(monomial)
+        for atom in divisor:
+            if atom not in rest:
+                return None
+            rest.remove(atom)
+        if c % k:
+            return None
+        out[tuple(rest)] = c // k
+    if () in out:  # a term that was exactly the divisor: a constant of the quotient
+        return Expr._make(out.pop(()), out)
+    return Expr._make(0, out)
+
+
 def _op(opcode: Opcode, a: Dim, b: Dim) -> Expr:
     return Expr(0, (((Atom(int(opcode), args=(_key(a), _key(b)), operands=(a, b)),), 1),))
 
@@ -393,6 +423,35 @@ def _atom_bounds(a: Atom, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, i
     f = (lambda p, q: p // q) if op is Opcode.FLOORDIV else (lambda p, q: -(-p // q))
     corners = [f(p, q) for p in (xl, xh) for q in (yl, yh)]
     return min(corners), max(corners)  # monotone in each operand on a sign-fixed divisor
+
+
+# deciding ------------------------------------------------------------------------------
+
+def _span(d: Dim, ranges: Mapping[str, tuple[int, int]]) -> tuple[int, int] | None:
+    """`d`'s interval for its symbols' `ranges` (a symbol not listed: any size, 0 and up);
+    None when a divisor may be zero."""
+    if isinstance(d, int):
+        return d, d
+    try:
+        return bound(d, {name: ranges.get(name, (0, INT64_MAX)) for name in d.symbols()})
+    except DimError:
+        return None
+
+
+def less(a: Dim, b: Dim, ranges: Mapping[str, tuple[int, int]] | None = None) -> bool:
+    """Whether a < b for every value of the symbols in their inclusive `ranges` (unlisted:
+    any size, never negative); a DimError when that depends on them."""
+    span = _span(add(b, mul(a, -1)), ranges or {})
+    if span is not None and span[0] > 0:
+        return True
+    if span is not None and span[1] <= 0:
+        return False
+    raise DimError(f"whether {render(a)} < {render(b)} depends on the sizes")
+
+
+def less_equal(a: Dim, b: Dim, ranges: Mapping[str, tuple[int, int]] | None = None) -> bool:
+    """Whether a <= b, as `less` decides it."""
+    return not less(b, a, ranges)
 
 
 # binding -------------------------------------------------------------------------------
@@ -603,5 +662,6 @@ def parse(text: str) -> Dim:
 
 
 __all__ = ["MAX_WORDS", "Atom", "Dim", "DimError", "Expr", "Given", "Opcode", "add", "bind",
-           "bound", "ceildiv", "decode", "encode", "evaluate", "floordiv", "free_symbols",
-           "maximum", "minimum", "mod", "mul", "parse", "render"]
+           "bound", "ceildiv", "decode", "divide_exactly", "encode", "evaluate", "floordiv",
+           "free_symbols",
+           "less", "less_equal", "maximum", "minimum", "mod", "mul", "parse", "render"]

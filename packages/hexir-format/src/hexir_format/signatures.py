@@ -7,7 +7,10 @@ file. Answering them here, free of MLIR and numpy, is what keeps every module th
 writes one the runtime runs and hxb-dump lists, and a rule changing in one place only.
 
 The shape rules take and return plain tuples and raise `ShapeError`, whose message is the
-diagnostic text; the caller says where (the compiler prefixes the op, the runtime the
+diagnostic text. A dimension may be an int or a symbolic `dims.Expr` (a dynamic module's
+`batch`, `past + seq`): the rules hold for both, and where a rule must compare sizes it
+decides with `dims.less` for every non-negative value of the symbols, or refuses when the
+answer depends on them; the caller says where (the compiler prefixes the op, the runtime the
 executable). `signature_problem` is each kernel kind's rule over the argument types and f64
 params an executable records (the format README's table), built from the shape rules. The
 meanings are numpy's, and ONNX's where numpy has none: an empty reduction axes list means
@@ -19,10 +22,17 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from typing import TypeVar
 
+from hexir_format import dims
+from hexir_format.dims import Dim, DimError
 from hexir_format.errors import HexirError
 from hexir_format.model import BINARY_KINDS, CODE_KINDS, KernelKind, TensorType
 
+#: A shape's dimensions: ints, or ints and symbolic expressions; a rule gives what it takes.
+#: (Shapes are joined with `+`: mypy cannot type a star-unpacked tuple of a constrained
+#: TypeVar, hence the RUF005 exceptions.)
+D = TypeVar("D", int, Dim)
 Shape = tuple[int, ...]
 
 REDUCE_KINDS = frozenset({KernelKind.REDUCE_SUM, KernelKind.REDUCE_MEAN, KernelKind.REDUCE_MAX})
@@ -36,14 +46,31 @@ class ShapeError(HexirError, ValueError):
     """
 
 
-def fmt(shape: Sequence[int]) -> str:
+def fmt(shape: Sequence[Dim]) -> str:
     """`2x3` (or `scalar` for rank 0), as shapes are written in diagnostics."""
     return "x".join(str(d) for d in shape) if shape else "scalar"
 
 
 # ---- shape rules -----------------------------------------------------------------------------
 
-def broadcast(a: Sequence[int], b: Sequence[int]) -> Shape:
+def _may_be_at_most(a: Dim, b: Dim) -> bool:
+    """Whether a <= b, as `_may_be_less` answers."""
+    try:
+        return dims.less_equal(a, b)
+    except DimError:
+        return True
+
+
+def _may_be_less(a: Dim, b: Dim) -> bool:
+    """Whether a < b: exactly for ints; for symbolic dims False only when it fails for every
+    size, since what depends on the sizes is checked again with each call's (the runtime
+    holds a dynamic module's kernels to these rules for the sizes it binds)."""
+    try:
+        return dims.less(a, b)
+    except DimError:
+        return True
+
+def broadcast(a: Sequence[D], b: Sequence[D]) -> tuple[D, ...]:
     """numpy broadcasting: align from the right; each pair equal or one of them 1.
 
     A 1 takes the other extent, 0 included (numpy gives 0 for 0 against 1, not 1).
@@ -59,7 +86,7 @@ def broadcast(a: Sequence[int], b: Sequence[int]) -> Shape:
     return tuple(out)
 
 
-def matmul(a: Sequence[int], b: Sequence[int], *, vectors: bool = True) -> Shape:
+def matmul(a: Sequence[D], b: Sequence[D], *, vectors: bool = True) -> tuple[D, ...]:
     """numpy's matmul: a [..., M, K] times b [..., K, N] -> [..., M, N], batch dims broadcast.
 
     A vector operand (a [K] or b [K]) gains a unit row or column, which the result then drops;
@@ -70,8 +97,9 @@ def matmul(a: Sequence[int], b: Sequence[int], *, vectors: bool = True) -> Shape
     for name, s in (("lhs", a), ("rhs", b)):
         if len(s) < least:
             raise ShapeError(f"expected a {name} of rank {least} or more, got rank {len(s)}")
-    a2 = tuple(a) if len(a) > 1 else (1, *a)
-    b2 = tuple(b) if len(b) > 1 else (*b, 1)
+    one: tuple[D, ...] = (1,)
+    a2 = tuple(a) if len(a) > 1 else one + tuple(a)
+    b2 = tuple(b) if len(b) > 1 else tuple(b) + one
     if a2[-1] != b2[-2]:
         raise ShapeError(f"inner dimensions differ: {a2[-1]} vs {b2[-2]}")
     try:
@@ -82,10 +110,10 @@ def matmul(a: Sequence[int], b: Sequence[int], *, vectors: bool = True) -> Shape
         ) from None
     rows = a2[-2:-1] if len(a) > 1 else ()
     cols = b2[-1:] if len(b) > 1 else ()
-    return (*batch, *rows, *cols)
+    return batch + rows + cols
 
 
-def linear(x: Sequence[int], w: Sequence[int]) -> Shape:
+def linear(x: Sequence[D], w: Sequence[D]) -> tuple[D, ...]:
     """input [..., K] times weight [K, N] -> [..., N]: a matmul whose rhs is one matrix."""
     if len(x) < 1:
         raise ShapeError("expected an input of rank 1 or more, got a scalar")
@@ -103,7 +131,7 @@ def normalize_axis(axis: int, rank: int) -> int:
     return axis % rank
 
 
-def transpose(x: Sequence[int], perm: Sequence[int]) -> Shape:
+def transpose(x: Sequence[D], perm: Sequence[int]) -> tuple[D, ...]:
     """Result dim i is input dim perm[i]; perm names every input axis once."""
     if sorted(perm) != list(range(len(x))):
         raise ShapeError(
@@ -112,7 +140,7 @@ def transpose(x: Sequence[int], perm: Sequence[int]) -> Shape:
     return tuple(x[p] for p in perm)
 
 
-def reshape(x: Sequence[int], to: Sequence[int]) -> Shape:
+def reshape(x: Sequence[D], to: Sequence[D]) -> tuple[D, ...]:
     """The same elements in row-major order: only the element count must agree."""
     if math.prod(x) != math.prod(to):
         raise ShapeError(
@@ -134,7 +162,7 @@ def reduce_axes(axes: Sequence[int], rank: int) -> tuple[int, ...]:
     return tuple(sorted(norm)) if norm else tuple(range(rank))
 
 
-def reduce(x: Sequence[int], axes: Sequence[int], keepdims: bool) -> Shape:
+def reduce(x: Sequence[D], axes: Sequence[int], keepdims: bool) -> tuple[D, ...]:
     """Reduce over `axes` (negative allowed, each at most once, none listed: every axis)."""
     reduced = reduce_axes(axes, len(x))
     if keepdims:
@@ -142,8 +170,8 @@ def reduce(x: Sequence[int], axes: Sequence[int], keepdims: bool) -> Shape:
     return tuple(d for i, d in enumerate(x) if i not in reduced)
 
 
-def layer_norm(x: Sequence[int], gamma: Sequence[int], beta: Sequence[int],
-               epsilon: float) -> Shape:
+def layer_norm(x: Sequence[D], gamma: Sequence[D], beta: Sequence[D],
+               epsilon: float) -> tuple[D, ...]:
     """Normalize over the last dimension D, scaled by gamma [D] and shifted by beta [D].
 
     epsilon may be 0 (ONNX allows it; a constant row then divides by zero, as numpy would),
@@ -159,11 +187,11 @@ def layer_norm(x: Sequence[int], gamma: Sequence[int], beta: Sequence[int],
     return tuple(x)
 
 
-def concat(shapes: Sequence[Sequence[int]], axis: int) -> Shape:
+def concat(shapes: Sequence[Sequence[D]], axis: int) -> tuple[D, ...]:
     """numpy's concatenate: every operand of one rank, equal except along `axis`."""
     if not shapes:
         raise ShapeError("expected at least one operand")
-    first = tuple(shapes[0])
+    first: tuple[D, ...] = tuple(shapes[0])
     if not first:
         raise ShapeError("cannot concatenate scalars")
     axis = normalize_axis(axis, len(first))
@@ -171,33 +199,37 @@ def concat(shapes: Sequence[Sequence[int]], axis: int) -> Shape:
         if len(s) != len(first) or any(a != b for d, (a, b) in
                                          enumerate(zip(s, first, strict=True)) if d != axis):
             raise ShapeError(f"shapes {fmt(first)} and {fmt(s)} differ off axis {axis}")
-    return (*first[:axis], sum(s[axis] for s in shapes), *first[axis + 1:])
+    total = first[axis]
+    for s in shapes[1:]:
+        total = total + s[axis]
+    return first[:axis] + (total,) + first[axis + 1:]  # noqa: RUF005 (see D)
 
 
-def slice_(x: Sequence[int], starts: Sequence[int], steps: Sequence[int],
-           out: Sequence[int]) -> Shape:
+def slice_(x: Sequence[D], starts: Sequence[D], steps: Sequence[int],
+           out: Sequence[D]) -> tuple[D, ...]:
     """Result element i along each axis d is input element starts[d] + i * steps[d]; every
     element read lies inside the input (a step is never 0, and may be negative)."""
     if not len(x) == len(starts) == len(steps) == len(out):
         raise ShapeError(f"starts and steps must name every axis of {fmt(x)} once, got "
                          f"{len(starts)} starts and {len(steps)} steps")
     for d, (extent, start, step, n) in enumerate(zip(x, starts, steps, out, strict=True)):
-        last = start + (n - 1) * step
-        if step == 0 or (n and not (0 <= start < extent and 0 <= last < extent)):
+        last = dims.add(start, dims.mul(dims.add(n, -1), step))
+        inside = all(_may_be_less(i, extent) and _may_be_less(-1, i) for i in (start, last))
+        if step == 0 or (n != 0 and not inside):
             raise ShapeError(f"axis {d}: {n} elements from {start} in steps of {step} do not lie "
-                             f"inside 0..{extent - 1}")
+                             f"inside 0..{dims.render(dims.add(extent, -1))}")
     return tuple(out)
 
 
-def gather(data: Sequence[int], indices: Sequence[int], axis: int) -> Shape:
+def gather(data: Sequence[D], indices: Sequence[D], axis: int) -> tuple[D, ...]:
     """numpy's take along `axis`: data[:axis] + indices + data[axis + 1:]."""
     if not data:
         raise ShapeError("cannot gather from a scalar")
     axis = normalize_axis(axis, len(data))
-    return (*data[:axis], *indices, *data[axis + 1:])
+    return tuple(data[:axis]) + tuple(indices) + tuple(data[axis + 1:])
 
 
-def gather_elements(data: Sequence[int], indices: Sequence[int], axis: int) -> Shape:
+def gather_elements(data: Sequence[D], indices: Sequence[D], axis: int) -> tuple[D, ...]:
     """numpy's take_along_axis without broadcasting: the result has the indices' shape; off
     `axis` every extent of the indices is at most the data's, so each position names an element
     of the data (along `axis` the index value does)."""
@@ -205,8 +237,8 @@ def gather_elements(data: Sequence[int], indices: Sequence[int], axis: int) -> S
     return tuple(indices)
 
 
-def scatter_elements(data: Sequence[int], indices: Sequence[int], updates: Sequence[int],
-                     axis: int) -> Shape:
+def scatter_elements(data: Sequence[D], indices: Sequence[D], updates: Sequence[D],
+                     axis: int) -> tuple[D, ...]:
     """The data with updates[p] written at p with p[axis] = indices[p]: indices and updates of
     one shape, which `gather_elements` allows; the result has the data's shape."""
     if tuple(indices) != tuple(updates):
@@ -215,45 +247,48 @@ def scatter_elements(data: Sequence[int], indices: Sequence[int], updates: Seque
     return tuple(data)
 
 
-def scatter_nd(data: Sequence[int], indices: Sequence[int], updates: Sequence[int]) -> Shape:
+def scatter_nd(data: Sequence[D], indices: Sequence[D], updates: Sequence[D]) -> tuple[D, ...]:
     """The data with updates[m] written at data[indices[m]]: indices [..., k] (k <= the data's
     rank) name slices data.shape[k:], so the updates are indices.shape[:-1] + data.shape[k:]."""
     if not indices:
         raise ShapeError("indices must have rank 1 or more: [..., k]")
     k = indices[-1]
+    if not isinstance(k, int):
+        raise ShapeError(f"index tuples of {k} coordinates: their length must be static")
     if k > len(data):
         raise ShapeError(f"index tuples of {k} coordinates do not fit the rank-{len(data)} data")
-    want = (*indices[:-1], *data[k:])
+    want = tuple(indices[:-1]) + tuple(data[k:])
     if tuple(updates) != want:
         raise ShapeError(f"updates have shape {fmt(updates)}; indices {fmt(indices)} into data "
                          f"{fmt(data)} expect {fmt(want)}")
     return tuple(data)
 
 
-def top_k(x: Sequence[int], k: int, axis: int) -> Shape:
+def top_k(x: Sequence[D], k: int, axis: int) -> tuple[D, ...]:
     """The k first elements along `axis` in an order: the input's shape with k on `axis`."""
     if not x:
         raise ShapeError("cannot take the top k of a scalar")
     axis = normalize_axis(axis, len(x))
-    if not 0 <= k <= x[axis]:
+    if k < 0 or not _may_be_at_most(k, x[axis]):
         raise ShapeError(f"k = {k} is not in 0..{x[axis]}, the extent of axis {axis}")
-    return (*x[:axis], k, *x[axis + 1:])
+    return tuple(x[:axis]) + (k,) + tuple(x[axis + 1:])  # noqa: RUF005 (see D)
 
 
-def _along_axis(what: str, data: Sequence[int], indices: Sequence[int], axis: int) -> None:
+def _along_axis(what: str, data: Sequence[D], indices: Sequence[D], axis: int) -> None:
     if not data:
         raise ShapeError("cannot index a scalar along an axis")
     axis = normalize_axis(axis, len(data))
     if len(indices) != len(data):
         raise ShapeError(f"{what} {fmt(indices)} and data {fmt(data)} differ in rank")
     for d, (i, e) in enumerate(zip(indices, data, strict=True)):
-        if d != axis and i > e:
+        if d != axis and not _may_be_at_most(i, e):
             raise ShapeError(f"{what} {fmt(indices)} exceed data {fmt(data)} on axis {d}, "
                              f"which is not the indexed axis {axis}")
 
 
-def window(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
-           pads: Sequence[int], dilations: Sequence[int], ceil_mode: bool = False) -> Shape:
+def window(x: Sequence[D], kernel: Sequence[int], strides: Sequence[int],
+           pads: Sequence[int], dilations: Sequence[int], ceil_mode: bool = False
+           ) -> tuple[D, ...]:
     """The spatial output extents of a sliding window over the spatial dims `x`: pads are
     (begins..., ends...); with `ceil_mode` a partial last window counts unless it would start
     in the end padding (ONNX's and PyTorch's rule)."""
@@ -265,21 +300,28 @@ def window(x: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
                              f"{rank} spatial dimensions")
     if any(v < 1 for v in (*kernel, *strides, *dilations)) or any(p < 0 for p in pads):
         raise ShapeError("kernel, strides and dilations must be >= 1 and pads >= 0")
-    out = []
+    out: list[D] = []
     for d in range(rank):
-        span = x[d] + pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1
-        if span < 0:
+        span = x[d] + (pads[d] + pads[rank + d] - dilations[d] * (kernel[d] - 1) - 1)
+        if not _may_be_at_most(0, span):
             raise ShapeError(f"spatial dimension {d}: a window of {kernel[d]} (dilation "
                              f"{dilations[d]}) does not fit {x[d]} plus the padding")
-        n = -(-span // strides[d]) + 1 if ceil_mode else span // strides[d] + 1
-        if ceil_mode and (n - 1) * strides[d] >= x[d] + pads[d]:
-            n -= 1
-        out.append(n)
+        if isinstance(span, int):
+            n = -(-span // strides[d]) + 1 if ceil_mode else span // strides[d] + 1
+            if ceil_mode and (n - 1) * strides[d] >= span - (pads[rank + d] - dilations[d] *
+                                                              (kernel[d] - 1) - 1):
+                n -= 1  # the last window would start in the end padding
+            out.append(n)
+        elif ceil_mode:
+            raise ShapeError(f"spatial dimension {d} is {x[d]}: ceil_mode needs a static "
+                             "extent")
+        else:
+            out.append(dims.floordiv(span, strides[d]) + 1)
     return tuple(out)
 
 
-def conv(x: Sequence[int], w: Sequence[int], group: int, strides: Sequence[int],
-         pads: Sequence[int], dilations: Sequence[int]) -> Shape:
+def conv(x: Sequence[D], w: Sequence[D], group: int, strides: Sequence[int],
+         pads: Sequence[int], dilations: Sequence[int]) -> tuple[D, ...]:
     """x [N, C, *S] convolved with w [M, C / group, *K] -> [N, M, *out]."""
     if len(x) < 3 or len(w) != len(x):
         raise ShapeError(f"expected an input [N, C, spatial...] and a weight [M, C/group, "
@@ -287,7 +329,10 @@ def conv(x: Sequence[int], w: Sequence[int], group: int, strides: Sequence[int],
     if group < 1 or x[1] != w[1] * group or w[0] % group:
         raise ShapeError(f"group {group}: input channels {x[1]} must be {w[1]} x group and "
                          f"output channels {w[0]} a multiple of group")
-    return (x[0], w[0], *window(x[2:], w[2:], strides, pads, dilations))
+    kernel = [k for k in w[2:] if isinstance(k, int)]
+    if len(kernel) != len(w) - 2:
+        raise ShapeError(f"the weight {fmt(w)} must have a static kernel")
+    return (x[0], w[0]) + window(x[2:], kernel, strides, pads, dilations)  # noqa: RUF005 (see D)
 
 
 # ---- kernel kinds ----------------------------------------------------------------------------

@@ -9,9 +9,11 @@ at the op's location, prefixed the way MLIR prefixes its own verifier messages
 
 from __future__ import annotations
 
+from hexir_compiler import symbolic
 from hexir_compiler.element_types import ELEMENTS, STORAGE
 from hexir_compiler.mlir import ir
 from hexir_compiler.placement import DEVICES
+from hexir_format.dims import Dim, DimError
 from hexir_format.signatures import ShapeError, fmt
 
 
@@ -104,9 +106,9 @@ def i64_array(attr: ir.Attribute, name: str) -> list[int]:
 
 
 def tensor(value: ir.Value, what: str,
-           allowed: tuple[str, ...] = ELEMENTS) -> tuple[tuple[int, ...], str]:
-    """(shape, element type) of a statically shaped tensor of an `allowed` type, else
-    `Invalid`."""
+           allowed: tuple[str, ...] = ELEMENTS) -> tuple[tuple[Dim, ...], str]:
+    """(shape, element type) of a ranked tensor of an `allowed` type, else `Invalid`; a
+    dynamic dimension is the expression its type's encoding gives (`symbolic`)."""
     return _shaped(value.type, what, ir.RankedTensorType, "tensor", allowed)
 
 
@@ -115,7 +117,8 @@ def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...
     else `Invalid`."""
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
     kept = tuple(STORAGE.get(e, e) for e in ELEMENTS)
-    shape, elem = _shaped(t, what, ir.MemRefType, "memref", kept)
+    dims, elem = _shaped(t, what, ir.MemRefType, "memref", kept)
+    shape = tuple(d for d in dims if isinstance(d, int))  # _shaped refuses a dynamic memref
     layout = ir.MemRefType(t).layout
     if not (
         isinstance(layout, ir.AffineMapAttr)
@@ -126,16 +129,23 @@ def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...
 
 
 def _shaped(t: ir.Type, what: str, cls: type, noun: str,
-            allowed: tuple[str, ...]) -> tuple[tuple[int, ...], str]:
+            allowed: tuple[str, ...]) -> tuple[tuple[Dim, ...], str]:
     if not isinstance(t, cls):
         raise Invalid(f"{what} must be a ranked {noun} of {_or(allowed)}, got {t}")
     st = cls(t)
-    if not st.has_static_shape:
+    if cls is ir.RankedTensorType:
+        try:
+            shape = symbolic.shape_of(t)
+        except DimError as err:
+            raise Invalid(f"{what}: {err}") from None
+    elif not st.has_static_shape:
         raise Invalid(f"{what} must have a static shape, got {t}")
+    else:
+        shape = tuple(int(d) for d in st.shape)
     elem = str(st.element_type)
     if elem not in allowed:
         raise Invalid(f"{what} must have element type {_or(allowed)}, got {t}")
-    return tuple(st.shape), elem
+    return shape, elem
 
 
 def _or(names: tuple[str, ...]) -> str:
@@ -151,7 +161,7 @@ def same_element(*pairs: tuple[str, str]) -> str:
     return first
 
 
-def expect_shape(result: tuple[int, ...], expected: tuple[int, ...]) -> None:
+def expect_shape(result: tuple[Dim, ...], expected: tuple[Dim, ...]) -> None:
     if tuple(result) != tuple(expected):
         raise Invalid(f"result shape {fmt(result)} does not match the expected {fmt(expected)}")
 

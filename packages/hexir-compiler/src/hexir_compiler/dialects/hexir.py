@@ -10,9 +10,11 @@ located message that says what was expected and what was found. Optional attribu
 (`approximate`) and the placement attribute `device` are discardable, checked when present.
 """
 
+import math
 import types
 from typing import TYPE_CHECKING, Any
 
+from hexir_compiler import symbolic
 from hexir_compiler.dialects._bases import Dialect
 from hexir_compiler.dialects._verify import (
     DEVICES,
@@ -29,7 +31,8 @@ from hexir_compiler.dialects._verify import (
 from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE
 from hexir_compiler.mlir import ext, ir
 from hexir_compiler.ops import BINARY, GELU_APPROXIMATIONS, UNARY, Elementwise
-from hexir_format import signatures
+from hexir_format import dims, signatures
+from hexir_format.dims import Dim
 
 
 class Hexir(Dialect, name="hexir"):
@@ -52,11 +55,11 @@ class HexirOp(_Operation):
         return verify(self)
 
 
-def _result(op) -> tuple[tuple[int, ...], str]:
+def _result(op) -> tuple[tuple[Dim, ...], str]:
     return tensor(op.results[0], "result")
 
 
-def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[int, ...]]:
+def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[Dim, ...]]:
     """The shapes of the operands, called `names` (tensors of an element type in `takes`),
     then of the result: all of one element type."""
     operands = [tensor(value, what, takes) for value, what in zip(op.operands, names, strict=False)]
@@ -80,6 +83,32 @@ class ConstantOp(HexirOp, name="constant"):
         vtype = ir.RankedTensorType(value.type)
         if vtype != self.results[0].type:
             raise Invalid(f"value has type {vtype} but the result is {self.results[0].type}")
+
+
+class SizesOp(HexirOp, name="sizes"):
+    """Sizes as data: an i64 tensor whose elements are `values`, each an integer or a
+    symbolic expression (`"seq"`, `"past + seq"`) evaluated for the call's sizes -- the Shape
+    of a dynamic tensor, and shape arithmetic on it, where a model computes with it."""
+
+    values: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        shape, element = _result(self)
+        if element != "i64" or not symbolic.is_static(shape):
+            raise Invalid(f"the result must be a static i64 tensor, got {self.results[0].type}")
+        values = self.operation.attributes["values"]
+        if not isinstance(values, ir.ArrayAttr) or not all(
+                isinstance(v, ir.StringAttr) for v in values):
+            raise Invalid("values must be an array of strings")
+        count = math.prod(d for d in shape if isinstance(d, int))
+        if len(values) != count:
+            raise Invalid(f"values has {len(values)} entries for a result of {count} elements")
+        for v in values:
+            try:
+                dims.parse(ir.StringAttr(v).value)
+            except dims.DimError as err:
+                raise Invalid(f"values: {err}") from None
 
 
 class LinearOp(HexirOp, name="linear"):

@@ -1,8 +1,9 @@
 """The ONNX frontend: a model file (or an `onnx.ModelProto`) -> a `hexir` graph module.
 
 What it accepts: IR versions 3-14, the default domain at opsets 1-28 (the newest the onnx
-1.23 package defines), static shapes (a symbolic dimension is bound with `input_shapes`, the
-`-input-shape` flag), element types f32, f64, i32, i64 and bool. A model at opset 1-12 is
+1.23 package defines), symbolic dimensions (named symbols of the graph's tensor types,
+`symbolic`, which kernels need bound with `input_shapes`, the `-input-shape` flag), element
+types f32, f64, i32, i64 and bool. A model at opset 1-12 is
 first upgraded to opset 13 by `onnx.version_converter` (ONNX's own adapters between op
 versions), so the handlers need know only the op versions of opsets 13-28; an upgrade that
 fails is refused naming the node it failed on. Each node is translated by its handler in
@@ -38,9 +39,11 @@ from typing import cast
 
 import numpy as np
 
+from hexir_compiler import symbolic
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
-from hexir_format import printable
+from hexir_format import dims, printable
+from hexir_format.dims import Dim
 
 IR_VERSIONS = range(3, 15)
 OPSETS = range(1, 29)
@@ -113,10 +116,13 @@ class Refusals:
 class Tensor:
     """A value of the graph: a runtime MLIR value, or a constant known at compile time."""
 
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]  # an int, or a symbolic expression (`batch`, `past + seq`)
     dtype: np.dtype
     value: ir.Value | None = None
-    const: np.ndarray | None = None  # a constant's values (`is not None`: it is one)
+    #: a constant's values (`is not None`: it is one); an object array of `Dim`s where an
+    #: integer constant holds symbolic sizes (the Shape of a dynamic tensor, and what shape
+    #: arithmetic makes of it)
+    const: np.ndarray | None = None
 
 
 @dataclass
@@ -133,8 +139,11 @@ class Sequence:
 
     @property
     def length(self) -> int:
-        return len(self.items) if self.items is not None else \
-            (self.stacked.shape[0] if self.stacked is not None else 0)
+        if self.items is not None:
+            return len(self.items)
+        length = self.stacked.shape[0] if self.stacked is not None else 0
+        assert isinstance(length, int), "a sequence's length is known at import"
+        return length
 
 
 def _onnx():
@@ -187,6 +196,8 @@ class Importer:
         self.onnx = _onnx()
         self.model, self.name = model, name
         self.shapes, self.fixed = shapes, fixed
+        #: each symbol's inclusive range, where the model bounds it (`require`)
+        self.ranges: dict[str, tuple[int, int]] = {}
         self.values: dict[str, Tensor | Sequence] = {}
         self.refusals = Refusals(name)
 
@@ -321,6 +332,10 @@ class Importer:
             func.attributes["function_type"] = ir.TypeAttr.get(
                 ir.FunctionType.get(types, [r.type for r in results]))
             func.attributes["res_attrs"] = _named(vi.name for vi in graph.output)
+            if self.ranges:  # what the model holds its symbols to (`require`)
+                func.attributes["hexir.ranges"] = ir.DictAttr.get({
+                    name: ir.DenseI64ArrayAttr.get(list(bounds))
+                    for name, bounds in sorted(self.ranges.items())})
             _drop_dead(block)
         return module
 
@@ -375,7 +390,7 @@ class Importer:
                              f"{[d if d is not None else '?' for d in declared]}")
         return Tensor(tuple(array.shape), dtype, const=array)
 
-    def _input_type(self, vi) -> tuple[tuple[int, ...], np.dtype]:
+    def _input_type(self, vi) -> tuple[tuple[Dim, ...], np.dtype]:
         t = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"{self.name}: input '{vi.name}' is not a tensor")
@@ -394,12 +409,43 @@ class Importer:
         if not t.HasField("shape"):
             raise ModelError(f"{self.name}: input '{vi.name}' has no shape; give it with "
                              f"-input-shape={vi.name}=<d0>x<d1>...")
-        for d, dim in enumerate(t.shape.dim):
-            if not dim.HasField("dim_value") or dim.dim_value < 0:
-                label = f" ('{dim.dim_param}')" if dim.dim_param else ""
-                raise ModelError(f"{self.name}: input '{vi.name}' dimension {d}{label} is "
-                                 f"symbolic; bind it with -input-shape={vi.name}=<d0>x<d1>...")
-        return tuple(dim.dim_value for dim in t.shape.dim), dtype
+        return tuple(self._dim(vi.name, d, dim) for d, dim in enumerate(t.shape.dim)), dtype
+
+    def require(self, low: Dim, high: Dim) -> None:
+        """Hold the sizes to low <= high: nothing to do where the symbols' ranges prove it; a
+        bound on the one symbol it constrains (`seq <= 512`) where it is a symbol against a
+        constant; a NodeError where it fails for every size or cannot be kept as a range."""
+        from hexir_compiler.frontend.onnx_ops import NodeError
+
+        try:
+            if dims.less_equal(low, high, self.ranges):
+                return
+            raise NodeError(f"needs {dims.render(low)} <= {dims.render(high)}, which no size "
+                            "gives")
+        except dims.DimError:
+            pass
+        for symbol, bound, upper in ((high, low, False), (low, high, True)):
+            if isinstance(symbol, dims.Expr) and isinstance(bound, int) and \
+                    symbol == dims.Expr.symbol(next(iter(symbol.symbols()))):
+                name = next(iter(symbol.symbols()))
+                lo, hi = self.ranges.get(name, (0, dims.INT64_MAX))
+                self.ranges[name] = (lo, min(hi, bound)) if upper else (max(lo, bound), hi)
+                return
+        raise NodeError(f"needs {dims.render(low)} <= {dims.render(high)}, which depends on "
+                        "the sizes")
+
+    def _dim(self, name: str, axis: int, dim) -> Dim:
+        """An input's dimension: its value, or the symbol its `dim_param` names (an
+        expression such as `past_sequence_length + 1` is read as one); one with neither is
+        a symbol of its own, `<input>_<axis>`."""
+        if dim.HasField("dim_value") and dim.dim_value >= 0:
+            return int(dim.dim_value)
+        if dim.dim_param:
+            try:
+                return dims.parse(dim.dim_param)
+            except dims.DimError:
+                return dims.Expr.symbol(_identifier(dim.dim_param))
+        return dims.Expr.symbol(_identifier(f"{name}_{axis}"))
 
 
 def _converter_reason(err: Exception) -> str:
@@ -423,5 +469,12 @@ def _named(names) -> ir.ArrayAttr:
     return ir.ArrayAttr.get([ir.DictAttr.get({"hexir.name": ir.StringAttr.get(n)}) for n in names])
 
 
-def _tensor_type(shape: tuple[int, ...], dtype: np.dtype) -> ir.Type:
-    return ir.RankedTensorType.get(list(shape), ir.Type.parse(MLIR[np.dtype(dtype)]))
+def _tensor_type(shape: tuple[Dim, ...], dtype: np.dtype) -> ir.Type:
+    return symbolic.tensor_type(shape, ir.Type.parse(MLIR[np.dtype(dtype)]))
+
+
+def _identifier(text: str) -> str:
+    """`text` as a symbol name: every character that cannot be in a Python identifier is
+    `_`, and a leading digit gets a `_` before it."""
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in text) or "_"
+    return f"_{name}" if name[0].isdigit() else name

@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 
 from hexir_compiler.frontend.onnx import ModelError, Tensor
-from hexir_compiler.frontend.onnx_ops import constant
+from hexir_compiler.frontend.onnx_ops import broadcast_shapes, constant, static
 
 
 class _Builder:
@@ -58,7 +58,7 @@ class _Builder:
         return value
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return self.tensor(name).shape
+        return static(self.tensor(name).shape, f"'{name}'")
 
     def const(self, array, like: str | None = None) -> str:
         """A constant (of `like`'s element type, when given) under a fresh name."""
@@ -214,7 +214,7 @@ def _matmul(b, node, x, y, g):
     a_shape, c_shape = b.shape(x[0]), b.shape(x[1])
     a2 = b.to_shape(x[0], (1, *a_shape) if len(a_shape) == 1 else a_shape)
     c2 = b.to_shape(x[1], (*c_shape, 1) if len(c_shape) == 1 else c_shape)
-    batch = tuple(np.broadcast_shapes(b.shape(a2)[:-2], b.shape(c2)[:-2]))
+    batch = tuple(broadcast_shapes(b.shape(a2)[:-2], b.shape(c2)[:-2]))
     g2 = b.to_shape(g, (*batch, b.shape(a2)[-2], b.shape(c2)[-1]))
     da = b.unbroadcast(b.node("MatMul", g2, _swap(b, c2)), b.shape(a2))
     dc = b.unbroadcast(b.node("MatMul", _swap(b, a2), g2), b.shape(c2))

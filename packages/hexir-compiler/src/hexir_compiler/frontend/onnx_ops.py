@@ -20,6 +20,7 @@ from typing import overload
 
 import numpy as np
 
+from hexir_compiler import symbolic
 from hexir_compiler.frontend.onnx import (
     DOMAINS,
     DTYPES,
@@ -30,7 +31,8 @@ from hexir_compiler.frontend.onnx import (
     _tensor_type,
 )
 from hexir_compiler.mlir import ir
-from hexir_format import signatures
+from hexir_format import dims, signatures
+from hexir_format.dims import Dim, Expr
 
 Handler = Callable[..., list[Tensor]]
 #: The ops that need only their input's shape: always folded at import, never handled.
@@ -188,11 +190,16 @@ class Emitter:
         only shapes)."""
         if node.op_type == "Shape":
             attrs = {a.name: a.i for a in node.attribute}
-            shape = np.array(inputs[0].shape, np.int64)
+            shape = sizes(inputs[0].shape)
             # ONNX clamps start and end (negative: from the back) to [0, rank], as slicing does
-            return [constant(shape[attrs.get("start", 0):attrs.get("end")])]
+            return [constant(shape[attrs.get("start", 0):attrs.get("end")], np.int64)]
         if node.op_type == "Size":
-            return [constant(np.array(math.prod(inputs[0].shape), np.int64))]
+            return [constant(sizes([math.prod(inputs[0].shape)]).reshape(()), np.int64)]
+        if any(t is not None and t.const is not None and t.const.dtype == object
+               for t in inputs):
+            from hexir_compiler.frontend import onnx_symbolic
+
+            return onnx_symbolic.fold(self, node, inputs, where)
         if node.op_type == "GatherElements" and node.domain in ("", "ai.onnx"):
             # onnx.reference's GatherElements fails once an axis has more than 64 elements
             # (np.choose's limit; its fallback is wrong), as a BERT embedding's buffered
@@ -245,6 +252,13 @@ class Emitter:
         if t.value is not None:
             return t.value
         key = id(t.const)
+        if t.const is not None and t.const.dtype == object and key not in self._consts:
+            # sizes used as data: their values at run time (`hexir.sizes`)
+            values = ir.ArrayAttr.get([ir.StringAttr.get(dims.render(v))
+                                       for v in t.const.reshape(-1)])
+            op = ir.Operation.create("hexir.sizes", results=[_tensor_type(t.shape, t.dtype)],
+                                     attributes={"values": values})
+            self._consts[key] = (t.const, op.result)
         if key not in self._consts:
             array = np.require(t.const, requirements="C")  # keeps a scalar 0-d
             type_ = _tensor_type(t.shape, t.dtype)
@@ -256,8 +270,8 @@ class Emitter:
 
     def op(self, name: str, inputs: list[Tensor], shape, dtype, **attrs) -> Tensor:
         """`hexir.<name>` of `inputs` with a result of `shape` x `dtype`."""
-        shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
-        if any(d < 0 for d in shape):
+        shape, dtype = dims_of(shape), np.dtype(dtype)
+        if any(isinstance(d, int) and d < 0 for d in shape):
             raise NodeError(f"gives the negative shape {list(shape)}")
         op = ir.Operation.create(
             f"hexir.{name}", results=[_tensor_type(shape, dtype)],
@@ -268,7 +282,10 @@ class Emitter:
     # ---- helpers the handlers share ------------------------------------------------------
 
     def elementwise(self, name: str, *xs: Tensor, dtype=None) -> Tensor:
-        shape = np.broadcast_shapes(*(x.shape for x in xs))
+        try:
+            shape = functools.reduce(signatures.broadcast, (x.shape for x in xs))
+        except signatures.ShapeError as err:
+            raise ValueError(str(err)) from None
         return self.op(name, list(xs), shape, dtype or xs[0].dtype)
 
     def binary(self, name: str, a: Tensor, b: Tensor, dtype=None) -> Tensor:
@@ -284,7 +301,7 @@ class Emitter:
         return constant(np.array(value, dtype=dtype))
 
     def reshape(self, x: Tensor, shape) -> Tensor:
-        shape = tuple(int(d) for d in shape)
+        shape = dims_of(shape)
         if x.const is not None:
             return constant(x.const.reshape(shape))
         if shape == x.shape:
@@ -292,10 +309,10 @@ class Emitter:
         return self.op("reshape", [x], shape, x.dtype)
 
     def expand(self, x: Tensor, shape) -> Tensor:
-        shape = tuple(shape)
+        shape = dims_of(shape)
         if x.shape == shape:
             return x
-        if x.const is not None:
+        if x.const is not None and symbolic.is_static(shape):
             return constant(np.broadcast_to(x.const, shape).copy())
         return self.op("expand", [x], shape, x.dtype)
 
@@ -324,9 +341,50 @@ class Emitter:
         return self.op(name, [x], shape, x.dtype, axes=list(axes), keepdims=bool(keepdims))
 
 
-def constant(array: np.ndarray) -> Tensor:
+def constant(array: np.ndarray, dtype=None) -> Tensor:
+    """A constant tensor of `array`; an object array of sizes (`dims.Dim`s, for the
+    integer `dtype`) becomes an ordinary integer array once no element is symbolic."""
     array = np.asarray(array)
+    if array.dtype == object:
+        if all(isinstance(v, int) for v in array.reshape(-1)):
+            array = array.astype(dtype or np.int64)
+        else:
+            return Tensor(tuple(array.shape), np.dtype(dtype or np.int64), const=array)
     return Tensor(tuple(array.shape), array.dtype, const=array)
+
+
+def broadcast_shapes(*shapes) -> tuple[Dim, ...]:
+    """numpy's broadcast_shapes over dims that may be symbolic (a ValueError as numpy's)."""
+    try:
+        return functools.reduce(signatures.broadcast, (dims_of(s) for s in shapes), ())
+    except signatures.ShapeError as err:
+        raise ValueError(str(err)) from None
+
+
+def sizes(shape) -> np.ndarray:
+    """A shape as an int64 array, or an object array of its dims where one is symbolic."""
+    values = list(shape)
+    if all(isinstance(d, int | np.integer) for d in values):
+        return np.array(values, np.int64)
+    out = np.empty(len(values), object)
+    out[:] = values
+    return out
+
+
+def static(shape, what: str) -> tuple[int, ...]:
+    """`shape` when every dim is known at compile time, else a NodeError naming the first
+    symbolic one: for the ops whose decomposition depends on the sizes (a split's parts, a
+    tiling's index tables)."""
+    for axis, d in enumerate(shape):
+        if isinstance(d, Expr):
+            raise NodeError(f"needs a static {what}; its dimension {axis} is "
+                            f"'{dims.render(d)}' (bind the size with -input-shape)")
+    return tuple(int(d) for d in shape)
+
+
+def dims_of(shape) -> tuple[Dim, ...]:
+    """A shape as a tuple of dims: ints (numpy's as Python's) and symbolic expressions."""
+    return tuple(d if isinstance(d, Expr) else int(d) for d in shape)
 
 
 def _attribute(value) -> ir.Attribute:
@@ -357,7 +415,18 @@ def const_ints(t: Tensor | None, what: str) -> list[int] | None:
     """The values of a shape or axes operand, which must be known at compile time."""
     if t is None:
         return None
-    return [int(v) for v in known(t, what).reshape(-1)]
+    values = known(t, what).reshape(-1)
+    symbols = sorted(symbolic.symbols(v for v in values if isinstance(v, Expr)))
+    if symbols:
+        raise NodeError(f"its {what} operand depends on the symbolic size "
+                        f"'{symbols[0]}'; this op needs it known at compile time (bind the "
+                        "size with -input-shape)")
+    return [int(v) for v in values]
+
+
+def const_dims(t: Tensor, what: str) -> list[Dim]:
+    """The values of a shape operand, known at compile time or symbolic sizes."""
+    return list(dims_of(known(t, what).reshape(-1)))
 
 
 def _axis(axis: int, rank: int) -> int:
@@ -386,6 +455,14 @@ for _onnx, _hexir, _versions in (("Equal", "equal", (13, 19)), ("Less", "less", 
             raise NodeError(f"{_hexir} of bool is not supported")
         return [e.binary(_hexir, xs[0], xs[1], dtype=np.bool_)]
     handles(_onnx, *_versions)(_compare)
+for _onnx, _hexir in (("GreaterOrEqual", "greater"), ("LessOrEqual", "less")):
+    def _compare_or_equal(e, xs, a, v, _hexir=_hexir):
+        """a > b or a == b (a NaN compares false, as ONNX's does: not `not (a < b)`)."""
+        if xs[0].dtype == xs[1].dtype == np.bool_:
+            raise NodeError(f"{_hexir} of bool is not supported")
+        strict = e.binary(_hexir, xs[0], xs[1], dtype=np.bool_)
+        return [e.binary("or", strict, e.binary("equal", xs[0], xs[1], dtype=np.bool_))]
+    handles(_onnx, 12, 16)(_compare_or_equal)
 
 _UNARY = {"Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
           "Erf": "erf", "Neg": "neg", "Abs": "abs", "Sign": "sign", "Floor": "floor",
@@ -548,7 +625,7 @@ def _prelu(e, xs, a, v):
         # the slope as it is, which broadcasting from opset 7 on would read on the last axis
         slope = e.reshape(slope, (*slope.shape, *(1,) * (len(x.shape) - 2)))
     try:
-        fits = np.broadcast_shapes(x.shape, slope.shape) == x.shape
+        fits = broadcast_shapes(x.shape, slope.shape) == x.shape
     except ValueError:
         fits = False
     if not fits:  # ONNX broadcasts the slope to the input, never the other way
@@ -594,7 +671,7 @@ def _where(e, xs, a, v):
         raise NodeError(f"expected a bool condition and two operands of one type, got "
                         f"{cond.dtype}, {x.dtype}, {y.dtype}")
     try:
-        shape = np.broadcast_shapes(cond.shape, x.shape, y.shape)
+        shape = broadcast_shapes(cond.shape, x.shape, y.shape)
     except ValueError:
         raise NodeError("condition, x and y do not broadcast") from None
     return [e.op("where", [e.expand(cond, shape), e.expand(x, shape), e.expand(y, shape)],
@@ -760,17 +837,17 @@ def _transpose(e, xs, a, v):
 
 @handles("Reshape", 13, 14, 19, 21, 23, 24, 25)
 def _reshape(e, xs, a, v):
-    x, shape = xs[0], const_ints(xs[1], "shape")
+    x, shape = xs[0], const_dims(xs[1], "shape")
     allow_zero = a.get("allowzero", 0)
     out = [x.shape[d] if s == 0 and not allow_zero else s for d, s in enumerate(shape)]
     if out.count(-1) > 1:
         raise NodeError(f"shape {shape} has more than one -1")
     if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        if known == 0 or math.prod(x.shape) % known:
+        rest = dims.divide_exactly(math.prod(x.shape), math.prod(d for d in out if d != -1))
+        if rest is None:
             raise NodeError(f"cannot reshape {list(x.shape)} to {shape}")
-        out[out.index(-1)] = math.prod(x.shape) // known
-    if math.prod(out) != math.prod(x.shape) or any(d < 0 for d in out):
+        out[out.index(-1)] = rest
+    if math.prod(out) != math.prod(x.shape) or any(isinstance(d, int) and d < 0 for d in out):
         raise NodeError(f"cannot reshape {list(x.shape)} ({math.prod(x.shape)} elements) to "
                         f"{shape}")
     return [e.reshape(x, out)]
@@ -814,10 +891,10 @@ def _unsqueeze(e, xs, a, v):
 
 @handles("Expand", 13)
 def _expand(e, xs, a, v):
-    x, shape = xs[0], const_ints(xs[1], "shape")
+    x, shape = xs[0], const_dims(xs[1], "shape")
     try:
-        out = np.broadcast_shapes(x.shape, tuple(shape))
-    except ValueError:
+        out = signatures.broadcast(x.shape, tuple(shape))
+    except signatures.ShapeError:
         raise NodeError(f"{list(x.shape)} does not broadcast with {shape}") from None
     return [e.expand(x, out)]
 
@@ -845,7 +922,7 @@ def _concat(e, xs, a, v):
 def _slice(e, xs, a, v):
     x = xs[0]
     rank = len(x.shape)
-    starts, ends = const_ints(xs[1], "starts"), const_ints(xs[2], "ends")
+    starts, ends = const_dims(xs[1], "starts"), const_dims(xs[2], "ends")
     axes = const_ints(xs[3] if len(xs) > 3 else None, "axes") or list(range(len(starts)))
     steps = const_ints(xs[4] if len(xs) > 4 else None, "steps") or [1] * len(starts)
     if not len(starts) == len(ends) == len(axes) == len(steps):
@@ -855,10 +932,35 @@ def _slice(e, xs, a, v):
         axis = _axis(axis, rank)
         if step == 0:
             raise NodeError("a step is 0")
-        indices = range(x.shape[axis])[slice(start, end, step)]
-        begin[axis], stride[axis], shape[axis] = (indices.start if len(indices) else 0,
-                                                  step, len(indices))
+        n = x.shape[axis]
+        if isinstance(n, int) and isinstance(start, int) and isinstance(end, int):
+            indices = range(n)[slice(start, end, step)]
+            begin[axis], stride[axis], shape[axis] = (indices.start if len(indices) else 0,
+                                                      step, len(indices))
+        else:
+            begin[axis], shape[axis] = _symbolic_slice(e, n, start, end, step)
     return [e.op("slice", [x], shape, x.dtype, starts=begin, steps=stride)]
+
+
+def _symbolic_slice(e, n: Dim, start: Dim, end: Dim, step: int) -> tuple[int, Dim]:
+    """(first index, length) of start:end on an axis of n elements where n or end is
+    symbolic: negative ends count from the back, an end past any size means the whole axis,
+    and the slice must lie inside the axis, 0 <= start <= end <= n -- proved for the
+    symbols' ranges, or made a range of the one symbol it bounds (`seq` <= 512 for the
+    first `seq` of 512 positions), which a call's sizes are then held to."""
+    if step != 1:
+        raise NodeError(f"a step of {step} over the symbolic extent {dims.render(n)}")
+    if isinstance(start, int) and start < 0:
+        start = dims.add(n, start)
+    if isinstance(end, int) and end < 0:
+        end = dims.add(n, end)
+    elif isinstance(end, int) and end >= 1 << 31:  # INT_MAX and friends: to the end
+        end = n
+    if not isinstance(start, int):
+        raise NodeError(f"starts at the symbolic index {dims.render(start)}")
+    for low, high in ((0, start), (start, end), (end, n)):
+        e.importer.require(low, high)
+    return start, dims.add(end, -start)
 
 
 @handles("Gather", 13)
@@ -867,8 +969,12 @@ def _gather(e, xs, a, v):
     if indices.dtype not in (np.int32, np.int64):
         raise NodeError(f"indices are {indices.dtype}; expected int32 or int64")
     axis = _axis(a.get("axis", 0), len(data.shape))
-    if indices.const is not None:
-        extent = data.shape[axis]
+    extent = data.shape[axis]
+    if indices.const is not None and isinstance(extent, Expr):
+        # a known index into a symbolic axis: the sizes are held to the index's range
+        for k in {int(k) for k in indices.const.reshape(-1)}:
+            e.importer.require(k + 1 if k >= 0 else -k, extent)
+    elif indices.const is not None:
         bad = indices.const[(indices.const < -extent) | (indices.const >= extent)]
         if bad.size:
             raise NodeError(f"index {int(bad.flat[0])} is out of range for axis {axis} of "
@@ -891,7 +997,7 @@ def _matmul(e, xs, a, v):
     if lhs.shape[-1] != rhs.shape[-2]:
         raise NodeError(f"inner dimensions differ: {list(x.shape)} and {list(y.shape)}")
     try:
-        batch = np.broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
+        batch = broadcast_shapes(lhs.shape[:-2], rhs.shape[:-2])
     except ValueError:
         raise NodeError(f"batch dimensions of {list(x.shape)} and {list(y.shape)} do not "
                         "broadcast") from None

@@ -26,9 +26,11 @@ from hexir_compiler.frontend.onnx_ops import (
     _axis,
     _floats,
     _string,
+    broadcast_shapes,
     const_ints,
     constant,
     handles,
+    static,
 )
 
 # ---- helpers -------------------------------------------------------------------------------
@@ -52,7 +54,7 @@ def _permute(e, x: Tensor, perm) -> Tensor:
 def _take(e, x: Tensor, indices: np.ndarray, axis: int) -> Tensor:
     """np.take(x, indices, axis) for a 1-D table of in-range indices."""
     indices = np.asarray(indices, np.int64)
-    if np.array_equal(indices, np.arange(x.shape[axis])):
+    if np.array_equal(indices, np.arange(static(x.shape, "input")[axis])):
         return x
     if x.const is not None:
         return constant(np.ascontiguousarray(np.take(np.asarray(x.const), indices, axis=axis)))
@@ -142,7 +144,8 @@ def _tile_axes(e, x: Tensor, repeats: list[int]) -> Tensor:
     [r0, d0 * d1, r2, d2] -> [r0 * d0, d1, r2 * d2]."""
     single: list[int] = []
     spread: list[int] = []
-    for r, n in zip(repeats, x.shape, strict=False):
+    shape = static(x.shape, "input")
+    for r, n in zip(repeats, shape, strict=False):
         if r != 1:
             single += [1, n]
             spread += [r, n]
@@ -152,7 +155,7 @@ def _tile_axes(e, x: Tensor, repeats: list[int]) -> Tensor:
         else:
             single, spread = [n], [n]
     tiled = e.expand(e.reshape(x, single), spread)
-    return e.reshape(tiled, [r * n for r, n in zip(repeats, x.shape, strict=False)])
+    return e.reshape(tiled, [r * n for r, n in zip(repeats, shape, strict=False)])
 
 
 @handles("Trilu", 14)
@@ -197,7 +200,8 @@ def _blocks(x: Tensor, size: int) -> tuple[int, int, int, int]:
         raise NodeError(f"input has rank {len(x.shape)}; expected [N, C, H, W]")
     if size < 1:
         raise NodeError(f"blocksize {size} is not positive")
-    return x.shape
+    n, c, h, w = static(x.shape, "input")
+    return n, c, h, w
 
 
 @handles("DepthToSpace", 13, 28)  # 28: more element types
@@ -300,7 +304,7 @@ def _diagonals(e, x: Tensor, term: str) -> tuple[str, Tensor]:
     while len(set(term)) != len(term):
         letter = next(c for c in term if term.count(c) > 1)
         p, q = term.index(letter), term.index(letter, term.index(letter) + 1)
-        n = x.shape[p]
+        n = static(x.shape, "operand")[p]
         if x.shape[q] != n:
             raise NodeError(f"index '{letter}' has extents {n} and {x.shape[q]}")
         order = [d for d in range(len(term)) if d != q]
@@ -337,7 +341,7 @@ def _einsum_pair(e, ta: str, a: Tensor, tb: str, b: Tensor, needed: str):
         n = math.prod(right.shape[nb + len(summed):])
         left = e.reshape(left, (*left.shape[:nb], m, k))
         right = e.reshape(right, (*right.shape[:nb], k, n))
-        outer = tuple(np.broadcast_shapes(left.shape[:nb], right.shape[:nb]))
+        outer = tuple(broadcast_shapes(left.shape[:nb], right.shape[:nb]))
         product = e.op("matmul", [left, right], (*outer, m, n), a.dtype)
         shape = (*outer, *(a.shape[ta.index(c)] for c in rows),
                  *(b.shape[tb.index(c)] for c in cols))
@@ -358,7 +362,7 @@ def _einsum_pair(e, ta: str, a: Tensor, tb: str, b: Tensor, needed: str):
 def _normalized(e, x: Tensor, rows: int, epsilon: float) -> Tensor:
     """x as `rows` rows, each normalized to mean 0 and variance 1 (one layer_norm kernel with
     unit scale and zero shift), in x's shape."""
-    depth = math.prod(x.shape) // rows if rows else 0
+    depth = math.prod(static(x.shape, "input")) // rows if rows else 0
     flat = e.reshape(x, (rows, depth))
     y = e.op("layer_norm", [flat, constant(np.ones(depth, x.dtype)),
                             constant(np.zeros(depth, x.dtype))], flat.shape, x.dtype,

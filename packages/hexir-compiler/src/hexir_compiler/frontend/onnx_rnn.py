@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from hexir_compiler.frontend.onnx import Tensor
-from hexir_compiler.frontend.onnx_ops import NodeError, _string, constant, handles
+from hexir_compiler.frontend.onnx_ops import NodeError, _string, broadcast_shapes, constant, handles
 
 #: activation name (lower case, as ONNX Runtime matches them) -> default (alpha, beta), None
 #: where it takes none. The defaults are ONNX Runtime's: its own ops' for LeakyRelu,
@@ -48,7 +48,7 @@ class _Step:
         return self.e.binary(name, a, b)
 
     def where(self, cond: Tensor, x: Tensor, y: Tensor) -> Tensor:
-        shape = np.broadcast_shapes(cond.shape, x.shape, y.shape)
+        shape = broadcast_shapes(cond.shape, x.shape, y.shape)
         e = self.e
         return e.op("where", [e.expand(cond, shape), e.expand(x, shape), e.expand(y, shape)],
                     shape, x.dtype)

@@ -41,6 +41,7 @@ from hexir_compiler.frontend.onnx_ops import (
     constant,
     handles,
     known,
+    static,
 )
 
 I64 = np.dtype("int64")
@@ -81,7 +82,7 @@ def items(e, s: Sequence) -> list[Tensor]:
         return [constant(row) for row in stacked.const]
     return [e.reshape(e.op("slice", [stacked], (1, *rest), s.dtype,
                            starts=[k] + [0] * len(rest), steps=[1] * (len(rest) + 1)), rest)
-            for k in range(stacked.shape[0])]
+            for k in range(static(stacked.shape, "sequence")[0])]
 
 
 def stacked(e, s: Sequence) -> Tensor:
@@ -216,7 +217,7 @@ def _erase(e, xs, a, v):
 def _split(e, xs, a, v):
     x = _tensor(xs[0], "input")
     axis = _axis(a.get("axis", 0), len(x.shape))
-    extent = x.shape[axis]
+    extent = static(x.shape, "input")[axis]
     split = xs[1] if len(xs) > 1 else None
     if split is None:
         sizes, keep = [1] * extent, bool(a.get("keepdims", 1))
