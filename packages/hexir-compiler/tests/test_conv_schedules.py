@@ -13,6 +13,7 @@ on one side only, strides, dilations, windows wider than the input, 1-D and 3-D.
 
 from __future__ import annotations
 
+import re
 import zlib
 
 import numpy as np
@@ -161,12 +162,16 @@ def test_v4_conv_kernels_compile(tmp_path) -> None:
         assert compile_source(source, "hxb", target="cpu:x86-64-v4")
 
 
-@pytest.mark.parametrize(("activation", "vectors"), [("relu", True), ("tanh", False)])
+ACTIVATIONS = {"relu": lambda v: np.maximum(v, 0), "tanh": np.tanh, "sin": np.sin}
+
+
+@pytest.mark.parametrize(("activation", "vectors"), [("relu", True), ("tanh", True),
+                                                     ("sin", False)])
 def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
         tmp_path, activation, vectors) -> None:
-    """bias + relu + residual on a depthwise conv is evaluated and stored a vector of pixels
-    at a time; an epilogue with an op that only takes scalars (tanh) stays lane by lane, and
-    both match torch."""
+    """bias + relu (or tanh: `target.host_math` makes a vector's tanh arithmetic) + residual
+    on a depthwise conv is evaluated and stored a vector of pixels at a time; an epilogue with
+    an op that only takes scalars (sin: a libm call) stays lane by lane, and all match torch."""
     case = CASES["depthwise"]
     x_shape, w_shape, group, strides, pads, dilations = case
     rng = np.random.default_rng(3)
@@ -184,7 +189,37 @@ def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
     with hexir_runtime.load(compile_source(source, "hxb", target=target)) as module:
         got = module.main(x, bias, residual)
     conv = _reference(x, w, group, strides, pads, dilations) + bias
-    want = (np.maximum(conv, 0) if activation == "relu" else np.tanh(conv)) + residual
+    want = ACTIVATIONS[activation](conv) + residual
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda v: f"v{v}")
+@pytest.mark.parametrize("name", ["3x3-pad1", "wide-3x3", "1x1-rows", "depthwise"])
+def test_a_silu_epilogue_is_one_kernel_with_the_conv(tmp_path, name, level) -> None:
+    """conv + bias -> x * sigmoid(x) (SiLU: the sum has two uses, both in the epilogue) is
+    one kernel in every schedule -- channel panels (its epilogue on vectors of channels,
+    a last tile's partial vector lane by lane), pixel panels, pixel vectors -- and matches
+    torch."""
+    case = CASES[name]
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    source = tmp_path / "conv.mlir"
+    out = _t(_out_shape(x_shape, w_shape, strides, pads, dilations), "f32")
+    source.write_text(_program(case, "f32", w, True, True).replace(
+        f'  %a = "hexir.relu"(%s) : ({out}) -> {out}\n',
+        f'  %g = "hexir.sigmoid"(%s) : ({out}) -> {out}\n'
+        f'  %a = "hexir.mul"(%s, %g) : ({out}, {out}) -> {out}\n'))
+    target = f"cpu:x86-64-v{level}"
+    tir = compile_source(source, "mlir-tir", target=target)
+    assert re.findall(r"callee = @(\w+)", tir) == ["conv_add_sigmoid_mul_add_0"]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    bias = rng.standard_normal((w_shape[0], 1, 1)).astype(np.float32)
+    conv = _reference(x, w, group, strides, pads, dilations) + bias
+    residual = rng.standard_normal(conv.shape).astype(np.float32)
+    with hexir_runtime.load(compile_source(source, "hxb", target=target)) as module:
+        got = module.main(x, bias, residual)
+    want = conv / (1 + np.exp(-conv)) + residual
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 

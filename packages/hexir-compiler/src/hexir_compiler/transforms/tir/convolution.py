@@ -333,10 +333,19 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                 sums = b.fold([*g.kernel, g.per_group_in], [b.splat(zero, lanes)] *
                               (count * vectors), step)
                 for r, o in enumerate(outs):
-                    for t in range(columns):
-                        at = [n, channels[t], *o]
-                        value = b.lane(sums[r * vectors + t // lanes], t % lanes)
-                        b.store(value if epilogue is None else epilogue(b, value, at), out, at)
+                    for v in range(vectors):
+                        total = sums[r * vectors + v]
+                        mine = range(v * lanes, min(columns, (v + 1) * lanes))
+                        on_vector = epilogue is not None and epilogue.vectors and \
+                            len(mine) == lanes  # a last tile's partial vector: by lanes
+                        if on_vector:  # the epilogue on the channels' vector
+                            total = epilogue(b, total, [n, channels[mine[0]], *o], axis=1)
+                        for t in mine:
+                            at = [n, channels[t], *o]
+                            value = b.lane(total, t % lanes)
+                            if epilogue is not None and not on_vector:
+                                value = epilogue(b, value, at)
+                            b.store(value, out, at)
 
             _split_interior(b, g, bases, range(len(g.out)), run)
 

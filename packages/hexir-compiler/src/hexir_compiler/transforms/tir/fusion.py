@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import ir
+from hexir_compiler.mlir import arith, ir
 from hexir_compiler.ops import CONTRACTIONS, REDUCTIONS
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import plan_matmul
@@ -64,7 +64,8 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     rest = [(i, s) for i, s in enumerate(chain) if i != head]
     formulas = {i: formula(s.op) for i, s in rest}
 
-    def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None):
+    def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None,
+                 axis: int = -1):
         buffers = b.args[:-1]
         loaded: dict[int, ir.Value] = {}
         values: dict[int, ir.Value] = {} if head is None else {head: product}
@@ -78,10 +79,9 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                 return values[index]
             if index not in loaded:
                 at = broadcast_indices(b, coords, inputs[index], shape)
-                along = inputs[index] and inputs[index][-1] != 1  # varies along the lanes
                 loaded[index] = b.load(buffers[index], at) if not lanes else \
-                    b.load_vector(buffers[index], at, lanes) if along else \
-                    b.splat(b.load(buffers[index], at), lanes)
+                    _vector_operand(b, buffers[index], at, inputs[index], len(shape), axis,
+                                    lanes)
             return loaded[index]
 
         for i, step in rest:
@@ -98,7 +98,7 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
         vectors = all(s.op.mnemonic in VECTOR_FORMULAS for _, s in rest) and all(
             e in FLOATS for _, s in rest for e in s.op.elements)
         return HEADS[steps[head].op.mnemonic](
-            steps[head].op, Epilogue(lambda b, value, at: evaluate(b, at, value), vectors))
+            steps[head].op, Epilogue(lambda b, value, at, axis: evaluate(b, at, value, axis), vectors))
 
     def emit(b: KernelBuilder) -> None:
         out = b.args[-1]
@@ -108,3 +108,20 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                 b.store(value, out, coords)
 
     return Kernel("map", emit)
+
+
+def _vector_operand(b: KernelBuilder, buffer: ir.Value, at: list[ir.Value],
+                    operand: tuple[int, ...], rank: int, axis: int, lanes: int) -> ir.Value:
+    """An epilogue operand of shape `operand` (broadcast to a rank-`rank` output) at `lanes`
+    neighbours along the output's `axis` from `at` (the operand's indices of the first): a
+    broadcast where it does not vary along the axis, one vector load where its elements
+    along it are adjacent (nothing varies after it: a bias [C, 1, 1] along the channels),
+    else a vector of its elements loaded one by one (a residual along the channels, each a
+    plane apart)."""
+    d = (axis % rank) - (rank - len(operand))  # the operand's own axis, when it has one
+    if d < 0 or operand[d] == 1:
+        return b.splat(b.load(buffer, at), lanes)
+    if all(extent == 1 for extent in operand[d + 1:]):
+        return b.load_vector(buffer, at, lanes)
+    return b.vector_of([b.load(buffer, [*at[:d], arith.addi(at[d], b.index(j)), *at[d + 1:]])
+                        if j else b.load(buffer, at) for j in range(lanes)])
