@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import torch
 
+import hexir_format as hf
 import hexir_runtime
 from hexir_compiler.pipeline import compile as compile_source
 from hexir_runtime.hal.hostcode import host_level
@@ -48,6 +49,12 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "depthwise": ((1, 6, 19, 37), (6, 1, 3, 3), 6, (1, 1), (1, 1, 1, 1), (1, 1)),
     "depthwise-stride2": ((2, 5, 14, 15), (5, 1, 3, 3), 5, (2, 2), (1, 1, 1, 1), (1, 1)),
     "depthwise-5x5": ((1, 3, 9, 9), (3, 1, 5, 5), 3, (1, 1), (2, 2, 2, 2), (1, 1)),
+    # whole-plane pixel vectors (small planes, stride 1, rows as wide as the input's): rows
+    # padded unevenly (an output taller than the input), a dilated window, and two input
+    # channels per single-output group
+    "depthwise-uneven": ((1, 4, 9, 7), (4, 1, 3, 3), 4, (1, 1), (2, 1, 1, 1), (1, 1)),
+    "depthwise-dilated": ((1, 3, 10, 8), (3, 1, 3, 3), 3, (1, 1), (2, 2, 2, 2), (2, 2)),
+    "groups-one-output": ((1, 6, 7, 7), (3, 2, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
     "multiplier2": ((1, 3, 6, 6), (6, 1, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
     "window-past-input": ((1, 2, 3, 3), (4, 2, 5, 5), 1, (1, 1), (2, 2, 2, 2), (1, 1)),
     "conv1d": ((2, 4, 50), (10, 4, 5), 1, (2,), (2, 1), (1,)),
@@ -221,6 +228,19 @@ def test_a_silu_epilogue_is_one_kernel_with_the_conv(tmp_path, name, level) -> N
         got = module.main(x, bias, residual)
     want = conv / (1 + np.exp(-conv)) + residual
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_small_depthwise_plane_is_one_iteration_of_the_cpu_grid(tmp_path) -> None:
+    """A stride-1 depthwise conv whose output plane is small takes the whole-plane form (its
+    grid: batch x channels); a strided one keeps a row per iteration (batch x channels x
+    rows)."""
+    for name, grid in (("depthwise-5x5", 3), ("depthwise-stride2", 2 * 5 * 7)):
+        case = CASES[name]
+        source = tmp_path / "conv.mlir"
+        source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, False))
+        image = hf.parse(compile_source(source, "hxb", target="cpu:x86-64-v4"))
+        (conv,) = [e for e in image.executables if e.name.startswith("conv")]
+        assert conv.grid[0] == grid, name
 
 
 def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:

@@ -62,7 +62,7 @@ import itertools
 import math as pymath
 from collections.abc import Callable, Sequence
 
-from hexir_compiler.mlir import arith, ir
+from hexir_compiler.mlir import arith, ir, vector
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
@@ -79,6 +79,10 @@ from hexir_compiler.transforms.tir.schedule import (
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
 #: window loops ran 1 step of 4 vectors per iteration).
 MAX_UNROLLED_WINDOW = 25
+#: The most vector x window-offset steps a depthwise plane unrolls (`_plane_vectors`): at
+#: x86-64-v4 (16 f32 a vector) a 14x14 plane under a 5x5 window (325) or a 28x28 one under a
+#: 3x3 window (441), not a 28x28 plane under a 5x5 window (1225).
+MAX_PLANE_STEPS = 512
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -223,8 +227,21 @@ def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         _pixel_panels(b, op, g, epilogue)
     elif uses_panels(op):
         _panels(b, op, g, epilogue)
+    elif uses_plane_vectors(g, b.host_level, ir.FloatType(b.element).width // 8):
+        _plane_vectors(b, g, epilogue)
     else:
         _pixel_vectors(b, g, epilogue)
+
+
+def uses_plane_vectors(g: Geometry, level: int, element_bytes: int) -> bool:
+    """Whether a pixel-vector conv (Mg == 1) takes the whole-plane form (`_plane_vectors`):
+    2-D, stride 1, output rows as wide as the input's (so that a plane's neighbouring
+    output pixels read neighbouring input elements at every window offset), and a plane
+    small enough to unroll: at most MAX_PLANE_STEPS vectors x window offsets at `level`."""
+    if len(g.out) != 2 or any(s != 1 for s in g.strides) or g.out[1] != g.spatial[1]:
+        return False
+    vectors = -(-pymath.prod(g.out) // register_lanes(level, element_bytes))
+    return vectors * pymath.prod(g.kernel) <= MAX_PLANE_STEPS
 
 
 def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
@@ -501,6 +518,83 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
         for lo, hi, masked_inner in ((0, first, True), (first, end, False),
                                      (end, g.out[-1], True)):
             _runs(b, lo, hi - lo, lanes, functools.partial(block, masked_inner=masked_inner))
+
+
+def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:
+    """A small depthwise plane (`uses_plane_vectors`) as vectors along its flattened pixels:
+    the cpu grid is batch x channels, each iteration a whole output plane in blocks of
+    `schedule.depthwise_pixels`, every block and window offset unrolled at compile time.
+    With stride 1 and rows as wide as the input's, output pixel p reads input element
+    p + offset at each window offset, so a vector of neighbouring pixels is one load of
+    neighbouring inputs; which lanes fall in the padding (a row above or below the input, a
+    column past either edge, where the flat index wraps into the next row) is known at
+    compile time, so only the run from the first lane inside to the last is loaded and a
+    shuffle with zeros clears the rest: no per-pixel branch, no lane-by-lane gather. Rows
+    of 7 or 14 split into border and interior runs (`_pixel_vectors`) were vectors of 2 and
+    1 pixels gathered lane by lane at the borders."""
+    data, weight, *_, out = b.args
+    element_bytes = ir.FloatType(b.element).width // 8
+    register = register_lanes(b.host_level, element_bytes)
+    block_pixels = depthwise_pixels(b.host_level, element_bytes)
+    (height, width), (in_height, in_width) = g.out, g.spatial
+    pixels = height * width
+    zero = b.float(0.0)
+    with b.loop(g.batch * g.group, "parallel") as flat:
+        n, m = b.delinearize(flat, [g.batch, g.group])
+        first_in = b.mul(m, g.per_group_in)
+        blocks, at = [], 0
+        while at < pixels:  # whole blocks, then the rest in power-of-two vectors
+            rest = pixels - at
+            count = block_pixels if rest >= block_pixels else 1 << (rest.bit_length() - 1)
+            blocks.append((at, count))
+            at += count
+        for start, count in blocks:
+            lanes = min(count, register)
+            firsts = range(start, start + count, lanes)  # each vector's first pixel
+
+            def window(channel: ir.Value, ks: tuple[int, ...], first: int) -> ir.Value | None:
+                """The inputs of pixels first ... first + lanes - 1 at window offset `ks`,
+                zeros in the padding; None when every one is padding."""
+                rows, cols = (k * d - p for k, d, p in zip(ks, g.dilations, g.pads,
+                                                            strict=False))
+                inside = [0 <= (q // width) + rows < in_height and
+                          0 <= (q % width) + cols < in_width
+                          for q in range(first, first + lanes)]
+                if not any(inside):
+                    return None
+                lo = inside.index(True)
+                hi = lanes - inside[::-1].index(True)
+                source = first + lo + rows * in_width + cols  # flat: rows as wide as out's
+                run = b.load_vector(data, [n, channel, b.index(source // in_width),
+                                           b.index(source % in_width)], hi - lo)
+                if all(inside):
+                    return run
+                return vector.shuffle(run, b.splat(zero, hi - lo), [
+                    j - lo if inside[j] else hi - lo for j in range(lanes)])
+
+            def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                contract = ir.Attribute.parse("#arith.fastmath<contract>")
+                in_channel = arith.addi(first_in, c[0])
+                acc = list(acc)
+                for ks in itertools.product(*(range(k) for k in g.kernel)):
+                    y = b.splat(b.load(weight, [m, c[0], *(b.index(k) for k in ks)]), lanes)
+                    for v, first in enumerate(firsts):
+                        x = window(in_channel, ks, first)
+                        if x is not None:
+                            acc[v] = arith.addf(acc[v], arith.mulf(x, y, fastmath=contract),
+                                                fastmath=contract)
+                return acc
+
+            sums = b.fold([g.per_group_in], [b.splat(zero, lanes)] * len(firsts), channel)
+            for first, total in zip(firsts, sums, strict=True):
+                if epilogue is None or epilogue.vectors:
+                    at = [n, m, b.index(first // width), b.index(first % width)]
+                    b.store_vector(total if epilogue is None else
+                                   epilogue(b, total, at, axis=(2, 3)), out, at)
+                    continue
+                for j in range(lanes):  # an epilogue that takes only scalars
+                    at = [n, m, b.index((first + j) // width), b.index((first + j) % width)]
+                    b.store(epilogue(b, b.lane(total, j), at), out, at)
 
 
 def _runs(b: KernelBuilder, start: int, length: int, lanes: int,

@@ -65,7 +65,7 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     formulas = {i: formula(s.op) for i, s in rest}
 
     def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None,
-                 axis: int = -1):
+                 axis: int | tuple[int, ...] = -1):
         buffers = b.args[:-1]
         loaded: dict[int, ir.Value] = {}
         values: dict[int, ir.Value] = {} if head is None else {head: product}
@@ -78,10 +78,10 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             if kind == "step":
                 return values[index]
             if index not in loaded:
-                at = broadcast_indices(b, coords, inputs[index], shape)
-                loaded[index] = b.load(buffers[index], at) if not lanes else \
-                    _vector_operand(b, buffers[index], at, inputs[index], len(shape), axis,
-                                    lanes)
+                loaded[index] = _vector_operand(
+                    b, buffers[index], coords, inputs[index], shape, axis, lanes) if lanes \
+                    else b.load(buffers[index], broadcast_indices(b, coords, inputs[index],
+                                                                  shape))
             return loaded[index]
 
         for i, step in rest:
@@ -110,18 +110,34 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     return Kernel("map", emit)
 
 
-def _vector_operand(b: KernelBuilder, buffer: ir.Value, at: list[ir.Value],
-                    operand: tuple[int, ...], rank: int, axis: int, lanes: int) -> ir.Value:
-    """An epilogue operand of shape `operand` (broadcast to a rank-`rank` output) at `lanes`
-    neighbours along the output's `axis` from `at` (the operand's indices of the first): a
-    broadcast where it does not vary along the axis, one vector load where its elements
-    along it are adjacent (nothing varies after it: a bias [C, 1, 1] along the channels),
-    else a vector of its elements loaded one by one (a residual along the channels, each a
-    plane apart)."""
-    d = (axis % rank) - (rank - len(operand))  # the operand's own axis, when it has one
-    if d < 0 or operand[d] == 1:
+def _vector_operand(b: KernelBuilder, buffer: ir.Value, coords: list[ir.Value],
+                    operand: tuple[int, ...], out: tuple[int, ...],
+                    axis: int | tuple[int, ...], lanes: int) -> ir.Value:
+    """An epilogue operand of shape `operand` (broadcast to the output's `out`) at `lanes`
+    neighbours along the output's `axis` -- or along the consecutive axes `axis`, flattened
+    -- from the output coordinates `coords`: a broadcast where it does not vary along them,
+    one vector load where its elements along them are adjacent (it spans them whole, and
+    nothing varies after them: a bias [C, 1, 1] along the channels, a residual along a
+    plane's pixels), else a vector of its elements loaded one by one (a residual along the
+    channels, each a plane apart)."""
+    rank = len(out)
+    axes = [a % rank for a in ((axis,) if isinstance(axis, int) else axis)]
+    offset = rank - len(operand)  # the operand's dim of output axis a is a - offset
+    at = broadcast_indices(b, coords, operand, out)
+    varying = [a for a in axes if a >= offset and operand[a - offset] != 1]
+    if not varying:
         return b.splat(b.load(buffer, at), lanes)
-    if all(extent == 1 for extent in operand[d + 1:]):
+    if varying == axes and all(operand[a - offset] == out[a] for a in axes[1:]) and \
+            all(extent == 1 for extent in operand[axes[-1] - offset + 1:]):
         return b.load_vector(buffer, at, lanes)
-    return b.vector_of([b.load(buffer, [*at[:d], arith.addi(at[d], b.index(j)), *at[d + 1:]])
-                        if j else b.load(buffer, at) for j in range(lanes)])
+    extents = [out[a] for a in axes]
+    first = b.linearize([coords[a] for a in axes], extents)
+    values = []
+    for j in range(lanes):
+        moved = b.delinearize(arith.addi(first, b.index(j)), extents) if j else \
+            [coords[a] for a in axes]
+        lane = list(coords)
+        for a, value in zip(axes, moved, strict=True):
+            lane[a] = value
+        values.append(b.load(buffer, broadcast_indices(b, lane, operand, out)))
+    return b.vector_of(values)
