@@ -54,6 +54,8 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     # channels per single-output group
     "depthwise-uneven": ((1, 4, 9, 7), (4, 1, 3, 3), 4, (1, 1), (2, 1, 1, 1), (1, 1)),
     "depthwise-dilated": ((1, 3, 10, 8), (3, 1, 3, 3), 3, (1, 1), (2, 2, 2, 2), (2, 2)),
+    # a window too wide to unroll (a loop over its offsets; the border lanes gathered)
+    "depthwise-7x7-stride2": ((1, 2, 14, 13), (2, 1, 7, 7), 2, (2, 2), (3, 3, 3, 3), (1, 1)),
     "groups-one-output": ((1, 6, 7, 7), (3, 2, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
     "multiplier2": ((1, 3, 6, 6), (6, 1, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
     "window-past-input": ((1, 2, 3, 3), (4, 2, 5, 5), 1, (1, 1), (2, 2, 2, 2), (1, 1)),

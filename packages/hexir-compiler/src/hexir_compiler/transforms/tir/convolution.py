@@ -83,6 +83,10 @@ MAX_UNROLLED_WINDOW = 25
 #: x86-64-v4 (16 f32 a vector) a 14x14 plane under a 5x5 window (325) or a 28x28 one under a
 #: 3x3 window (441), not a 28x28 plane under a 5x5 window (1225).
 MAX_PLANE_STEPS = 512
+#: A depthwise row of at most this many blocks (`schedule.depthwise_pixels` pixels each) is
+#: cut into blocks at compile time whose padding lanes are known (`_known_lanes`) when its
+#: window is unrolled: 256 pixels at v4, every row of the CNNs' 112x112 maps and below.
+MAX_KNOWN_ROW_BLOCKS = 4
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -453,12 +457,16 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
     register = register_lanes(b.host_level, element_bytes)
     first, end = g.inside_range(inner)
     rows = g.out[:-1]
+    unrolled = pymath.prod(g.kernel) <= MAX_UNROLLED_WINDOW
     with b.loop(g.batch * g.group * pymath.prod(rows), "parallel") as flat:
         n, m, *row = b.delinearize(flat, [g.batch, g.group, *rows])
         first_in = b.mul(m, g.per_group_in)
         row_base = g.base(b, row)
 
-        def block(start: ir.Value, count: int, masked_inner: bool) -> None:
+        def block(start: ir.Value, count: int, masked_inner: bool,
+                  known: int | None = None) -> None:
+            """`count` pixels of the row from `start` (`known`: the same, when the block is
+            placed at compile time)."""
             outs = [[*row, start if j == 0 else arith.addi(start, b.index(j))]
                     for j in range(count)]
             bases = [g.base(b, o) for o in outs]
@@ -466,42 +474,59 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
             zero = b.float(0.0)
 
             def run(masked: list[int]) -> None:
-                def pixels(channel: ir.Value, ks: Sequence[ir.Value], j: int) -> ir.Value:
-                    """The inputs of pixels j*width ... at window offset `ks`, a vector."""
+                def pixels(channel: ir.Value, ks: Sequence[ir.Value], j: int,
+                           static: Sequence[int] | None) -> ir.Value | None:
+                    """The inputs of pixels j*width ... at window offset `ks` (`static`:
+                    the same as integers, when the window is unrolled), a vector; None
+                    when each is padding."""
                     mine = bases[j * width:(j + 1) * width]
-                    if not masked_inner:  # every window inside along the innermost axis
+                    step = g.strides[inner]
+                    if masked_inner and known is not None and static is not None:
                         at, inside = g.position(b, mine[0], ks, masked)
-                        step = g.strides[inner]
+                        offset = static[inner] * g.dilations[inner] - g.pads[inner]
+                        cols = [(known + j * width + lane) * step + offset
+                                for lane in range(width)]
+                        vector_ = _known_lanes(
+                            b, data, lambda col: [n, channel, *at[:-1], b.index(col)], cols,
+                            [0 <= c < g.spatial[inner] for c in cols])
+                    elif not masked_inner:  # every window inside along the innermost axis
+                        at, inside = g.position(b, mine[0], ks, masked)
                         span = step * (width - 1) + 1  # the run the pixels' inputs lie in
-                        run_ = b.load_vector(data, [n, channel, *at], span)
+                        vector_ = b.load_vector(data, [n, channel, *at], span)
                         if step > 1:
-                            run_ = b.shuffle(run_, list(range(0, span, step)))
-                        return run_ if inside is None else \
-                            arith.select(inside, run_, b.splat(zero, width))
-                    values = []
-                    for base in mine:
-                        at, inside = g.position(b, base, ks, [*masked, inner])
-                        value = b.load(data, [n, channel, *at])
-                        values.append(value if inside is None else
-                                      arith.select(inside, value, zero))
-                    return b.vector_of(values)
+                            vector_ = b.shuffle(vector_, list(range(0, span, step)))
+                    else:
+                        values = []
+                        for base in mine:
+                            at, inside = g.position(b, base, ks, [*masked, inner])
+                            value = b.load(data, [n, channel, *at])
+                            values.append(value if inside is None else
+                                          arith.select(inside, value, zero))
+                        return b.vector_of(values)
+                    if vector_ is None or inside is None:
+                        return vector_
+                    return arith.select(inside, vector_, b.splat(zero, width))
 
-                def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                def step(ivs: list[ir.Value], acc: list[ir.Value],
+                         static: Sequence[int] | None = None) -> list[ir.Value]:
                     *ks, c = ivs
                     y = b.splat(b.load(weight, [m, c, *ks]), width)
                     channel = arith.addi(first_in, c)
-                    return _multiply_add(acc, [pixels(channel, ks, j)
-                                               for j in range(count // width)], [y])
+                    acc = list(acc)
+                    for j in range(count // width):
+                        x = pixels(channel, ks, j, static)
+                        if x is not None:
+                            acc[j] = _multiply_add([acc[j]], [x], [y])[0]
+                    return acc
 
                 def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     for ks in itertools.product(*(range(k) for k in g.kernel)):
-                        acc = step([*(b.index(k) for k in ks), c[0]], acc)
+                        acc = step([*(b.index(k) for k in ks), c[0]], acc, ks)
                     return acc
 
                 inits = [b.splat(zero, width)] * (count // width)
-                sums = b.fold([*g.kernel, g.per_group_in], inits, step) \
-                    if pymath.prod(g.kernel) > MAX_UNROLLED_WINDOW else \
-                    b.fold([g.per_group_in], inits, channel)
+                sums = b.fold([g.per_group_in], inits, channel) if unrolled else \
+                    b.fold([*g.kernel, g.per_group_in], inits, step)
                 if epilogue is None or epilogue.vectors:  # a vector's pixels are neighbours
                     for j, total in enumerate(sums):
                         at = [n, m, *outs[j * width]]
@@ -515,9 +540,51 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
 
             _split_interior(b, g, [row_base], range(inner), run)
 
+        def known_blocks(lo: int, hi: int) -> None:
+            for at, count in _blocks_from(lo, hi - lo, lanes):
+                block(b.index(at), count, True, at)
+
+        if unrolled and g.out[-1] <= MAX_KNOWN_ROW_BLOCKS * lanes:
+            known_blocks(0, g.out[-1])  # the whole row, every block placed at compile time
+            return
         for lo, hi, masked_inner in ((0, first, True), (first, end, False),
                                      (end, g.out[-1], True)):
-            _runs(b, lo, hi - lo, lanes, functools.partial(block, masked_inner=masked_inner))
+            if masked_inner and unrolled and hi - lo < lanes:
+                known_blocks(lo, hi)
+            else:
+                _runs(b, lo, hi - lo, lanes,
+                      functools.partial(block, masked_inner=masked_inner))
+
+
+def _blocks_from(start: int, length: int, lanes: int) -> list[tuple[int, int]]:
+    """[start, start + length) as (first, count) blocks: of `lanes`, then of decreasing
+    powers of two (as `_runs` cuts a run, at compile time)."""
+    blocks = []
+    while length:
+        count = lanes if length >= lanes else 1 << (length.bit_length() - 1)
+        blocks.append((start, count))
+        start, length = start + count, length - count
+    return blocks
+
+
+def _known_lanes(b: KernelBuilder, data: ir.Value, at: Callable[[int], list[ir.Value]],
+                 sources: Sequence[int], inside: Sequence[bool]) -> ir.Value | None:
+    """The vector of the elements of `data` at offsets `sources[lane]` (`at(source)`: its
+    indices) where `inside[lane]`, 0 elsewhere (None when no lane is inside), for
+    increasing `sources` known at compile time: one load of the run from the first lane
+    inside to the last (its elements in between lie in the buffer), and a shuffle that
+    picks the lanes and zeros the rest."""
+    if not any(inside):
+        return None
+    lanes = len(sources)
+    lo = inside.index(True)
+    hi = lanes - list(inside)[::-1].index(True)
+    span = sources[hi - 1] - sources[lo] + 1
+    run = b.load_vector(data, at(sources[lo]), span)
+    if all(inside) and span == lanes:  # neighbours, none in the padding
+        return run
+    picks = [sources[j] - sources[lo] if inside[j] else span for j in range(lanes)]
+    return vector.shuffle(run, b.splat(b.float(0.0), 1), picks)
 
 
 def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:
@@ -557,20 +624,13 @@ def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                 zeros in the padding; None when every one is padding."""
                 rows, cols = (k * d - p for k, d, p in zip(ks, g.dilations, g.pads,
                                                             strict=False))
-                inside = [0 <= (q // width) + rows < in_height and
-                          0 <= (q % width) + cols < in_width
-                          for q in range(first, first + lanes)]
-                if not any(inside):
-                    return None
-                lo = inside.index(True)
-                hi = lanes - inside[::-1].index(True)
-                source = first + lo + rows * in_width + cols  # flat: rows as wide as out's
-                run = b.load_vector(data, [n, channel, b.index(source // in_width),
-                                           b.index(source % in_width)], hi - lo)
-                if all(inside):
-                    return run
-                return vector.shuffle(run, b.splat(zero, hi - lo), [
-                    j - lo if inside[j] else hi - lo for j in range(lanes)])
+                pixels_ = range(first, first + lanes)
+                return _known_lanes(
+                    b, data, lambda source: [n, channel, b.index(source // in_width),
+                                             b.index(source % in_width)],
+                    [q + rows * in_width + cols for q in pixels_],  # rows as wide as out's
+                    [0 <= q // width + rows < in_height and 0 <= q % width + cols < in_width
+                     for q in pixels_])
 
             def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                 contract = ir.Attribute.parse("#arith.fastmath<contract>")
