@@ -488,13 +488,11 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                                 for lane in range(width)]
                         vector_ = _known_lanes(
                             b, data, lambda col: [n, channel, *at[:-1], b.index(col)], cols,
-                            [0 <= c < g.spatial[inner] for c in cols])
+                            [0 <= c < g.spatial[inner] for c in cols], register)
                     elif not masked_inner:  # every window inside along the innermost axis
                         at, inside = g.position(b, mine[0], ks, masked)
-                        span = step * (width - 1) + 1  # the run the pixels' inputs lie in
-                        vector_ = b.load_vector(data, [n, channel, *at], span)
-                        if step > 1:
-                            vector_ = b.shuffle(vector_, list(range(0, span, step)))
+                        vector_ = b.load_strided(data, [n, channel, *at], step, width,
+                                                 register)
                     else:
                         values = []
                         for base in mine:
@@ -568,22 +566,24 @@ def _blocks_from(start: int, length: int, lanes: int) -> list[tuple[int, int]]:
 
 
 def _known_lanes(b: KernelBuilder, data: ir.Value, at: Callable[[int], list[ir.Value]],
-                 sources: Sequence[int], inside: Sequence[bool]) -> ir.Value | None:
+                 sources: Sequence[int], inside: Sequence[bool],
+                 register: int) -> ir.Value | None:
     """The vector of the elements of `data` at offsets `sources[lane]` (`at(source)`: its
     indices) where `inside[lane]`, 0 elsewhere (None when no lane is inside), for
-    increasing `sources` known at compile time: one load of the run from the first lane
-    inside to the last (its elements in between lie in the buffer), and a shuffle that
-    picks the lanes and zeros the rest."""
+    `sources` known at compile time, equally spaced: the lanes from the first inside to the
+    last read as one strided run (`KernelBuilder.load_strided`: its elements in between lie
+    in the buffer), and a shuffle that places them and zeros the rest."""
     if not any(inside):
         return None
     lanes = len(sources)
     lo = inside.index(True)
     hi = lanes - list(inside)[::-1].index(True)
-    span = sources[hi - 1] - sources[lo] + 1
-    run = b.load_vector(data, at(sources[lo]), span)
-    if all(inside) and span == lanes:  # neighbours, none in the padding
+    step = sources[1] - sources[0] if lanes > 1 else 1
+    run = b.load_strided(data, at(sources[lo]), step, hi - lo, register)
+    if all(inside):
         return run
-    picks = [sources[j] - sources[lo] if inside[j] else span for j in range(lanes)]
+    span = hi - lo
+    picks = [j - lo if inside[j] else span for j in range(lanes)]
     return vector.shuffle(run, b.splat(b.float(0.0), 1), picks)
 
 
@@ -630,7 +630,7 @@ def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                                              b.index(source % in_width)],
                     [q + rows * in_width + cols for q in pixels_],  # rows as wide as out's
                     [0 <= q // width + rows < in_height and 0 <= q % width + cols < in_width
-                     for q in pixels_])
+                     for q in pixels_], register)
 
             def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                 contract = ir.Attribute.parse("#arith.fastmath<contract>")
