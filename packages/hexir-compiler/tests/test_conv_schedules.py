@@ -54,6 +54,12 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     # channels per single-output group
     "depthwise-uneven": ((1, 4, 9, 7), (4, 1, 3, 3), 4, (1, 1), (2, 1, 1, 1), (1, 1)),
     "depthwise-dilated": ((1, 3, 10, 8), (3, 1, 3, 3), 3, (1, 1), (2, 2, 2, 2), (2, 2)),
+    # pixel vectors with a window (few multiply-adds per output, rows of a vector or more):
+    # a first conv's stride 2, padded (a 16 + 4 channel split at v4) and not, and stride 1
+    "stem-3x3-stride2": ((1, 3, 37, 35), (20, 3, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+    "stem-3x3-stride2-unpadded": ((1, 3, 39, 41), (16, 3, 3, 3), 1, (2, 2), (0, 0, 0, 0),
+                                  (1, 1)),
+    "few-inputs-3x3": ((1, 2, 9, 21), (8, 2, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
     # a window too wide to unroll (a loop over its offsets; the border lanes gathered)
     "depthwise-7x7-stride2": ((1, 2, 14, 13), (2, 1, 7, 7), 2, (2, 2), (3, 3, 3, 3), (1, 1)),
     "groups-one-output": ((1, 6, 7, 7), (3, 2, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
@@ -232,11 +238,13 @@ def test_a_silu_epilogue_is_one_kernel_with_the_conv(tmp_path, name, level) -> N
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
-def test_a_small_depthwise_plane_is_one_iteration_of_the_cpu_grid(tmp_path) -> None:
+def test_the_pixel_vector_forms_grids(tmp_path) -> None:
     """A stride-1 depthwise conv whose output plane is small takes the whole-plane form (its
     grid: batch x channels); a strided one keeps a row per iteration (batch x channels x
-    rows)."""
-    for name, grid in (("depthwise-5x5", 3), ("depthwise-stride2", 2 * 5 * 7)):
+    rows); a first conv on three channels takes pixel vectors with a window (channel tiles
+    of 16 and 4 x rows)."""
+    for name, grid in (("depthwise-5x5", 3), ("depthwise-stride2", 2 * 5 * 7),
+                       ("stem-3x3-stride2", 2 * 19)):
         case = CASES[name]
         source = tmp_path / "conv.mlir"
         source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, False))
@@ -247,10 +255,11 @@ def test_a_small_depthwise_plane_is_one_iteration_of_the_cpu_grid(tmp_path) -> N
 
 def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:
     """A 1x1 stride-1 conv whose rows hold a vector of pixels stores whole vectors along
-    them (its correctness: the 1x1-rows and 1x1-groups cases above); with stride 2 it keeps
-    the channel panels, whose stores are lane by lane."""
+    them (its correctness: the 1x1-rows and 1x1-groups cases above), and so does a stride-2
+    one with few input channels (pixel vectors with a window); a conv with many
+    multiply-adds per output keeps the channel panels, whose stores are lane by lane."""
     source = tmp_path / "conv.mlir"
-    for name, vectors in (("1x1-rows", True), ("1x1-stride2", False)):
+    for name, vectors in (("1x1-rows", True), ("1x1-stride2", True), ("deep-3x3", False)):
         case = CASES[name]
         source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
         tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v2")

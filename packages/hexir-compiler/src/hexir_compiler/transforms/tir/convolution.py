@@ -87,6 +87,13 @@ MAX_PLANE_STEPS = 512
 #: cut into blocks at compile time whose padding lanes are known (`_known_lanes`) when its
 #: window is unrolled: 256 pixels at v4, every row of the CNNs' 112x112 maps and below.
 MAX_KNOWN_ROW_BLOCKS = 4
+#: The most multiply-adds per output (input channels a group x window) of a conv with a
+#: window that takes the pixel-vector form (`uses_pixel_windows`): a 3x3 conv on three
+#: colour channels (27) and less. As channel panels such a conv's block of 4 pixels x 64
+#: channels did 27 steps of 16 multiply-adds and then 256 single-lane stores, each pixel's
+#: 64 channels a plane apart (SqueezeNet 1.1's 3 -> 64 3x3 stride-2 conv: 4.76 ms, 20% of
+#: the model, at 8.9 GFLOP/s).
+MAX_PIXEL_WINDOW_MACS = 32
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -190,6 +197,25 @@ def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
         epilogue is None or epilogue.vectors)
 
 
+def uses_pixel_windows(op: GraphOp, level: int, element_bytes: int,
+                       epilogue: Epilogue | None) -> bool:
+    """Whether a channel-panel conv with a window takes the pixel-vector form
+    (`_pixel_windows`): at most MAX_PIXEL_WINDOW_MACS multiply-adds per output (a network's
+    first conv, on three colour channels), an unrolled window, strides of at most 2 along
+    the rows, rows of at least a vector's pixels and of at most MAX_KNOWN_ROW_BLOCKS x
+    `schedule.depthwise_pixels`, and an epilogue that takes vectors (or none)."""
+    if not uses_panels(op) or uses_pixel_panels(op, level, element_bytes, epilogue):
+        return False
+    g = Geometry(op)
+    width = g.out[-1] if g.out else 0
+    return (g.per_group_in * pymath.prod(g.kernel) <= MAX_PIXEL_WINDOW_MACS
+            and pymath.prod(g.kernel) <= MAX_UNROLLED_WINDOW and len(g.out) >= 1
+            and g.strides[-1] <= 2
+            and register_lanes(level, element_bytes) <= width
+            <= MAX_KNOWN_ROW_BLOCKS * depthwise_pixels(level, element_bytes)
+            and (epilogue is None or epilogue.vectors))
+
+
 def panel_columns(element_bytes: int, per_group_out: int) -> int:
     """Output channels per packed panel of a constant weight: `schedule.conv_panel`, the same
     at every level, or a group's channels when fewer."""
@@ -229,6 +255,8 @@ def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         return  # no outputs
     if uses_pixel_panels(op, b.host_level, ir.FloatType(b.element).width // 8, epilogue):
         _pixel_panels(b, op, g, epilogue)
+    elif uses_pixel_windows(op, b.host_level, ir.FloatType(b.element).width // 8, epilogue):
+        _pixel_windows(b, op, g, epilogue)
     elif uses_panels(op):
         _panels(b, op, g, epilogue)
     elif uses_plane_vectors(g, b.host_level, ir.FloatType(b.element).width // 8):
@@ -432,6 +460,85 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
 
         def tiles(columns: int) -> None:
             _runs(b, 0, g.out[-1], lanes, lambda start, count: block(columns, start, count))
+
+        _by_tile(b, tile, per_group, width, tail, tiles)
+
+
+def _pixel_windows(b: KernelBuilder, op: GraphOp, g: Geometry,
+                   epilogue: Epilogue | None) -> None:
+    """A conv with a window and few multiply-adds per output (`uses_pixel_windows`) as
+    `_pixel_panels` computes a 1x1: a block is a vector of neighbouring pixels of one output
+    row by `schedule.pixel_panel` output channels, an accumulator vector per channel; each
+    step (an input channel and an unrolled window offset) loads the pixels' inputs as one
+    vector -- a strided run at stride 2 (`KernelBuilder.load_strided`), the padding's lanes
+    zeroed by a shuffle, placed at compile time (`_known_lanes`: the row is cut into blocks
+    at compile time) -- and multiplies it by each channel's weight, a broadcast scalar. The
+    rows above and below the input are the outer axes' border (`_split_interior`). The sums
+    go through the epilogue and the stores a vector of pixels at a time."""
+    data, weight, *_, out = b.args
+    packed = PANEL in op.attributes
+    element_bytes = ir.FloatType(b.element).width // 8
+    register = register_lanes(b.host_level, element_bytes)
+    width = min(pixel_panel(b.host_level), g.per_group_out)
+    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else 0
+    panels_per_group = -(-g.per_group_out // panel_width) if packed else 0
+    inner = len(g.out) - 1
+    per_group = -(-g.per_group_out // width)
+    tail = g.per_group_out - (per_group - 1) * width
+    rows = g.out[:-1]
+    with b.loop(g.batch * g.group * per_group * pymath.prod(rows), "parallel") as flat:
+        n, group, tile, *row = b.delinearize(flat, [g.batch, g.group, per_group, *rows])
+        first_in = b.mul(group, g.per_group_in)
+        first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(tile, width))
+        in_group = b.mul(tile, width)  # the tile's first channel within its group
+        row_base = g.base(b, [*row, b.index(0)])
+
+        def weights(c: ir.Value, ks: Sequence[int], columns: int, count: int) -> list[ir.Value]:
+            values = []
+            for t in range(columns):
+                q = arith.addi(in_group, b.index(t))
+                if packed:
+                    at = [arith.addi(b.mul(group, panels_per_group),
+                                     arith.divui(q, b.index(panel_width))),
+                          *(b.index(k) for k in ks), c, arith.remui(q, b.index(panel_width))]
+                else:
+                    at = [arith.addi(b.mul(group, g.per_group_out), q), c,
+                          *(b.index(k) for k in ks)]
+                values.append(b.splat(b.load(weight, at), count))
+            return values
+
+        def block(columns: int, start: int, count: int, masked: list[int]) -> None:
+            zero = b.float(0.0)
+            step = g.strides[inner]
+
+            def channel(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                (c,) = ivs
+                in_channel = arith.addi(first_in, c)
+                for ks in itertools.product(*(range(k) for k in g.kernel)):
+                    at, inside = g.position(b, row_base, [b.index(k) for k in ks], masked)
+                    offset = ks[inner] * g.dilations[inner] - g.pads[inner]
+                    cols = [(start + j) * step + offset for j in range(count)]
+                    x = _known_lanes(b, data, lambda col: [n, in_channel, *at[:-1],
+                                                           b.index(col)],
+                                     cols, [0 <= col < g.spatial[inner] for col in cols],
+                                     register)
+                    if x is None:
+                        continue
+                    if inside is not None:
+                        x = arith.select(inside, x, b.splat(zero, count))
+                    acc = _multiply_add(acc, [x], weights(c, ks, columns, count))
+                return acc
+
+            sums = b.fold([g.per_group_in], [b.splat(zero, count)] * columns, channel)
+            for t, total in enumerate(sums):
+                at = [n, arith.addi(first_out, b.index(t)), *row, b.index(start)]
+                b.store_vector(total if epilogue is None else epilogue(b, total, at), out, at)
+
+        def tiles(columns: int) -> None:
+            def run(masked: list[int]) -> None:
+                for start, count in _blocks_from(0, g.out[-1], register):
+                    block(columns, start, count, masked)
+            _split_interior(b, g, [row_base], range(inner), run)
 
         _by_tile(b, tile, per_group, width, tail, tiles)
 
