@@ -26,7 +26,7 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
   in registers (one thread, cpu time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a
   block apart against 2.30x; summing the channels in L1-sized slices with the partial sums kept
   in the destination cost 2.56x against 1.36x without).
-- pixel panels (1x1, stride 1, unpadded, rows of at least a vector: `uses_pixel_panels`): the
+- pixel panels (1x1, stride 1, unpadded, a plane of at least a vector: `uses_pixel_panels`): the
   same GEMM with its vectors along the pixels instead of the channels, so that the epilogue and
   the stores are vector-wide (see `_pixel_panels`).
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
@@ -184,8 +184,8 @@ def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
                       epilogue: Epilogue | None) -> bool:
     """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
     stride 1, no padding, fewer input channels a group than `schedule.PIXEL_PANEL_INPUTS` at
-    `level`, rows of at least a vector's pixels at `level` and an epilogue that takes vectors (or
-    none)."""
+    `level`, a plane of at least a vector's pixels at `level` and an epilogue that takes
+    vectors (or none)."""
     x, w = op.inputs[:2]
     limit = PIXEL_PANEL_INPUTS[level]
     if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3 or \
@@ -193,7 +193,7 @@ def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
         return False
     if any(s != 1 for s in op.ints_attr("strides")) or any(op.ints_attr("pads")):
         return False
-    return x[-1] >= register_lanes(level, element_bytes) and (
+    return pymath.prod(x[2:]) >= register_lanes(level, element_bytes) and (
         epilogue is None or epilogue.vectors)
 
 
@@ -408,12 +408,18 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
 def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
                   epilogue: Epilogue | None) -> None:
     """A 1x1 conv as a GEMM whose vectors run along the pixels (`uses_pixel_panels`): a
-    block is a vector of neighbouring pixels of one output row by `schedule.pixel_panel`
-    output channels, one accumulator vector per channel; each step over the group's input
-    channels loads the pixels' inputs as one vector and multiplies it by each channel's
-    weight, a broadcast scalar (an FMA's broadcast operand at v4). The sums, a vector per
-    channel along the pixels, go through the epilogue and the store a vector at a time. A
-    row is cut as `_runs` cuts it (power-of-two vectors past the last whole one)."""
+    block is a vector of neighbouring pixels of the output plane -- flattened: a 1x1
+    stride-1 unpadded conv's input and output planes are indexed alike, so a vector may
+    span rows -- by `schedule.pixel_panel` output channels, one accumulator vector per
+    channel; each step over the group's input channels loads the pixels' inputs as one
+    vector and multiplies it by each channel's weight, a broadcast scalar (an FMA's
+    broadcast operand at v4). The sums, a vector per channel along the pixels, go through
+    the epilogue and the store a vector at a time. The cpu grid is batch x groups x channel
+    tiles x chunks of the plane's vectors (`_chunks`); the plane's last pixels are
+    power-of-two vectors past the last whole one. Cut by rows instead, a 13x13 or 7x7 plane
+    had no row of a vector's pixels and took the channel panels, whose stores are lane by
+    lane, each pixel's channels a plane apart (SqueezeNet 1.1's 512 -> 1000 1x1 at 13x13:
+    2.28 ms, 76 GFLOP/s)."""
     data, weight, *_, out = b.args
     packed = PANEL in op.attributes
     element_bytes = ir.FloatType(b.element).width // 8
@@ -424,9 +430,13 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
     rank = len(g.out)
     per_group = -(-g.per_group_out // width)
     tail = g.per_group_out - (per_group - 1) * width
-    rows = g.out[:-1]
-    with b.loop(g.batch * g.group * per_group * pymath.prod(rows), "parallel") as flat:
-        n, group, tile, *row = b.delinearize(flat, [g.batch, g.group, per_group, *rows])
+    pixels = pymath.prod(g.out)
+    full, remainder = divmod(pixels, lanes)
+    outer = g.batch * g.group * per_group
+    chunks = _chunks(b, outer, full)
+    plane = tuple(range(2, 2 + rank))  # the epilogue's lanes run along the flat plane
+    with b.loop(outer * chunks, "parallel") as flat:
+        n, group, tile, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(tile, width))
         in_group = b.mul(tile, width)  # the tile's first channel within its group
@@ -447,19 +457,27 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
 
         def block(columns: int, start: ir.Value, count: int) -> None:
             zero = b.float(0.0)
+            where = b.delinearize(start, g.out)
 
             def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                 (c,) = ivs
-                x = b.load_vector(data, [n, arith.addi(first_in, c), *row, start], count)
+                x = b.load_vector(data, [n, arith.addi(first_in, c), *where], count)
                 return _multiply_add(acc, [x], weights(c, columns, count))
 
             sums = b.fold([g.per_group_in], [b.splat(zero, count)] * columns, step)
             for t, total in enumerate(sums):
-                at = [n, arith.addi(first_out, b.index(t)), *row, start]
-                b.store_vector(total if epilogue is None else epilogue(b, total, at), out, at)
+                at = [n, arith.addi(first_out, b.index(t)), *where]
+                b.store_vector(total if epilogue is None else
+                               epilogue(b, total, at, axis=plane), out, at)
 
         def tiles(columns: int) -> None:
-            _runs(b, 0, g.out[-1], lanes, lambda start, count: block(columns, start, count))
+            def body(index: ir.Value | int, short: int) -> None:
+                if not short:  # a whole vector: block `index`
+                    block(columns, b.mul(index, lanes), lanes)
+                    return
+                for first, count in _blocks_from(index, short, lanes):  # the plane's rest
+                    block(columns, b.index(first), count)
+            _blocks_of(b, chunk, chunks, full, lanes, remainder, body)
 
         _by_tile(b, tile, per_group, width, tail, tiles)
 
