@@ -4,11 +4,11 @@
                          [--shapes=NAME,...]
 
 The shapes are the convolutions ResNet-18, MobileNetV2, EfficientNet-B0 and SqueezeNet 1.1 spend
-their time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module and built as a
-one-node ONNX model with the same weights, checked against each other, then timed in interleaved
-blocks of `--block` calls, `--rounds` times (medians of the per-call times). Prints ms per call,
-the achieved G multiply-adds/s and hexir / ORT: where a model's conv time goes, kernel by
-kernel.
+their time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module
+and built as a one-node ONNX model with the same weights, checked against each other, then timed
+in interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call times).
+Prints ms per call, the achieved G multiply-adds/s and hexir / ORT: where a model's conv time
+goes, kernel by kernel.
 """
 
 from __future__ import annotations

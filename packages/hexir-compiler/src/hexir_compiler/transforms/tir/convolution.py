@@ -28,22 +28,39 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
   in the destination cost 2.56x against 1.36x without).
 - pixel panels (1x1, stride 1, unpadded, a plane of at least a vector: `uses_pixel_panels`): the
   same GEMM with its vectors along the pixels instead of the channels, so that the epilogue and
-  the stores are vector-wide (see `_pixel_panels`).
-- pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
-  depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
-  weight a broadcast scalar, the window unrolled: each step loads the pixels' inputs as
-  register-wide vectors (one load of the run they lie in; at a stride s, a run of s x (lanes -
-  1) + 1 elements and a shuffle of every s-th) and does a vector multiply-add each. A row is
-  split at compile time into its border runs (their inputs gathered lane by lane, clamped and
-  masked) and its interior run (the innermost axis's windows inside the input), each in power-
-  of-two blocks. Written as vectors for the reason the panels are: LLVM compiled these loops to
-  scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread: 4.55x ORT scalar, 2.26x as
-  vectors; stride 2: 3.19x, 2.68x). A block's pixels being neighbours along the innermost axis,
-  the fused epilogue runs on the sum vectors and each is one vector store where its formulas
-  take vectors (`kernel.Epilogue.vectors`): lane by lane, the bias, the relu's compare and
-  blend and the store were scalar instructions per pixel, more than the window's vector FMAs
-  (the same conv with bias + relu at x86-64-v4, one thread: 2.42x ORT lane by lane, 1.04x on
-  vectors; stride 2: 2.39x, 1.19x).
+  the stores are vector-wide (see `_pixel_panels`); with a window, for convs of few
+  multiply-adds per output (`uses_pixel_windows`: a first conv on RGB), whose channel-panel
+  stores cost more than their sums (`bench/conv.py`, as below: EfficientNet-B0's 3 -> 32 3x3
+  stride 2 1.63 -> 0.97x ORT, SqueezeNet's 3 -> 64 1.76 -> 0.97x).
+- the channel panels' fused epilogue runs on each vector of channels where its formulas take
+  vectors (the operands along the channels loaded as vectors, a bias in one load), and each
+  lane is stored after it.
+- pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.depthwise_pixels`
+  neighbouring pixels along the innermost output axis, one channel, the weight a broadcast
+  scalar, the window unrolled: each step loads the pixels' inputs as register-wide vectors (one
+  load of the run they lie in; at stride 2, the run read as whole registers, the last one
+  masked, and one two-source shuffle: `KernelBuilder.load_strided`) and does a vector
+  multiply-add each. A row of at most MAX_KNOWN_ROW_BLOCKS blocks under an unrolled window is
+  cut into blocks at compile time, so which lanes of each load fall in the padding is known
+  there (`_known_lanes`: the run between the first and last lane inside, and a shuffle with
+  zeros); a longer row is split into its border runs (placed at compile time the same way) and
+  its interior run (the innermost axis's windows inside the input), each in power-of-two blocks;
+  a window too wide to unroll gathers its border lanes one by one. A small stride-1 plane whose
+  rows are as wide as the input's is one grid iteration (`_plane_vectors`): vectors along its
+  flattened pixels, every block and window offset placed at compile time. Measured with
+  `bench/conv.py --target=x86-64-v4 --threads=1 --clock=cpu` (hexir / ORT, before and after, one
+  session each, load average 5-7): 5x5 depthwise at 7x7 9.20 -> 1.26-1.31, at 14x14 2.68 ->
+  1.14-1.26, at 28x28 2.43 -> 2.30, 5x5 stride 2 at 56x56 3.61 -> 1.80, MobileNetV2's 3x3 at
+  14x14 1.80 -> 0.75-0.92, at 7x7 1.76 -> 0.86-1.16, stride 2 at 56x56 2.28 -> 1.41 (its rows
+  had gathered their border lanes one by one and loaded a stride-2 run of 31 elements, which
+  LLVM split into five loads and their shuffles). Written as vectors for the reason the panels
+  are: LLVM compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread:
+  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x). A block's pixels being neighbours
+  along the innermost axis, the fused epilogue runs on the sum vectors and each is one vector
+  store where its formulas take vectors (`kernel.Epilogue.vectors`): lane by lane, the bias, the
+  relu's compare and blend and the store were scalar instructions per pixel, more than the
+  window's vector FMAs (the same conv with bias + relu at x86-64-v4, one thread: 2.42x ORT lane
+  by lane, 1.04x on vectors; stride 2: 2.39x, 1.19x).
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
@@ -51,7 +68,8 @@ masks at all; a border block runs a copy where each pixel's position per kernel 
 clamped into the input and its value replaced by 0 outside (a select, invariant in the channel
 loop): padding adds 0, as the reference's zero padding does. Strides and dilations are affine
 index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel panels x chunks
-of pixel blocks (TARGET_ITERATIONS), or batch x channels x rows; the sums go through the fused
+of pixel blocks (TARGET_ITERATIONS), batch x channels x rows, or batch x channels (a small
+depthwise plane); the sums go through the fused
 epilogue (bias, activation, residual add) at the store. No output is computed twice.
 """
 
@@ -418,8 +436,10 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
     tiles x chunks of the plane's vectors (`_chunks`); the plane's last pixels are
     power-of-two vectors past the last whole one. Cut by rows instead, a 13x13 or 7x7 plane
     had no row of a vector's pixels and took the channel panels, whose stores are lane by
-    lane, each pixel's channels a plane apart (SqueezeNet 1.1's 512 -> 1000 1x1 at 13x13:
-    2.28 ms, 76 GFLOP/s)."""
+    lane, each pixel's channels a plane apart (`bench/conv.py --target=x86-64-v4
+    --threads=1 --clock=cpu`, hexir / ORT before and after: EfficientNet-B0's 112 -> 672 at
+    14x14 1.31 -> 0.93, MobileNetV2's 144 -> 32 at 28x28 1.30 -> 1.12; SqueezeNet's
+    512 -> 1000 at 13x13 and EfficientNet's 320 -> 1280 at 7x7, 1.07 and 1.10 either way)."""
     data, weight, *_, out = b.args
     packed = PANEL in op.attributes
     element_bytes = ir.FloatType(b.element).width // 8
