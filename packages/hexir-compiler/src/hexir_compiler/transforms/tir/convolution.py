@@ -405,7 +405,7 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                         mine = range(v * lanes, min(columns, (v + 1) * lanes))
                         on_vector = epilogue is not None and epilogue.vectors and \
                             len(mine) == lanes  # a last tile's partial vector: by lanes
-                        if on_vector:  # the epilogue on the channels' vector
+                        if on_vector and epilogue is not None:  # on the channels' vector
                             total = epilogue(b, total, [n, channels[mine[0]], *o], axis=1)
                         for t in mine:
                             at = [n, channels[t], *o]
@@ -556,10 +556,10 @@ def _pixel_windows(b: KernelBuilder, op: GraphOp, g: Geometry,
                     at, inside = g.position(b, row_base, [b.index(k) for k in ks], masked)
                     offset = ks[inner] * g.dilations[inner] - g.pads[inner]
                     cols = [(start + j) * step + offset for j in range(count)]
-                    x = _known_lanes(b, data, lambda col: [n, in_channel, *at[:-1],
-                                                           b.index(col)],
-                                     cols, [0 <= col < g.spatial[inner] for col in cols],
-                                     register)
+                    x = _known_lanes(b, data, functools.partial(
+                        lambda col, prefix: [*prefix, b.index(col)],
+                        prefix=[n, in_channel, *at[:-1]]),
+                        cols, [0 <= col < g.spatial[inner] for col in cols], register)
                     if x is None:
                         continue
                     if inside is not None:
@@ -754,13 +754,7 @@ def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
     with b.loop(g.batch * g.group, "parallel") as flat:
         n, m = b.delinearize(flat, [g.batch, g.group])
         first_in = b.mul(m, g.per_group_in)
-        blocks, at = [], 0
-        while at < pixels:  # whole blocks, then the rest in power-of-two vectors
-            rest = pixels - at
-            count = block_pixels if rest >= block_pixels else 1 << (rest.bit_length() - 1)
-            blocks.append((at, count))
-            at += count
-        for start, count in blocks:
+        def block(start: int, count: int) -> None:
             lanes = min(count, register)
             firsts = range(start, start + count, lanes)  # each vector's first pixel
 
@@ -778,7 +772,6 @@ def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                      for q in pixels_], register)
 
             def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-                contract = ir.Attribute.parse("#arith.fastmath<contract>")
                 in_channel = arith.addi(first_in, c[0])
                 acc = list(acc)
                 for ks in itertools.product(*(range(k) for k in g.kernel)):
@@ -786,8 +779,7 @@ def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                     for v, first in enumerate(firsts):
                         x = window(in_channel, ks, first)
                         if x is not None:
-                            acc[v] = arith.addf(acc[v], arith.mulf(x, y, fastmath=contract),
-                                                fastmath=contract)
+                            acc[v] = _multiply_add([acc[v]], [x], [y])[0]
                 return acc
 
             sums = b.fold([g.per_group_in], [b.splat(zero, lanes)] * len(firsts), channel)
@@ -800,6 +792,9 @@ def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                 for j in range(lanes):  # an epilogue that takes only scalars
                     at = [n, m, b.index((first + j) // width), b.index((first + j) % width)]
                     b.store(epilogue(b, b.lane(total, j), at), out, at)
+
+        for start, count in _blocks_from(0, pixels, block_pixels):
+            block(start, count)
 
 
 def _runs(b: KernelBuilder, start: int, length: int, lanes: int,
