@@ -3,12 +3,12 @@
     python bench/conv.py [--target=x86-64-v3] [--rounds=5] [--block=5] [--threads=N]
                          [--shapes=NAME,...]
 
-The shapes are the convolutions ResNet-18, MobileNetV2 and SqueezeNet 1.1 spend their time in
-(f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module and built as a
-one-node ONNX model with the same weights, checked against each other, then timed in interleaved
-blocks of `--block` calls, `--rounds` times (medians of the per-call times). Prints ms per call,
-the achieved G multiply-adds/s and hexir / ORT: where a model's conv time goes, kernel by
-kernel.
+The shapes are the convolutions ResNet-18, MobileNetV2, EfficientNet-B0 and SqueezeNet 1.1 spend
+their time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module
+and built as a one-node ONNX model with the same weights, checked against each other, then timed
+in interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call times).
+Prints ms per call, the achieved G multiply-adds/s and hexir / ORT: where a model's conv time
+goes, kernel by kernel.
 """
 
 from __future__ import annotations
@@ -37,6 +37,18 @@ SHAPES = {
     "mv2-dw-3x3s2": ((144, 56, 56), 144, 3, 2, 1, 144),
     "mv2-1x1-project": ((144, 28, 28), 32, 1, 1, 0, 1),
     "mv2-1x1-112": ((16, 112, 112), 96, 1, 1, 0, 1),
+    "mv2-dw-3x3-14": ((576, 14, 14), 576, 3, 1, 1, 576),
+    "mv2-dw-3x3-7": ((960, 7, 7), 960, 3, 1, 1, 960),
+    "en-dw-3x3-112": ((32, 112, 112), 32, 3, 1, 1, 32),
+    "en-dw-5x5s2": ((144, 56, 56), 144, 5, 2, 2, 144),
+    "en-dw-5x5-28": ((240, 28, 28), 240, 5, 1, 2, 240),
+    "en-dw-5x5-14": ((672, 14, 14), 672, 5, 1, 2, 672),
+    "en-dw-5x5-7": ((1152, 7, 7), 1152, 5, 1, 2, 1152),
+    "en-stem-3x3s2": ((3, 224, 224), 32, 3, 2, 1, 1),
+    "sq-stem-3x3s2": ((3, 224, 224), 64, 3, 2, 0, 1),
+    "sq-1x1-classifier": ((512, 13, 13), 1000, 1, 1, 0, 1),
+    "en-1x1-14": ((112, 14, 14), 672, 1, 1, 0, 1),
+    "en-1x1-7": ((320, 7, 7), 1280, 1, 1, 0, 1),
     "sq-1x1-expand": ((16, 55, 55), 64, 1, 1, 0, 1),
     "sq-3x3-expand": ((16, 55, 55), 64, 3, 1, 1, 1),
 }

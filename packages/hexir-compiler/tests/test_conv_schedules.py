@@ -13,12 +13,14 @@ on one side only, strides, dilations, windows wider than the input, 1-D and 3-D.
 
 from __future__ import annotations
 
+import re
 import zlib
 
 import numpy as np
 import pytest
 import torch
 
+import hexir_format as hf
 import hexir_runtime
 from hexir_compiler.pipeline import compile as compile_source
 from hexir_runtime.hal.hostcode import host_level
@@ -47,6 +49,20 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "depthwise": ((1, 6, 19, 37), (6, 1, 3, 3), 6, (1, 1), (1, 1, 1, 1), (1, 1)),
     "depthwise-stride2": ((2, 5, 14, 15), (5, 1, 3, 3), 5, (2, 2), (1, 1, 1, 1), (1, 1)),
     "depthwise-5x5": ((1, 3, 9, 9), (3, 1, 5, 5), 3, (1, 1), (2, 2, 2, 2), (1, 1)),
+    # whole-plane pixel vectors (small planes, stride 1, rows as wide as the input's): rows
+    # padded unevenly (an output taller than the input), a dilated window, and two input
+    # channels per single-output group
+    "depthwise-uneven": ((1, 4, 9, 7), (4, 1, 3, 3), 4, (1, 1), (2, 1, 1, 1), (1, 1)),
+    "depthwise-dilated": ((1, 3, 10, 8), (3, 1, 3, 3), 3, (1, 1), (2, 2, 2, 2), (2, 2)),
+    # pixel vectors with a window (few multiply-adds per output, rows of a vector or more):
+    # a first conv's stride 2, padded (a 16 + 4 channel split at v4) and not, and stride 1
+    "stem-3x3-stride2": ((1, 3, 37, 35), (20, 3, 3, 3), 1, (2, 2), (1, 1, 1, 1), (1, 1)),
+    "stem-3x3-stride2-unpadded": ((1, 3, 39, 41), (16, 3, 3, 3), 1, (2, 2), (0, 0, 0, 0),
+                                  (1, 1)),
+    "few-inputs-3x3": ((1, 2, 9, 21), (8, 2, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
+    # a window too wide to unroll (a loop over its offsets; the border lanes gathered)
+    "depthwise-7x7-stride2": ((1, 2, 14, 13), (2, 1, 7, 7), 2, (2, 2), (3, 3, 3, 3), (1, 1)),
+    "groups-one-output": ((1, 6, 7, 7), (3, 2, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
     "multiplier2": ((1, 3, 6, 6), (6, 1, 3, 3), 3, (1, 1), (1, 1, 1, 1), (1, 1)),
     "window-past-input": ((1, 2, 3, 3), (4, 2, 5, 5), 1, (1, 1), (2, 2, 2, 2), (1, 1)),
     "conv1d": ((2, 4, 50), (10, 4, 5), 1, (2,), (2, 1), (1,)),
@@ -161,12 +177,16 @@ def test_v4_conv_kernels_compile(tmp_path) -> None:
         assert compile_source(source, "hxb", target="cpu:x86-64-v4")
 
 
-@pytest.mark.parametrize(("activation", "vectors"), [("relu", True), ("tanh", False)])
+ACTIVATIONS = {"relu": lambda v: np.maximum(v, 0), "tanh": np.tanh, "sin": np.sin}
+
+
+@pytest.mark.parametrize(("activation", "vectors"), [("relu", True), ("tanh", True),
+                                                     ("sin", False)])
 def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
         tmp_path, activation, vectors) -> None:
-    """bias + relu + residual on a depthwise conv is evaluated and stored a vector of pixels
-    at a time; an epilogue with an op that only takes scalars (tanh) stays lane by lane, and
-    both match torch."""
+    """bias + relu (or tanh: `target.host_math` makes a vector's tanh arithmetic) + residual
+    on a depthwise conv is evaluated and stored a vector of pixels at a time; an epilogue with
+    an op that only takes scalars (sin: a libm call) stays lane by lane, and all match torch."""
     case = CASES["depthwise"]
     x_shape, w_shape, group, strides, pads, dilations = case
     rng = np.random.default_rng(3)
@@ -184,16 +204,62 @@ def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
     with hexir_runtime.load(compile_source(source, "hxb", target=target)) as module:
         got = module.main(x, bias, residual)
     conv = _reference(x, w, group, strides, pads, dilations) + bias
-    want = (np.maximum(conv, 0) if activation == "relu" else np.tanh(conv)) + residual
+    want = ACTIVATIONS[activation](conv) + residual
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda v: f"v{v}")
+@pytest.mark.parametrize("name", ["3x3-pad1", "wide-3x3", "1x1-rows", "depthwise"])
+def test_a_silu_epilogue_is_one_kernel_with_the_conv(tmp_path, name, level) -> None:
+    """conv + bias -> x * sigmoid(x) (SiLU: the sum has two uses, both in the epilogue) is
+    one kernel in every schedule -- channel panels (its epilogue on vectors of channels,
+    a last tile's partial vector lane by lane), pixel panels, pixel vectors -- and matches
+    torch."""
+    case = CASES[name]
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    source = tmp_path / "conv.mlir"
+    out = _t(_out_shape(x_shape, w_shape, strides, pads, dilations), "f32")
+    source.write_text(_program(case, "f32", w, True, True).replace(
+        f'  %a = "hexir.relu"(%s) : ({out}) -> {out}\n',
+        f'  %g = "hexir.sigmoid"(%s) : ({out}) -> {out}\n'
+        f'  %a = "hexir.mul"(%s, %g) : ({out}, {out}) -> {out}\n'))
+    target = f"cpu:x86-64-v{level}"
+    tir = compile_source(source, "mlir-tir", target=target)
+    assert re.findall(r"callee = @(\w+)", tir) == ["conv_add_sigmoid_mul_add_0"]
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    bias = rng.standard_normal((w_shape[0], 1, 1)).astype(np.float32)
+    conv = _reference(x, w, group, strides, pads, dilations) + bias
+    residual = rng.standard_normal(conv.shape).astype(np.float32)
+    with hexir_runtime.load(compile_source(source, "hxb", target=target)) as module:
+        got = module.main(x, bias, residual)
+    want = conv / (1 + np.exp(-conv)) + residual
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_pixel_vector_forms_grids(tmp_path) -> None:
+    """A stride-1 depthwise conv whose output plane is small takes the whole-plane form (its
+    grid: batch x channels); a strided one keeps a row per iteration (batch x channels x
+    rows); a first conv on three channels takes pixel vectors with a window (channel tiles
+    of 16 and 4 x rows)."""
+    for name, grid in (("depthwise-5x5", 3), ("depthwise-stride2", 2 * 5 * 7),
+                       ("stem-3x3-stride2", 2 * 19)):
+        case = CASES[name]
+        source = tmp_path / "conv.mlir"
+        source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, False))
+        image = hf.parse(compile_source(source, "hxb", target="cpu:x86-64-v4"))
+        (conv,) = [e for e in image.executables if e.name.startswith("conv")]
+        assert conv.grid[0] == grid, name
 
 
 def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:
     """A 1x1 stride-1 conv whose rows hold a vector of pixels stores whole vectors along
-    them (its correctness: the 1x1-rows and 1x1-groups cases above); with stride 2 it keeps
-    the channel panels, whose stores are lane by lane."""
+    them (its correctness: the 1x1-rows and 1x1-groups cases above), and so does a stride-2
+    one with few input channels (pixel vectors with a window); a conv with many
+    multiply-adds per output keeps the channel panels, whose stores are lane by lane."""
     source = tmp_path / "conv.mlir"
-    for name, vectors in (("1x1-rows", True), ("1x1-stride2", False)):
+    for name, vectors in (("1x1-rows", True), ("1x1-stride2", True), ("deep-3x3", False)):
         case = CASES[name]
         source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
         tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v2")

@@ -5,8 +5,9 @@ instruction, so nothing may become a libm call) to the best (the polynomials' mu
 are FMAs there), run by the runtime on a dense sweep of [-12, 12],
 the values where the formulas switch branches or saturate, and the specials (signed zeros,
 subnormals, the largest finite values, infinities, NaN), and compared element by element:
-within 4e-7 relative (about 3 ulp) plus one subnormal step. The LLVM IR must hold no call of
-the libm function it replaces.
+within 4e-7 relative (about 3 ulp) plus one subnormal step, each in both forms: on scalars
+(a map kernel) and on vectors (a conv's fused epilogue). The LLVM IR must hold no call of the
+libm function it replaces, in either form.
 """
 
 from __future__ import annotations
@@ -40,20 +41,36 @@ def _inputs() -> np.ndarray:
                            np.random.default_rng(0).standard_normal(4_000).astype(np.float32)])
 
 
-def _module(tmp_path, op: str, size: int, cpu: str) -> bytes:
-    t = f"tensor<{size}xf32>"
+def _source(tmp_path, op: str, size: int, form: str, element: str = "f32"):
+    """A module of `op` on `size` values: a map kernel (`scalar`: its formulas on scalars),
+    or (`vector`) the epilogue of a 1x1 depthwise conv by 1 over [1, 1, 1, size], which runs
+    it on vectors of 16, 8, ... 1 neighbours (the conv's sum of x * 1 is x, but a -0 is +0)."""
     source = tmp_path / f"{op}.mlir"
-    source.write_text(f'func.func @main(%x: {t}) -> {t} {{\n  %y = "hexir.{op}"(%x) : ({t}) -> {t}'
-                      f"\n  return %y : {t}\n}}\n")
-    return compile_file(source, Options("hxb", cpu=cpu))
+    if form == "scalar":
+        t = f"tensor<{size}x{element}>"
+        source.write_text(f'func.func @main(%x: {t}) -> {t} {{\n  %y = "hexir.{op}"(%x) : '
+                          f"({t}) -> {t}\n  return %y : {t}\n}}\n")
+        return source
+    t, w = f"tensor<1x1x1x{size}x{element}>", f"tensor<1x1x1x1x{element}>"
+    ints = "array<i64: 1, 1>"
+    source.write_text(
+        f'func.func @main(%x: {t}) -> {t} {{\n'
+        f'  %w = "hexir.constant"() {{value = dense<1.0> : {w}}} : () -> {w}\n'
+        f'  %c = "hexir.conv"(%x, %w) {{strides = {ints}, pads = array<i64: 0, 0, 0, 0>, '
+        f"dilations = {ints}, group = 1 : i64}} : ({t}, {w}) -> {t}\n"
+        f'  %y = "hexir.{op}"(%c) : ({t}) -> {t}\n  return %y : {t}\n}}\n')
+    return source
 
 
+@pytest.mark.parametrize("form", ["scalar", "vector"])
 @pytest.mark.parametrize("cpu", LEVELS)
 @pytest.mark.parametrize("op", sorted(REFERENCE))
-def test_f32_math_matches_numpy_in_f64(tmp_path, op: str, cpu: str) -> None:
+def test_f32_math_matches_numpy_in_f64(tmp_path, op: str, cpu: str, form: str) -> None:
     x = _inputs()
-    with hr.load(_module(tmp_path, op, x.size, cpu)) as m:
-        got = m.main(x).astype(np.float64)
+    image = compile_file(_source(tmp_path, op, x.size, form), Options("hxb", cpu=cpu))
+    with hr.load(image) as m:
+        got = m.main(x if form == "scalar" else x.reshape(1, 1, 1, -1))
+    got = got.reshape(-1).astype(np.float64)
     with np.errstate(all="ignore"):
         want = REFERENCE[op](x.astype(np.float64))
     assert np.array_equal(np.isnan(got), np.isnan(want)), \
@@ -70,18 +87,13 @@ def test_f32_math_matches_numpy_in_f64(tmp_path, op: str, cpu: str) -> None:
         f"expected {want[finite][worst]!r}")
 
 
+@pytest.mark.parametrize("form", ["scalar", "vector"])
 @pytest.mark.parametrize("op", ["exp", "erf", "tanh"])
-def test_f32_math_is_arithmetic_not_a_libm_call(tmp_path, op: str) -> None:
-    t = "tensor<64xf32>"
-    source = tmp_path / f"{op}.mlir"
-    source.write_text(f'func.func @main(%x: {t}) -> {t} {{\n  %y = "hexir.{op}"(%x) : ({t}) -> {t}'
-                      f"\n  return %y : {t}\n}}\n")
-    text = compile_file(source, Options("llvm"))
+def test_f32_math_is_arithmetic_not_a_libm_call(tmp_path, op: str, form: str) -> None:
+    text = compile_file(_source(tmp_path, op, 64, form), Options("llvm"))
     text = text.decode() if isinstance(text, bytes) else text
-    assert f"@{op}f(" not in text and f"@llvm.{op}.f32" not in text, \
-        f"the f32 {op} kernel still calls libm's {op}f"
-    f64 = source.read_text().replace("f32", "f64")
-    source.write_text(f64)
-    text = compile_file(source, Options("llvm"))
+    assert f"@{op}f(" not in text and f"@llvm.{op}." not in text, \
+        f"the f32 {op} kernel ({form}) still calls libm's {op}f"
+    text = compile_file(_source(tmp_path, op, 64, form, "f64"), Options("llvm"))
     text = text.decode() if isinstance(text, bytes) else text
-    assert f"@{op}(" in text or f"@llvm.{op}.f64" in text, f"an f64 {op} should stay libm's {op}"
+    assert f"@{op}(" in text or f"@llvm.{op}." in text, f"an f64 {op} should stay libm's {op}"

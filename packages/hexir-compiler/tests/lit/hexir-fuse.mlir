@@ -1,12 +1,14 @@
 // hexir-fuse: which ops become one kernel, as `hexir.group` on each member. An element-wise
 // chain is one group; a matmul heads the group of its element-wise epilogue; a reduction
 // ends the group of its element-wise prologue (tanh, sub -> softmax); placement draws the
-// boundaries (the relu on the cpu stays out of the cuda group), and so does a value with two
-// users (%3 feeds both the tanh and the sub: its producers fuse up to it, no further).
+// boundaries (the relu on the cpu stays out of the cuda group), and so does a value with a
+// user outside the group (%3 feeds the tanh and the sub, and is returned: its producers fuse
+// up to it, no further). A value whose every user is in the group joins it: SiLU's
+// x * sigmoid(x) after a bias add is one group.
 // RUN: %hexir-opt --pass=hexir-fuse %s | FileCheck %s
 // RUN: %hexir-opt --pass=hexir-fuse,hexir-fuse %s | FileCheck %s
 
-func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {
+func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>) {
   %0 = "hexir.linear"(%x, %w) {device = "cuda"} : (tensor<4x8xf32>, tensor<8x16xf32>) -> tensor<4x16xf32>
   %1 = "hexir.add"(%0, %b) {device = "cuda"} : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
   %2 = "hexir.relu"(%1) {device = "cpu"} : (tensor<4x16xf32>) -> tensor<4x16xf32>
@@ -14,7 +16,7 @@ func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -
   %4 = "hexir.tanh"(%3) {device = "cpu"} : (tensor<4x16xf32>) -> tensor<4x16xf32>
   %5 = "hexir.sub"(%4, %3) {device = "cpu"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
   %6 = "hexir.softmax"(%5) {device = "cpu", axis = 1 : i64} : (tensor<4x16xf32>) -> tensor<4x16xf32>
-  return %1, %6 : tensor<4x16xf32>, tensor<4x16xf32>
+  return %1, %6, %3 : tensor<4x16xf32>, tensor<4x16xf32>, tensor<4x16xf32>
 }
 // CHECK:      "hexir.linear"(%arg0, %arg1) {device = "cuda", hexir.group = 0 : i64}
 // CHECK-NEXT: "hexir.add"(%0, %arg2) {device = "cuda", hexir.group = 0 : i64}
@@ -23,3 +25,14 @@ func.func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -
 // CHECK-NEXT: "hexir.tanh"(%3) {device = "cpu", hexir.group = 2 : i64}
 // CHECK-NEXT: "hexir.sub"(%4, %3) {device = "cpu", hexir.group = 2 : i64}
 // CHECK-NEXT: "hexir.softmax"(%5) {axis = 1 : i64, device = "cpu", hexir.group = 2 : i64}
+
+func.func @silu(%x: tensor<4x16xf32>, %b: tensor<16xf32>) -> tensor<4x16xf32> {
+  %0 = "hexir.add"(%x, %b) {device = "cpu"} : (tensor<4x16xf32>, tensor<16xf32>) -> tensor<4x16xf32>
+  %1 = "hexir.sigmoid"(%0) {device = "cpu"} : (tensor<4x16xf32>) -> tensor<4x16xf32>
+  %2 = "hexir.mul"(%0, %1) {device = "cpu"} : (tensor<4x16xf32>, tensor<4x16xf32>) -> tensor<4x16xf32>
+  return %2 : tensor<4x16xf32>
+}
+// CHECK-LABEL: func.func @silu
+// CHECK:      "hexir.add"(%arg0, %arg1) {device = "cpu", hexir.group = 0 : i64}
+// CHECK-NEXT: "hexir.sigmoid"(%0) {device = "cpu", hexir.group = 0 : i64}
+// CHECK-NEXT: "hexir.mul"(%0, %1) {device = "cpu", hexir.group = 0 : i64}

@@ -5,7 +5,10 @@ and a softmax or a GELU spends most of its time in them (the example transformer
 kernel was 76 of its 155 us). hexir-kernels-to-llvm therefore rewrites each f32 `math.exp`,
 `math.erf` and `math.tanh` of a cpu kernel into the formulas below before the math dialect
 meets LLVM; f64 keeps libm (its results must match numpy's to 1e-12), and cuda keeps
-libdevice, whose functions are inlined code already.
+libdevice, whose functions are inlined code already. The formulas take a vector of f32 as
+they take a scalar (constants splat to its shape, the exponent bits a vector of i32): a
+conv's fused epilogue on vectors (SiLU's sigmoid) is vector arithmetic, where the math
+dialect would make a vector's exp a libm call per lane.
 
 - exp: x clamped to [-104, 89] (beyond, f32's exp is 0 or inf, and the clamped value gives
   it); n = x log2(e) rounded to even (by adding and subtracting 1.5 * 2^23), r = x - n ln2
@@ -46,37 +49,53 @@ _TANH_SMALL = (-0.3333333432674408, 0.1333332508802414, -0.053964752703905106,
                0.02181890793144703, -0.008528041653335094, 0.0025286313612014055)
 
 
-def _c(value: float) -> ir.Value:
-    return arith.constant(ir.F32Type.get(), value)
+def _like(x: ir.Value, element: ir.Type) -> ir.Type:
+    """`element`, or a vector of it with `x`'s shape when `x` is a vector."""
+    if isinstance(x.type, ir.VectorType):
+        return ir.VectorType.get(ir.VectorType(x.type).shape, element)
+    return element
+
+
+def _c(like: ir.Value, value: float | int, element: ir.Type | None = None) -> ir.Value:
+    """`value` as a constant of `like`'s type (each lane of a vector), or of `element` (an
+    i32 for the exponent bits) shaped as `like`."""
+    type_ = _like(like, element or ir.F32Type.get())
+    scalar = ir.VectorType(type_).element_type if isinstance(type_, ir.VectorType) else type_
+    attribute = ir.FloatAttr.get(scalar, value) if isinstance(scalar, ir.FloatType) else \
+        ir.IntegerAttr.get(scalar, int(value))
+    if isinstance(type_, ir.VectorType):
+        attribute = ir.DenseElementsAttr.get_splat(type_, attribute)
+    return arith.constant(type_, attribute)
 
 
 def _horner(coefficients: Sequence[float], x: ir.Value) -> ir.Value:
     """The polynomial at x, each step a multiply-add LLVM may fuse (`contract`)."""
     contract = ir.Attribute.parse("#arith.fastmath<contract>")
-    total = _c(coefficients[-1])
+    total = _c(x, coefficients[-1])
     for c in reversed(coefficients[:-1]):
-        total = arith.addf(arith.mulf(total, x, fastmath=contract), _c(c), fastmath=contract)
+        total = arith.addf(arith.mulf(total, x, fastmath=contract), _c(x, c), fastmath=contract)
     return total
 
 
 def _less(x: ir.Value, bound: float) -> ir.Value:
-    return arith.cmpf(arith.CmpFPredicate.OLT, x, _c(bound))
+    return arith.cmpf(arith.CmpFPredicate.OLT, x, _c(x, bound))
 
 
 def exp(x: ir.Value) -> ir.Value:
-    clamped = arith.minimumf(arith.maximumf(x, _c(-104.0)), _c(89.0))
+    clamped = arith.minimumf(arith.maximumf(x, _c(x, -104.0)), _c(x, 89.0))
     # rounded to even by adding and taking away 1.5 * 2^23 (|x log2 e| < 2^22): plain
     # arithmetic on every level, where roundeven is a libm call below x86-64-v2
-    shift = _c(1.5 * 2**23)
-    n = arith.subf(arith.addf(arith.mulf(clamped, _c(1 / pymath.log(2))), shift), shift)
-    r = arith.subf(arith.subf(clamped, arith.mulf(n, _c(_LN2_HI))), arith.mulf(n, _c(_LN2_LO)))
+    shift = _c(x, 1.5 * 2**23)
+    n = arith.subf(arith.addf(arith.mulf(clamped, _c(x, 1 / pymath.log(2))), shift), shift)
+    r = arith.subf(arith.subf(clamped, arith.mulf(n, _c(x, _LN2_HI))),
+                   arith.mulf(n, _c(x, _LN2_LO)))
     i32 = ir.IntegerType.get_signless(32)
-    whole = arith.fptosi(i32, n)
-    half = arith.shrsi(whole, arith.constant(i32, 1))
+    whole = arith.fptosi(_like(x, i32), n)
+    half = arith.shrsi(whole, _c(x, 1, i32))
 
     def power_of_two(k: ir.Value) -> ir.Value:  # 2^k for k in [-126, 127]
-        bits = arith.shli(arith.addi(k, arith.constant(i32, 127)), arith.constant(i32, 23))
-        return arith.bitcast(ir.F32Type.get(), bits)
+        bits = arith.shli(arith.addi(k, _c(x, 127, i32)), _c(x, 23, i32))
+        return arith.bitcast(x.type, bits)
 
     scaled = arith.mulf(arith.mulf(_horner(_TAYLOR, r), power_of_two(half)),
                         power_of_two(arith.subi(whole, half)))
@@ -87,10 +106,10 @@ def exp(x: ir.Value) -> ir.Value:
 def erf(x: ir.Value) -> ir.Value:
     size = math.absf(x)
     small = arith.mulf(size, _horner(_ERF_SMALL, arith.mulf(x, x)))
-    clamped = arith.minimumf(size, _c(4.0))
+    clamped = arith.minimumf(size, _c(x, 4.0))
     tail = arith.mulf(exp(arith.negf(arith.mulf(clamped, clamped))),
-                      _horner(_ERFC_LARGE, arith.divf(_c(1.0), clamped)))
-    large = arith.subf(_c(1.0), tail)
+                      _horner(_ERFC_LARGE, arith.divf(_c(x, 1.0), clamped)))
+    large = arith.subf(_c(x, 1.0), tail)
     return math.copysign(arith.select(_less(size, 1.0), small, large), x)
 
 
@@ -98,13 +117,18 @@ def tanh(x: ir.Value) -> ir.Value:
     size = math.absf(x)
     square = arith.mulf(x, x)
     small = arith.addf(x, arith.mulf(arith.mulf(x, square), _horner(_TANH_SMALL, square)))
-    grown = exp(arith.mulf(_c(2.0), arith.minimumf(size, _c(9.0))))
-    large = arith.subf(_c(1.0), arith.divf(_c(2.0), arith.addf(grown, _c(1.0))))
+    grown = exp(arith.mulf(_c(x, 2.0), arith.minimumf(size, _c(x, 9.0))))
+    large = arith.subf(_c(x, 1.0), arith.divf(_c(x, 2.0), arith.addf(grown, _c(x, 1.0))))
     return arith.select(_less(size, 0.55), small, math.copysign(large, x))
 
 
 FORMULAS: dict[str, Callable[[ir.Value], ir.Value]] = {
     "math.exp": exp, "math.erf": erf, "math.tanh": tanh}
+
+
+def element_type(type_: ir.Type) -> ir.Type:
+    """A vector type's element type; any other type itself."""
+    return ir.VectorType(type_).element_type if isinstance(type_, ir.VectorType) else type_
 
 
 def _ops(op: ir.Operation) -> Iterator[ir.Operation]:
@@ -116,9 +140,10 @@ def _ops(op: ir.Operation) -> Iterator[ir.Operation]:
 
 
 def rewrite(kernel: ir.Operation) -> None:
-    """Replace every f32 exp, erf and tanh in `kernel` (a cpu kernel's func) by its formula."""
+    """Replace every f32 exp, erf and tanh in `kernel` (a cpu kernel's func), of a scalar or
+    of a vector of f32, by its formula."""
     found = [op for op in _ops(kernel) if op.name in FORMULAS
-             and isinstance(op.results[0].type, ir.F32Type)]
+             and isinstance(element_type(op.results[0].type), ir.F32Type)]
     for op in found:
         with ir.InsertionPoint(op), op.location:
             value = FORMULAS[op.name](op.operands[0])

@@ -26,24 +26,41 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
   in registers (one thread, cpu time, ResNet-18's convs: 56x56 3x3 1.98x ORT with pixels a
   block apart against 2.30x; summing the channels in L1-sized slices with the partial sums kept
   in the destination cost 2.56x against 1.36x without).
-- pixel panels (1x1, stride 1, unpadded, rows of at least a vector: `uses_pixel_panels`): the
+- pixel panels (1x1, stride 1, unpadded, a plane of at least a vector: `uses_pixel_panels`): the
   same GEMM with its vectors along the pixels instead of the channels, so that the epilogue and
-  the stores are vector-wide (see `_pixel_panels`).
-- pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.
-  depthwise_pixels` neighbouring pixels along the innermost output axis, one channel, the
-  weight a broadcast scalar, the window unrolled: each step loads the pixels' inputs as
-  register-wide vectors (one load of the run they lie in; at a stride s, a run of s x (lanes -
-  1) + 1 elements and a shuffle of every s-th) and does a vector multiply-add each. A row is
-  split at compile time into its border runs (their inputs gathered lane by lane, clamped and
-  masked) and its interior run (the innermost axis's windows inside the input), each in power-
-  of-two blocks. Written as vectors for the reason the panels are: LLVM compiled these loops to
-  scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread: 4.55x ORT scalar, 2.26x as
-  vectors; stride 2: 3.19x, 2.68x). A block's pixels being neighbours along the innermost axis,
-  the fused epilogue runs on the sum vectors and each is one vector store where its formulas
-  take vectors (`kernel.Epilogue.vectors`): lane by lane, the bias, the relu's compare and
-  blend and the store were scalar instructions per pixel, more than the window's vector FMAs
-  (the same conv with bias + relu at x86-64-v4, one thread: 2.42x ORT lane by lane, 1.04x on
-  vectors; stride 2: 2.39x, 1.19x).
+  the stores are vector-wide (see `_pixel_panels`); with a window, for convs of few
+  multiply-adds per output (`uses_pixel_windows`: a first conv on RGB), whose channel-panel
+  stores cost more than their sums (`bench/conv.py`, as below: EfficientNet-B0's 3 -> 32 3x3
+  stride 2 1.63 -> 0.97x ORT, SqueezeNet's 3 -> 64 1.76 -> 0.97x).
+- the channel panels' fused epilogue runs on each vector of channels where its formulas take
+  vectors (the operands along the channels loaded as vectors, a bias in one load), and each
+  lane is stored after it.
+- pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.depthwise_pixels`
+  neighbouring pixels along the innermost output axis, one channel, the weight a broadcast
+  scalar, the window unrolled: each step loads the pixels' inputs as register-wide vectors (one
+  load of the run they lie in; at stride 2, the run read as whole registers, the last one
+  masked, and one two-source shuffle: `KernelBuilder.load_strided`) and does a vector
+  multiply-add each. A row of at most MAX_KNOWN_ROW_BLOCKS blocks under an unrolled window is
+  cut into blocks at compile time, so which lanes of each load fall in the padding is known
+  there (`_known_lanes`: the run between the first and last lane inside, and a shuffle with
+  zeros); a longer row is split into its border runs (placed at compile time the same way) and
+  its interior run (the innermost axis's windows inside the input), each in power-of-two blocks;
+  a window too wide to unroll gathers its border lanes one by one. A small stride-1 plane whose
+  rows are as wide as the input's is one grid iteration (`_plane_vectors`): vectors along its
+  flattened pixels, every block and window offset placed at compile time. Measured with
+  `bench/conv.py --target=x86-64-v4 --threads=1 --clock=cpu` (hexir / ORT, before and after, one
+  session each, load average 5-7): 5x5 depthwise at 7x7 9.20 -> 1.26-1.31, at 14x14 2.68 ->
+  1.14-1.26, at 28x28 2.43 -> 2.30, 5x5 stride 2 at 56x56 3.61 -> 1.80, MobileNetV2's 3x3 at
+  14x14 1.80 -> 0.75-0.92, at 7x7 1.76 -> 0.86-1.16, stride 2 at 56x56 2.28 -> 1.41 (its rows
+  had gathered their border lanes one by one and loaded a stride-2 run of 31 elements, which
+  LLVM split into five loads and their shuffles). Written as vectors for the reason the panels
+  are: LLVM compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread:
+  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x). A block's pixels being neighbours
+  along the innermost axis, the fused epilogue runs on the sum vectors and each is one vector
+  store where its formulas take vectors (`kernel.Epilogue.vectors`): lane by lane, the bias, the
+  relu's compare and blend and the store were scalar instructions per pixel, more than the
+  window's vector FMAs (the same conv with bias + relu at x86-64-v4, one thread: 2.42x ORT lane
+  by lane, 1.04x on vectors; stride 2: 2.39x, 1.19x).
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
@@ -51,7 +68,8 @@ masks at all; a border block runs a copy where each pixel's position per kernel 
 clamped into the input and its value replaced by 0 outside (a select, invariant in the channel
 loop): padding adds 0, as the reference's zero padding does. Strides and dilations are affine
 index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel panels x chunks
-of pixel blocks (TARGET_ITERATIONS), or batch x channels x rows; the sums go through the fused
+of pixel blocks (TARGET_ITERATIONS), batch x channels x rows, or batch x channels (a small
+depthwise plane); the sums go through the fused
 epilogue (bias, activation, residual add) at the store. No output is computed twice.
 """
 
@@ -62,7 +80,7 @@ import itertools
 import math as pymath
 from collections.abc import Callable, Sequence
 
-from hexir_compiler.mlir import arith, ir
+from hexir_compiler.mlir import arith, ir, vector
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
@@ -79,6 +97,21 @@ from hexir_compiler.transforms.tir.schedule import (
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
 #: window loops ran 1 step of 4 vectors per iteration).
 MAX_UNROLLED_WINDOW = 25
+#: The most vector x window-offset steps a depthwise plane unrolls (`_plane_vectors`): at
+#: x86-64-v4 (16 f32 a vector) a 14x14 plane under a 5x5 window (325) or a 28x28 one under a
+#: 3x3 window (441), not a 28x28 plane under a 5x5 window (1225).
+MAX_PLANE_STEPS = 512
+#: A depthwise row of at most this many blocks (`schedule.depthwise_pixels` pixels each) is
+#: cut into blocks at compile time whose padding lanes are known (`_known_lanes`) when its
+#: window is unrolled: 256 pixels at v4, every row of the CNNs' 112x112 maps and below.
+MAX_KNOWN_ROW_BLOCKS = 4
+#: The most multiply-adds per output (input channels a group x window) of a conv with a
+#: window that takes the pixel-vector form (`uses_pixel_windows`): a 3x3 conv on three
+#: colour channels (27) and less. As channel panels such a conv's block of 4 pixels x 64
+#: channels did 27 steps of 16 multiply-adds and then 256 single-lane stores, each pixel's
+#: 64 channels a plane apart (SqueezeNet 1.1's 3 -> 64 3x3 stride-2 conv: 4.76 ms, 20% of
+#: the model, at 8.9 GFLOP/s).
+MAX_PIXEL_WINDOW_MACS = 32
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -169,8 +202,8 @@ def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
                       epilogue: Epilogue | None) -> bool:
     """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
     stride 1, no padding, fewer input channels a group than `schedule.PIXEL_PANEL_INPUTS` at
-    `level`, rows of at least a vector's pixels at `level` and an epilogue that takes vectors (or
-    none)."""
+    `level`, a plane of at least a vector's pixels at `level` and an epilogue that takes
+    vectors (or none)."""
     x, w = op.inputs[:2]
     limit = PIXEL_PANEL_INPUTS[level]
     if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3 or \
@@ -178,8 +211,27 @@ def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
         return False
     if any(s != 1 for s in op.ints_attr("strides")) or any(op.ints_attr("pads")):
         return False
-    return x[-1] >= register_lanes(level, element_bytes) and (
+    return pymath.prod(x[2:]) >= register_lanes(level, element_bytes) and (
         epilogue is None or epilogue.vectors)
+
+
+def uses_pixel_windows(op: GraphOp, level: int, element_bytes: int,
+                       epilogue: Epilogue | None) -> bool:
+    """Whether a channel-panel conv with a window takes the pixel-vector form
+    (`_pixel_windows`): at most MAX_PIXEL_WINDOW_MACS multiply-adds per output (a network's
+    first conv, on three colour channels), an unrolled window, strides of at most 2 along
+    the rows, rows of at least a vector's pixels and of at most MAX_KNOWN_ROW_BLOCKS x
+    `schedule.depthwise_pixels`, and an epilogue that takes vectors (or none)."""
+    if not uses_panels(op) or uses_pixel_panels(op, level, element_bytes, epilogue):
+        return False
+    g = Geometry(op)
+    width = g.out[-1] if g.out else 0
+    return (g.per_group_in * pymath.prod(g.kernel) <= MAX_PIXEL_WINDOW_MACS
+            and pymath.prod(g.kernel) <= MAX_UNROLLED_WINDOW and len(g.out) >= 1
+            and g.strides[-1] <= 2
+            and register_lanes(level, element_bytes) <= width
+            <= MAX_KNOWN_ROW_BLOCKS * depthwise_pixels(level, element_bytes)
+            and (epilogue is None or epilogue.vectors))
 
 
 def panel_columns(element_bytes: int, per_group_out: int) -> int:
@@ -221,10 +273,25 @@ def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         return  # no outputs
     if uses_pixel_panels(op, b.host_level, ir.FloatType(b.element).width // 8, epilogue):
         _pixel_panels(b, op, g, epilogue)
+    elif uses_pixel_windows(op, b.host_level, ir.FloatType(b.element).width // 8, epilogue):
+        _pixel_windows(b, op, g, epilogue)
     elif uses_panels(op):
         _panels(b, op, g, epilogue)
+    elif uses_plane_vectors(g, b.host_level, ir.FloatType(b.element).width // 8):
+        _plane_vectors(b, g, epilogue)
     else:
         _pixel_vectors(b, g, epilogue)
+
+
+def uses_plane_vectors(g: Geometry, level: int, element_bytes: int) -> bool:
+    """Whether a pixel-vector conv (Mg == 1) takes the whole-plane form (`_plane_vectors`):
+    2-D, stride 1, output rows as wide as the input's (so that a plane's neighbouring
+    output pixels read neighbouring input elements at every window offset), and a plane
+    small enough to unroll: at most MAX_PLANE_STEPS vectors x window offsets at `level`."""
+    if len(g.out) != 2 or any(s != 1 for s in g.strides) or g.out[1] != g.spatial[1]:
+        return False
+    vectors = -(-pymath.prod(g.out) // register_lanes(level, element_bytes))
+    return vectors * pymath.prod(g.kernel) <= MAX_PLANE_STEPS
 
 
 def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
@@ -333,10 +400,19 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                 sums = b.fold([*g.kernel, g.per_group_in], [b.splat(zero, lanes)] *
                               (count * vectors), step)
                 for r, o in enumerate(outs):
-                    for t in range(columns):
-                        at = [n, channels[t], *o]
-                        value = b.lane(sums[r * vectors + t // lanes], t % lanes)
-                        b.store(value if epilogue is None else epilogue(b, value, at), out, at)
+                    for v in range(vectors):
+                        total = sums[r * vectors + v]
+                        mine = range(v * lanes, min(columns, (v + 1) * lanes))
+                        on_vector = epilogue is not None and epilogue.vectors and \
+                            len(mine) == lanes  # a last tile's partial vector: by lanes
+                        if on_vector and epilogue is not None:  # on the channels' vector
+                            total = epilogue(b, total, [n, channels[mine[0]], *o], axis=1)
+                        for t in mine:
+                            at = [n, channels[t], *o]
+                            value = b.lane(total, t % lanes)
+                            if epilogue is not None and not on_vector:
+                                value = epilogue(b, value, at)
+                            b.store(value, out, at)
 
             _split_interior(b, g, bases, range(len(g.out)), run)
 
@@ -350,12 +426,20 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
 def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
                   epilogue: Epilogue | None) -> None:
     """A 1x1 conv as a GEMM whose vectors run along the pixels (`uses_pixel_panels`): a
-    block is a vector of neighbouring pixels of one output row by `schedule.pixel_panel`
-    output channels, one accumulator vector per channel; each step over the group's input
-    channels loads the pixels' inputs as one vector and multiplies it by each channel's
-    weight, a broadcast scalar (an FMA's broadcast operand at v4). The sums, a vector per
-    channel along the pixels, go through the epilogue and the store a vector at a time. A
-    row is cut as `_runs` cuts it (power-of-two vectors past the last whole one)."""
+    block is a vector of neighbouring pixels of the output plane -- flattened: a 1x1
+    stride-1 unpadded conv's input and output planes are indexed alike, so a vector may
+    span rows -- by `schedule.pixel_panel` output channels, one accumulator vector per
+    channel; each step over the group's input channels loads the pixels' inputs as one
+    vector and multiplies it by each channel's weight, a broadcast scalar (an FMA's
+    broadcast operand at v4). The sums, a vector per channel along the pixels, go through
+    the epilogue and the store a vector at a time. The cpu grid is batch x groups x channel
+    tiles x chunks of the plane's vectors (`_chunks`); the plane's last pixels are
+    power-of-two vectors past the last whole one. Cut by rows instead, a 13x13 or 7x7 plane
+    had no row of a vector's pixels and took the channel panels, whose stores are lane by
+    lane, each pixel's channels a plane apart (`bench/conv.py --target=x86-64-v4
+    --threads=1 --clock=cpu`, hexir / ORT before and after: EfficientNet-B0's 112 -> 672 at
+    14x14 1.31 -> 0.93, MobileNetV2's 144 -> 32 at 28x28 1.30 -> 1.12; SqueezeNet's
+    512 -> 1000 at 13x13 and EfficientNet's 320 -> 1280 at 7x7, 1.07 and 1.10 either way)."""
     data, weight, *_, out = b.args
     packed = PANEL in op.attributes
     element_bytes = ir.FloatType(b.element).width // 8
@@ -366,9 +450,13 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
     rank = len(g.out)
     per_group = -(-g.per_group_out // width)
     tail = g.per_group_out - (per_group - 1) * width
-    rows = g.out[:-1]
-    with b.loop(g.batch * g.group * per_group * pymath.prod(rows), "parallel") as flat:
-        n, group, tile, *row = b.delinearize(flat, [g.batch, g.group, per_group, *rows])
+    pixels = pymath.prod(g.out)
+    full, remainder = divmod(pixels, lanes)
+    outer = g.batch * g.group * per_group
+    chunks = _chunks(b, outer, full)
+    plane = tuple(range(2, 2 + rank))  # the epilogue's lanes run along the flat plane
+    with b.loop(outer * chunks, "parallel") as flat:
+        n, group, tile, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(tile, width))
         in_group = b.mul(tile, width)  # the tile's first channel within its group
@@ -389,19 +477,106 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
 
         def block(columns: int, start: ir.Value, count: int) -> None:
             zero = b.float(0.0)
+            where = b.delinearize(start, g.out)
 
             def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                 (c,) = ivs
-                x = b.load_vector(data, [n, arith.addi(first_in, c), *row, start], count)
+                x = b.load_vector(data, [n, arith.addi(first_in, c), *where], count)
                 return _multiply_add(acc, [x], weights(c, columns, count))
 
             sums = b.fold([g.per_group_in], [b.splat(zero, count)] * columns, step)
             for t, total in enumerate(sums):
-                at = [n, arith.addi(first_out, b.index(t)), *row, start]
+                at = [n, arith.addi(first_out, b.index(t)), *where]
+                b.store_vector(total if epilogue is None else
+                               epilogue(b, total, at, axis=plane), out, at)
+
+        def tiles(columns: int) -> None:
+            def body(index: ir.Value | int, short: int) -> None:
+                if not short:  # a whole vector: block `index`
+                    block(columns, b.mul(index, lanes), lanes)
+                    return
+                for first, count in _blocks_from(index, short, lanes):  # the plane's rest
+                    block(columns, b.index(first), count)
+            _blocks_of(b, chunk, chunks, full, lanes, remainder, body)
+
+        _by_tile(b, tile, per_group, width, tail, tiles)
+
+
+def _pixel_windows(b: KernelBuilder, op: GraphOp, g: Geometry,
+                   epilogue: Epilogue | None) -> None:
+    """A conv with a window and few multiply-adds per output (`uses_pixel_windows`) as
+    `_pixel_panels` computes a 1x1: a block is a vector of neighbouring pixels of one output
+    row by `schedule.pixel_panel` output channels, an accumulator vector per channel; each
+    step (an input channel and an unrolled window offset) loads the pixels' inputs as one
+    vector -- a strided run at stride 2 (`KernelBuilder.load_strided`), the padding's lanes
+    zeroed by a shuffle, placed at compile time (`_known_lanes`: the row is cut into blocks
+    at compile time) -- and multiplies it by each channel's weight, a broadcast scalar. The
+    rows above and below the input are the outer axes' border (`_split_interior`). The sums
+    go through the epilogue and the stores a vector of pixels at a time."""
+    data, weight, *_, out = b.args
+    packed = PANEL in op.attributes
+    element_bytes = ir.FloatType(b.element).width // 8
+    register = register_lanes(b.host_level, element_bytes)
+    width = min(pixel_panel(b.host_level), g.per_group_out)
+    panel_width = ir.MemRefType(weight.type).shape[-1] if packed else 0
+    panels_per_group = -(-g.per_group_out // panel_width) if packed else 0
+    inner = len(g.out) - 1
+    per_group = -(-g.per_group_out // width)
+    tail = g.per_group_out - (per_group - 1) * width
+    rows = g.out[:-1]
+    with b.loop(g.batch * g.group * per_group * pymath.prod(rows), "parallel") as flat:
+        n, group, tile, *row = b.delinearize(flat, [g.batch, g.group, per_group, *rows])
+        first_in = b.mul(group, g.per_group_in)
+        first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(tile, width))
+        in_group = b.mul(tile, width)  # the tile's first channel within its group
+        row_base = g.base(b, [*row, b.index(0)])
+
+        def weights(c: ir.Value, ks: Sequence[int], columns: int, count: int) -> list[ir.Value]:
+            values = []
+            for t in range(columns):
+                q = arith.addi(in_group, b.index(t))
+                if packed:
+                    at = [arith.addi(b.mul(group, panels_per_group),
+                                     arith.divui(q, b.index(panel_width))),
+                          *(b.index(k) for k in ks), c, arith.remui(q, b.index(panel_width))]
+                else:
+                    at = [arith.addi(b.mul(group, g.per_group_out), q), c,
+                          *(b.index(k) for k in ks)]
+                values.append(b.splat(b.load(weight, at), count))
+            return values
+
+        def block(columns: int, start: int, count: int, masked: list[int]) -> None:
+            zero = b.float(0.0)
+            step = g.strides[inner]
+
+            def channel(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                (c,) = ivs
+                in_channel = arith.addi(first_in, c)
+                for ks in itertools.product(*(range(k) for k in g.kernel)):
+                    at, inside = g.position(b, row_base, [b.index(k) for k in ks], masked)
+                    offset = ks[inner] * g.dilations[inner] - g.pads[inner]
+                    cols = [(start + j) * step + offset for j in range(count)]
+                    x = _known_lanes(b, data, functools.partial(
+                        lambda col, prefix: [*prefix, b.index(col)],
+                        prefix=[n, in_channel, *at[:-1]]),
+                        cols, [0 <= col < g.spatial[inner] for col in cols], register)
+                    if x is None:
+                        continue
+                    if inside is not None:
+                        x = arith.select(inside, x, b.splat(zero, count))
+                    acc = _multiply_add(acc, [x], weights(c, ks, columns, count))
+                return acc
+
+            sums = b.fold([g.per_group_in], [b.splat(zero, count)] * columns, channel)
+            for t, total in enumerate(sums):
+                at = [n, arith.addi(first_out, b.index(t)), *row, b.index(start)]
                 b.store_vector(total if epilogue is None else epilogue(b, total, at), out, at)
 
         def tiles(columns: int) -> None:
-            _runs(b, 0, g.out[-1], lanes, lambda start, count: block(columns, start, count))
+            def run(masked: list[int]) -> None:
+                for start, count in _blocks_from(0, g.out[-1], register):
+                    block(columns, start, count, masked)
+            _split_interior(b, g, [row_base], range(inner), run)
 
         _by_tile(b, tile, per_group, width, tail, tiles)
 
@@ -427,12 +602,16 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
     register = register_lanes(b.host_level, element_bytes)
     first, end = g.inside_range(inner)
     rows = g.out[:-1]
+    unrolled = pymath.prod(g.kernel) <= MAX_UNROLLED_WINDOW
     with b.loop(g.batch * g.group * pymath.prod(rows), "parallel") as flat:
         n, m, *row = b.delinearize(flat, [g.batch, g.group, *rows])
         first_in = b.mul(m, g.per_group_in)
         row_base = g.base(b, row)
 
-        def block(start: ir.Value, count: int, masked_inner: bool) -> None:
+        def block(start: ir.Value, count: int, masked_inner: bool,
+                  known: int | None = None) -> None:
+            """`count` pixels of the row from `start` (`known`: the same, when the block is
+            placed at compile time)."""
             outs = [[*row, start if j == 0 else arith.addi(start, b.index(j))]
                     for j in range(count)]
             bases = [g.base(b, o) for o in outs]
@@ -440,42 +619,57 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
             zero = b.float(0.0)
 
             def run(masked: list[int]) -> None:
-                def pixels(channel: ir.Value, ks: Sequence[ir.Value], j: int) -> ir.Value:
-                    """The inputs of pixels j*width ... at window offset `ks`, a vector."""
+                def pixels(channel: ir.Value, ks: Sequence[ir.Value], j: int,
+                           static: Sequence[int] | None) -> ir.Value | None:
+                    """The inputs of pixels j*width ... at window offset `ks` (`static`:
+                    the same as integers, when the window is unrolled), a vector; None
+                    when each is padding."""
                     mine = bases[j * width:(j + 1) * width]
-                    if not masked_inner:  # every window inside along the innermost axis
+                    step = g.strides[inner]
+                    if masked_inner and known is not None and static is not None:
                         at, inside = g.position(b, mine[0], ks, masked)
-                        step = g.strides[inner]
-                        span = step * (width - 1) + 1  # the run the pixels' inputs lie in
-                        run_ = b.load_vector(data, [n, channel, *at], span)
-                        if step > 1:
-                            run_ = b.shuffle(run_, list(range(0, span, step)))
-                        return run_ if inside is None else \
-                            arith.select(inside, run_, b.splat(zero, width))
-                    values = []
-                    for base in mine:
-                        at, inside = g.position(b, base, ks, [*masked, inner])
-                        value = b.load(data, [n, channel, *at])
-                        values.append(value if inside is None else
-                                      arith.select(inside, value, zero))
-                    return b.vector_of(values)
+                        offset = static[inner] * g.dilations[inner] - g.pads[inner]
+                        cols = [(known + j * width + lane) * step + offset
+                                for lane in range(width)]
+                        vector_ = _known_lanes(
+                            b, data, lambda col: [n, channel, *at[:-1], b.index(col)], cols,
+                            [0 <= c < g.spatial[inner] for c in cols], register)
+                    elif not masked_inner:  # every window inside along the innermost axis
+                        at, inside = g.position(b, mine[0], ks, masked)
+                        vector_ = b.load_strided(data, [n, channel, *at], step, width,
+                                                 register)
+                    else:
+                        values = []
+                        for base in mine:
+                            at, inside = g.position(b, base, ks, [*masked, inner])
+                            value = b.load(data, [n, channel, *at])
+                            values.append(value if inside is None else
+                                          arith.select(inside, value, zero))
+                        return b.vector_of(values)
+                    if vector_ is None or inside is None:
+                        return vector_
+                    return arith.select(inside, vector_, b.splat(zero, width))
 
-                def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                def step(ivs: list[ir.Value], acc: list[ir.Value],
+                         static: Sequence[int] | None = None) -> list[ir.Value]:
                     *ks, c = ivs
                     y = b.splat(b.load(weight, [m, c, *ks]), width)
                     channel = arith.addi(first_in, c)
-                    return _multiply_add(acc, [pixels(channel, ks, j)
-                                               for j in range(count // width)], [y])
+                    acc = list(acc)
+                    for j in range(count // width):
+                        x = pixels(channel, ks, j, static)
+                        if x is not None:
+                            acc[j] = _multiply_add([acc[j]], [x], [y])[0]
+                    return acc
 
                 def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
                     for ks in itertools.product(*(range(k) for k in g.kernel)):
-                        acc = step([*(b.index(k) for k in ks), c[0]], acc)
+                        acc = step([*(b.index(k) for k in ks), c[0]], acc, ks)
                     return acc
 
                 inits = [b.splat(zero, width)] * (count // width)
-                sums = b.fold([*g.kernel, g.per_group_in], inits, step) \
-                    if pymath.prod(g.kernel) > MAX_UNROLLED_WINDOW else \
-                    b.fold([g.per_group_in], inits, channel)
+                sums = b.fold([g.per_group_in], inits, channel) if unrolled else \
+                    b.fold([*g.kernel, g.per_group_in], inits, step)
                 if epilogue is None or epilogue.vectors:  # a vector's pixels are neighbours
                     for j, total in enumerate(sums):
                         at = [n, m, *outs[j * width]]
@@ -489,9 +683,118 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
 
             _split_interior(b, g, [row_base], range(inner), run)
 
+        def known_blocks(lo: int, hi: int) -> None:
+            for at, count in _blocks_from(lo, hi - lo, lanes):
+                block(b.index(at), count, True, at)
+
+        if unrolled and g.out[-1] <= MAX_KNOWN_ROW_BLOCKS * lanes:
+            known_blocks(0, g.out[-1])  # the whole row, every block placed at compile time
+            return
         for lo, hi, masked_inner in ((0, first, True), (first, end, False),
                                      (end, g.out[-1], True)):
-            _runs(b, lo, hi - lo, lanes, functools.partial(block, masked_inner=masked_inner))
+            if masked_inner and unrolled and hi - lo < lanes:
+                known_blocks(lo, hi)
+            else:
+                _runs(b, lo, hi - lo, lanes,
+                      functools.partial(block, masked_inner=masked_inner))
+
+
+def _blocks_from(start: int, length: int, lanes: int) -> list[tuple[int, int]]:
+    """[start, start + length) as (first, count) blocks: of `lanes`, then of decreasing
+    powers of two (as `_runs` cuts a run, at compile time)."""
+    blocks = []
+    while length:
+        count = lanes if length >= lanes else 1 << (length.bit_length() - 1)
+        blocks.append((start, count))
+        start, length = start + count, length - count
+    return blocks
+
+
+def _known_lanes(b: KernelBuilder, data: ir.Value, at: Callable[[int], list[ir.Value]],
+                 sources: Sequence[int], inside: Sequence[bool],
+                 register: int) -> ir.Value | None:
+    """The vector of the elements of `data` at offsets `sources[lane]` (`at(source)`: its
+    indices) where `inside[lane]`, 0 elsewhere (None when no lane is inside), for
+    `sources` known at compile time, equally spaced: the lanes from the first inside to the
+    last read as one strided run (`KernelBuilder.load_strided`: its elements in between lie
+    in the buffer), and a shuffle that places them and zeros the rest."""
+    if not any(inside):
+        return None
+    lanes = len(sources)
+    lo = inside.index(True)
+    hi = lanes - list(inside)[::-1].index(True)
+    step = sources[1] - sources[0] if lanes > 1 else 1
+    run = b.load_strided(data, at(sources[lo]), step, hi - lo, register)
+    if all(inside):
+        return run
+    span = hi - lo
+    picks = [j - lo if inside[j] else span for j in range(lanes)]
+    return vector.shuffle(run, b.splat(b.float(0.0), 1), picks)
+
+
+def _plane_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> None:
+    """A small depthwise plane (`uses_plane_vectors`) as vectors along its flattened pixels:
+    the cpu grid is batch x channels, each iteration a whole output plane in blocks of
+    `schedule.depthwise_pixels`, every block and window offset unrolled at compile time.
+    With stride 1 and rows as wide as the input's, output pixel p reads input element
+    p + offset at each window offset, so a vector of neighbouring pixels is one load of
+    neighbouring inputs; which lanes fall in the padding (a row above or below the input, a
+    column past either edge, where the flat index wraps into the next row) is known at
+    compile time, so only the run from the first lane inside to the last is loaded and a
+    shuffle with zeros clears the rest: no per-pixel branch, no lane-by-lane gather. Rows
+    of 7 or 14 split into border and interior runs (`_pixel_vectors`) were vectors of 2 and
+    1 pixels gathered lane by lane at the borders."""
+    data, weight, *_, out = b.args
+    element_bytes = ir.FloatType(b.element).width // 8
+    register = register_lanes(b.host_level, element_bytes)
+    block_pixels = depthwise_pixels(b.host_level, element_bytes)
+    (height, width), (in_height, in_width) = g.out, g.spatial
+    pixels = height * width
+    zero = b.float(0.0)
+    with b.loop(g.batch * g.group, "parallel") as flat:
+        n, m = b.delinearize(flat, [g.batch, g.group])
+        first_in = b.mul(m, g.per_group_in)
+        def block(start: int, count: int) -> None:
+            lanes = min(count, register)
+            firsts = range(start, start + count, lanes)  # each vector's first pixel
+
+            def window(channel: ir.Value, ks: tuple[int, ...], first: int) -> ir.Value | None:
+                """The inputs of pixels first ... first + lanes - 1 at window offset `ks`,
+                zeros in the padding; None when every one is padding."""
+                rows, cols = (k * d - p for k, d, p in zip(ks, g.dilations, g.pads,
+                                                            strict=False))
+                pixels_ = range(first, first + lanes)
+                return _known_lanes(
+                    b, data, lambda source: [n, channel, b.index(source // in_width),
+                                             b.index(source % in_width)],
+                    [q + rows * in_width + cols for q in pixels_],  # rows as wide as out's
+                    [0 <= q // width + rows < in_height and 0 <= q % width + cols < in_width
+                     for q in pixels_], register)
+
+            def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                in_channel = arith.addi(first_in, c[0])
+                acc = list(acc)
+                for ks in itertools.product(*(range(k) for k in g.kernel)):
+                    y = b.splat(b.load(weight, [m, c[0], *(b.index(k) for k in ks)]), lanes)
+                    for v, first in enumerate(firsts):
+                        x = window(in_channel, ks, first)
+                        if x is not None:
+                            acc[v] = _multiply_add([acc[v]], [x], [y])[0]
+                return acc
+
+            sums = b.fold([g.per_group_in], [b.splat(zero, lanes)] * len(firsts), channel)
+            for first, total in zip(firsts, sums, strict=True):
+                if epilogue is None or epilogue.vectors:
+                    at = [n, m, b.index(first // width), b.index(first % width)]
+                    b.store_vector(total if epilogue is None else
+                                   epilogue(b, total, at, axis=(2, 3)), out, at)
+                    continue
+                for j in range(lanes):  # an epilogue that takes only scalars
+                    at = [n, m, b.index((first + j) // width), b.index((first + j) % width)]
+                    b.store(epilogue(b, b.lane(total, j), at), out, at)
+
+        for start, count in _blocks_from(0, pixels, block_pixels):
+            block(start, count)
 
 
 def _runs(b: KernelBuilder, start: int, length: int, lanes: int,

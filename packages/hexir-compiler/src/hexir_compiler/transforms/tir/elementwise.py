@@ -43,11 +43,15 @@ def element_type(type_: ir.Type) -> ir.Type:
 
 #: The formulas that take vectors as they take scalars (their ops and constants follow the
 #: operands' type) and compile to vector instructions: a fused epilogue made only of these
-#: runs on whole vectors (`kernel.Epilogue.vectors`). Not exp and what uses it (sigmoid,
-#: SiLU's): `target.host_math` rewrites only scalar f32 exps into arithmetic, and a vector's
-#: became a libm call per lane (EfficientNet-B0 at v4, its SiLU epilogues on vectors: 3.09x
-#: ORT, against 2.43x lane by lane).
-VECTOR_FORMULAS = frozenset({"relu", "neg", "abs", "add", "sub", "mul", "div", "max", "min"})
+#: runs on whole vectors (`kernel.Epilogue.vectors`). exp, erf and tanh, and what uses them
+#: (sigmoid -- SiLU's and HardSwish's halves --, GELU, Mish, Elu), are among them because
+#: `target.host_math` rewrites f32 ones on vectors into vector arithmetic as it does scalar
+#: ones (before, a vector's exp became a libm call per lane: EfficientNet-B0 at v4, its SiLU
+#: epilogues on vectors, 3.09x ORT against 2.43x lane by lane). Not log, sqrt, pow or the
+#: trigonometric functions: the math dialect's vector forms of those are libm calls per lane.
+VECTOR_FORMULAS = frozenset({
+    "relu", "neg", "abs", "add", "sub", "mul", "div", "max", "min",
+    "exp", "erf", "tanh", "sigmoid", "gelu", "mish", "elu", "prelu", "thresholded_relu"})
 
 
 def _typed(on_float: Callable, on_int: Callable) -> Scalar:

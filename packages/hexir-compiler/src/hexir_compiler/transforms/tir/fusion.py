@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import ir
+from hexir_compiler.mlir import arith, ir
 from hexir_compiler.ops import CONTRACTIONS, REDUCTIONS
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import plan_matmul
@@ -64,7 +64,8 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     rest = [(i, s) for i, s in enumerate(chain) if i != head]
     formulas = {i: formula(s.op) for i, s in rest}
 
-    def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None):
+    def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None,
+                 axis: int | tuple[int, ...] = -1):
         buffers = b.args[:-1]
         loaded: dict[int, ir.Value] = {}
         values: dict[int, ir.Value] = {} if head is None else {head: product}
@@ -77,11 +78,10 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             if kind == "step":
                 return values[index]
             if index not in loaded:
-                at = broadcast_indices(b, coords, inputs[index], shape)
-                along = inputs[index] and inputs[index][-1] != 1  # varies along the lanes
-                loaded[index] = b.load(buffers[index], at) if not lanes else \
-                    b.load_vector(buffers[index], at, lanes) if along else \
-                    b.splat(b.load(buffers[index], at), lanes)
+                loaded[index] = _vector_operand(
+                    b, buffers[index], coords, inputs[index], shape, axis, lanes) if lanes \
+                    else b.load(buffers[index], broadcast_indices(b, coords, inputs[index],
+                                                                  shape))
             return loaded[index]
 
         for i, step in rest:
@@ -97,8 +97,8 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     if head is not None:
         vectors = all(s.op.mnemonic in VECTOR_FORMULAS for _, s in rest) and all(
             e in FLOATS for _, s in rest for e in s.op.elements)
-        return HEADS[steps[head].op.mnemonic](
-            steps[head].op, Epilogue(lambda b, value, at: evaluate(b, at, value), vectors))
+        return HEADS[steps[head].op.mnemonic](steps[head].op, Epilogue(
+            lambda b, value, at, axis: evaluate(b, at, value, axis), vectors))
 
     def emit(b: KernelBuilder) -> None:
         out = b.args[-1]
@@ -108,3 +108,36 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                 b.store(value, out, coords)
 
     return Kernel("map", emit)
+
+
+def _vector_operand(b: KernelBuilder, buffer: ir.Value, coords: list[ir.Value],
+                    operand: tuple[int, ...], out: tuple[int, ...],
+                    axis: int | tuple[int, ...], lanes: int) -> ir.Value:
+    """An epilogue operand of shape `operand` (broadcast to the output's `out`) at `lanes`
+    neighbours along the output's `axis` -- or along the consecutive axes `axis`, flattened
+    -- from the output coordinates `coords`: a broadcast where it does not vary along them,
+    one vector load where its elements along them are adjacent (it spans them whole, and
+    nothing varies after them: a bias [C, 1, 1] along the channels, a residual along a
+    plane's pixels), else a vector of its elements loaded one by one (a residual along the
+    channels, each a plane apart)."""
+    rank = len(out)
+    axes = [a % rank for a in ((axis,) if isinstance(axis, int) else axis)]
+    offset = rank - len(operand)  # the operand's dim of output axis a is a - offset
+    at = broadcast_indices(b, coords, operand, out)
+    varying = [a for a in axes if a >= offset and operand[a - offset] != 1]
+    if not varying:
+        return b.splat(b.load(buffer, at), lanes)
+    if varying == axes and all(operand[a - offset] == out[a] for a in axes[1:]) and \
+            all(extent == 1 for extent in operand[axes[-1] - offset + 1:]):
+        return b.load_vector(buffer, at, lanes)
+    extents = [out[a] for a in axes]
+    first = b.linearize([coords[a] for a in axes], extents)
+    values = []
+    for j in range(lanes):
+        moved = b.delinearize(arith.addi(first, b.index(j)), extents) if j else \
+            [coords[a] for a in axes]
+        lane = list(coords)
+        for a, value in zip(axes, moved, strict=True):
+            lane[a] = value
+        values.append(b.load(buffer, broadcast_indices(b, lane, operand, out)))
+    return b.vector_of(values)

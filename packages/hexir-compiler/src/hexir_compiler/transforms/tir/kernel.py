@@ -80,15 +80,21 @@ class GraphOp:
 class Epilogue:
     """An element-wise epilogue (`tir.fusion` makes them): `epilogue(builder, a contraction's
     value at an output element, its coordinates)` is the value to store there. Where
-    `vectors`, the value may also be a vector of neighbours along the output's innermost axis
-    (the coordinates then the first one's), and the result is the vector of theirs: its
-    operands are loaded as vectors and its ops run on them, instead of lane by lane."""
+    `vectors`, the value may also be a vector of neighbours along one output axis (`axis`,
+    the innermost by default) or along consecutive axes flattened (a tuple: a plane's
+    pixels), the coordinates then the first one's, and the result is the vector of theirs:
+    its operands are loaded as vectors (gathered lane by lane where their elements along
+    the lanes are not adjacent in memory) and its ops run on them, instead of lane by
+    lane."""
 
-    apply: Callable[[KernelBuilder, ir.Value, list[ir.Value]], ir.Value]
+    apply: Callable[[KernelBuilder, ir.Value, list[ir.Value], int | tuple[int, ...]],
+                    ir.Value]
     vectors: bool = False
 
-    def __call__(self, b: KernelBuilder, value: ir.Value, at: list[ir.Value]) -> ir.Value:
-        return self.apply(b, value, at)
+    def __call__(self, b: KernelBuilder, value: ir.Value, at: list[ir.Value],
+                 axis: int | tuple[int, ...] = -1) -> ir.Value:
+        return self.apply(b, value, at, axis)
+
 
 #: Reads an operand's element at the given coordinates.
 Read = Callable[[list[ir.Value]], ir.Value]
