@@ -36,3 +36,17 @@ func.func @silu(%x: tensor<4x16xf32>, %b: tensor<16xf32>) -> tensor<4x16xf32> {
 // CHECK:      "hexir.add"(%arg0, %arg1) {device = "cpu", hexir.group = 0 : i64}
 // CHECK-NEXT: "hexir.sigmoid"(%0) {device = "cpu", hexir.group = 0 : i64}
 // CHECK-NEXT: "hexir.mul"(%0, %1) {device = "cpu", hexir.group = 0 : i64}
+
+// A contraction heads its group: the values it reads come from outside it, even where the
+// group's epilogue uses them too (a GRU cell: the gate's sigmoid feeds the linear and the
+// add after it). Were the sigmoid let in, the kernel would read it before computing it.
+func.func @gate(%x: tensor<3x6xf32>, %w: tensor<6x6xf32>) -> tensor<3x6xf32> {
+  %0 = "hexir.sigmoid"(%x) {device = "cpu"} : (tensor<3x6xf32>) -> tensor<3x6xf32>
+  %1 = "hexir.linear"(%0, %w) {device = "cpu"} : (tensor<3x6xf32>, tensor<6x6xf32>) -> tensor<3x6xf32>
+  %2 = "hexir.add"(%1, %0) {device = "cpu"} : (tensor<3x6xf32>, tensor<3x6xf32>) -> tensor<3x6xf32>
+  return %2 : tensor<3x6xf32>
+}
+// CHECK-LABEL: func.func @gate
+// CHECK:      %0 = "hexir.sigmoid"(%arg0) {device = "cpu"} : (tensor<3x6xf32>) -> tensor<3x6xf32>
+// CHECK-NEXT: "hexir.linear"(%0, %arg1) {device = "cpu", hexir.group = 0 : i64}
+// CHECK-NEXT: "hexir.add"(%1, %0) {device = "cpu", hexir.group = 0 : i64}

@@ -69,6 +69,8 @@ def _function(block: ir.Block) -> None:
         while joined_any:  # a join can let a producer in whose other uses were in the group
             joined_any = False
             for consumer in list(group):
+                if mnemonic(consumer) not in ELEMENTWISE | REDUCTIONS:
+                    continue  # a contraction heads its group: its operands come from outside
                 for operand in _data(consumer):
                     producer = producers.get(operand)
                     if producer is None or not _joins(producer, consumer, group, group_of):
@@ -96,7 +98,14 @@ def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
         return False
     if device_of(producer) != device_of(consumer) or len(producer.results) != 1:
         return False
-    if any(_op(use.owner) not in group for use in producer.results[0].uses):
+    uses = list(producer.results[0].uses)
+    if any(_op(use.owner) not in group for use in uses):
+        return False
+    # and each of them reads it through the group: a contraction's operands, and a
+    # reduction's other than its data, come from outside its kernel
+    if any(mnemonic(_op(use.owner)) not in ELEMENTWISE | REDUCTIONS or (
+            mnemonic(_op(use.owner)) in REDUCTIONS and use.operand_number != 0)
+           for use in uses):
         return False
     into_reduction = mnemonic(consumer) in REDUCTIONS
     lives = _type_shape(consumer.operands[0].type) if into_reduction else _shape(consumer)
