@@ -218,7 +218,7 @@ class Kernel(StepCompiler):
         stored: set[int] = set()
 
         def visit(op: ir.Operation) -> ir.WalkResult:
-            if op.name == "hextir.buffer_store":
+            if op.name in ("hextir.buffer_store", "vector.store"):
                 stored.add(self._slot(op.operands[1]))
             return ir.WalkResult.ADVANCE
 
@@ -390,6 +390,8 @@ class Kernel(StepCompiler):
         lane."""
         if self.device != "cpu":
             raise InterpError(f"{self.name}: a {self.device} kernel has '{op.name}'")
+        if op.name == "vector.store":
+            return self._vector_store(op, ins)
         out = outs[0]
         if op.name == "vector.broadcast":
             lanes, (a,) = ir.VectorType(op.results[0].type).shape[0], ins
@@ -406,6 +408,12 @@ class Kernel(StepCompiler):
                 raise InterpError(f"{self.name}: vector.extract of one static lane only")
             lane, (a,) = position[0], ins
             return lambda t: t.env.__setitem__(out, t.env[a][lane])
+        if op.name == "vector.constant_mask":  # the first n lanes set
+            lanes = ir.VectorType(op.results[0].type).shape[0]
+            (n,) = list(ir.DenseI64ArrayAttr(op.attributes["mask_dim_sizes"]))
+            return lambda t: t.env.__setitem__(out, np.arange(lanes) < n)
+        if op.name == "vector.maskedload":
+            return self._masked_load(op, ins, out)
         if op.name != "vector.load":
             raise InterpError(f"no semantics for '{op.name}' (not an op the cpu lowering takes)")
         buffer, *indices = ins
@@ -428,6 +436,55 @@ class Kernel(StepCompiler):
                 for i in range(index[-1], index[-1] + lanes):
                     t.launch.touch(t, number, (*index[:-1], i), False)
             t.env[out] = row[index[-1]:index[-1] + lanes].copy()
+
+        return load
+
+    def _vector_store(self, op: ir.Operation, ins: list[int]) -> Step:
+        """vector.store: the lanes written along the innermost axis from the indices, every
+        one bounds-checked and recorded as a write."""
+        value, buffer, *indices = ins
+        if buffer not in self._args:
+            raise InterpError(f"{self.name}: a vector store to a buffer that is not an argument")
+        number = self._args.index(buffer)
+        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        lanes = ir.VectorType(op.operands[0].type).shape[0]
+
+        def store(t: _Thread) -> None:
+            index = tuple([t.env[i] for i in indices])
+            if len(index) != len(shape) or not all(
+                    0 <= i < n for i, n in zip(index, shape, strict=True)) \
+                    or index[-1] + lanes > shape[-1]:
+                raise InterpError(f"buffer #{number} of shape {shape}: {lanes} lanes stored "
+                                  f"at {index}")
+            for i in range(index[-1], index[-1] + lanes):
+                t.launch.touch(t, number, (*index[:-1], i), True)
+            t.env[buffer][index[:-1]][index[-1]:index[-1] + lanes] = t.env[value]
+
+        return store
+
+    def _masked_load(self, op: ir.Operation, ins: list[int], out: int) -> Step:
+        """vector.maskedload: the set lanes read from the buffer (each bounds-checked and
+        recorded), the others taken from the pass-through vector."""
+        buffer, *indices, mask, passthru = ins
+        if buffer not in self._args:
+            raise InterpError(f"{self.name}: a vector load from a buffer that is not an argument")
+        number = self._args.index(buffer)
+        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        tracked = buffer in self._stored
+
+        def load(t: _Thread) -> None:
+            index = tuple([t.env[i] for i in indices])
+            value = np.array(t.env[passthru]).copy()
+            for lane in np.flatnonzero(t.env[mask]):
+                at = (*index[:-1], index[-1] + lane)
+                if len(at) != len(shape) or not all(0 <= i < n for i, n in zip(at, shape,
+                                                                                strict=True)):
+                    raise InterpError(f"buffer #{number} of shape {shape}: masked lane {lane} "
+                                      f"at {at}")
+                if tracked:
+                    t.launch.touch(t, number, at, False)
+                value[lane] = t.env[buffer][at]
+            t.env[out] = value
 
         return load
 

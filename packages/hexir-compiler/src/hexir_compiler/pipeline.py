@@ -207,8 +207,8 @@ def _static(module: ir.Module) -> None:
     from hexir_compiler.frontend.onnx import ModelError
 
     for op in module.body.operations:
-        if op.operation.name != "func.func":
-            continue
+        if op.operation.name != "func.func" or not op.regions[0].blocks:
+            continue  # a declaration has no arguments to bind
         names = [ir.DictAttr(d)["hexir.name"] if "hexir.name" in ir.DictAttr(d) else None
                  for d in op.attributes["arg_attrs"]] if "arg_attrs" in op.attributes else []
         for index, arg in enumerate(op.regions[0].blocks[0].arguments):
