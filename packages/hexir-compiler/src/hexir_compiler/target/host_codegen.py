@@ -18,6 +18,7 @@ little-endian bytes; the worker ends at the end of its stdin.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import pickle
@@ -147,7 +148,8 @@ class Codegen:
             self._pool.shutdown(wait=True, cancel_futures=True)
         for process in self._processes:
             if process.stdin is not None:
-                process.stdin.close()
+                with contextlib.suppress(BrokenPipeError):  # a dead worker: nothing to flush to
+                    process.stdin.close()
         for process in self._processes:
             process.wait()
             if process.stdout is not None:
