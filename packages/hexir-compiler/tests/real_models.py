@@ -255,11 +255,42 @@ def _recurrent(kind: str, **config):
     return build
 
 
+def _encoder():
+    """A transformer encoder layer as one writes it by hand (post-norm, GELU MLP), its heads
+    split with the input's own sizes (`x.shape`), so an export with dynamic axes stays
+    dynamic (torch.nn.TransformerEncoderLayer's traced export bakes the sequence length into
+    a Reshape)."""
+    import torch
+
+    class Encoder(torch.nn.Module):
+        def __init__(self, width: int = 32, heads: int = 4) -> None:
+            super().__init__()
+            torch.manual_seed(0)
+            self.heads = heads
+            self.qkv = torch.nn.Linear(width, 3 * width)
+            self.out = torch.nn.Linear(width, width)
+            self.norm1, self.norm2 = torch.nn.LayerNorm(width), torch.nn.LayerNorm(width)
+            self.mlp = torch.nn.Sequential(torch.nn.Linear(width, 2 * width), torch.nn.GELU(),
+                                           torch.nn.Linear(2 * width, width))
+
+        def forward(self, x):
+            b, s, w = x.shape
+            q, k, v = (t.reshape(b, s, self.heads, w // self.heads).transpose(1, 2)
+                       for t in self.qkv(x).chunk(3, dim=-1))
+            scores = (q @ k.transpose(-1, -2)) / (w // self.heads) ** 0.5
+            mixed = (scores.softmax(-1) @ v).transpose(1, 2).reshape(b, s, w)
+            x = self.norm1(x + self.out(mixed))
+            return self.norm2(x + self.mlp(x))
+
+    return Encoder()
+
+
 _TEXT = (Input("input_ids", (2, 8), "ids"), Input("attention_mask", (2, 8), "mask"))
 _IMAGE = (Input("pixel_values", (1, 3, 64, 64)),)
 _PIXELS = (Input("pixel_values", (1, 3, 32, 32)),)
 
 MODELS: dict[str, Spec] = {
+    "encoder": Spec(_encoder, (Input("x", (2, 8, 32)),), ("y",)),
     "bert": Spec(_bert, _TEXT, ("last_hidden_state", "pooler_output")),
     "gpt2": Spec(_gpt2, _TEXT, ("logits",), options={"use_cache": False}),
     "gpt2_kv_cache": Spec(_gpt2_cached, (
@@ -315,12 +346,31 @@ def key(*also: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def export(name: str) -> Path:
-    """The ONNX file of model `name`, exported on first use and cached."""
-    return export_spec(MODELS[name], ROOT / "build" / "real-models" / key() / f"{name}.onnx")
+def export(name: str, dynamic: bool = False) -> Path:
+    """The ONNX file of model `name`, exported on first use and cached; `dynamic`: with its
+    batch axis (and a text model's sequence axis) dynamic (`dynamic_axes`)."""
+    return export_spec(MODELS[name], ROOT / "build" / "real-models" / key() /
+                       f"{name}{'_dynamic' * dynamic}.onnx", dynamic)
 
 
-def export_spec(spec: Spec, path: Path) -> Path:
+def dynamic_axes(spec: Spec) -> dict[str, dict[int, str]]:
+    """The axes a user exports as dynamic: every input's batch (axis 0), and a sequence's
+    length (axis 1) where the input is token ids, a mask or a [batch, seq, width] float."""
+    return {i.name: {0: "batch", **({1: "seq"} if i.kind != "float" or len(i.shape) == 3
+                                    else {})}
+            for i in spec.inputs}
+
+
+def resized(spec: Spec, batch: int, seq: int) -> tuple[Input, ...]:
+    """`spec`'s inputs at another batch size and sequence length (the axes `dynamic_axes`
+    names)."""
+    axes = dynamic_axes(spec)
+    return tuple(Input(i.name, tuple({"batch": batch, "seq": seq}.get(axes[i.name].get(a), d)
+                                     for a, d in enumerate(i.shape)), i.kind)
+                 for i in spec.inputs)
+
+
+def export_spec(spec: Spec, path: Path, dynamic: bool = False) -> Path:
     """`spec`'s model exported to `path`, unless that file exists (the caller keys the path
     by what the model depends on); bench/models.py exports its larger configurations here."""
     import torch
@@ -336,7 +386,8 @@ def export_spec(spec: Spec, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.part")
     torch.onnx.export(model, args, str(partial), dynamo=False, opset_version=17,
-                      input_names=[i.name for i in spec.inputs], output_names=list(spec.outputs))
+                      input_names=[i.name for i in spec.inputs], output_names=list(spec.outputs),
+                      dynamic_axes=dynamic_axes(spec) if dynamic else None)
     partial.replace(path)  # never a half-written file under the cached name
     return path
 

@@ -54,11 +54,12 @@ BAD = {
         _model([helper.make_node("Gelu", ["x"], ["y"], name="g")], [X], [Y], opset=9,
                ir_version=4),
         "1 op that is not an op of opset 13: Gelu (1 node: 'g')"),
-    "symbolic dimension": (_model([helper.make_node("Relu", ["x"], ["y"])],
-                                  [helper.make_tensor_value_info("x", TensorProto.FLOAT,
-                                                                 ["batch", 3])], [Y]),
-                           "input 'x' dimension 0 is 'batch': kernels are made for static "
-                           "shapes; bind it with -input-shape=x="),
+    "a size the export fixed where the input's is symbolic": (
+        _model([helper.make_node("Reshape", ["x", "shape"], ["y"], name="r")],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])], [Y],
+               [numpy_helper.from_array(np.array([2, 3], np.int64), "shape")]),
+        "node 'r' (Reshape): cannot reshape [batch, 3] (3 * batch elements) to [2, 3] (the "
+        "export fixed a size the input leaves dynamic)"),
     "short initializer": (_short_initializer(),
                           "initializer 'w' (shape [2, 3]): its data does not hold its shape"),
     "unsupported element type": (

@@ -1,7 +1,7 @@
-"""Symbolic sizes through the ONNX import (issue 27's first layer): a model's dynamic axes
-become named symbols in the graph's tensor types, the shape arithmetic an exporter writes is
-folded over them, and the step that makes kernels refuses them in one line until
-`-input-shape` binds them."""
+"""Symbolic sizes through the ONNX import (issue 27): a model's dynamic axes become named
+symbols in the graph's tensor types, the shape arithmetic an exporter writes is folded over
+them, and the kernels take them as operands: one module runs at any size, and
+`-input-shape` still specializes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import hexir_compiler
 from hexir_compiler import cli, dialects, symbolic
 from hexir_compiler.frontend import onnx as frontend
 from hexir_compiler.mlir import ir
+import hexir_format
 from hexir_format import dims
 
 F = TensorProto.FLOAT
@@ -82,25 +83,29 @@ def test_a_type_reads_back_the_dims_it_was_made_of():
             symbolic.shape_of(ir.Type.parse("tensor<?x2xf32>"))
 
 
-def test_kernels_are_refused_for_symbolic_sizes_in_one_line_until_input_shape_binds_them(
+def test_a_symbolic_model_compiles_once_runs_at_any_size_and_input_shape_still_specializes(
         tmp_path, capsys):
     path = tmp_path / "m.onnx"
     path.write_bytes(_heads_model().SerializeToString())
     out = tmp_path / "m.hxb"
-    assert cli.main(["-emit=hxb", "-o", str(out), str(path)]) == cli.EXIT_INPUT
-    err = capsys.readouterr().err
-    assert err == ("error: input 'x' dimension 0 is 'batch': kernels are made for static "
-                   "shapes; bind it with -input-shape=x=<d0>x<d1>...\n")
-    assert not out.exists()
-    assert cli.main(["-emit=hxb", "-input-shape=x=3x5x8", "-o", str(out), str(path)]) == 0
-
+    assert cli.main(["-emit=hxb", "-o", str(out), str(path)]) == 0
     import hexir_runtime
 
-    x = np.random.default_rng(0).standard_normal((3, 5, 8)).astype(np.float32)
+    def want(x):
+        n, s, _ = x.shape
+        return np.maximum(x.reshape(n, s, 2, 4).transpose(0, 2, 1, 3), 0)
+
+    rng = np.random.default_rng(0)
     with hexir_runtime.load(out) as m:
-        got = m.main(x)
-    np.testing.assert_array_equal(got, np.maximum(x.reshape(3, 5, 2, 4).transpose(0, 2, 1, 3),
-                                                  0))
+        assert [s.name for s in hexir_format.parse(out.read_bytes()).symbols] == ["batch", "seq"]
+        for shape in ((3, 5, 8), (1, 1, 8), (4, 9, 8)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            np.testing.assert_array_equal(m.main(x), want(x))
+    assert cli.main(["-emit=hxb", "-input-shape=x=3x5x8", "-o", str(out), str(path)]) == 0
+    assert not hexir_format.parse(out.read_bytes()).symbols
+    x = rng.standard_normal((3, 5, 8)).astype(np.float32)
+    with hexir_runtime.load(out) as m:
+        np.testing.assert_array_equal(m.main(x), want(x))
 
 
 def test_a_symbolic_size_used_as_data_is_refused_naming_it(tmp_path):
@@ -140,6 +145,17 @@ def test_slicing_a_constant_by_a_symbolic_end_bounds_the_symbol_and_sizes_become
     assert '"hexir.slice"(%0) {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>} : ' \
            '(tensor<1x16xi64>) -> tensor<1x?xi64, ["seq"]>' in text
     assert '"hexir.sizes"() {values = ["seq"]} : () -> tensor<1xi64>' in text
+    import hexir_runtime
+
+    module = hexir_compiler.compile(model)
+    assert [(s.name, s.lo, s.hi) for s in hexir_format.parse(module).symbols] == [
+        ("batch", 1, 2**31 - 1), ("seq", 1, 16)]
+    with hexir_runtime.load(module) as m:
+        for batch, seq in ((1, 1), (2, 7), (3, 16)):
+            ids = np.arange(batch * seq, dtype=np.int64).reshape(batch, seq)
+            y, scaled = m.main(ids)
+            np.testing.assert_array_equal(y, np.arange(seq)[None] + 1)
+            np.testing.assert_array_equal(scaled, ids[:, 0] * seq)
 
 
 def test_a_slice_no_size_allows_is_refused():

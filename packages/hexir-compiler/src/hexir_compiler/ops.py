@@ -60,8 +60,9 @@ CONTRACTIONS = frozenset({"matmul", "linear", "conv"})
 REDUCTIONS = frozenset({"softmax", "layer_norm", "reduce_sum", "reduce_prod", "reduce_mean",
                         "reduce_max", "reduce_min"})
 #: Every op that has a kernel (and so is placeable, on either device): the categories above,
-#: expand (a map, never fused) and the data movers, indexing, scan and selection ops.
+#: expand (a map, never fused), the data movers, indexing, scan and selection ops, and sizes
+#: (a dynamic module's sizes as data, computed by a kernel from the call's sizes).
 KERNEL_OPS = ELEMENTWISE | CONTRACTIONS | REDUCTIONS | frozenset({
     "expand", "transpose", "reshape", "concat", "slice", "gather", "pool", "gather_elements",
-    "scatter_elements", "scatter_nd", "cumsum", "arg_max", "arg_min", "top_k",
+    "scatter_elements", "scatter_nd", "cumsum", "arg_max", "arg_min", "top_k", "sizes",
 })

@@ -196,33 +196,8 @@ def _kernels(module: ir.Module, options: Options) -> None:
 
 
 def _lower_to_tir(module: ir.Module, cpu: str, packings: dict | None = None) -> None:
-    _static(module)
     hexir_lower_to_tir.run(module, cpu, packings)
     hexir_dedupe_kernels.run(module)
-
-
-def _static(module: ir.Module) -> None:
-    """Refuse a graph with symbolic sizes before kernels are made: the graph stages carry
-    them (`symbolic`), but kernels are made for static shapes, which `-input-shape` binds."""
-    from hexir_compiler.frontend.onnx import ModelError
-
-    for op in module.body.operations:
-        if op.operation.name != "func.func" or not op.regions[0].blocks:
-            continue  # a declaration has no arguments to bind
-        names = [ir.DictAttr(d)["hexir.name"] if "hexir.name" in ir.DictAttr(d) else None
-                 for d in op.attributes["arg_attrs"]] if "arg_attrs" in op.attributes else []
-        for index, arg in enumerate(op.regions[0].blocks[0].arguments):
-            if not isinstance(arg.type, ir.RankedTensorType):
-                continue
-            shape = symbolic.shape_of(arg.type)
-            symbols = [(axis, d) for axis, d in enumerate(shape) if not isinstance(d, int)]
-            if symbols:
-                name = ir.StringAttr(names[index]).value if index < len(names) and \
-                    names[index] is not None else f"%arg{index}"
-                axis, dim = symbols[0]
-                raise ModelError(  # the input's to bind: exit as for a model refused
-                    f"input '{name}' dimension {axis} is '{dims.render(dim)}': kernels are made "
-                    f"for static shapes; bind it with -input-shape={name}=<d0>x<d1>...")
 
 
 def _fuse(module: ir.Module, options: Options) -> None:

@@ -35,11 +35,14 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 import hexir_format as hf
+from hexir_compiler import symbolic
+from hexir_compiler.dialects.hextir import SYMBOLS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host, host_codegen
 from hexir_compiler.transforms.hextir_to_loops import is_kernel
 from hexir_format import plan
+from hexir_format.model import Symbol
 
 
 class SerializeError(CompileError):
@@ -63,16 +66,47 @@ def prepare(module: ir.Module, target: str | None = None, cpu: str | None = None
     entries = [op for op in _ops(module, "func.func") if not is_kernel(op)]
     if not entries:
         raise CompileError("the module has no func.func, so there is no entry point to write")
-    executables, index = _executables(module, entries, target, cpu, codegen)
+    symbols = _symbols(module, entries)
+    names = [s.name for s in symbols]
+    executables, index = _executables(module, entries, target, cpu, codegen, names)
     writer = _Writer(index, rodata or Rodata())
     functions = [writer.function(op) for op in entries]
     data = b"" if rodata else writer.rodata.join()
 
     def model() -> hf.Module:
         exes = [exe() for exe in executables]
+        # a dynamic module's buffers are planned by the runtime, for each call's sizes
+        placements = () if symbols else _memory_plan(functions, writer.slots, exes)
         return hf.Module(5, tuple(functions), data, tuple(exes), tuple(writer.slots),
-                         placements=_memory_plan(functions, writer.slots, exes))
+                         placements=placements, symbols=symbols)
     return model
+
+
+#: The sizes a symbol may take where the model does not say (a dimension of at least 1; the
+#: upper bound keeps every size a kernel computes from it far inside 64 bits).
+DEFAULT_RANGE = (1, 2**31 - 1)
+
+
+def _symbols(module: ir.Module, entries: list[ir.Operation]) -> tuple[Symbol, ...]:
+    """The module's symbols, by name: every one an entry point's types or a kernel read,
+    each with the range the entry points hold it to (`hexir.ranges`, the importer's
+    `require`), else DEFAULT_RANGE."""
+    names: set[str] = set()
+    ranges: dict[str, tuple[int, int]] = {}
+    for entry in entries:
+        ftype = ir.FunctionType(ir.TypeAttr(entry.attributes["function_type"]).value)
+        for t in (*ftype.inputs, *ftype.results):
+            if isinstance(t, ir.RankedTensorType):
+                names |= symbolic.symbols(symbolic.shape_of(t))
+        if "hexir.ranges" in entry.attributes:
+            for named in ir.DictAttr(entry.attributes["hexir.ranges"]):
+                lo, hi = ranges.get(named.name, DEFAULT_RANGE)
+                low, high = ir.DenseI64ArrayAttr(named.attr)
+                ranges[named.name] = (max(lo, low), min(hi, high))
+    for view in module.body.operations:
+        if is_kernel(view.operation) and SYMBOLS in view.operation.attributes:
+            names |= {ir.StringAttr(n).value for n in view.operation.attributes[SYMBOLS]}
+    return tuple(Symbol(n, *ranges.get(n, DEFAULT_RANGE)) for n in sorted(names))
 
 
 @dataclass
@@ -152,7 +186,8 @@ class Variants:
             functions += [replace(f, cpu_level=level, commands=tuple(
                 _renumbered(c, base, index) for c in f.commands)) for f in model.functions]
         return hf.Module(6, tuple(functions), self.rodata.join() if rodata else b"",
-                         tuple(kernels), tuple(slots), placements=tuple(placements))
+                         tuple(kernels), tuple(slots), placements=tuple(placements),
+                         symbols=model.symbols)  # (every level's program has the same)
 
 
 #: The operands that name a slot, by name (DISPATCH's slots come after its named operands).
@@ -242,7 +277,7 @@ def _attr_str(op: ir.Operation, name: str, default: str | None = None) -> str:
 
 
 def tensor_type(t: ir.Type) -> hf.TensorType:
-    """The format's type for a static f32/f64 tensor or memref."""
+    """The format's type for a tensor (static or symbolic) or a static memref."""
     shaped = ir.ShapedType(t)
     try:
         dtype = hf.DType.from_name(str(shaped.element_type))
@@ -252,11 +287,14 @@ def tensor_type(t: ir.Type) -> hf.TensorType:
         raise CompileError(
             f"{t} has rank {len(shaped.shape)}; a .hxb holds at most rank {hf.MAX_RANK}"
         )
+    if isinstance(t, ir.RankedTensorType):
+        return hf.TensorType(dtype, symbolic.shape_of(t))
     return hf.TensorType(dtype, tuple(shaped.shape))
 
 
 def _executables(module: ir.Module, entries: list[ir.Operation], target: str | None,
-                 cpu: str | None, codegen: host_codegen.Codegen | None):
+                 cpu: str | None, codegen: host_codegen.Codegen | None,
+                 symbols: list[str]):
     """Every kernel a call names, in module order (each a function giving its executable
     once its code is made), and its index by name."""
     calls = _call_types(entries)
@@ -273,7 +311,8 @@ def _executables(module: ir.Module, entries: list[ir.Operation], target: str | N
         host.submit_kernels(module, cpu, codegen))
     if any(_attr_str(op, "device", "cpu") == "cuda" for op in kernels):
         images.update(cuda.compile_kernels(module, target))
-    executables = [_executable(op, calls[_attr_str(op, "sym_name")], images) for op in kernels]
+    executables = [_executable(op, calls[_attr_str(op, "sym_name")], images, symbols)
+                   for op in kernels]
     return executables, {_attr_str(op, "sym_name"): i for i, op in enumerate(kernels)}
 def _call_types(entries: list[ir.Operation]) -> dict[str, list[ir.Type]]:
     """callee name -> the tensor types of its buffers (inputs, then the destination)."""
@@ -290,8 +329,8 @@ def _call_types(entries: list[ir.Operation]) -> dict[str, list[ir.Type]]:
     return found
 
 
-def _executable(kernel: ir.Operation, types: list[ir.Type],
-                images: dict) -> Callable[[], hf.Executable]:
+def _executable(kernel: ir.Operation, types: list[ir.Type], images: dict,
+                symbols: list[str]) -> Callable[[], hf.Executable]:
     """The executable of `kernel`, checked now, given (with its image) when called."""
     name = _attr_str(kernel, "sym_name")
     if len(name.encode()) > hf.MAX_NAME:
@@ -309,13 +348,17 @@ def _executable(kernel: ir.Operation, types: list[ir.Type],
     problem = hf.signature_problem(kind, args, params)
     if problem:
         raise SerializeError(f"kernel '{name}': {problem}", kernel.location)
+    # the values it takes after its buffers: the symbols it names, by their index
+    operands = tuple(symbols.index(ir.StringAttr(n).value)
+                     for n in kernel.attributes[SYMBOLS]) if SYMBOLS in kernel.attributes \
+        else ()
 
     def executable() -> hf.Executable:
         image = pending() if callable(pending) else pending
         return hf.Executable(
             name, kind, device, args, params, image=image.image, grid=tuple(image.grid),
             block=(1, 1, 1) if device is hf.Device.CPU else tuple(image.block),
-            cpu_level=image.level if device is hf.Device.CPU else 0,
+            cpu_level=image.level if device is hf.Device.CPU else 0, operands=operands,
         )
     return executable
 
@@ -428,6 +471,10 @@ class _Writer:
     def _print(self, op: ir.Operation, slot_of: dict) -> hf.Command:
         slot = self._slot(op, op.operands[0], slot_of)
         shape = tensor_type(op.operands[0].type).shape
+        if not symbolic.is_static(shape):
+            raise SerializeError("hexir.print takes a tensor of static shape (PRINT's rows and "
+                                 f"columns are numbers), found {op.operands[0].type}",
+                                 op.location)
         cols = shape[-1] if shape else 1
         rows = math.prod(shape[:-1]) if shape else 1
         return hf.Command.print(slot, rows, cols)

@@ -59,3 +59,19 @@ def is_static(shape: Sequence[Dim]) -> bool:
 def symbols(shape: Iterable[Dim]) -> frozenset[str]:
     """The names the dims read."""
     return frozenset().union(*(dims.free_symbols(d) for d in shape))
+
+
+#: What a schedule's heuristics take a symbol to be (never a correctness decision: a kernel
+#: is right for every value of its symbols, and only its speed rests on this guess).
+HINT = 64
+
+
+def hint(d: Dim) -> int:
+    """`d` with every symbol HINT: the size a schedule's heuristics plan for."""
+    return d if isinstance(d, int) else dims.evaluate(d, dict.fromkeys(d.symbols(), HINT))
+
+
+def at_most(d: Dim, limit: int) -> int:
+    """min(d, limit), and `limit` where `d` is symbolic: a tile no larger than its extent
+    where that is known (a schedule whose tiles may overhang handles any extent)."""
+    return min(d, limit) if isinstance(d, int) else limit

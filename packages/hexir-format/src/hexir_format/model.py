@@ -177,7 +177,10 @@ class KernelKind(IntEnum):
         return 3 if self is KernelKind.LAYER_NORM else 1
 
     def takes(self, argc: int) -> bool:
-        """Whether `argc` arguments (inputs and the destination) fit the kind."""
+        """Whether `argc` arguments (inputs and the destination) fit the kind: a generic
+        kernel may have no inputs (it computes its destination from the call's sizes)."""
+        if self is KernelKind.GENERIC:
+            return argc >= 1
         return argc >= 2 if self.arity is None else argc == self.arity + 1
 
 

@@ -112,11 +112,27 @@ def tensor(value: ir.Value, what: str,
     return _shaped(value.type, what, ir.RankedTensorType, "tensor", allowed)
 
 
-def memref(value_or_type: ir.Value | ir.Type, what: str) -> tuple[tuple[int, ...], str]:
-    """(shape, element type) of a static, identity-layout memref of a buffer's storage type,
-    else `Invalid`."""
+def memref(value_or_type: ir.Value | ir.Type, what: str,
+           dynamic: bool = False) -> tuple[tuple[int | None, ...], str]:
+    """(shape, element type) of a memref of a buffer's storage type, else `Invalid`: static
+    with the identity layout, or where `dynamic`, also a dynamic kernel's buffer -- a flat
+    `memref<?xT>` argument, or the view of it a kernel indexes (`?` sizes and strides, the
+    innermost stride 1) -- a dynamic size read as None."""
     t = value_or_type.type if isinstance(value_or_type, ir.Value) else value_or_type
     kept = tuple(STORAGE.get(e, e) for e in ELEMENTS)
+    if dynamic and isinstance(t, ir.MemRefType) and not ir.MemRefType(t).has_static_shape:
+        ranked = ir.MemRefType(t)
+        layout = ranked.layout
+        strides, _ = ranked.get_strides_and_offset()
+        if str(ranked.element_type) not in kept:
+            raise Invalid(f"{what} must have element type {_or(kept)}, got {t}")
+        if not (isinstance(layout, ir.AffineMapAttr) and ranked.rank == 1
+                or isinstance(layout, ir.StridedLayoutAttr) and strides and strides[-1] == 1):
+            raise Invalid(f"{what} must be a flat memref<?x...> or a view of one with unit "
+                          f"innermost stride, got {t}")
+        dynamic_size = ir.ShapedType.get_dynamic_size()
+        return (tuple(None if d == dynamic_size else int(d) for d in ranked.shape),
+                str(ranked.element_type))
     dims, elem = _shaped(t, what, ir.MemRefType, "memref", kept)
     shape = tuple(d for d in dims if isinstance(d, int))  # _shaped refuses a dynamic memref
     layout = ir.MemRefType(t).layout

@@ -622,8 +622,8 @@ MAX_KERNEL_INPUTS = 8
 
 def segment_sizes(inputs: int) -> ir.Attribute:
     """`operandSegmentSizes` of a call_tir with `inputs` inputs."""
-    if not 1 <= inputs <= MAX_KERNEL_INPUTS:
-        raise ValueError(f"a kernel takes 1 to {MAX_KERNEL_INPUTS} inputs, not {inputs}")
+    if not 0 <= inputs <= MAX_KERNEL_INPUTS:
+        raise ValueError(f"a kernel takes 0 to {MAX_KERNEL_INPUTS} inputs, not {inputs}")
     return ir.DenseI32ArrayAttr.get([1] * inputs + [0] * (MAX_KERNEL_INPUTS - inputs))
 
 
@@ -656,8 +656,8 @@ class CallTirOp(HexirOp, name="call_tir"):
     def check(self) -> None:
         _result(self)
         inputs = len(self.operands)
-        if not 1 <= inputs <= MAX_KERNEL_INPUTS:
-            raise Invalid(f"calls a kernel with {inputs} inputs; a kernel takes 1 to "
+        if not 0 <= inputs <= MAX_KERNEL_INPUTS:
+            raise Invalid(f"calls a kernel with {inputs} inputs; a kernel takes 0 to "
                           f"{MAX_KERNEL_INPUTS}")
         attrs = self.operation.attributes
         sizes, expected = attrs.get("operandSegmentSizes"), segment_sizes(inputs)
@@ -682,7 +682,9 @@ class CallTirOp(HexirOp, name="call_tir"):
         values = [*self.operands, self.results[0]]
         for i, (value, buf) in enumerate(zip(values, buffers, strict=False)):
             shape, elem = tensor(value, f"operand #{i}" if i < inputs else "result")
-            bshape, belem = memref(buf, f"buffer #{i} of @{name}")
+            bshape, belem = memref(buf, f"buffer #{i} of @{name}", dynamic=True)
+            if "hexir.symbols" in kernel.attributes and not symbolic.is_static(shape):
+                bshape = shape  # flat (its sizes passed apart): only its element type tells
             if (shape, STORAGE.get(elem, elem)) != (bshape, belem):
                 raise Invalid(f"{value.type} does not match buffer #{i} of @{name}, {buf}")
 

@@ -30,6 +30,8 @@ AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", 
 KERNELS = tuple(str(kind) for kind in KernelKind)
 #: The memory space of a block's shared buffers (`alloc_buffer`).
 WORKGROUP = "#gpu.address_space<workgroup>"
+#: A kernel's attribute naming the symbols whose values it takes after its buffers.
+SYMBOLS = "hexir.symbols"
 
 
 class Hextir(Dialect, name="hextir"):
@@ -72,7 +74,10 @@ def _one_of(attrs, name: str, allowed: tuple[str, ...], noun: str) -> str:
 
 
 class PrimFuncOp(HextirOp, name="prim_func", traits=[ir.NoTerminatorTrait]):
-    """A kernel: `function_type` = (memref..., memref_dst) -> (), body ends in hextir.return.
+    """A kernel: `function_type` = (memref..., memref_dst, index...) -> (), body ends in
+    hextir.return. The index arguments are the values of the symbols `hexir.symbols` names,
+    in order: a kernel whose sizes are symbolic takes each buffer as a flat `memref<?xT>`
+    and indexes the view of it that those values shape (`KernelBuilder`).
 
     Discardable attributes, checked when present: `device`, `hexir.kernel` (one of KERNELS),
     `hexir.params` (array<f64>: the kernel's parameters as the format README lists them).
@@ -90,10 +95,21 @@ class PrimFuncOp(HextirOp, name="prim_func", traits=[ir.NoTerminatorTrait]):
         ftype = ir.FunctionType(ftype)
         if ftype.results:
             raise Invalid("a kernel returns nothing; it writes its last buffer")
-        if not ftype.inputs:
+        symbols = attrs[SYMBOLS] if SYMBOLS in attrs else None
+        if symbols is not None and not (isinstance(symbols, ir.ArrayAttr) and all(
+                isinstance(s, ir.StringAttr) for s in symbols)):
+            raise Invalid(f"{SYMBOLS} must be an array of strings, got {symbols}")
+        sizes = len(symbols) if symbols is not None else 0
+        buffers = list(ftype.inputs)[:len(ftype.inputs) - sizes]
+        if not buffers:
             raise Invalid("a kernel takes at least its destination buffer")
-        for i, t in enumerate(ftype.inputs):
-            memref(t, f"buffer #{i}")
+        for i, t in enumerate(buffers):
+            memref(t, f"buffer #{i}", dynamic=sizes > 0)
+        for t in list(ftype.inputs)[len(buffers):]:
+            if not isinstance(t, ir.IndexType):
+                raise Invalid(f"a kernel's {sizes} size argument{'s' * (sizes != 1)} "
+                              f"({SYMBOLS}) come{'s' * (sizes == 1)} after its buffers as "
+                              f"index values; found {t}")
         block = _entry_block(self)
         if _types(block.arguments) != [str(t) for t in ftype.inputs]:
             raise Invalid(
@@ -246,7 +262,7 @@ def _kernel_device(op) -> str | None:
 
 def _element(buffer: ir.Value, indices: list[ir.Value]) -> ir.Type:
     """The element type of `buffer`, indexed by `indices` (one index per axis)."""
-    shape, _ = memref(buffer, "buffer")
+    shape, _ = memref(buffer, "buffer", dynamic=True)
     if len(indices) != len(shape):
         raise Invalid(f"a rank-{len(shape)} buffer needs {len(shape)} indices, got {len(indices)}")
     for i, v in enumerate(indices):

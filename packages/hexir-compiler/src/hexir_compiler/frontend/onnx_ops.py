@@ -835,6 +835,11 @@ def _transpose(e, xs, a, v):
     return [e.transpose(x, perm)]
 
 
+def _dims(shape) -> str:
+    """`[batch, 6, 2 * seq]`: a shape as a diagnostic writes it."""
+    return f"[{', '.join(dims.render(d) for d in shape)}]"
+
+
 @handles("Reshape", 13, 14, 19, 21, 23, 24, 25)
 def _reshape(e, xs, a, v):
     x, shape = xs[0], const_dims(xs[1], "shape")
@@ -845,11 +850,13 @@ def _reshape(e, xs, a, v):
     if -1 in out:
         rest = dims.divide_exactly(math.prod(x.shape), math.prod(d for d in out if d != -1))
         if rest is None:
-            raise NodeError(f"cannot reshape {list(x.shape)} to {shape}")
+            raise NodeError(f"cannot reshape {_dims(x.shape)} to {_dims(shape)}")
         out[out.index(-1)] = rest
     if math.prod(out) != math.prod(x.shape) or any(isinstance(d, int) and d < 0 for d in out):
-        raise NodeError(f"cannot reshape {list(x.shape)} ({math.prod(x.shape)} elements) to "
-                        f"{shape}")
+        fixed = " (the export fixed a size the input leaves dynamic)" if not \
+            symbolic.is_static(x.shape) and symbolic.is_static(out) else ""
+        raise NodeError(f"cannot reshape {_dims(x.shape)} ({dims.render(math.prod(x.shape))} "
+                        f"elements) to {_dims(shape)}{fixed}")
     return [e.reshape(x, out)]
 
 

@@ -30,7 +30,8 @@ from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir, llvm
 from hexir_compiler.target import host_codegen
 from hexir_compiler.target.host_codegen import TRIPLE
-from hexir_format import CPU_LEVELS
+from hexir_format import CPU_LEVELS, dims
+from hexir_format.dims import Dim
 
 #: The levels a module holds by default, one program each; the runtime runs the highest the
 #: host supports. x86-64-v2 (SSE4.2, every x86-64 server since 2009) keeps the module
@@ -50,7 +51,7 @@ LEVEL_ATTR = "hexir.cpu"
 @dataclass(frozen=True)
 class HostImage:
     image: bytes
-    grid: tuple[int, int, int]
+    grid: tuple[Dim, Dim, Dim]
     level: int  # the x86-64 level it needs (hexir_format.CPU_LEVELS), which the .hxb records
 
 
@@ -115,13 +116,24 @@ def submit_kernels(module: ir.Module, cpu: str | None = None,
     pending: dict[str, Callable[[], HostImage]] = {}
     for kernel in found:
         name = _symbol(kernel)
-        x, y, z = (int(g) for g in kernel.attributes["hexir.grid"])
+        x, y, z = grid(kernel)
         code = codegen.submit(llvm_ir(module, [name]), cpu)
         pending[name] = functools.partial(_image, code, name, (x, y, z), LEVELS[cpu])
     return pending
 
 
-def _image(code: Future, name: str, grid: tuple[int, int, int], level: int) -> HostImage:
+def grid(kernel: ir.Operation) -> tuple[Dim, Dim, Dim]:
+    """A lowered cpu kernel's grid (`hexir.grid`): ints, or the expressions a kernel of
+    symbolic sizes has (`hextir-to-loops`)."""
+    attr = kernel.attributes["hexir.grid"]
+    if isinstance(attr, ir.ArrayAttr):
+        x, y, z = (dims.parse(ir.StringAttr(g).value) for g in attr)
+    else:
+        x, y, z = (int(g) for g in attr)
+    return x, y, z
+
+
+def _image(code: Future, name: str, grid: tuple[Dim, Dim, Dim], level: int) -> HostImage:
     try:
         return HostImage(code.result(), grid, level)
     except host_codegen.RejectedIR as err:

@@ -27,12 +27,14 @@ the cpu.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import math
 
 import numpy as np
 
+from hexir_compiler import symbolic
 from hexir_compiler.dialects.hexir import segment_sizes
 from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
@@ -46,6 +48,7 @@ from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL
 from hexir_compiler.transforms.tir.schedule import panel_width
 from hexir_format import MAX_NAME
+from hexir_format.dims import DimError
 from hexir_format.signatures import ShapeError
 
 PASS_NAME = "hexir-lower-to-tir"
@@ -155,8 +158,8 @@ def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level:
                 inputs.append(value)
             sources.append(("input", inputs.index(value)))
         steps.append(fusion.Step(graph_op, tuple(sources)))
-    shapes = [tuple(ir.RankedTensorType(v.type).shape) for v in inputs]
-    output = tuple(ir.RankedTensorType(sink.results[0].type).shape)
+    shapes = [symbolic.shape_of(v.type) for v in inputs]
+    output = symbolic.shape_of(sink.results[0].type)
     try:
         kernel = PLANS[graph_op.mnemonic](graph_op) if lone else \
             fusion.plan_group(steps, shapes, output)
@@ -187,6 +190,7 @@ def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Val
         elements=elements,
         loc=sink.location,
         host_level=level,
+        symbols=kernel.symbols,
     )
     try:
         kernel.emit(builder)
@@ -231,7 +235,7 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
         layout: tuple[str | int, ...] = ("conv", group, width)
     elif len(graph_op.inputs[1]) == 2:
         depth, cols = graph_op.inputs[1]
-        macs = math.prod(graph_op.inputs[0][:-1]) * depth * cols
+        macs = symbolic.hint(math.prod(graph_op.inputs[0][:-1]) * depth * cols)
         panel = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
         if panel is None:
             return graph_op
@@ -276,18 +280,22 @@ def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:
     """The op's shapes, element types and attributes (the op verifier has checked which
     element types it takes)."""
     types = [value.type for value in (*op.operands, *op.results)]
+    shapes = []
     for type_ in types:
-        if not (isinstance(type_, ir.RankedTensorType) and type_.has_static_shape
-                and str(type_.element_type) in ELEMENTS):
+        shape = None
+        if isinstance(type_, ir.RankedTensorType):
+            with contextlib.suppress(DimError):
+                shape = symbolic.shape_of(type_)
+        if shape is None or str(ir.RankedTensorType(type_).element_type) not in ELEMENTS:
             raise CompileError(
-                f"{op.name}: expected ranked tensors of static shape and element type "
-                f"{', '.join(ELEMENTS)}, found {type_}", op.location
+                f"{op.name}: expected ranked tensors of static or symbolic shape and element "
+                f"type {', '.join(ELEMENTS)}, found {type_}", op.location
             )
+        shapes.append(shape)
     shaped = [ir.RankedTensorType(t) for t in types]
     attributes = {name: op.attributes[name] for name in op.attributes}
-    graph_op = GraphOp(op.name.removeprefix("hexir."), tuple(tuple(t.shape) for t in shaped[:-1]),
-                       tuple(shaped[-1].shape), attributes,
-                       tuple(str(t.element_type) for t in shaped))
+    graph_op = GraphOp(op.name.removeprefix("hexir."), tuple(shapes[:-1]), shapes[-1],
+                       attributes, tuple(str(t.element_type) for t in shaped))
     return graph_op, [t.element_type for t in shaped]
 
 

@@ -26,8 +26,10 @@ A module without prim funcs is left as it is, so the pass can run on its own out
 
 from __future__ import annotations
 
+from hexir_compiler.dialects.hextir import SYMBOLS
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, func, gpu, ir, memref, scf
+from hexir_compiler.transforms.tir.builder import EXTENT
 
 PASS_NAME = "hextir-to-loops"
 GRID = "hexir.grid"
@@ -36,7 +38,7 @@ LOOP = "hexir.loop"
 #: branch's `loop_annotation`, LLVM's `!llvm.loop` metadata).
 LOOP_ANNOTATION = "llvm.loop_annotation"
 #: The attributes a kernel keeps at every level below mlir-tir.
-KERNEL_ATTRIBUTES = ("device", "hexir.kernel", "hexir.params")
+KERNEL_ATTRIBUTES = ("device", "hexir.kernel", "hexir.params", SYMBOLS)
 PROCESSORS = {
     f"{kind}.{dim}": f"{prefix}_{dim}"
     for kind, prefix in (("blockIdx", "block"), ("threadIdx", "thread"))
@@ -60,17 +62,29 @@ def is_kernel(op: ir.Operation) -> bool:
 
 def _lower_prim_func(prim: ir.Operation) -> None:
     name = ir.StringAttr(prim.attributes["sym_name"]).value
-    buffers = list(ir.FunctionType(ir.TypeAttr(prim.attributes["function_type"]).value).inputs)
-    for index, buffer in enumerate(buffers):
-        if not (isinstance(buffer, ir.MemRefType) and buffer.has_static_shape):
+    arguments = list(ir.FunctionType(ir.TypeAttr(prim.attributes["function_type"]).value).inputs)
+    sizes = len(prim.attributes[SYMBOLS]) if SYMBOLS in prim.attributes else 0
+    for index, buffer in enumerate(arguments[:len(arguments) - sizes]):
+        if not (isinstance(buffer, ir.MemRefType) and (
+                buffer.has_static_shape or sizes and buffer.rank == 1)):
             raise CompileError(
-                f"kernel @{name}: buffer #{index} is {buffer}; expected a memref of static shape",
+                f"kernel @{name}: buffer #{index} is {buffer}; expected a memref of static "
+                "shape, or a flat one (memref<?xT>) in a kernel that takes its sizes",
                 prim.location,
             )
     cpu = _string(prim, "device") != "cuda"
+    if sizes and not cpu:
+        raise CompileError(f"kernel @{name}: a cuda kernel's sizes are static; this one takes "
+                           f"{', '.join(ir.StringAttr(s).value for s in prim.attributes[SYMBOLS])}"
+                           " (place the ops with symbolic sizes on the cpu)", prim.location)
     with ir.InsertionPoint(prim), prim.location:
         index = ir.IndexType.get()
-        kernel = func.FuncOp(name, ir.FunctionType.get([*buffers, *([index] * 2 * cpu)], []))
+        # A flat buffer becomes memref<1xT>: the bare-pointer calling convention takes only
+        # static shapes, and the kernel indexes its view, never the argument itself.
+        arguments = [ir.MemRefType.get([1], ir.MemRefType(t).element_type)
+                     if isinstance(t, ir.MemRefType) and not t.has_static_shape else t
+                     for t in arguments]
+        kernel = func.FuncOp(name, ir.FunctionType.get([*arguments, *([index] * 2 * cpu)], []))
         for attribute in KERNEL_ATTRIBUTES:
             if attribute in prim.attributes:
                 kernel.attributes[attribute] = prim.attributes[attribute]
@@ -81,7 +95,11 @@ def _lower_prim_func(prim: ir.Operation) -> None:
     if cpu:
         lo, hi = list(entry.arguments)[-2:]
         extent = _split_outermost(entry, lo, hi)
-        kernel.attributes[GRID] = ir.DenseI64ArrayAttr.get([extent, 1, 1])
+        if isinstance(extent, int):
+            kernel.attributes[GRID] = ir.DenseI64ArrayAttr.get([extent, 1, 1])
+        else:  # a symbolic extent: the runtime computes the grid for the call's sizes
+            kernel.attributes[GRID] = ir.ArrayAttr.get(
+                [ir.StringAttr.get(d) for d in (extent, "1", "1")])
 
 
 def move_body(kernel: ir.Operation, entry: ir.Block) -> list[ir.Operation]:
@@ -97,23 +115,30 @@ def move_body(kernel: ir.Operation, entry: ir.Block) -> list[ir.Operation]:
     return moved
 
 
-def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int:
+def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int | str:
     """Make the outermost parallel loop run [lo, min(hi, extent)); returns the extent (the cpu
-    grid). The clamp keeps the kernel inside its buffers whatever range it is handed."""
+    grid): an int, or a symbolic one as `hexir_format.dims` writes it. The clamp keeps the
+    kernel inside its buffers whatever range it is handed."""
     ops = [view.operation for view in entry.operations]
     loops = [op for op in ops if op.name == "scf.for"]
     # Only a body that is the loop and nothing else (code before or after it must run once,
-    # not once per range).
-    alone = all(op.name in ("arith.constant", "scf.for", "func.return") for op in ops)
+    # not once per range; the sizes and views a kernel computes from its symbols at the top
+    # are pure and cheap, so they may run once per range).
+    alone = all(op.name in ("scf.for", "func.return", "memref.reinterpret_cast")
+                or op.name.startswith("arith.") for op in ops)
     if alone and len(loops) == 1 and _string(loops[0], LOOP) == "parallel":
         loop = loops[0]
-        extent = _constant(loop.operands[1]) - _constant(loop.operands[0])
+        extent: int | str = _string(loop, EXTENT) or (
+            _constant(loop.operands[1]) - _constant(loop.operands[0]))
         with ir.InsertionPoint(loop), loop.location:
             loop.operands[0] = arith.addi(loop.operands[0], lo)
             loop.operands[1] = arith.minui(hi, loop.operands[1])
         return extent
     # Not one parallel loop: the whole body (all but the return) is one iteration.
     body = [op for op in ops if op.name != "arith.constant"][:-1]
+    while body and (body[0].name.startswith("arith.")
+                    or body[0].name == "memref.reinterpret_cast"):
+        body.pop(0)  # the sizes and views computed at the top stay there
     with ir.InsertionPoint(body[0] if body else ops[-1]), ops[-1].location:
         zero, one = (arith.constant(ir.IndexType.get(), v) for v in (0, 1))
         loop = scf.ForOp(arith.addi(zero, lo), arith.minui(hi, one), one)
@@ -158,6 +183,8 @@ def _lower_for(op: ir.Operation) -> None:
             block = loop.body
             if kind == "parallel":
                 loop.attributes[LOOP] = ir.StringAttr.get(kind)
+                if EXTENT in op.attributes:
+                    loop.attributes[EXTENT] = op.attributes[EXTENT]
             if "lanes" in op.attributes:  # LLVM's loop vectorizer would gather across them
                 loop.attributes[LOOP_ANNOTATION] = ir.Attribute.parse(
                     "#llvm.loop_annotation<vectorize = #llvm.loop_vectorize<disable = true>>")

@@ -26,6 +26,7 @@ from hexir_compiler.transforms.tir.reduction import (
 )
 from hexir_compiler.transforms.tir.scan import plan_cumsum
 from hexir_compiler.transforms.tir.selection import plan_arg, plan_top_k
+from hexir_compiler.transforms.tir.sizes import plan_sizes
 from hexir_compiler.transforms.tir.window import plan_conv, plan_pool
 
 PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
@@ -50,6 +51,7 @@ PLANS: dict[str, Callable[[GraphOp], Kernel]] = {
     "arg_max": plan_arg,
     "arg_min": plan_arg,
     "top_k": plan_top_k,
+    "sizes": plan_sizes,
 }
 
 __all__ = ["PLANS", "GraphOp", "Kernel"]

@@ -14,9 +14,14 @@ import math
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from hexir_compiler.dialects.hextir import WORKGROUP
-from hexir_compiler.mlir import arith, ir, vector
+from hexir_compiler import symbolic
+from hexir_compiler.dialects.hextir import SYMBOLS, WORKGROUP
+from hexir_compiler.mlir import arith, ir, memref, vector
+from hexir_format import dims
+from hexir_format.dims import Dim, Expr
 
+#: A loop's attribute: its symbolic upper bound, as `hexir_format.dims` writes it.
+EXTENT = "hexir.extent"
 Fold = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 
 
@@ -26,6 +31,14 @@ class KernelBuilder:
     Index constants and float constants are created once per kernel at the top of the entry
     block, so the loops below can share them (and thread_binding loops get constant bounds,
     which the GPU lowering reads as grid and block extents).
+
+    A shape may hold symbolic dims (`hexir_format.dims.Expr`). Such a kernel takes, after
+    its buffers, the value of each symbol its shapes (and `symbols`) read, as an index
+    (`hexir.symbols` names them), and each buffer of a symbolic shape as a flat
+    `memref<?xT>`; `args` are then views of those buffers in their whole shapes (sizes and
+    row-major strides computed from the symbols once, at the top), so a generator indexes
+    them as it indexes a static buffer. Every extent the builder takes (`index`, `loop`,
+    `less_than`, ...) may be an expression: it is computed once per kernel, at the top.
     """
 
     def __init__(
@@ -36,10 +49,11 @@ class KernelBuilder:
         device: str,
         kind: str,
         params: Sequence[float],
-        shapes: Sequence[Sequence[int]],
+        shapes: Sequence[Sequence[Dim]],
         elements: Sequence[ir.Type],
         loc: ir.Location,
         host_level: int = 2,
+        symbols: Sequence[str] = (),
     ) -> None:
         self.device = device
         self.host_level = host_level  # the x86-64 level cpu code is for (hexir_format.CPU_LEVELS)
@@ -47,24 +61,35 @@ class KernelBuilder:
         self.loc = loc
         self._constants: dict[tuple[str, str, float], ir.Value] = {}
         self._last_constant: ir.Operation | None = None
+        self.symbols = tuple(sorted(symbolic.symbols(d for shape in shapes for d in shape)
+                                    | set(symbols)))
         with loc:
             self.index_type = ir.IndexType.get()
-            types = [ir.MemRefType.get(list(shape), storage(element))
+            types = [_buffer_type(shape, storage(element))
                      for shape, element in zip(shapes, elements, strict=True)]
+            sizes = [self.index_type] * len(self.symbols)
             attributes = {
                 "sym_name": ir.StringAttr.get(name),
-                "function_type": ir.TypeAttr.get(ir.FunctionType.get(types, [])),
+                "function_type": ir.TypeAttr.get(ir.FunctionType.get([*types, *sizes], [])),
                 "device": ir.StringAttr.get(device),
                 "hexir.kernel": ir.StringAttr.get(kind),
                 "hexir.params": ir.DenseF64ArrayAttr.get([float(p) for p in params]),
             }
+            if self.symbols:
+                attributes[SYMBOLS] = ir.ArrayAttr.get(
+                    [ir.StringAttr.get(n) for n in self.symbols])
             self.func = ir.Operation.create(
                 "hextir.prim_func", attributes=attributes, regions=1, ip=ip
             )
-            self.entry = self.func.regions[0].blocks.append(*types)
+            self.entry = self.func.regions[0].blocks.append(*types, *sizes)
             with ir.InsertionPoint(self.entry):
                 ir.Operation.create("hextir.return")
-        self.args: list[ir.Value] = list(self.entry.arguments)
+        arguments = list(self.entry.arguments)
+        self._sizes: dict[Expr, ir.Value] = {
+            Expr.symbol(n): v for n, v in zip(self.symbols, arguments[len(types):], strict=True)}
+        self.args: list[ir.Value] = [
+            self._view(arg, shape, element)
+            for arg, shape, element in zip(arguments, shapes, elements, strict=False)]
         self.elements = dict(zip(self.args, elements, strict=True))
         self._body_ip = ir.InsertionPoint.at_block_terminator(self.entry)
 
@@ -76,7 +101,10 @@ class KernelBuilder:
 
     # -- constants -------------------------------------------------------------------------
 
-    def index(self, value: int) -> ir.Value:
+    def index(self, value: Dim) -> ir.Value:
+        """`value` as an index: a constant, or an expression's value (computed at the top)."""
+        if isinstance(value, Expr):
+            return self._size(value)
         return self._constant("index", value, self.index_type)
 
     def float(self, value: float) -> ir.Value:
@@ -90,6 +118,8 @@ class KernelBuilder:
             vector_type = ir.VectorType(type_)
             return self.splat(self.constant(value, vector_type.element_type),
                               vector_type.shape[0])
+        if isinstance(value, Expr):  # a size as a number the kernel computes with
+            return self._size_as(value, type_)
         if isinstance(type_, ir.IndexType):
             return self.index(int(value))
         if isinstance(type_, ir.IntegerType):
@@ -102,47 +132,127 @@ class KernelBuilder:
     def _constant(self, tag: str, value: builtins.float, type_: ir.Type) -> ir.Value:
         key = (tag, str(type_), value)
         if key not in self._constants:
-            if self._last_constant is None:
-                ip = ir.InsertionPoint.at_block_begin(self.entry)
-            else:
-                ip = ir.InsertionPoint.after(self._last_constant)
-            with self.loc:
-                result = arith.constant(type_, value, ip=ip)
-            self._last_constant = result.owner
-            self._constants[key] = result
+            self._constants[key] = self._at_top(lambda: arith.constant(type_, value))
         return self._constants[key]
+
+    def _size_as(self, d: Expr, type_: ir.Type) -> ir.Value:
+        """The value of the expression `d` as a `type_` (an integer or a float), made once."""
+        key = ("size", str(type_), dims.render(d))
+        if key not in self._constants:
+            size = self.index(d)
+            if isinstance(type_, ir.IndexType):
+                return size
+            i64 = ir.IntegerType.get_signless(64)
+            value = self._at_top(lambda: arith.index_cast(i64, size))
+            if isinstance(type_, ir.IntegerType) and ir.IntegerType(type_).width < 64:
+                value = self._at_top(lambda: arith.trunci(type_, value))
+            elif not isinstance(type_, ir.IntegerType):
+                value = self._at_top(lambda: arith.sitofp(type_, value))
+            self._constants[key] = value
+        return self._constants[key]
+
+    def _at_top(self, make: Callable[[], ir.Value]) -> ir.Value:
+        """`make()`'s op placed after the kernel's constants and sizes made so far."""
+        if self._last_constant is None:
+            ip = ir.InsertionPoint.at_block_begin(self.entry)
+        else:
+            ip = ir.InsertionPoint.after(self._last_constant)
+        with self.loc, ip:
+            result = make()
+        self._last_constant = result.owner
+        return result
+
+    def _size(self, d: Expr) -> ir.Value:
+        """The value of the expression `d`, computed once at the top from the symbols."""
+        if d in self._sizes:
+            return self._sizes[d]
+        total: ir.Value | None = None
+        for monomial, coefficient in d.terms:
+            term: ir.Value | None = None
+            for atom in monomial:
+                factor = self._atom(atom)
+                term = factor if term is None else self._at_top(
+                    lambda a=term, f=factor: arith.muli(a, f))
+            assert term is not None
+            if coefficient != 1:
+                scale = self.index(coefficient)
+                term = self._at_top(lambda t=term, c=scale: arith.muli(t, c))
+            total = term if total is None else self._at_top(
+                lambda a=total, t=term: arith.addi(a, t))
+        assert total is not None
+        if d.const:
+            shift = self.index(d.const)
+            total = self._at_top(lambda a=total, c=shift: arith.addi(a, c))
+        self._sizes[d] = total
+        return total
+
+    def _atom(self, atom) -> ir.Value:
+        if atom.op < 0:
+            if Expr.symbol(atom.name) not in self._sizes:
+                raise ValueError(f"kernel size '{atom.name}' is not among its symbols "
+                                 f"({', '.join(self.symbols)})")
+            return self._sizes[Expr.symbol(atom.name)]
+        x, y = (self.index(o) for o in atom.operands)
+        make = {dims.Opcode.FLOORDIV: arith.floordivsi, dims.Opcode.CEILDIV: arith.ceildivsi,
+                dims.Opcode.MIN: arith.minsi, dims.Opcode.MAX: arith.maxsi}.get(
+                    dims.Opcode(atom.op))
+        if make is not None:
+            return self._at_top(lambda: make(x, y))
+        quotient = self._at_top(lambda: arith.floordivsi(x, y))  # MOD: x - (x // y) * y
+        product = self._at_top(lambda: arith.muli(quotient, y))
+        return self._at_top(lambda: arith.subi(x, product))
+
+    def _view(self, arg: ir.Value, shape: Sequence[Dim], element: ir.Type) -> ir.Value:
+        """A buffer as its kernel indexes it: itself when its shape is static, else the view
+        of the flat argument in its whole shape."""
+        if symbolic.is_static(shape):
+            return arg
+        strides = [math.prod(shape[d + 1:]) for d in range(len(shape))]
+        dynamic_size, dynamic_stride = (ir.ShapedType.get_dynamic_size(),
+                                        ir.ShapedType.get_dynamic_stride_or_offset())
+        with self.loc:
+            layout = ir.StridedLayoutAttr.get(
+                0, [dynamic_stride if isinstance(s, Expr) else s for s in strides])
+            type_ = ir.MemRefType.get(
+                [dynamic_size if isinstance(d, Expr) else d for d in shape], storage(element),
+                layout)
+        sizes = [self.index(d) for d in shape if isinstance(d, Expr)]
+        steps = [self.index(s) for s in strides if isinstance(s, Expr)]
+        return self._at_top(lambda: memref.reinterpret_cast(
+            type_, arg, [], sizes, steps, [0],
+            [dynamic_size if isinstance(d, Expr) else d for d in shape],
+            [dynamic_stride if isinstance(s, Expr) else s for s in strides]))
 
     # -- index arithmetic (multiplying by 1 is skipped, so the printed IR stays readable) ----
 
-    def mul(self, a: ir.Value, b: int) -> ir.Value:
+    def mul(self, a: ir.Value, b: Dim) -> ir.Value:
         return a if b == 1 else arith.muli(a, self.index(b))
 
-    def linearize(self, coords: Sequence[ir.Value], shape: Sequence[int]) -> ir.Value:
+    def linearize(self, coords: Sequence[ir.Value], shape: Sequence[Dim]) -> ir.Value:
         """Row-major flat index of `coords` in `shape` (constant 0 for rank 0)."""
         flat: ir.Value | None = None
         for coord, extent in zip(coords, shape, strict=True):
             flat = coord if flat is None else arith.addi(self.mul(flat, extent), coord)
         return self.index(0) if flat is None else flat
 
-    def delinearize(self, flat: ir.Value, shape: Sequence[int]) -> list[ir.Value]:
+    def delinearize(self, flat: ir.Value, shape: Sequence[Dim]) -> list[ir.Value]:
         """Row-major coordinates of `flat` in `shape`; the caller guarantees flat < size.
         Each coordinate is `rest - (rest / extent) * extent`, not `rest % extent`: one
         division per axis, and LLVM folds `row * extent + col` back to `flat`, so it can
         see that neighbouring lanes' addresses are adjacent and aligned."""
-        total = math.prod(shape)
         coords: list[ir.Value] = []
-        rest, stride = flat, 1
-        for extent in reversed(shape):
+        rest = flat
+        for axis in reversed(range(len(shape))):
+            extent = shape[axis]
             if extent == 1:
                 coords.append(self.index(0))
                 continue
-            if stride * extent >= total:  # the outermost axis that is not 1: flat < total
+            if all(d == 1 for d in shape[:axis]):  # the outermost axis that is not 1
                 coords.append(rest)
             else:
                 quotient = arith.divui(rest, self.index(extent))
                 coords.append(arith.subi(rest, arith.muli(quotient, self.index(extent))))
                 rest = quotient
-            stride *= extent
         return coords[::-1]
 
     # -- memory ----------------------------------------------------------------------------
@@ -242,7 +352,7 @@ class KernelBuilder:
     # -- control flow ----------------------------------------------------------------------
 
     @contextmanager
-    def loop(self, extent: int, kind: str, bind: str | None = None, *,
+    def loop(self, extent: Dim, kind: str, bind: str | None = None, *,
              start: ir.Value | None = None, step: int = 1) -> Iterator[ir.Value]:
         """A `hextir.for` over start (default 0), start + step, ... < extent without carried
         values; yields the induction variable."""
@@ -252,7 +362,7 @@ class KernelBuilder:
             yield body.arguments[0]
             _yield([])
 
-    def strided(self, start: ir.Value, end: int, step: int, inits: Sequence[ir.Value],
+    def strided(self, start: ir.Value, end: Dim, step: int, inits: Sequence[ir.Value],
                 body: Callable[[ir.Value, list[ir.Value]], list[ir.Value]]) -> list[ir.Value]:
         """Serial loop start, start + step, ... < end carrying `inits` (a thread's share of a
         cooperative loop: start = its thread index, step = the block's threads)."""
@@ -262,7 +372,7 @@ class KernelBuilder:
             _yield(body(block.arguments[0], list(block.arguments)[1:]))
         return list(op.results)
 
-    def fold(self, extents: Sequence[int], inits: Sequence[ir.Value], body: Fold) -> list[ir.Value]:
+    def fold(self, extents: Sequence[Dim], inits: Sequence[ir.Value], body: Fold) -> list[ir.Value]:
         """Serial loop nest over `extents` carrying `inits`; `body(ivs, carried)` -> next."""
         if not extents:
             return body([], list(inits))
@@ -285,16 +395,18 @@ class KernelBuilder:
             yield
             _yield([])
 
-    def less_than(self, value: ir.Value, bound: int) -> ir.Value:
+    def less_than(self, value: ir.Value, bound: Dim) -> ir.Value:
         return arith.cmpi(arith.CmpIPredicate.ult, value, self.index(bound))
 
     def all_of(self, conditions: Sequence[ir.Value]) -> ir.Value | None:
         """The conjunction of `conditions` (and-ed left to right); None when there are none."""
         return functools.reduce(arith.andi, conditions) if conditions else None
 
-    def _for(self, start: ir.Value | None, end: int, step: int, kind: str, bind: str | None,
+    def _for(self, start: ir.Value | None, end: Dim, step: int, kind: str, bind: str | None,
              inits: Sequence[ir.Value]) -> ir.Operation:
         attributes = {"kind": ir.StringAttr.get(kind)}
+        if isinstance(end, Expr):  # what the cpu grid of a loop over it is (hextir-to-loops)
+            attributes[EXTENT] = ir.StringAttr.get(dims.render(end))
         if bind is not None:
             attributes["bind"] = ir.StringAttr.get(bind)
         op = ir.Operation.create(
@@ -307,6 +419,13 @@ class KernelBuilder:
         )
         op.regions[0].blocks.append(self.index_type, *[value.type for value in inits])
         return op
+
+
+def _buffer_type(shape: Sequence[Dim], element: ir.Type) -> ir.MemRefType:
+    """A kernel argument's type: the buffer's static shape, or flat where it is symbolic."""
+    if symbolic.is_static(shape):
+        return ir.MemRefType.get([int(d) for d in shape], element)
+    return ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], element)
 
 
 def storage(element: ir.Type) -> ir.Type:

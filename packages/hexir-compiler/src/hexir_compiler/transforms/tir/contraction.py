@@ -35,7 +35,8 @@ from hexir_compiler.transforms.tir.schedule import (
     panel_groups,
     vector_lanes,
 )
-from hexir_format import signatures
+from hexir_compiler import symbolic
+from hexir_format import dims, signatures
 
 #: The attribute hexir-lower-to-tir gives a matmul or linear whose rhs it packed into panels
 #: of this many columns (the kernel's rhs argument is then [panels, K, width]).
@@ -86,9 +87,9 @@ def _rows(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     a, _w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
     lhs, rhs = b.args[:2]
     tile_rows, tile_bytes = ROW_TILES[b.host_level]
-    height = max(1, min(tile_rows, rows))  # no rows: no blocks
+    height = max(1, symbolic.at_most(rows, tile_rows))  # no rows: no blocks
     width = max(1, tile_bytes // (ir.FloatType(b.element).width // 8))
-    with matrix_rows(b, [] if tall else batch, -(-rows // height)) as (coords, block_row):
+    with matrix_rows(b, [] if tall else batch, dims.ceildiv(rows, height)) as (coords, block_row):
         first = b.mul(block_row, height)
         # a block that overhangs the matrix computes (and stores) its last row again
         mine = _block_rows(b, first, height, rows)
@@ -115,11 +116,16 @@ def _rows(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
             sums = b.fold([depth], [b.float(0.0)] * (n * height), step)
             _store(b, sums, [[*row, j] for row in out_at for j in js], epilogue)
 
-        if cols // width:
+        if cols // width != 0:
             with b.loop(cols // width, "serial") as jb:
                 block(b.mul(jb, width), width)
-        if cols % width:
-            block(b.index(cols - cols % width), cols % width)
+        rest = cols % width
+        if isinstance(rest, int):
+            if rest:
+                block(b.index(cols - rest), rest)
+        else:  # a symbolic width: the columns past the last whole tile one at a time
+            with b.loop(rest, "serial") as j:
+                block(arith.addi(b.index(cols - rest), j), 1)
 
 
 def _block_rows(b: KernelBuilder, first: ir.Value, height: int, rows: int) -> list[ir.Value]:
@@ -162,10 +168,12 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     a, _, _, _, _, _, _, rows, cols, depth = _matrices(op)
     lhs, rhs = b.args[:2]
     width = ir.MemRefType(rhs.type).shape[2]
-    height = max(1, min(PANEL_TILES[b.host_level][0], rows))
-    panels, row_blocks = -(-cols // width), -(-rows // height)
-    per = max(1, -(-row_blocks // panel_groups(panels, row_blocks)))  # row blocks a group
-    groups = max(1, -(-row_blocks // per))
+    height = max(1, symbolic.at_most(rows, PANEL_TILES[b.host_level][0]))
+    panels, row_blocks = -(-cols // width), dims.ceildiv(rows, height)
+    # row blocks a group (planned for the symbols' hints: any number of blocks is right)
+    hinted = symbolic.hint(row_blocks)
+    per = max(1, -(-hinted // panel_groups(panels, hinted)))
+    groups = dims.maximum(1, dims.ceildiv(row_blocks, per))
 
     def block(panel: ir.Value, group: ir.Value, n: int) -> None:
         """The first `n` columns of `panel` for the row blocks of `group`."""
@@ -174,6 +182,7 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         with b.loop(per, "serial") as i:
             row_block = arith.addi(b.mul(group, per), i)
             overhang = groups * per != row_blocks  # the last group has fewer (or none)
+            # (a symbolic count is taken to overhang: the guard is then always there)
             with b.guard(b.less_than(row_block, row_blocks) if overhang else None):
                 first = b.mul(row_block, height)
                 mine = _block_rows(b, first, height, rows)
@@ -199,7 +208,7 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
 
     with b.loop(panels * groups, "parallel") as it:
         panel, group = it, b.index(0)
-        if groups > 1:
+        if groups != 1:
             panel = arith.divui(it, b.index(groups))
             group = arith.subi(it, b.mul(panel, groups))
         if cols % width == 0:

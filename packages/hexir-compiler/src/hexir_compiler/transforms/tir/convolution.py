@@ -80,6 +80,7 @@ import itertools
 import math as pymath
 from collections.abc import Callable, Sequence
 
+from hexir_compiler import symbolic
 from hexir_compiler.mlir import arith, ir, vector
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
@@ -298,7 +299,7 @@ def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
     """Chunks of pixel blocks per outer iteration (batch x panels)."""
     if blocks == 0:
         return 1
-    wanted = -(-TARGET_ITERATIONS // max(1, outer))
+    wanted = -(-TARGET_ITERATIONS // max(1, symbolic.hint(outer)))  # (a heuristic)
     return max(1, min(wanted, blocks // MIN_CHUNK_BLOCKS))
 
 

@@ -117,6 +117,8 @@ class Kernel:
     kind: str
     emit: Callable[[KernelBuilder], None]
     params: tuple[float, ...] = ()
+    #: Symbols whose values the kernel takes though no buffer's shape reads them.
+    symbols: tuple[str, ...] = ()
 
 
 def broadcast_indices(
