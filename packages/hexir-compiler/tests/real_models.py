@@ -37,6 +37,9 @@ class Input:
     name: str
     shape: tuple[int, ...]
     kind: str = "float"
+    #: The axis that is a sequence's length, which a dynamic export leaves dynamic (with the
+    #: batch, axis 0); None: the default, axis 1 of token ids and masks, none of floats.
+    seq_axis: int | None = None
 
     def draw(self, rng: np.random.Generator) -> np.ndarray:
         if self.kind == "float":
@@ -290,7 +293,7 @@ _IMAGE = (Input("pixel_values", (1, 3, 64, 64)),)
 _PIXELS = (Input("pixel_values", (1, 3, 32, 32)),)
 
 MODELS: dict[str, Spec] = {
-    "encoder": Spec(_encoder, (Input("x", (2, 8, 32)),), ("y",)),
+    "encoder": Spec(_encoder, (Input("x", (2, 8, 32), seq_axis=1),), ("y",)),
     "bert": Spec(_bert, _TEXT, ("last_hidden_state", "pooler_output")),
     "gpt2": Spec(_gpt2, _TEXT, ("logits",), options={"use_cache": False}),
     "gpt2_kv_cache": Spec(_gpt2_cached, (
@@ -346,19 +349,22 @@ def key(*also: Path) -> str:
     return digest.hexdigest()[:16]
 
 
-def export(name: str, dynamic: bool = False) -> Path:
+def export(name: str, dynamic: bool = False, sequence: bool = True) -> Path:
     """The ONNX file of model `name`, exported on first use and cached; `dynamic`: with its
-    batch axis (and a text model's sequence axis) dynamic (`dynamic_axes`)."""
+    batch axis dynamic, and its sequence's length unless not `sequence` (`dynamic_axes`)."""
+    suffix = ("_dynamic" if sequence else "_dynamic_batch") if dynamic else ""
     return export_spec(MODELS[name], ROOT / "build" / "real-models" / key() /
-                       f"{name}{'_dynamic' * dynamic}.onnx", dynamic)
+                       f"{name}{suffix}.onnx", dynamic, sequence)
 
 
-def dynamic_axes(spec: Spec) -> dict[str, dict[int, str]]:
-    """The axes a user exports as dynamic: every input's batch (axis 0), and a sequence's
-    length (axis 1) where the input is token ids, a mask or a [batch, seq, width] float."""
-    return {i.name: {0: "batch", **({1: "seq"} if i.kind != "float" or len(i.shape) == 3
-                                    else {})}
-            for i in spec.inputs}
+def dynamic_axes(spec: Spec, sequence: bool = True) -> dict[str, dict[int, str]]:
+    """The axes a user exports as dynamic: every input's batch (axis 0), and (where
+    `sequence`) its sequence's length (`Input.seq_axis`)."""
+    axes = {}
+    for i in spec.inputs:
+        seq = i.seq_axis if i.seq_axis is not None else 1 if i.kind != "float" else None
+        axes[i.name] = {0: "batch", **({seq: "seq"} if seq is not None and sequence else {})}
+    return axes
 
 
 def resized(spec: Spec, batch: int, seq: int) -> tuple[Input, ...]:
@@ -366,11 +372,11 @@ def resized(spec: Spec, batch: int, seq: int) -> tuple[Input, ...]:
     names)."""
     axes = dynamic_axes(spec)
     return tuple(Input(i.name, tuple({"batch": batch, "seq": seq}.get(axes[i.name].get(a), d)
-                                     for a, d in enumerate(i.shape)), i.kind)
+                                     for a, d in enumerate(i.shape)), i.kind, i.seq_axis)
                  for i in spec.inputs)
 
 
-def export_spec(spec: Spec, path: Path, dynamic: bool = False) -> Path:
+def export_spec(spec: Spec, path: Path, dynamic: bool = False, sequence: bool = True) -> Path:
     """`spec`'s model exported to `path`, unless that file exists (the caller keys the path
     by what the model depends on); bench/models.py exports its larger configurations here."""
     import torch
@@ -387,7 +393,7 @@ def export_spec(spec: Spec, path: Path, dynamic: bool = False) -> Path:
     partial = path.with_suffix(f".{os.getpid()}.part")
     torch.onnx.export(model, args, str(partial), dynamo=False, opset_version=17,
                       input_names=[i.name for i in spec.inputs], output_names=list(spec.outputs),
-                      dynamic_axes=dynamic_axes(spec) if dynamic else None)
+                      dynamic_axes=dynamic_axes(spec, sequence) if dynamic else None)
     partial.replace(path)  # never a half-written file under the cached name
     return path
 

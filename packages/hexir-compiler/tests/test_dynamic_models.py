@@ -92,3 +92,21 @@ def test_a_size_past_the_models_limit_is_refused():
     rng = np.random.default_rng(0)
     with pytest.raises(RuntimeFailure, match="seq"):
         module.main(*(i.draw(rng) for i in inputs))
+
+
+@pytest.mark.parametrize("name", ["lstm_tagger", "gru_tagger"])
+def test_a_recurrence_takes_a_symbolic_batch_and_refuses_a_symbolic_sequence(name):
+    """Hexir unrolls LSTM and GRU over their steps, so their sequence length must be static;
+    their batch may be symbolic (the zero initial state is one row, broadcast)."""
+    spec = real_models.MODELS[name]
+    with pytest.raises(hexir_compiler.CompileError,
+                       match="the sequence length is 'seq': Hexir unrolls a recurrence"):
+        hexir_compiler.compile(real_models.export(name, dynamic=True), target=HOST_TARGET)
+    path = real_models.export(name, dynamic=True, sequence=False)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    module = hexir_runtime.load(hexir_compiler.compile(path, target=HOST_TARGET))
+    for batch in (1, 3):
+        (ids,) = (i.draw(np.random.default_rng(batch)) for i in real_models.resized(
+            spec, batch, spec.inputs[0].shape[1]))
+        (want,) = session.run(None, {spec.inputs[0].name: ids})
+        np.testing.assert_allclose(module.main(ids), want, rtol=1e-3, atol=1e-4)

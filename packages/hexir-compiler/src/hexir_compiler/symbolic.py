@@ -71,6 +71,14 @@ def hint(d: Dim) -> int:
     return d if isinstance(d, int) else dims.evaluate(d, dict.fromkeys(d.symbols(), HINT))
 
 
+def least(d: Dim) -> int:
+    """`d` with every symbol 1, its least size: what a schedule plans for when it splits
+    work among threads (a grid split for the least size has more, smaller iterations at a
+    larger one, which costs little; one split for a larger size leaves threads idle at a
+    smaller one -- ResNet-18 at batch 1 planned for 64 took 1.33x a static module's time)."""
+    return d if isinstance(d, int) else dims.evaluate(d, dict.fromkeys(d.symbols(), 1))
+
+
 def at_most(d: Dim, limit: int) -> int:
     """min(d, limit), and `limit` where `d` is symbolic: a tile no larger than its extent
     where that is known (a schedule whose tiles may overhang handles any extent)."""

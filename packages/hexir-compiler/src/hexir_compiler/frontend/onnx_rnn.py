@@ -18,6 +18,7 @@ import numpy as np
 
 from hexir_compiler.frontend.onnx import Tensor
 from hexir_compiler.frontend.onnx_ops import NodeError, _string, broadcast_shapes, constant, handles
+from hexir_format import dims
 
 #: activation name (lower case, as ONNX Runtime matches them) -> default (alpha, beta), None
 #: where it takes none. The defaults are ONNX Runtime's: its own ops' for LeakyRelu,
@@ -153,6 +154,10 @@ def _recurrent(op: str):
         if len(X.shape) != 3:
             raise NodeError(f"X has shape {list(X.shape)}; expected rank 3")
         seq, batch, width = (X.shape[1], X.shape[0], X.shape[2]) if layout else X.shape
+        if not isinstance(seq, int):
+            raise NodeError(f"the sequence length is '{dims.render(seq)}': Hexir unrolls a "
+                            f"recurrence over its steps, so it needs a static length "
+                            f"(-input-shape binds it; a symbolic batch is fine)")
         direction = _string(a, "direction", "forward")
         if direction not in ("forward", "reverse", "bidirectional"):
             raise NodeError(f"direction '{direction}' is not forward, reverse or bidirectional")
@@ -227,7 +232,8 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
             xbias = _join(e, [_take(e, xbias, 0, 0, 2 * hidden),
                               _take(e, Wb, 0, 2 * hidden, 3 * hidden)], 0)
         xproj = step.bin("add", xproj, xbias)
-    zeros = constant(np.zeros((batch, hidden), dtype))
+    # (one row where the batch is symbolic: the first step broadcasts it to every sequence)
+    zeros = constant(np.zeros((batch if isinstance(batch, int) else 1, hidden), dtype))
     H = per_direction(h0, (batch, hidden)) if h0 is not None else zeros
     C = per_direction(c0, (batch, hidden)) if c0 is not None else zeros
     if P is not None:

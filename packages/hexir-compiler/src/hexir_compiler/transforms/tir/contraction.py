@@ -170,9 +170,9 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     width = ir.MemRefType(rhs.type).shape[2]
     height = max(1, symbolic.at_most(rows, PANEL_TILES[b.host_level][0]))
     panels, row_blocks = -(-cols // width), dims.ceildiv(rows, height)
-    # row blocks a group (planned for the symbols' hints: any number of blocks is right)
-    hinted = symbolic.hint(row_blocks)
-    per = max(1, -(-hinted // panel_groups(panels, hinted)))
+    # row blocks a group, planned for the least size (any number of blocks is right)
+    least = symbolic.least(row_blocks)
+    per = max(1, -(-least // panel_groups(panels, least)))
     groups = dims.maximum(1, dims.ceildiv(row_blocks, per))
 
     def block(panel: ir.Value, group: ir.Value, n: int) -> None:

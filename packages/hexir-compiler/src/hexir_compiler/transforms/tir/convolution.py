@@ -299,7 +299,7 @@ def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
     """Chunks of pixel blocks per outer iteration (batch x panels)."""
     if blocks == 0:
         return 1
-    wanted = -(-TARGET_ITERATIONS // max(1, symbolic.hint(outer)))  # (a heuristic)
+    wanted = -(-TARGET_ITERATIONS // max(1, symbolic.least(outer)))
     return max(1, min(wanted, blocks // MIN_CHUNK_BLOCKS))
 
 
