@@ -174,3 +174,22 @@ def test_a_slice_no_size_allows_is_refused():
     with pytest.raises(frontend.ModelError,
                        match="node 'backwards' \\(Slice\\): needs 2 <= 1, which no size gives"):
         _printed(model)
+
+
+def test_input_shapes_may_bound_and_name_symbols_and_the_runtime_holds_a_call_to_them():
+    import hexir_runtime
+    from hexir_runtime.errors import RuntimeFailure
+
+    module = hexir_compiler.compile(_heads_model(), input_shapes={"x": ("1..4", "len:2..9", 8)})
+    assert [(s.name, s.lo, s.hi) for s in hexir_format.parse(module).symbols] == [
+        ("batch", 1, 4), ("len", 2, 9)]
+    rng = np.random.default_rng(0)
+    with hexir_runtime.load(module) as m:
+        x = rng.standard_normal((4, 9, 8)).astype(np.float32)
+        np.testing.assert_array_equal(
+            m.main(x), np.maximum(x.reshape(4, 9, 2, 4).transpose(0, 2, 1, 3), 0))
+        for shape, symbol in (((5, 3, 8), "batch"), ((2, 1, 8), "len")):
+            with pytest.raises(RuntimeFailure, match=f"'{symbol}'"):
+                m.main(rng.standard_normal(shape).astype(np.float32))
+    with pytest.raises(hexir_compiler.CompileError, match="'4..1' is an empty range"):
+        hexir_compiler.compile(_heads_model(), input_shapes={"x": ("4..1", "seq", 8)})

@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 from hexir_compiler import placement as placement_
+from hexir_compiler import symbolic
 from hexir_compiler.errors import CompileError, diagnostic
 from hexir_compiler.frontend.onnx import ModelError
 from hexir_compiler.pipeline import (
@@ -32,6 +33,7 @@ from hexir_compiler.pipeline import (
 )
 from hexir_compiler.serialize import SerializeError
 from hexir_compiler.target import TargetError, host, parse_targets
+from hexir_format.dims import DimError
 from hexir_format import MAGIC
 from hexir_format.files import atomic_write, terminate_as_interrupt, write_atomically
 
@@ -77,7 +79,9 @@ def usage() -> str:
         "  -placement=<dev>       a bare device (or *=<dev>) is the default for every op not",
         "                         named: -placement=cuda,hexir.softmax=cpu",
         "  -input-shape=<in>=<d0>x<d1>...  an ONNX input's shape, binding symbolic dimensions",
-        "                         (comma-separated, repeatable): -input-shape=x=8x784",
+        "                         (comma-separated, repeatable): -input-shape=x=8x784; a",
+        "                         dimension may stay symbolic, named or bounded:",
+        "                         -input-shape=ids=batch:1..8xseq:1..512, x=1..64x3x224x224",
         "  -fix-input=<in>=<values>  fix an ONNX input (a shape or axes operand) at compile",
         "                         time: 1,2,3 (int64), or @file.npy; repeatable",
         "  -fusion=on|off         fuse element-wise chains, contraction epilogues and",
@@ -167,21 +171,33 @@ def options(args: Args) -> Options:
                    parse_fixed(args.fixed_inputs), args.fusion == "on")
 
 
-def parse_shapes(entries: list[str]) -> dict[str, tuple[int, ...]]:
-    """`["x=8x784,y=3"]` -> `{"x": (8, 784), "y": (3,)}` (`x=` alone: a scalar)."""
+def parse_shapes(entries: list[str]) -> dict[str, tuple[int | str, ...]]:
+    """`["x=8x784,y=3"]` -> `{"x": (8, 784), "y": (3,)}` (`x=` alone: a scalar). A dimension
+    may also stay symbolic: a name (`batch`), a range of the model's own symbol there
+    (`1..64`), or both (`batch:1..64`), kept as text for the importer (`frontend.onnx`)."""
     shapes = {}
     for text in entries:
         for entry in text.split(","):
-            name, eq, dims = entry.rpartition("=")
-            try:
-                shape = tuple(int(d) for d in dims.split("x")) if dims else ()
-            except ValueError:
-                shape = None
-            if not eq or not name or shape is None or any(d < 0 for d in shape):
+            name, eq, dims = entry.partition("=")
+            shape = tuple(_dimension(d) for d in dims.split("x")) if dims else ()
+            if not eq or not name or None in shape:
                 raise UsageError(f"invalid -input-shape entry '{entry}'; expected "
-                                 "<input>=<d0>x<d1>..., e.g. x=8x784")
+                                 "<input>=<d0>x<d1>..., each a size, a symbol, a range lo..hi "
+                                 "or symbol:lo..hi, e.g. x=8x784 or ids=1..8xseq:1..512")
             shapes[name] = shape
     return shapes
+
+
+def _dimension(text: str) -> int | str | None:
+    """A size, or a symbolic dimension's text (checked here, read by the importer); None
+    where it is neither."""
+    if text.isdigit():
+        return int(text)
+    try:
+        symbolic.given_dimension(text)
+    except DimError:
+        return None
+    return text
 
 
 def parse_fixed(entries: list[str]) -> dict[str, object]:

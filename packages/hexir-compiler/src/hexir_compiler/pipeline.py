@@ -67,7 +67,7 @@ class Options:
     cpu: str | tuple[str, ...] | None = None
     #: An ONNX model's inputs: shapes binding symbolic dimensions, and values fixed at
     #: compile time (shape or axes operands), by input name.
-    input_shapes: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    input_shapes: Mapping[str, tuple[int | str, ...]] = field(default_factory=dict)
     fixed_inputs: Mapping[str, object] = field(default_factory=dict)
     fuse: bool = True  # hexir-fuse before the kernels are made (`-fusion=off`: one per op)
     #: Worker processes for the host kernels' LLVM code generation: None, one per core for a
@@ -351,7 +351,8 @@ def _verify(module: ir.Module) -> None:
 
 
 def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | None = None,
-            target: str | None = None, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+            target: str | None = None,
+            input_shapes: Mapping[str, tuple[int | str, ...]] | None = None,
             fixed_inputs: Mapping[str, object] | None = None, fuse: bool = True) -> str | bytes:
     """`source` (a `.mlir` or `.onnx` path, an `onnx.ModelProto`, or None: the built-in
     program) compiled to the stage `emit`: `.hxb` bytes, or the stage's text.

@@ -11,6 +11,7 @@ refused by the verifiers, as before.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 
 from hexir_compiler.mlir import ir
@@ -83,3 +84,20 @@ def at_most(d: Dim, limit: int) -> int:
     """min(d, limit), and `limit` where `d` is symbolic: a tile no larger than its extent
     where that is known (a schedule whose tiles may overhang handles any extent)."""
     return min(d, limit) if isinstance(d, int) else limit
+
+
+_GIVEN = re.compile(r"(?:(?P<name>[A-Za-wyz_][A-Za-wyz0-9_]*)(?::|$))?"
+                    r"(?:(?P<lo>\d+)\.\.(?P<hi>\d+))?")
+
+
+def given_dimension(text: str) -> tuple[str | None, tuple[int, int] | None]:
+    """A symbolic dimension as `-input-shape` gives it: a symbol's name (`batch`), a range
+    of sizes (`1..64`), or both (`batch:1..64`) -> (name, (lo, hi)); a DimError otherwise.
+    (A name has no `x`: it separates the dimensions.)"""
+    match = _GIVEN.fullmatch(text)
+    if not text or match is None or not (match["name"] or match["lo"]):
+        raise DimError(f"'{text}' is not a size, a symbol, a range lo..hi or symbol:lo..hi")
+    span = (int(match["lo"]), int(match["hi"])) if match["lo"] else None
+    if span is not None and span[0] > span[1]:
+        raise DimError(f"'{text}' is an empty range")
+    return match["name"], span

@@ -183,7 +183,9 @@ class Expr:
         return text
 
     def __repr__(self) -> str:
-        return f"Expr({str(self)!r})"
+        """The expression itself: a shape in a message (`[batch, 4, seq]`, a list's repr)
+        reads as the sizes it says."""
+        return str(self)
 
 
 def _atoms(d: Dim) -> Iterable[Atom]:

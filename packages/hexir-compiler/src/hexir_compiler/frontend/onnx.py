@@ -43,7 +43,7 @@ from hexir_compiler import symbolic
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_format import dims, printable
-from hexir_format.dims import Dim
+from hexir_format.dims import Dim, Expr
 
 IR_VERSIONS = range(3, 15)
 OPSETS = range(1, 29)
@@ -183,7 +183,7 @@ def load_model(source):
     return model
 
 
-def import_model(source, input_shapes: Mapping[str, tuple[int, ...]] | None = None,
+def import_model(source, input_shapes: Mapping[str, tuple[int | str, ...]] | None = None,
                  fixed_inputs: Mapping[str, object] | None = None) -> ir.Module:
     """The hexir graph of the model at `source`, built in the current MLIR context."""
     model = load_model(source)
@@ -198,6 +198,8 @@ class Importer:
         self.shapes, self.fixed = shapes, fixed
         #: each symbol's inclusive range, where the model bounds it (`require`)
         self.ranges: dict[str, tuple[int, int]] = {}
+        #: symbols -input-shape gives a size (at any input): that size everywhere
+        self.bound: dict[str, int] = {}
         self.values: dict[str, Tensor | Sequence] = {}
         self.refusals = Refusals(name)
 
@@ -289,6 +291,7 @@ class Importer:
                     raise ModelError(f"{self.name}: {flag} names '{name}', which is not an "
                                      f"input of the graph (its inputs: "
                                      f"{', '.join(inputs) or 'none'})")
+        self._bind_given_sizes(graph)
         with ir.Location.name(self.name):
             module = ir.Module.create()
             for init in graph.initializer:
@@ -396,20 +399,52 @@ class Importer:
             raise ModelError(f"{self.name}: input '{vi.name}' is not a tensor")
         dtype = self._dtype(t.elem_type, f"input '{vi.name}'")
         if vi.name in self.shapes:
-            bound = tuple(self.shapes[vi.name])
-            if t.HasField("shape") and len(t.shape.dim) != len(bound):
+            given = tuple(self.shapes[vi.name])
+            if t.HasField("shape") and len(t.shape.dim) != len(given):
                 raise ModelError(f"{self.name}: -input-shape gives input '{vi.name}' rank "
-                                 f"{len(bound)}; the model says rank {len(t.shape.dim)}")
-            for d, (dim, value) in enumerate(zip(t.shape.dim, bound, strict=False)):
-                if dim.HasField("dim_value") and dim.dim_value != value:
-                    raise ModelError(f"{self.name}: -input-shape gives input '{vi.name}' "
-                                     f"dimension {d} = {value}; the model fixes it at "
-                                     f"{dim.dim_value}")
-            return bound, dtype
+                                 f"{len(given)}; the model says rank {len(t.shape.dim)}")
+            dims_ = list(t.shape.dim) if t.HasField("shape") else [None] * len(given)
+            return tuple(self._given(vi.name, d, dim, value)
+                         for d, (dim, value) in enumerate(zip(dims_, given, strict=True))), dtype
         if not t.HasField("shape"):
             raise ModelError(f"{self.name}: input '{vi.name}' has no shape; give it with "
                              f"-input-shape={vi.name}=<d0>x<d1>...")
         return tuple(self._dim(vi.name, d, dim) for d, dim in enumerate(t.shape.dim)), dtype
+
+    def _given(self, name: str, axis: int, dim, value: int | str) -> Dim:
+        """Input `name`'s dimension `axis` as -input-shape gives it: a size; or symbolic --
+        a symbol's name, a range `lo..hi` of the model's own symbol there, or both
+        (`batch:1..64`), the range then held on the symbol (`ranges`)."""
+        where = f"{self.name}: -input-shape gives input '{name}' dimension {axis}"
+        fixed = dim.dim_value if dim is not None and dim.HasField("dim_value") else None
+        if isinstance(value, int):
+            if fixed is not None and fixed != value:
+                raise ModelError(f"{where} = {value}; the model fixes it at {fixed}")
+            return int(value)
+        try:
+            symbol, span = symbolic.given_dimension(value)
+        except dims.DimError as err:
+            raise ModelError(f"{where}: {err}") from None
+        if fixed is not None:
+            raise ModelError(f"{where} = '{value}'; the model fixes it at {fixed}")
+        if not symbol:
+            own = self._dim(name, axis, dim) if dim is not None else None
+            if isinstance(own, int):
+                raise ModelError(f"{where} = '{value}', but -input-shape sizes the symbol "
+                                 f"there {own} at another input")
+            if not isinstance(own, Expr) or len(own.symbols()) != 1 or \
+                    own != Expr.symbol(next(iter(own.symbols()))):
+                raise ModelError(f"{where} = '{value}', a range, but the model names no "
+                                 f"symbol there to hold to it; write <symbol>:{value}")
+            symbol = next(iter(own.symbols()))
+        if span:
+            low, high = span
+            lo, hi = self.ranges.get(symbol, (0, dims.INT64_MAX))
+            if max(lo, low) > min(hi, high):
+                raise ModelError(f"{where} = '{value}'; '{symbol}' is already held to "
+                                 f"{lo}..{hi}")
+            self.ranges[symbol] = (max(lo, low), min(hi, high))
+        return Expr.symbol(symbol)
 
     def require(self, low: Dim, high: Dim) -> None:
         """Hold the sizes to low <= high: nothing to do where the symbols' ranges prove it; a
@@ -437,15 +472,48 @@ class Importer:
     def _dim(self, name: str, axis: int, dim) -> Dim:
         """An input's dimension: its value, or the symbol its `dim_param` names (an
         expression such as `past_sequence_length + 1` is read as one); one with neither is
-        a symbol of its own, `<input>_<axis>`."""
-        if dim.HasField("dim_value") and dim.dim_value >= 0:
-            return int(dim.dim_value)
-        if dim.dim_param:
-            try:
-                return dims.parse(dim.dim_param)
-            except dims.DimError:
-                return dims.Expr.symbol(_identifier(dim.dim_param))
-        return dims.Expr.symbol(_identifier(f"{name}_{axis}"))
+        a symbol of its own, `<input>_<axis>`. A symbol -input-shape sized at any input is
+        that size at every one (`_bind_given_sizes`)."""
+        d = _declared(name, axis, dim)
+        if isinstance(d, Expr) and d.symbols() <= self.bound.keys():
+            return dims.evaluate(d, self.bound)
+        return d
+
+    def _bind_given_sizes(self, graph) -> None:
+        """The symbols -input-shape gives a size, wherever the model names them: binding
+        `seq` at `input_ids` binds it at `attention_mask` too (`bound`); two sizes for one
+        symbol are refused naming both."""
+        source: dict[str, str] = {}
+        for vi in graph.input:
+            given = self.shapes.get(vi.name)
+            if given is None or not vi.type.tensor_type.HasField("shape"):
+                continue
+            for axis, (dim, value) in enumerate(zip(vi.type.tensor_type.shape.dim, given,
+                                                    strict=False)):
+                if not isinstance(value, int) or dim.HasField("dim_value"):
+                    continue
+                symbol = _declared(vi.name, axis, dim)
+                if not isinstance(symbol, Expr) or len(symbol.symbols()) != 1 or \
+                        symbol != Expr.symbol(next(iter(symbol.symbols()))):
+                    continue
+                (name,) = symbol.symbols()
+                if name in self.bound and self.bound[name] != value:
+                    raise ModelError(f"{self.name}: -input-shape gives '{name}' = "
+                                     f"{self.bound[name]} at {source[name]} but {value} at "
+                                     f"input '{vi.name}' dimension {axis}")
+                self.bound[name], source[name] = value, f"input '{vi.name}' dimension {axis}"
+
+
+def _declared(name: str, axis: int, dim) -> Dim:
+    """Input `name`'s dimension `axis` as the model declares it (`Importer._dim`)."""
+    if dim.HasField("dim_value") and dim.dim_value >= 0:
+        return int(dim.dim_value)
+    if dim.dim_param:
+        try:
+            return dims.parse(dim.dim_param)
+        except dims.DimError:
+            return dims.Expr.symbol(_identifier(dim.dim_param))
+    return dims.Expr.symbol(_identifier(f"{name}_{axis}"))
 
 
 def _converter_reason(err: Exception) -> str:
