@@ -205,10 +205,17 @@ class Kernel(StepCompiler):
         self._bound: set[str] = set()
         self._slots: dict[ir.Value, int] = {}
         entry = self.op.regions[0].blocks[0]
-        self._args = [self._slot(a) for a in entry.arguments]
+        #: a kernel of symbolic sizes: the symbols whose values follow its buffers
+        self.symbols = [ir.StringAttr(n).value for n in attrs["hexir.symbols"]] \
+            if "hexir.symbols" in attrs else []
+        arguments = list(entry.arguments)
+        buffers = arguments[:len(arguments) - len(self.symbols)]
+        self._args = [self._slot(a) for a in buffers]
+        self._size_args = [self._slot(a) for a in arguments[len(buffers):]]
         self._buffer_types = {
-            slot: a.type for slot, a in zip(self._args, entry.arguments, strict=True)
+            slot: a.type for slot, a in zip(self._args, buffers, strict=True)
         }
+        self._views: dict[int, int] = {}  # a reinterpret_cast's result -> the flat argument
         self._stored = self._stored_buffers()
         self._shared: dict[int, int] = {}  # alloc_buffer result slot -> its number
         self._barriers = 0
@@ -229,17 +236,28 @@ class Kernel(StepCompiler):
     def threads(self) -> int:
         return math.prod(self.grid) * math.prod(self.block)
 
-    def __call__(self, *buffers: np.ndarray) -> None:
+    def __call__(self, *buffers: np.ndarray, sizes: dict[str, int] | None = None) -> None:
+        """Run the kernel on `buffers` (in their own shapes; a kernel of symbolic sizes takes
+        each flat, as its calling convention does, and the symbols' values `sizes`)."""
         if len(buffers) != len(self._args):
             raise InterpError(f"{self.name} takes {len(self._args)} buffers, got {len(buffers)}")
+        missing = set(self.symbols) - set(sizes or {})
+        if missing:
+            raise InterpError(f"{self.name} takes the sizes {self.symbols}; missing {missing}")
+        self._given = [int((sizes or {})[n]) for n in self.symbols]
+        flat = []
         for number, (slot, array) in enumerate(zip(self._args, buffers, strict=True)):
             memref = ir.MemRefType(self._buffer_types[slot])
             if (
-                array.shape != tuple(memref.shape)
+                (array.shape != tuple(memref.shape) and memref.has_static_shape)
                 or array.dtype != {**_FLOAT, **_INT}[str(memref.element_type)]
             ):
                 found = f"{array.dtype}{list(array.shape)}"
                 raise InterpError(f"buffer #{number} is {found}, the kernel takes {memref}")
+            if not memref.has_static_shape and not array.flags.c_contiguous:
+                raise InterpError(f"buffer #{number} must be C-contiguous (it is passed flat)")
+            flat.append(array if memref.has_static_shape else array.reshape(-1))
+        buffers = tuple(flat)
         launch = _Launch()
         if self.device == "cpu":
             self._run(list(buffers), launch, {}, ())
@@ -274,6 +292,8 @@ class Kernel(StepCompiler):
         t.coords, t.owner = coords, owner
         for slot, buffer in zip(self._args, buffers, strict=True):
             t.env[slot] = buffer
+        for slot, value in zip(self._size_args, self._given, strict=True):
+            t.env[slot] = value
         return t
 
     # -- compilation -----------------------------------------------------------------------
@@ -297,6 +317,8 @@ class Kernel(StepCompiler):
             return self._compile_access(op, ins, outs)
         if name.startswith("vector."):
             return self._compile_vector(op, ins, outs)
+        if name == "memref.reinterpret_cast":
+            return self._compile_view(op, ins, outs[0])
         if name == "arith.constant":
             value = _constant(op)
             out = outs[0]
@@ -417,14 +439,12 @@ class Kernel(StepCompiler):
         if op.name != "vector.load":
             raise InterpError(f"no semantics for '{op.name}' (not an op the cpu lowering takes)")
         buffer, *indices = ins
-        if buffer not in self._args:
-            raise InterpError(f"{self.name}: a vector load from a buffer that is not an argument")
-        number = self._args.index(buffer)
-        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        number, fixed = self._buffer(buffer, "a vector load from")
         lanes = ir.VectorType(op.results[0].type).shape[0]
         tracked = buffer in self._stored
 
         def load(t: _Thread) -> None:
+            shape = fixed if fixed is not None else t.env[buffer].shape
             index = tuple([t.env[i] for i in indices])
             if len(index) != len(shape) or not all(
                     0 <= i < n for i, n in zip(index, shape, strict=True)) \
@@ -443,13 +463,11 @@ class Kernel(StepCompiler):
         """vector.store: the lanes written along the innermost axis from the indices, every
         one bounds-checked and recorded as a write."""
         value, buffer, *indices = ins
-        if buffer not in self._args:
-            raise InterpError(f"{self.name}: a vector store to a buffer that is not an argument")
-        number = self._args.index(buffer)
-        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        number, fixed = self._buffer(buffer, "a vector store to")
         lanes = ir.VectorType(op.operands[0].type).shape[0]
 
         def store(t: _Thread) -> None:
+            shape = fixed if fixed is not None else t.env[buffer].shape
             index = tuple([t.env[i] for i in indices])
             if len(index) != len(shape) or not all(
                     0 <= i < n for i, n in zip(index, shape, strict=True)) \
@@ -466,13 +484,11 @@ class Kernel(StepCompiler):
         """vector.maskedload: the set lanes read from the buffer (each bounds-checked and
         recorded), the others taken from the pass-through vector."""
         buffer, *indices, mask, passthru = ins
-        if buffer not in self._args:
-            raise InterpError(f"{self.name}: a vector load from a buffer that is not an argument")
-        number = self._args.index(buffer)
-        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
+        number, fixed = self._buffer(buffer, "a vector load from")
         tracked = buffer in self._stored
 
         def load(t: _Thread) -> None:
+            shape = fixed if fixed is not None else t.env[buffer].shape
             index = tuple([t.env[i] for i in indices])
             value = np.array(t.env[passthru]).copy()
             for lane in np.flatnonzero(t.env[mask]):
@@ -488,6 +504,44 @@ class Kernel(StepCompiler):
 
         return load
 
+    def _compile_view(self, op: ir.Operation, ins: list[int], out: int) -> Step:
+        """memref.reinterpret_cast: a flat argument seen in its whole shape (a kernel of
+        symbolic sizes); the view must lie inside the argument's elements."""
+        source, *dynamic = ins
+        if source not in self._args:
+            raise InterpError(f"{self.name}: a view of a buffer that is not an argument")
+        self._views[out] = source
+        marker = ir.ShapedType.get_dynamic_size()
+        static_sizes = list(ir.DenseI64ArrayAttr(op.attributes["static_sizes"]))
+        static_strides = list(ir.DenseI64ArrayAttr(op.attributes["static_strides"]))
+        if list(ir.DenseI64ArrayAttr(op.attributes["static_offsets"])) != [0]:
+            raise InterpError(f"{self.name}: a view at an offset")
+        stride_marker = ir.ShapedType.get_dynamic_stride_or_offset()
+
+        def view(t: _Thread) -> None:
+            given = iter(t.env[i] for i in dynamic)
+            shape = [next(given) if d == marker else d for d in static_sizes]
+            strides = [next(given) if d == stride_marker else d for d in static_strides]
+            flat = t.env[source]
+            if any(n < 0 for n in shape) or (
+                    all(shape) and sum((n - 1) * k for n, k in zip(shape, strides,
+                                                                    strict=True)) >= flat.size):
+                raise InterpError(f"a view {shape} (strides {strides}) of buffer "
+                                  f"#{self._args.index(source)}, {flat.size} elements")
+            t.env[out] = np.lib.stride_tricks.as_strided(
+                flat, shape, [k * flat.itemsize for k in strides])
+
+        return view
+
+    def _buffer(self, slot: int, what: str) -> tuple[int, tuple[int, ...] | None]:
+        """The argument number of a buffer a kernel accesses, and its static shape (None: a
+        view, whose shape the call's sizes give)."""
+        if slot in self._views:
+            return self._args.index(self._views[slot]), None
+        if slot not in self._args:
+            raise InterpError(f"{self.name}: {what} a buffer that is not an argument")
+        return self._args.index(slot), tuple(ir.MemRefType(self._buffer_types[slot]).shape)
+
     def _compile_access(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
         write = op.name == "hextir.buffer_store"
         if write:
@@ -495,19 +549,21 @@ class Kernel(StepCompiler):
         else:
             (buffer, *indices), (value,) = ins, outs
         shared = self._shared.get(buffer)
-        if buffer not in self._args and shared is None:
+        if buffer not in self._args and buffer not in self._views and shared is None:
             raise InterpError(f"{self.name}: an access to a buffer that is neither an argument "
                               "nor a shared buffer allocated before it")
-        number = self._args.index(buffer) if shared is None else shared
+        number, fixed = self._buffer(buffer, "an access to") if shared is None else \
+            (shared, tuple(ir.MemRefType(self._buffer_types[buffer]).shape))
         label = f"buffer #{number}" if shared is None else f"shared buffer {shared}"
-        shape = tuple(ir.MemRefType(self._buffer_types[buffer]).shape)
-        if len(indices) != len(shape):
-            raise InterpError(f"{label} of shape {shape} takes {len(shape)} indices")
+        rank = ir.MemRefType(op.operands[1 if write else 0].type).rank
+        if len(indices) != rank:
+            raise InterpError(f"{label} of rank {rank} takes {rank} indices")
         # Reading a buffer this kernel never writes cannot race: only those reads go unrecorded.
         tracked = write or buffer in self._stored or shared is not None
 
         def access(t: _Thread) -> None:
             env = t.env
+            shape = fixed if fixed is not None else env[buffer].shape
             index = tuple([env[i] for i in indices])
             for i, n in zip(index, shape, strict=True):
                 if not 0 <= i < n:
@@ -711,9 +767,23 @@ def _fma(a, b, c):
     return a * b + c
 
 
+def _floordivsi(a, b):
+    if b == 0:
+        raise InterpError(f"arith.floordivsi {a} / {b} traps")
+    return type(a)(int(a) // int(b))
+
+
+def _ceildivsi(a, b):
+    if b == 0:
+        raise InterpError(f"arith.ceildivsi {a} / {b} traps")
+    return type(a)(-(-int(a) // int(b)))
+
+
 _SCALAR: dict[str, Callable] = {
     "math.fma": _fma,
     "arith.divsi": _divsi,
+    "arith.floordivsi": _floordivsi,
+    "arith.ceildivsi": _ceildivsi,
     "arith.maxsi": lambda a, b: max(a, b),
     "arith.minsi": lambda a, b: min(a, b),
     "arith.minui": lambda a, b: _unsigned(min, a, b),

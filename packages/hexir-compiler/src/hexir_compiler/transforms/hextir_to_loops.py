@@ -73,10 +73,6 @@ def _lower_prim_func(prim: ir.Operation) -> None:
                 prim.location,
             )
     cpu = _string(prim, "device") != "cuda"
-    if sizes and not cpu:
-        raise CompileError(f"kernel @{name}: a cuda kernel's sizes are static; this one takes "
-                           f"{', '.join(ir.StringAttr(s).value for s in prim.attributes[SYMBOLS])}"
-                           " (place the ops with symbolic sizes on the cpu)", prim.location)
     with ir.InsertionPoint(prim), prim.location:
         index = ir.IndexType.get()
         # A flat buffer becomes memref<1xT>: the bare-pointer calling convention takes only

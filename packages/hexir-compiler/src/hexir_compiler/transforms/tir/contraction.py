@@ -27,6 +27,7 @@ from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
+    parallel,
     PANEL_TILES,
     ROW_TILES,
     gemm_blocks,
@@ -57,7 +58,9 @@ def plan_matmul(op: GraphOp, epilogue: Epilogue | None = None) -> Kernel:
 
     def emit(b: KernelBuilder) -> None:
         with b.building():
-            if b.device == "cuda":
+            if b.device == "cuda" and not symbolic.is_static([*a, *w]):
+                _per_element(b, op, epilogue)
+            elif b.device == "cuda":
                 _tiled(b, op, epilogue)
             elif PANEL in op.attributes:
                 _panels(b, op, epilogue)
@@ -219,6 +222,29 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
             block(panel, group, width)
         with b.guard(last):
             block(panel, group, cols % width)
+
+
+def _per_element(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
+    """A cuda matmul of symbolic sizes: a thread per output element (`parallel`: a grid of
+    static geometry striding over the space) summing its row and column over k. The GEMM
+    tiles' grid is the matrix's shape, which the launch would have to compute per call."""
+    a, _w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
+    lhs, rhs = b.args[:2]
+    with parallel(b, op.output) as at:
+        lead, j = at[:-1], at[-1]
+        if tall:
+            lhs_at, rhs_at = lead, []
+        else:
+            coords = lead[:len(batch)]
+            lhs_at = [*broadcast_indices(b, coords, a_batch, batch), *lead[len(batch):]]
+            rhs_at = broadcast_indices(b, coords, w_batch, batch)
+
+        def step(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+            return _multiply_add(acc, [b.load(lhs, [*lhs_at, *k])],
+                                 [b.load(rhs, [*rhs_at, *k, j])])
+
+        (total,) = b.fold([depth], [b.float(0.0)], step)
+        _store(b, [total], [at], epilogue)
 
 
 def _tiled(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:

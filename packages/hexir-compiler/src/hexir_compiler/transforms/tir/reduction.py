@@ -40,7 +40,7 @@ def plan_softmax(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
 
     def emit(b: KernelBuilder) -> None:
         (x,), out = _operands(b, prologue), b.args[-1]
-        if by_rows(b, shape[axis]):
+        if by_rows(b, shape[axis], space):
             with b.building(), rows(b, space, shape[axis]) as row:
                 _softmax_row(b, row, lambda k: [*row.coords[:axis], k, *row.coords[axis:]], x, out)
             return
@@ -79,7 +79,7 @@ def plan_layer_norm(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
     def emit(b: KernelBuilder) -> None:
         (x, scale, shift), out = _operands(b, prologue), b.args[-1]
         count = b.float(float(depth))
-        if by_rows(b, depth):
+        if by_rows(b, depth, shape[:-1]):
             with b.building(), rows(b, shape[:-1], depth) as row:
                 _layer_norm_row(b, row, epsilon, x, scale, shift, out)
             return
@@ -121,8 +121,8 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
         (x,), out = _operands(b, prologue), b.args[-1]
         combine, start = _monoid(op.mnemonic, element)
         count = pymath.prod(reduced)
-        by_row = by_rows(b, count)
         space = [shape[d] for d in kept]
+        by_row = by_rows(b, count, space)
         with b.building(), (rows(b, space, count) if by_row else parallel(b, space)) as owner:
             if isinstance(owner, Row):  # by_row
                 row, coords = owner, owner.coords

@@ -73,8 +73,10 @@ from dataclasses import dataclass
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
+from hexir_compiler.symbolic import is_static
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_format import MAX_GRID
+from hexir_format.dims import Dim
 
 THREADS = 256
 WARP = 32
@@ -83,6 +85,10 @@ ROW_MIN = 64
 #: The most blocks a flat kernel launches: beyond 4096 x 256 threads (the space of 16 M f32
 #: at 4 lanes a thread), each thread strides over the space instead of the grid growing.
 GRID_STRIDE_BLOCKS = 4096
+#: The grid of a flat kernel over a symbolic space (blocks of THREADS), which strides over
+#: whatever the call's sizes make it: eight blocks for each of an H200's 132 SMs, and the
+#: threads past a small space's end only test their index once.
+SYMBOLIC_BLOCKS = 1056
 #: The register tile a cpu matmul sums over k, by x86-64 level: (rows, bytes of columns).
 #: Eight vector accumulators at every level, enough multiply-adds in flight to hide their
 #: latency, with room left for the rhs loads and the broadcast: 8 of 32 AVX-512 registers
@@ -312,9 +318,11 @@ def gemm_blocks(b: KernelBuilder, batch: int, rows: int, cols: int,
                         ir.InsertionPoint(ty.owner.owner))
 
 
-def by_rows(b: KernelBuilder, extent: int) -> bool:
-    """Whether a reduction over `extent` elements runs as a row shared by a block's threads."""
-    return b.device == "cuda" and extent >= ROW_MIN
+def by_rows(b: KernelBuilder, extent: Dim, space: Sequence[Dim] = ()) -> bool:
+    """Whether a reduction over `extent` elements (in a `space` of rows) runs as a row shared
+    by a block's threads: on cuda, for static sizes (one block a row: a grid of static
+    geometry; a symbolic one is a thread's serial loop, as a short row is)."""
+    return b.device == "cuda" and is_static([extent, *space]) and extent >= ROW_MIN
 
 
 @dataclass
@@ -388,7 +396,8 @@ TRANSPOSE_ROWS = 8  # thread rows per tile: each thread moves TRANSPOSE_TILE / 8
 def transposes_by_tiles(b: KernelBuilder, shape: Sequence[int], perm: Sequence[int]) -> bool:
     """Whether `tiled_transpose` takes this permutation: cuda, the innermost axis moves,
     both innermost extents are at least a warp, and the other axes fit on blockIdx.z."""
-    if b.device != "cuda" or not perm or perm[-1] == len(shape) - 1:
+    if b.device != "cuda" or not perm or perm[-1] == len(shape) - 1 or \
+            not is_static(shape):
         return False
     rest = math.prod(e for d, e in enumerate(shape) if d not in (perm[-1], len(shape) - 1))
     return min(shape[-1], shape[perm[-1]]) >= WARP and rest <= MAX_GRID[1]
@@ -492,15 +501,20 @@ def vector_lanes(b: KernelBuilder, extents: Sequence[int]) -> int:
 def _flat_threads(b: KernelBuilder, extents: Sequence[int],
                   lanes: int = 1) -> Iterator[list[list[ir.Value]]]:
     size = math.prod(extents) // lanes
-    threads = min(THREADS, max(WARP, _blocks(size, WARP) * WARP))
-    blocks = min(_blocks(size, threads), GRID_STRIDE_BLOCKS)
+    if isinstance(size, int):
+        threads = min(THREADS, max(WARP, _blocks(size, WARP) * WARP))
+        blocks = min(_blocks(size, threads), GRID_STRIDE_BLOCKS)
+    else:  # a launch's geometry is static, so a symbolic space is swept by a fixed grid
+        threads, blocks = THREADS, SYMBOLIC_BLOCKS
     with ExitStack() as stack:
         block = stack.enter_context(b.loop(blocks, "thread_binding", "blockIdx.x"))
         thread = stack.enter_context(b.loop(threads, "thread_binding", "threadIdx.x"))
         flat = arith.addi(b.mul(block, threads), thread)
-        if blocks * threads < size:  # a grid-stride loop: the grid sweeps the space again
+        static = isinstance(size, int)
+        if not static or blocks * threads < size:  # a grid-stride loop: the grid sweeps on
             flat = stack.enter_context(b.loop(size, "serial", start=flat, step=blocks * threads))
-        condition = None if blocks * threads <= size else b.less_than(flat, size)
+        condition = None if not static or blocks * threads <= size else \
+            b.less_than(flat, size)
         with b.guard(condition):
             yield _lanes_from(b, b.delinearize(b.mul(flat, lanes), extents), lanes)
 

@@ -199,7 +199,7 @@ def _passes(b: KernelBuilder, line: _Line, row: Row, order: Order, k: int,
 def _rows(b: KernelBuilder, space: list[int], extent: int):
     """(the row's coordinates in `space`, its `Row` or None): a block per row for a long cuda
     row, else one iteration of `parallel`."""
-    if by_rows(b, extent):
+    if by_rows(b, extent, space):
         with rows(b, space, extent) as row:
             yield row.coords, row
         return
