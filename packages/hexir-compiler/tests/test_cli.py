@@ -207,8 +207,8 @@ def test_the_python_api_names_its_own_argument_for_a_missing_shape(tmp_path):
     import hexir_compiler
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 3])])
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     with pytest.raises(hexir_compiler.CompileError) as e:
         hexir_compiler.compile(helper.make_model(graph,
                                                  opset_imports=[helper.make_opsetid("", 17)]))

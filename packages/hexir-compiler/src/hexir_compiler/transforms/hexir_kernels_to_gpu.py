@@ -67,7 +67,8 @@ def _outline(kernel: ir.Operation) -> None:
         container = gpu.GPUModuleOp(name)
         container.regions[0].blocks.append()
         for attribute in KERNEL_ATTRIBUTES:
-            container.attributes[attribute] = kernel.attributes[attribute]
+            if attribute in kernel.attributes:  # (hexir.symbols: a kernel of symbolic sizes)
+                container.attributes[attribute] = kernel.attributes[attribute]
     with ir.InsertionPoint(container.regions[0].blocks[0]), kernel.location:
         device_func = gpu.GPUFuncOp(ftype, sym_name=name, kernel=True)
         entry = device_func.add_entry_block()
