@@ -154,7 +154,7 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
     (its inputs as `api.check_inputs` returns them; see the module docstring)."""
     resident = module._enter()  # counted as a call in flight: close() waits for it
     try:
-        program = resident.program(module.prepare(entry)._plan)
+        program = module._program(resident, module.prepare(entry)._plan, checked)
         for _ in range(warmup):
             module.execute(entry, checked)
         arena = program._take()
@@ -184,7 +184,7 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
     result = Profile(entry, calls, threads.cpu_threads(), statistics.median(whole))
     result.clock_hz, result.clock_source = _clock()
     result.peak_bytes = _copy_bandwidth()
-    executables = program.resident.plan.module.executables
+    executables = program.module_plan.module.executables
     for step, times in zip(steps, per_step, strict=True):
         exe = _executable(step.label, program.plan.commands, executables)
         if exe is None and not step.label.endswith("graph)"):

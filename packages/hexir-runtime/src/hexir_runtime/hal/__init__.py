@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -170,9 +170,13 @@ class Device(ABC):
         self.bind(loaded, buffers)()
 
     @abstractmethod
-    def bind(self, loaded: Any, buffers: list[Buffer]) -> Callable[[], None]:
+    def bind(self, loaded: Any, buffers: list[Buffer], sized: Executable | None = None,
+             scalars: Sequence[int] = ()) -> Callable[[], None]:
         """`launch(loaded, buffers)` made once, to be called per run: the arguments checked
-        and packed now, the launch each time it is called."""
+        and packed now, the launch each time it is called. For a dynamic module's kernel,
+        `sized` is the executable with one call's sizes (its types and launch geometry
+        evaluated, `sizes.Sizes`) and `scalars` the values of its operands, passed as int64s
+        after the buffers."""
 
     @abstractmethod
     def wait(self) -> None:
