@@ -398,7 +398,11 @@ class Module:
         if not self._entries[plan.name]._dynamic:
             return resident.program(plan)
         if type(inputs) not in (tuple, list) or len(inputs) != len(plan.signature.inputs):
-            check_inputs(plan, inputs)  # the count, or the container, refused as for any entry
+            try:  # the count, or the container, refused as for any entry, with the sizes
+                check_inputs(plan, inputs)
+            except InputError as e:
+                sizes = ", ".join(map(str, self.symbols))
+                raise InputError(f"{e}; its sizes: {sizes}") from None
         return resident.sized(plan, inputs)
 
     @property
