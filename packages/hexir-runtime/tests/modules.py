@@ -261,6 +261,29 @@ def dynamic_cache() -> hf.Module:
                               Symbol("seq", 1, 512)))
 
 
+def ptx_relu_rows(name: str, width: int, dtype: DType) -> bytes:
+    """out[i] = max(x[i], 0) for i < batch * `width`, `batch` the kernel's last parameter
+    (a dynamic module's size operand)."""
+    ptx = ptx_relu(name, 0, dtype).decode()
+    ptx = ptx.replace(".param .u64 out)", ".param .u64 out, .param .u64 batch)")
+    count = (f"    ld.param.u64 %rd9, [batch];\n    cvt.u32.u64 %r6, %rd9;\n"
+             f"    mul.lo.u32 %r7, %r6, {width};\n    setp.ge.u32 %p1, %r4, %r7;")
+    return ptx.replace("    setp.ge.u32 %p1, %r4, 0;", count).encode()
+
+
+def dynamic_relu_cuda() -> hf.Module:
+    """v6, dynamic, on cuda: `main(x: batchx3xf32) -> (y: batchx3xf32)`, y = relu(x), one
+    thread per element, `ceildiv(3 * batch, 128)` blocks, the kernel told `batch`."""
+    t = T(F32, (BATCH, 3))
+    exe = Executable("relu_rows", KernelKind.RELU, CUDA, (t, t), (),
+                     ptx_relu_rows("relu_rows", 3, F32), (dims.ceildiv(3 * BATCH, BLOCK), 1, 1),
+                     (BLOCK, 1, 1), operands=(0,))
+    main = Function("main", (Command.input(0, 0), Command.alloc(1, t.nbytes),
+                             Command.dispatch(0, (0, 1)), Command.output(1, 0)), ("x",), ("y",))
+    return hf.Module(6, (main,), b"", (exe,), (Slot(CUDA, t), Slot(CUDA, t)),
+                     symbols=(Symbol("batch", 1, 4096),))
+
+
 def write(directory: Path, name: str, module: hf.Module) -> Path:
     path = Path(directory) / name
     path.write_bytes(hf.build(module))
