@@ -61,7 +61,7 @@ class Resident:
     lock: threading.Lock = field(default_factory=threading.Lock)
     #: A dynamic module's programs, one per (entry, binding), the most recently used last
     #: (at most `sizes.CACHED_BINDINGS` per entry), and how often a call found its binding's.
-    sized_programs: OrderedDict[tuple[str, tuple[int, ...]], Program] = field(
+    sized_programs: OrderedDict[tuple[str, tuple[tuple[int, ...], ...]], Program] = field(
         default_factory=OrderedDict)
     retired: list[Program] = field(default_factory=list)  # dropped, maybe still running
     hits: int = 0
@@ -103,33 +103,38 @@ class Resident:
         """A dynamic module's entry made ready for the sizes of `inputs` (`sizes.bind`):
         the program of that binding, planned on its first call and kept for the next ones
         (least recently used dropped past `sizes.CACHED_BINDINGS` per entry). Refuses a
-        binding, in one line, before anything is allocated."""
-        key = (plan.name, sizes.bind(self.plan.module, plan, inputs))
+        binding, in one line, before anything is allocated.
+
+        Programs are kept by the inputs' shapes: the binding is a function of them, and
+        inputs that bind are exactly of their binding's shapes, so the two identify one
+        another, and a call with the shapes of an earlier one binds nothing."""
+        key = (plan.name, tuple([sizes.shape_of(x) for x in inputs]))
         with self.lock:
             program = self.sized_programs.get(key)
             if program is not None:
                 self.sized_programs.move_to_end(key)
                 self.hits += 1
                 return program
-        made = sizes.specialize(self.plan, plan, key[1], self.max_alloc_bytes)
+        made = sizes.specialize(self.plan, plan, sizes.bind(self.plan.module, plan, inputs),
+                                self.max_alloc_bytes)
         with self.lock:
-            if key not in self.sized_programs:
-                check_placement(made.entry, set(self.devices))
-                for index in made.entry.executables:
-                    try:
-                        self.executable(index)
-                    except DeviceError as e:
-                        raise ExecutionError(f"{plan.name}: {e}") from None
-                self.misses += 1
-                self.sized_programs[key] = Program(self, made.entry, made)
-                mine = [k for k in self.sized_programs if k[0] == plan.name]
-                for old in mine[:-sizes.CACHED_BINDINGS]:
-                    dropped = self.sized_programs.pop(old)
-                    dropped.release_idle()
-                    self.retired.append(dropped)
-            else:
+            if key in self.sized_programs:  # made meanwhile by a call on another thread
                 self.hits += 1
-            return self.sized_programs[key]
+                return self.sized_programs[key]
+            check_placement(made.entry, set(self.devices))
+            for index in made.entry.executables:
+                try:
+                    self.executable(index)
+                except DeviceError as e:
+                    raise ExecutionError(f"{plan.name}: {e}") from None
+            self.misses += 1
+            self.sized_programs[key] = program = Program(self, made.entry, made)
+            mine = [k for k in self.sized_programs if k[0] == plan.name]
+            for old in mine[:-sizes.CACHED_BINDINGS]:
+                dropped = self.sized_programs.pop(old)
+                dropped.release_idle()
+                self.retired.append(dropped)
+            return program
 
     def close(self) -> None:
         for device in self.devices.values():
