@@ -10,10 +10,19 @@ from dataclasses import replace
 import pytest
 
 import hexir_format as hf
-from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Slot, dims
+from hexir_format import (
+    Command,
+    Device,
+    DType,
+    Executable,
+    Function,
+    KernelKind,
+    Slot,
+    dims,
+    records,
+)
 from hexir_format import TensorType as T
 from hexir_format import layout as L
-from hexir_format import records
 from hexir_format.model import Symbol
 
 batch, past, seq = (dims.Expr.symbol(n) for n in ("batch", "past", "seq"))

@@ -77,9 +77,12 @@ def test_a_huge_batch_is_refused_before_anything_is_allocated(linear, monkeypatc
         dtype = np.dtype(np.float32)
 
     monkeypatch.setattr(cpu.CpuDevice, "_allocate", no)
+    # its arena: h and y (y over h, in place), 12 bytes a row; its input x, 16
     with pytest.raises(hr.InputError, match=r"^main with batch = 1099511627776: a call would "
-                                            r"allocate 43980465111040 bytes, more than the cap "
-                                            r"of 17179869184 bytes \(max_alloc_bytes\)$"):
+                                            r"allocate 30786325577728 bytes \(the cpu arena "
+                                            r"13194139533312, inputs 17592186044416\), more "
+                                            r"than the cap of 17179869184 bytes "
+                                            r"\(max_alloc_bytes\)$"):
         linear.main(Huge())
     assert linear.cache_info == (0, 0, 0)
 

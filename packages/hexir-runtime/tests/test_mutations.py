@@ -3,10 +3,11 @@
 For each fixture (the seed's v3 file, the v4 test modules, the compiler's v5 and v6 modules, a
 dynamic v6 module) the field map lists every header, section-table, symbol, command-operand,
 executable, argument type, param and slot field, and a dynamic module's sizes section (its
-header, size symbols, program entries and program words), at its offset, from the layout's own declarations. Each field in
-turn, and then fixed-seed pairs of fields, gets hostile values (0, 1, off by one, the
-largest values of its width, ...), and every truncation of one module per version is tried,
-with a fixed-seed sample of byte flips. Each mutant must be, for the API:
+header, size symbols, program entries and program words), at its offset, from the layout's
+own declarations. Each field in turn, and then fixed-seed pairs of fields, gets hostile
+values (0, 1, off by one, the largest values of its width, ...), and every truncation of
+one module per version is tried, with a fixed-seed sample of byte flips. Each mutant must
+be, for the API:
 
 - refused with one line (a `HexirError`, no traceback), or
 - run, with the original module's answer on the same inputs, unless the damage explains a

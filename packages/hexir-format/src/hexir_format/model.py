@@ -14,7 +14,7 @@ from enum import IntEnum
 from typing import Any
 
 from hexir_format import dims
-from hexir_format.dims import Dim, Expr
+from hexir_format.dims import Dim
 
 MAGIC = b"HEXIRMOD"
 VERSIONS = (3, 4, 5, 6)
@@ -237,7 +237,7 @@ class TensorType:
     @property
     def size(self) -> Dim:
         if self.is_static:
-            return math.prod(self.shape)  # type: ignore[arg-type]  # ints, checked above
+            return math.prod(self.static_shape)
         total: Dim = 1
         for d in self.shape:
             total = dims.mul(total, d)
@@ -248,6 +248,19 @@ class TensorType:
         size = self.size
         return size * self.dtype.itemsize if isinstance(size, int) else \
             dims.mul(size, self.dtype.itemsize)
+
+    @property
+    def static_shape(self) -> tuple[int, ...]:
+        """The shape of a static type, as ints: for what only ever sees static types (the
+        memory plan, the runtime once a call's sizes are bound); a ValueError otherwise."""
+        if not self.is_static:
+            raise ValueError(f"{self} is not a static type")
+        return self.shape  # type: ignore[return-value]  # every dimension an int, checked
+
+    @property
+    def static_nbytes(self) -> int:
+        """`nbytes` of a static type (as `static_shape`)."""
+        return math.prod(self.static_shape) * self.dtype.itemsize
 
     def symbols(self) -> frozenset[str]:
         """The size symbols the shape reads."""
@@ -326,7 +339,7 @@ class Command:
     @property
     def slots(self) -> tuple[int, ...]:
         """DISPATCH's argument slots (the last one is the destination)."""
-        return self.operands[2:] if self.op is Op.DISPATCH else ()
+        return self.operands[2:] if self.op is Op.DISPATCH else ()  # type: ignore[return-value]
 
     @classmethod
     def end(cls) -> Command:
@@ -448,7 +461,8 @@ class Executable:
             return None
         (m, n), k = args[-1].shape, args[0].shape[1] if self.kind is KernelKind.MATMUL else 0
         want = [(m, k), (k, n), (m, n)] if self.kind is KernelKind.MATMUL else [(m, n)] * len(args)
-        return (m, n, k) if [t.shape for t in args] == want else None
+        found = (m, n, k) if [t.shape for t in args] == want else None
+        return found  # type: ignore[return-value]  # static, checked above
 
 
 @dataclass(frozen=True)

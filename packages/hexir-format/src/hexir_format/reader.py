@@ -220,7 +220,8 @@ class _Sizes:
                               f"{h.operand_count} operands (header at offset {base}) need "
                               f"{start} bytes but the section has {len(data)}",
                               field="symbol_count", offset=h.at("symbol_count"))
-        symbols, at = [], L.size(L.SizesHeader)
+        symbols: list[Symbol] = []
+        at = L.size(L.SizesHeader)
         for n in range(h.symbol_count):
             where = f"size symbol {n}"
             e = _read(L.SizeSymbol, data, at + n * sym, base, where)
@@ -397,7 +398,7 @@ def _commands(fmt: L.Format, sizes: _Sizes, program: memoryview,
         _check_operand_count(op, c)
         operands: tuple[Dim, ...] = tuple(c.operands)
         if op is Op.ALLOC:  # its bytes may name an expression
-            operands = (operands[0], sizes.dim64(operands[1], "bytes", c.at("operands[1]"),
+            operands = (operands[0], sizes.dim64(c.operands[1], "bytes", c.at("operands[1]"),
                                                  f"program: alloc at offset {at}", fmt))
         out.append((pc, Command(op, operands)))
         pc += size

@@ -111,10 +111,10 @@ def records(data: Buffer) -> list[Record]:
         h = read("sizes", "sizes", L.SizesHeader, sizes.offset)
         out.append(h)
         at = sizes.offset + L.size(L.SizesHeader)
-        for kind, decl, count in (("size_symbol", L.SizeSymbol, h.values.symbol_count),
+        for role, decl, count in (("size_symbol", L.SizeSymbol, h.values.symbol_count),
                                   ("program_entry", L.ProgramEntry, h.values.program_count),
                                   ("operand", L.OperandEntry, h.values.operand_count)):
-            out += [read(kind, f"{kind}[{n}]", decl, at + n * L.size(decl))
+            out += [read(role, f"{role}[{n}]", decl, at + n * L.size(decl))
                     for n in range(count)]
             at += count * L.size(decl)
         word = L.size(L.ProgramWord)

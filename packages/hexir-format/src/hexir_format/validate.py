@@ -31,12 +31,12 @@ from hexir_format.model import (
     MAX_BYTES,
     MAX_GRID,
     MAX_SYMBOL,
-    Op,
     Command,
     Device,
     Executable,
     Function,
     Module,
+    Op,
     SectionKind,
     TensorType,
 )
@@ -193,10 +193,10 @@ def _check_plan(module: Module, entries: list[EntryPlan],
             raise ValidationError(f"{name}: plan: {problem}", entry=entry.name, field="plan")
         used |= set(spans)
         arenas = plan.arenas(offsets, types, devices)
-        inputs = sum(t.nbytes for t in entry.signature.inputs)
+        inputs = sum(t.static_nbytes for t in entry.signature.inputs)
         total = sum(arenas.values()) + inputs
         if max_alloc_bytes is not None and total > max_alloc_bytes:
-            far = max(offsets, key=lambda s: offsets[s] + types[s].nbytes)
+            far = max(offsets, key=lambda s: offsets[s] + types[s].static_nbytes)
             sizes = ", ".join(f"the {d} arena {n}" for d, n in sorted(arenas.items()))
             raise ValidationError(f"{name}: plan: slot {far} at offset {offsets[far]} makes a "
                                   f"call allocate {total} bytes ({sizes}, inputs {inputs}), "
@@ -211,24 +211,24 @@ def _check_plan(module: Module, entries: list[EntryPlan],
 
 
 def _expressions(module: Module):
-    """(where, what, the expression) for every `dims.Expr` of the module: `what` is `size`
-    for a tensor dimension or ALLOC's bytes, `grid` or `block` for launch geometry."""
+    """(where, the dimension) for every size of the module that may be an expression: each
+    tensor dimension, each launch extent, each ALLOC's bytes."""
     for i, s in enumerate(module.slots):
         for j, d in enumerate(s.type.shape):
-            yield f"slot {i} ({s.type}), dim {j}", "size", d
+            yield f"slot {i} ({s.type}), dim {j}", d
     for i, exe in enumerate(module.executables):
         where = f"executable {i} ('{exe.name}')"
         for a, t in enumerate(exe.args):
             for j, d in enumerate(t.shape):
-                yield f"{where}, argument {a} ({t}), dim {j}", "size", d
+                yield f"{where}, argument {a} ({t}), dim {j}", d
         for what in ("grid", "block"):
             for axis, d in zip("xyz", getattr(exe, what), strict=True):
-                yield f"{where}, {what}_{axis}", what, d
+                yield f"{where}, {what}_{axis}", d
     for function in module.functions:
         for n, c in enumerate(function.commands):
             if c.op is Op.ALLOC:
                 yield (f"{variant_label(function.name, function.cpu_level)}: command {n} "
-                       "(alloc), bytes", "size", c.bytes)
+                       "(alloc), bytes", c.bytes)
 
 
 def _check_sizes(module: Module) -> None:
@@ -238,7 +238,7 @@ def _check_sizes(module: Module) -> None:
     -- and an executable's operands name symbols. A module below version 6 holds none, and
     a dynamic one has no memory plan (the runtime plans each call's sizes). A static module
     passes untouched."""
-    found = [(where, what, d) for where, what, d in _expressions(module) if isinstance(d, Expr)]
+    found = [(where, d) for where, d in _expressions(module) if isinstance(d, Expr)]
     operands = [(i, exe) for i, exe in enumerate(module.executables) if exe.operands]
     if not (module.symbols or found or operands):
         return
@@ -261,13 +261,13 @@ def _check_sizes(module: Module) -> None:
             raise ValidationError(f"executable {i} ('{exe.name}'), operands: symbol {bad[0]} is "
                                   f"not one of the module's {len(module.symbols)}",
                                   field="operands")
-    for where, what, d in found:
+    for where, d in found:
         assert isinstance(d, Expr)
         if unknown := sorted(d.symbols() - ranges.keys()):
             raise ValidationError(f"{where}: '{dims.render(d)}' reads '{unknown[0]}', which is "
                                   "not a size symbol of the module", field="sizes")
         try:
-            lo, hi = dims.bound(d, ranges)
+            lo, _ = dims.bound(d, ranges)
         except dims.DimError as e:
             raise ValidationError(f"{where}: {e}", field="sizes") from None
         if lo < 0:

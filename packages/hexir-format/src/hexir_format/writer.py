@@ -23,10 +23,10 @@ from hexir_format.dims import Dim, Expr
 from hexir_format.errors import FormatError
 from hexir_format.model import (
     CPU_LEVELS,
-    MAX_SYMBOL,
     MAX_IO_NAME,
     MAX_NAME,
     MAX_RANK,
+    MAX_SYMBOL,
     NAME_BYTES,
     V3_OPS,
     V4_DTYPES,
@@ -43,9 +43,9 @@ from hexir_format.model import (
 
 def minimum_version(module: Module) -> int:
     """3 when the v3 layout can hold the module exactly; 6 when an entry point is one x86-64
-    level's variant or the module is dynamic (has size symbols); 5 when a cpu kernel carries a host image, a tensor is of an integer or
-    boolean type, an entry point names its inputs or outputs, or the module has a memory
-    plan; else 4."""
+    level's variant or the module is dynamic (has size symbols); 5 when a cpu kernel carries
+    a host image, a tensor is of an integer or boolean type, an entry point names its inputs
+    or outputs, or the module has a memory plan; else 4."""
     if any(f.cpu_level for f in module.functions) or module.symbols:
         return 6
     if (any(exe.device is Device.CPU and exe.image is not None for exe in module.executables)

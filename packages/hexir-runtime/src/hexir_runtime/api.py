@@ -356,7 +356,10 @@ class Module:
         plan = self._plan(entry)
         resident = self._enter()
         try:
-            resident.program(plan)
+            if self._entries[entry]._dynamic:
+                resident.ready(plan)
+            else:
+                resident.program(plan)
         finally:
             self._leave()
         return self._entries[entry]

@@ -41,9 +41,8 @@ from typing import Any
 import numpy as np
 
 from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
-from hexir_runtime import hal
+from hexir_runtime import hal, sizes
 from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs
-from hexir_runtime import sizes
 from hexir_runtime.errors import DeviceError, ExecutionError
 from hexir_runtime.transfers import Transfers
 from hexir_runtime.validate import EntryPlan, ModulePlan, check_placement
@@ -90,14 +89,23 @@ class Resident:
             return program
         with self.lock:
             if plan.name not in self.programs:
-                check_placement(plan, set(self.devices))
-                for index in plan.executables:
-                    try:
-                        self.executable(index)
-                    except DeviceError as e:
-                        raise ExecutionError(f"{plan.name}: {e}") from None
+                self._ready(plan)
                 self.programs[plan.name] = Program(self, plan)
             return self.programs[plan.name]
+
+    def ready(self, plan: EntryPlan) -> None:
+        """The entry's placement checked and its kernels loaded (a dynamic module's: its
+        programs are made per binding, `sized`)."""
+        with self.lock:
+            self._ready(plan)
+
+    def _ready(self, plan: EntryPlan) -> None:
+        check_placement(plan, set(self.devices))
+        for index in plan.executables:
+            try:
+                self.executable(index)
+            except DeviceError as e:
+                raise ExecutionError(f"{plan.name}: {e}") from None
 
     def sized(self, plan: EntryPlan, inputs: Sequence[Any]) -> Program:
         """A dynamic module's entry made ready for the sizes of `inputs` (`sizes.bind`):
@@ -121,12 +129,7 @@ class Resident:
             if key in self.sized_programs:  # made meanwhile by a call on another thread
                 self.hits += 1
                 return self.sized_programs[key]
-            check_placement(made.entry, set(self.devices))
-            for index in made.entry.executables:
-                try:
-                    self.executable(index)
-                except DeviceError as e:
-                    raise ExecutionError(f"{plan.name}: {e}") from None
+            self._ready(made.entry)
             self.misses += 1
             self.sized_programs[key] = program = Program(self, made.entry, made)
             mine = [k for k in self.sized_programs if k[0] == plan.name]
@@ -228,7 +231,7 @@ class Program:
             self.bindings.append(_Binding(device, self.bindings[reads[0]].nbytes,
                                           offset=self.plan.offsets.get(slot)))
         elif c.op is Op.INPUT:
-            self.bindings.append(_Binding(device, self.module_plan.tensor(slot).nbytes))
+            self.bindings.append(_Binding(device, self.module_plan.tensor(slot).static_nbytes))
         else:  # ALLOC
             self.bindings.append(_Binding(device, c.bytes, offset=self.plan.offsets.get(slot)))
         return len(self.bindings) - 1

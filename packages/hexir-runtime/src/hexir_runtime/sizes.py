@@ -92,25 +92,23 @@ def specialize(module_plan: ModulePlan, entry: EntryPlan, key: tuple[int, ...],
     env = {s.name: v for s, v in zip(module.symbols, key, strict=True)}
     sizes = ", ".join(f"{n} = {v}" for n, v in env.items())
     where = f"{entry.name} with {sizes}"
+    def three(d: tuple[dims.Dim, dims.Dim, dims.Dim]) -> tuple[int, int, int]:
+        return dims.evaluate(d[0], env), dims.evaluate(d[1], env), dims.evaluate(d[2], env)
+
     try:
-        total = dims.evaluate(entry.alloc_bytes, env)
         slots = tuple(Slot(s.device, s.type.evaluate(env)) for s in module.slots)
         commands = tuple(Command(Op.ALLOC, (c.slot, dims.evaluate(c.bytes, env)))
                          if c.op is Op.ALLOC else c for c in entry.commands)
         executables = tuple(replace(
             exe, args=tuple(t.evaluate(env) for t in exe.args),
-            grid=tuple(dims.evaluate(d, env) for d in exe.grid),
-            block=tuple(dims.evaluate(d, env) for d in exe.block))
+            grid=three(exe.grid), block=three(exe.block))
             for exe in module.executables)
     except dims.DimError as e:
         raise InputError(f"{where}: {e}") from None
     for i, s in enumerate(slots):
-        if s.type.nbytes > MAX_BYTES:
-            raise InputError(f"{where}: slot {i} would be a {s.type}, {s.type.nbytes} bytes, "
-                             "more than any array can hold")
-    if max_alloc_bytes is not None and total > max_alloc_bytes:
-        raise InputError(f"{where}: a call would allocate {total} bytes, more than the cap of "
-                         f"{max_alloc_bytes} bytes (max_alloc_bytes)")
+        if s.type.static_nbytes > MAX_BYTES:
+            raise InputError(f"{where}: slot {i} would be a {s.type}, {s.type.static_nbytes} "
+                             "bytes, more than any array can hold")
     for index in entry.executables:
         exe = executables[index]
         if problem := signature_problem(exe.kind, exe.args, exe.params):
@@ -123,7 +121,15 @@ def specialize(module_plan: ModulePlan, entry: EntryPlan, key: tuple[int, ...],
     signature = Signature(tuple(t.evaluate(env) for t in entry.signature.inputs),
                           tuple(t.evaluate(env) for t in entry.signature.outputs),
                           entry.signature.input_names, entry.signature.output_names)
-    static = replace(module, slots=slots, executables=executables)  # type: ignore[arg-type]
+    # what a call allocates: its arenas and its inputs (the cap a planned static module's
+    # validation applies)
+    total = sum(arenas.values()) + sum(t.static_nbytes for t in signature.inputs)
+    if max_alloc_bytes is not None and total > max_alloc_bytes:
+        sizes = ", ".join(f"the {d} arena {n}" for d, n in sorted(arenas.items()))
+        raise InputError(f"{where}: a call would allocate {total} bytes ({sizes}, inputs "
+                         f"{total - sum(arenas.values())}), more than the cap of "
+                         f"{max_alloc_bytes} bytes (max_alloc_bytes)")
+    static = replace(module, slots=slots, executables=executables)
     sized = replace(entry, commands=commands, signature=signature, alloc_bytes=total,
                     offsets=offsets, arenas=arenas)
     scalars = {index: tuple(key[k] for k in module.executables[index].operands)

@@ -6,12 +6,13 @@ view of the module's mapping, so weights are never copied.
 
 A version-5 cpu executable carries a host image: `hostcode` loads it once per load, and a
 launch calls it with one bare pointer per buffer (then, for a dynamic module's kernel, its
-size operands as int64s: on x86-64 an int64 takes a pointer's slot), its cpu grid split across the shared thread
-pool when the kernel is big enough to gain (`PARALLEL_GRAIN`). Every kernel is the image's
-own loops: the runtime offers an image no routine of its own, so the pool's threads are the
-only ones a call runs on (an image of an older compiler that calls back for its matmul,
-`hexir_rt_matmul`, is refused at load, see `hostcode`). Versions 3 and 4 describe cpu kernels
-instead; the runtime runs the three kinds version 3 has (`kernels`).
+size operands as int64s: on x86-64 an int64 takes a pointer's slot), its cpu grid split
+across the shared thread pool when the kernel is big enough to gain (`PARALLEL_GRAIN`).
+Every kernel is the image's own loops: the runtime offers an image no routine of its own, so
+the pool's threads are the only ones a call runs on (an image of an older compiler that
+calls back for its matmul, `hexir_rt_matmul`, is refused at load, see `hostcode`). Versions
+3 and 4 describe cpu kernels instead; the runtime runs the three kinds version 3 has
+(`kernels`).
 """
 
 from __future__ import annotations

@@ -330,9 +330,9 @@ class CudaDevice(Device):
         """The launch with its parameters packed once: the bare-pointer convention, one
         device address per argument, then (a dynamic module's kernel) one int64 per size
         operand, kernelParams an array of pointers to those values (both arrays live as long
-        as the returned launch); the launch geometry is `sized`'s, evaluated for the call. Every address must keep the
-        format's promise to the kernel, DEVICE_ARGUMENT_ALIGNMENT: its code may load and
-        store 16 bytes at a time."""
+        as the returned launch); the launch geometry is `sized`'s, evaluated for the call.
+        Every address must keep the format's promise to the kernel, DEVICE_ARGUMENT_ALIGNMENT:
+        its code may load and store 16 bytes at a time."""
         for number, b in enumerate(buffers):
             self._check(b, 0, 0, "pass")
             if b.handle % DEVICE_ARGUMENT_ALIGNMENT:
