@@ -333,7 +333,8 @@ def _check_launchable(exe: Executable, where: str, ranges: dict[str, tuple[int, 
     threads = math.prod(dims.bound(d, ranges)[1] for d in exe.block)
     if threads > MAX_BLOCK_THREADS:
         shown = "(" + ", ".join(map(dims.render, exe.block)) + ")"
-        raise ValidationError(f"{where}, block: {shown} is up to {threads} threads per block, "
+        up_to = "" if all(isinstance(d, int) for d in exe.block) else "up to "
+        raise ValidationError(f"{where}, block: {shown} is {up_to}{threads} threads per block, "
                               f"more than {MAX_BLOCK_THREADS}", field="block")
 
 

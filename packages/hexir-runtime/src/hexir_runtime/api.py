@@ -252,9 +252,8 @@ class EntryPoint:
             module = self._module
             resident = module._enter()
             try:
-                program = resident.sized(self._plan, inputs) if self._dynamic else \
-                    resident.program(self._plan)
-                outputs = program.run_plain(inputs)
+                outputs = (resident.sized(self._plan, inputs) if self._dynamic else
+                           resident.program(self._plan)).run_plain(inputs)
             finally:
                 del resident  # (as in `Module.execute`)
                 module._leave()
@@ -377,6 +376,7 @@ class Module:
         if not dynamic:
             checked = check_inputs(plan, arranged)
         resident = self._enter()
+        program: Program | None = None
         try:
             program = self._program(resident, plan, arranged)
             if dynamic:  # the entry with this call's sizes
@@ -392,8 +392,8 @@ class Module:
                                  "device='cuda')")
             return program.run(checked, on_print, out, results_on_device)
         finally:
-            del resident  # a close made inside the call can unmap the file as it leaves
-            self._leave()
+            del resident, program  # a close made inside the call can unmap the file as it
+            self._leave()  # leaves: nothing here may hold what holds the mapping's views
 
     def _program(self, resident: Resident, plan: EntryPlan, inputs: Sequence[Any]) -> Program:
         """The program a call of `plan` on `inputs` runs: the entry's, or a dynamic module's
