@@ -133,10 +133,12 @@ class Resident:
             self.misses += 1
             self.sized_programs[key] = program = Program(self, made.entry, made)
             mine = [k for k in self.sized_programs if k[0] == plan.name]
-            for old in mine[:-sizes.CACHED_BINDINGS]:
-                dropped = self.sized_programs.pop(old)
-                dropped.release_idle()
-                self.retired.append(dropped)
+            dropped = [self.sized_programs.pop(old) for old in mine[:-sizes.CACHED_BINDINGS]]
+            for old_program in (*self.retired, *dropped):
+                old_program.release_idle()
+            # a dropped program a call still runs in is freed when idle (a later miss) or
+            # at close
+            self.retired = [p for p in (*self.retired, *dropped) if p.busy]
             return program
 
     def close(self) -> None:
@@ -323,6 +325,12 @@ class Program:
                 buffer.device.release(buffer)
         for buffer in (*arena.planned, *arena.staging.values()):
             buffer.device.release(buffer)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a call is running in one of its arenas (after `release_idle`, the arenas
+        left are those)."""
+        return bool(self._arenas)
 
     def release_idle(self) -> None:
         """Free the arenas no call is running in (a program the cache drops: a call still
