@@ -119,6 +119,7 @@ def test_each_expression_is_stored_once():
     (replace(linear(), placements=((2, 0),)), "no memory plan"),
     (replace(linear(), symbols=(Symbol("batch", 5, 2),)), "expected 0 <= lo <= hi"),
     (replace(linear(), symbols=(Symbol("batch", 1, 2), Symbol("batch", 1, 2))), "one twice"),
+    (linear(grid=2**31), "size 2147483648 does not fit its field in version 6"),
 ])
 def test_the_writer_refuses(module, message):
     with pytest.raises(hf.FormatError, match=message):

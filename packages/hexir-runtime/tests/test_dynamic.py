@@ -68,6 +68,13 @@ def test_outputs_into_out_arrays_of_the_calls_size(linear):
         linear.main(x, out=np.empty((3, 3), np.float32))
 
 
+def test_a_profile_runs_at_the_calls_sizes(linear):
+    x = np.ones((300, 4), np.float32)
+    profile = linear.profile("main", x, calls=3)
+    assert [k.name for k in profile.kernels] == ["rows_matmul", "rows_relu"]
+    assert [k.nbytes for k in profile.kernels] == [300 * 16 + 48 + 300 * 12, 2 * 300 * 12]
+
+
 def test_a_huge_batch_is_refused_before_anything_is_allocated(linear, monkeypatch):
     def no(*args, **kwargs):
         raise AssertionError("allocated")

@@ -231,11 +231,18 @@ class _Sizes:
 
     def tag64(self, d: Dim) -> int:
         """A 64-bit size field's value: the number, or TAG64 | the expression's index."""
-        return d if isinstance(d, int) else L.TAG64 | self._index(d)
+        return self._number(d, L.TAG64) if isinstance(d, int) else L.TAG64 | self._index(d)
 
     def tag32(self, d: Dim) -> int:
         """A 32-bit launch geometry field's value: the number, or TAG32 | the index."""
-        return d if isinstance(d, int) else L.TAG32 | self._index(d)
+        return self._number(d, L.TAG32) if isinstance(d, int) else L.TAG32 | self._index(d)
+
+    def _number(self, d: int, tag: int) -> int:
+        """A number that version 6 would read as an expression's tag is no size it holds."""
+        if self.module.version >= 6 and d >= tag:
+            raise FormatError(f"size {d} does not fit its field in version 6, whose top bit "
+                              "marks an expression")
+        return d
 
     def build(self) -> bytes:
         symbols = b"".join(L.SizeSymbol.build(dict(name=_name(s.name, "size symbol"), lo=s.lo,

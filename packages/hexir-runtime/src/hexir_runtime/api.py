@@ -457,8 +457,8 @@ class Module:
         """Time `calls` calls of `entry` kernel by kernel (`hexir_runtime.profile`): each
         kernel's median time, share of the call, GFLOP/s and GB/s against the machine's
         peaks, and the runtime's own overhead per call; `str()` of it is a table."""
-        plan = self._plan(entry)
-        return profile(self, entry, check_inputs(plan, arrange(plan, _given(inputs))), calls)
+        self._plan(entry)
+        return profile(self, entry, self._entries[entry].check_inputs(*inputs), calls)
 
     @property
     def cpu_threads(self) -> int:
