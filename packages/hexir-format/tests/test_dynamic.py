@@ -272,3 +272,31 @@ def test_the_signature_and_the_allocation_are_symbolic():
     assert plan.signature.named() == ("(ids: batchxseqxi64, mask: batchx(past + seq)xi1) -> "
                                       "(ids: batchxseqxi64, mask: batchx(past + seq)xi1)")
     assert plan.alloc_bytes == 8 * batch * seq + 2 * batch * (past + seq)
+
+
+def _words(data: bytes) -> list[int]:
+    """The offsets of the sizes section's words. `linear()`'s programs: 12 * batch (ALLOC's
+    bytes: CONST 12 SYM 0 MUL, words 0-4), batch (5-6), ceildiv(3 * batch, 128) (the grid:
+    CONST 3 SYM 0 MUL CONST 128 CEILDIV, 7-14)."""
+    return [r.offset for r in records.records(data) if r.kind == "word"]
+
+
+def test_the_validator_refuses_damaged_expressions_by_their_bounds():
+    data = hf.build(linear())
+    words = _words(data)
+    negative = _patch(data, words[1], "<q", -12)  # ALLOC's bytes: -12 * batch
+    with pytest.raises(hf.ValidationError, match=r"command 2 \(alloc\), bytes: '-12 \* batch' "
+                                                 r"can be -768"):
+        hf.validate.check(hf.parse(negative))
+    wide = _patch(data, _field(data, "size_symbol", "hi"), "<Q", 2**40)  # the grid outgrows
+    with pytest.raises(hf.ValidationError, match=r"grid: launch grid \(ceildiv\(3 \* batch, "
+                                                 r"128\), 1, 1\), ranging over"):
+        hf.validate.check(hf.parse(wide))
+    # the grid's divisor 128 made `batch`, whose range then starts at 0
+    divisor = _patch(_patch(data, words[12], "<q", int(dims.Opcode.SYM)), words[13], "<q", 0)
+    hf.validate.check(hf.parse(divisor))  # batch >= 1: a divisor that is never 0
+    zero = _patch(divisor, _field(data, "size_symbol", "lo"), "<Q", 0)
+    with pytest.raises(hf.ValidationError, match=r"grid_x: 'ceildiv\(3 \* batch, batch\)' may "
+                                                 r"divide by zero: its divisor ranges over "
+                                                 r"\[0, 64\]"):
+        hf.validate.check(hf.parse(zero))

@@ -138,3 +138,25 @@ def test_the_api_and_the_command_line_show_symbolic_shapes(tmp_path):
     out, err = io.StringIO(), io.StringIO()
     assert hexir_run([str(path), f"--input=@{tmp_path / 'x.npz'}"], out, err) == 0, err
     assert "result[0] y: 5x3xf32" in out.getvalue()
+
+
+def test_prepare_and_check_inputs_of_a_dynamic_entry(linear):
+    assert linear.prepare("main") is linear.main  # kernels loaded, no program yet
+    assert linear.cache_info == (0, 0, 0)
+    (x,) = linear.main.check_inputs([[1, 2, 3, 4]])  # a list, converted at its sizes
+    assert x.shape == (1, 4) and x.dtype == np.float32
+
+
+def test_calls_of_several_sizes_from_several_threads(linear, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(sizes, "CACHED_BINDINGS", 2)  # bindings dropped while others run
+
+    def call(n: int) -> bool:
+        x = np.full((n, 4), n / 7, np.float32)
+        return np.allclose(linear.main(x), reference(x), rtol=1e-6, atol=1e-6)
+
+    with ThreadPoolExecutor(4) as pool:
+        assert all(pool.map(call, [1 + i % 5 for i in range(200)]))
+    hits, misses, kept = linear.cache_info
+    assert hits + misses == 200 and kept == 2
