@@ -546,7 +546,10 @@ def _tensor_type(t: _Record, where: str, fmt: L.Format, sizes: _Sizes) -> Tensor
     if any(t.dims[t.rank:]):
         raise FormatError(f"{where}: dimensions past rank {t.rank} at offset {t.at('dims')} are "
                           "not zero", field="dims", offset=t.at("dims"))
-    shape = tuple(sizes.dim64(d, "dims", t.at("dims"), where, fmt) for d in t.dims[:t.rank])
+    raw: list[int] = t.dims[:t.rank]
+    shape: tuple[Dim, ...] = tuple(raw)
+    if fmt.number >= 6 and any(d & L.TAG64 for d in raw):  # (ints: the common case)
+        shape = tuple(sizes.dim64(d, "dims", t.at("dims"), where, fmt) for d in raw)
     if all(type(d) is int for d in shape) and \
             math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_BYTES:  # type: ignore
         raise FormatError(f"{where}: dimensions {list(shape)} at offset {t.at('dims')} span more "
