@@ -28,6 +28,7 @@ from hexir_format import (
 )
 from hexir_format import layout as L
 from hexir_format.model import VERSIONS
+from test_dynamic import linear
 
 
 def _v4() -> bytes:
@@ -72,6 +73,7 @@ SOURCES = {
     "v5": lambda: (FIXTURES / "builtin-cuda.hxb").read_bytes(),
     "v6": _v6_names,
     "v6-host": lambda: (FIXTURES / "builtin-cpu.hxb").read_bytes(),
+    "v6-sizes": lambda: hf.build(linear()),  # a dynamic module: sizes section, tagged fields
 }
 
 
@@ -96,6 +98,8 @@ def _hostile(data: bytes, field: records.Field) -> list[tuple[int, bytes]]:
     top = (1 << 8 * field.width) - 1
     values = {0, 1, 2, 5, 7, 64, top, top >> 1, (value + 1) & top, (value - 1) & top,
               value ^ 0x80, value + 8 & top}
+    if field.format[-1].islower():  # a signed field (a program's word): the same bits
+        values = {v - (top + 1) if v > top >> 1 else v for v in values}
     return [(field.offset, struct.pack(field.format, v)) for v in sorted(values - {value})]
 
 
@@ -151,6 +155,12 @@ _V5 = _HEADER | _SECTIONS | _SYMBOL | _COMMAND | _EXECUTABLE | _V4_EXECUTABLE | 
     ("symbol", "reserved"), ("executable", "cpu_level"), ("executable", "reserved"),
     ("command", "argc")}
 
+_SIZES = {("sizes", "reserved"), ("sizes", "symbol_count"), ("size_symbol", "name"),
+          ("size_symbol", "lo"), ("size_symbol", "hi"), ("program_entry", "offset"),
+          ("operand", "executable"), ("operand", "symbol"), ("argument", "dims"),
+          ("slot", "dims"), ("executable", "grid_x"), ("executable", "block_x"),
+          ("command", "bytes")}
+
 #: What each source's damage must have checked: every field the reader refuses a value of.
 COVERED = {
     "v3": _HEADER | _SECTIONS | _SYMBOL | _COMMAND | _EXECUTABLE | {
@@ -161,6 +171,7 @@ COVERED = {
     "v5": _V5 | _PLAN,
     "v6": (_V5 - {("symbol", "reserved")}) | {("symbol", "cpu_level")} | _NAMES | _PLAN,
     "v6-host": (_V5 - {("symbol", "reserved")}) | {("symbol", "cpu_level")} | _PLAN,
+    "v6-sizes": _SIZES,
 }
 
 

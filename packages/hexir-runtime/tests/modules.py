@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 
 import hexir_format as hf
-from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Slot
+from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Slot, dims
 from hexir_format import TensorType as T
+from hexir_format.model import Symbol
 
 CPU, CUDA = Device.CPU, Device.CUDA
 F32, F64 = DType.F32, DType.F64
@@ -223,6 +224,64 @@ def named_io(names: tuple[tuple[str, ...], tuple[str, ...]] = (
         Command.output(1, 0), Command.output(2, 1), Command.output(3, 2)), *names)
     plain = Function("plain", (Command.input(4, 0), Command.output(4, 0)))
     return hf.Module(5, (main, plain), OFFSETS.tobytes(), (), slots)
+
+
+HOST = Path(__file__).resolve().parent / "fixtures" / "host"
+W43 = (np.arange(12, dtype=np.float32).reshape(4, 3) - 5) / 4
+BATCH = dims.Expr.symbol("batch")
+
+
+def dynamic_linear(hi: int = 2**40) -> hf.Module:
+    """v6, dynamic: `main(x: batchx4xf32) -> (y: batchx3xf32)`, y = relu(x . W43), batch in
+    1..`hi`: two compiled cpu kernels (fixtures/host/rows_matmul.o, rows_relu.o) over the
+    rows, each told `batch` as an int64 after its buffers, its grid `batch` rows."""
+    x, w, h = T(F32, (BATCH, 4)), T(F32, (4, 3)), T(F32, (BATCH, 3))
+    exes = tuple(Executable(name, kind, CPU, args, image=(HOST / f"{name}.o").read_bytes(),
+                            grid=(BATCH, 1, 1), block=(1, 1, 1), cpu_level=3, operands=(0,))
+                 for name, kind, args in (("rows_matmul", KernelKind.MATMUL, (x, w, h)),
+                                          ("rows_relu", KernelKind.RELU, (h, h))))
+    main = Function("main", (
+        Command.input(0, 0), Command.const(1, 0, W43.nbytes), Command.alloc(2, h.nbytes),
+        Command.dispatch(0, (0, 1, 2)), Command.alloc(3, h.nbytes), Command.dispatch(1, (2, 3)),
+        Command.output(3, 0)), ("x",), ("y",))
+    return hf.Module(6, (main,), W43.tobytes(), exes, tuple(Slot(CPU, t) for t in (x, w, h, h)),
+                     symbols=(Symbol("batch", 1, hi),))
+
+
+def dynamic_cache() -> hf.Module:
+    """v6, dynamic, no kernels: `main(ids: batchxseqxi64, mask: batchx(past + seq)xi1) ->
+    (mask, ids)`, `past` solved from the mask once `seq` is known from the ids."""
+    batch, past, seq = (dims.Expr.symbol(n) for n in ("batch", "past", "seq"))
+    ids, mask = T(I64, (batch, seq)), T(BOOL, (batch, past + seq))
+    main = Function("main", (Command.input(0, 0), Command.input(1, 1), Command.copy(2, 1),
+                             Command.output(2, 0), Command.output(0, 1)),
+                    ("ids", "mask"), ("mask", "ids"))
+    return hf.Module(6, (main,), b"", (), tuple(Slot(CPU, t) for t in (ids, mask, mask)),
+                     symbols=(Symbol("batch", 1, 64), Symbol("past", 0, 4096),
+                              Symbol("seq", 1, 512)))
+
+
+def ptx_relu_rows(name: str, width: int, dtype: DType) -> bytes:
+    """out[i] = max(x[i], 0) for i < batch * `width`, `batch` the kernel's last parameter
+    (a dynamic module's size operand)."""
+    ptx = ptx_relu(name, 0, dtype).decode()
+    ptx = ptx.replace(".param .u64 out)", ".param .u64 out, .param .u64 batch)")
+    count = (f"    ld.param.u64 %rd9, [batch];\n    cvt.u32.u64 %r6, %rd9;\n"
+             f"    mul.lo.u32 %r7, %r6, {width};\n    setp.ge.u32 %p1, %r4, %r7;")
+    return ptx.replace("    setp.ge.u32 %p1, %r4, 0;", count).encode()
+
+
+def dynamic_relu_cuda() -> hf.Module:
+    """v6, dynamic, on cuda: `main(x: batchx3xf32) -> (y: batchx3xf32)`, y = relu(x), one
+    thread per element, `ceildiv(3 * batch, 128)` blocks, the kernel told `batch`."""
+    t = T(F32, (BATCH, 3))
+    exe = Executable("relu_rows", KernelKind.RELU, CUDA, (t, t), (),
+                     ptx_relu_rows("relu_rows", 3, F32), (dims.ceildiv(3 * BATCH, BLOCK), 1, 1),
+                     (BLOCK, 1, 1), operands=(0,))
+    main = Function("main", (Command.input(0, 0), Command.alloc(1, t.nbytes),
+                             Command.dispatch(0, (0, 1)), Command.output(1, 0)), ("x",), ("y",))
+    return hf.Module(6, (main,), b"", (exe,), (Slot(CUDA, t), Slot(CUDA, t)),
+                     symbols=(Symbol("batch", 1, 4096),))
 
 
 def write(directory: Path, name: str, module: hf.Module) -> Path:

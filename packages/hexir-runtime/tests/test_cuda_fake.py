@@ -204,3 +204,21 @@ def test_a_kernel_argument_off_the_16_byte_promise_is_refused_before_any_launch(
         device.release(whole)
     finally:
         device.close()
+
+
+def test_a_dynamic_module_launches_each_binding_with_its_sizes_and_graph(tmp_path):
+    """The kernel gets `batch` after its buffers and a grid evaluated for the call; each
+    binding has its own program, captured as its own graph once and replayed after."""
+    m, fake = load(tmp_path, modules.dynamic_relu_cuda())
+    rng = np.random.default_rng(1)
+    with m:
+        for n in (2, 50, 2, 50, 2):
+            x = rng.standard_normal((n, 3)).astype(np.float32)
+            np.testing.assert_array_equal(m.main(x), np.maximum(x, 0))
+        assert m.cache_info == (3, 2, 2)
+    c = fake.calls
+    assert c["cuLaunchKernel"] == 2 and c["cuGraphLaunch"] == 5  # one capture per binding
+    # every run (a graph replays its launch): the geometry and `batch` of its call's sizes
+    geometries = [(geometry, addresses[2:]) for _, geometry, addresses in fake.launches]
+    small, large = ((1, 1, 1, 128, 1, 1), (2,)), ((2, 1, 1, 128, 1, 1), (50,))
+    assert geometries == [small, large, small, large, small]

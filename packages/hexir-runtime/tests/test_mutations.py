@@ -1,11 +1,13 @@
 """The damage campaign: every field of every kind of module, set to hostile values.
 
-For each fixture (the seed's v3 file, the v4 test modules, the compiler's v5 and v6 modules) the
-field map lists every header, section-table, symbol, command-operand, executable, argument
-type, param and slot field, at its offset, from the layout's own declarations. Each field in
-turn, and then fixed-seed pairs of fields, gets hostile values (0, 1, off by one, the
-largest values of its width, ...), and every truncation of one module per version is tried,
-with a fixed-seed sample of byte flips. Each mutant must be, for the API:
+For each fixture (the seed's v3 file, the v4 test modules, the compiler's v5 and v6 modules, a
+dynamic v6 module) the field map lists every header, section-table, symbol, command-operand,
+executable, argument type, param and slot field, and a dynamic module's sizes section (its
+header, size symbols, program entries and program words), at its offset, from the layout's
+own declarations. Each field in turn, and then fixed-seed pairs of fields, gets hostile
+values (0, 1, off by one, the largest values of its width, ...), and every truncation of
+one module per version is tried, with a fixed-seed sample of byte flips. Each mutant must
+be, for the API:
 
 - refused with one line (a `HexirError`, no traceback), or
 - run, with the original module's answer on the same inputs, unless the damage explains a
@@ -16,7 +18,10 @@ with a fixed-seed sample of byte flips. Each mutant must be, for the API:
 
 And hxb-dump must agree: it calls a mutant damaged exactly when hexir-format's validator
 (the runtime's) does, and it lists every mutant it does not refuse. A mutation inside a
-kernel's code (an image) is parsed and validated but not run: code is trusted, as documented.
+kernel's code (an image) is parsed and validated but not run: code is trusted, as documented;
+so is a kernel's list of size operands (the sizes section's operand entries), which is part of
+its code's calling convention and which nothing in an image can be checked against. A
+dynamic module runs with each symbol at 3 (within its range).
 The CLI (`hexir-run`) is checked on a sample: exit 0 or 1, one stderr line, no traceback.
 """
 
@@ -27,7 +32,7 @@ import os
 import random
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pytest
@@ -43,7 +48,7 @@ examine = pytest.importorskip("hxb_dump.examine")
 RUNTIME_FIXTURES = FIXTURES.parent / "packages" / "hexir-runtime" / "tests" / "fixtures"
 SOURCES = [FIXTURES / "builtin.hxb", RUNTIME_FIXTURES / "v4-mlp.hxb",
            FIXTURES / "builtin-cpu.hxb", FIXTURES / "linear-relu.hxb",
-           FIXTURES / "transformer_block-f32.hxb"]
+           FIXTURES / "transformer_block-f32.hxb", RUNTIME_FIXTURES / "v6-dynamic.hxb"]
 CAP = 1 << 26  # 64 MiB per run: a damaged size that is legal but huge stays cheap
 # Fields tried per module: all of them, but a fixed-seed sample of the transformer's 2,300
 # (each of its runs takes ~0.1 s); the longer campaign (`HEXIR_MUTATIONS=all`) takes all.
@@ -74,7 +79,10 @@ def rewires(version: int, op: hf.Op, operand: str) -> bool:
 
 # The records the campaign damages: every fixed one but the optional names and plan sections'.
 DAMAGED = {"header", "section", "symbol", "command", "executables", "executable", "argument",
-           "param", "slot"}
+           "param", "slot", "sizes", "size_symbol", "program_entry", "word"}
+#: A dynamic module's records that are part of a kernel's calling convention: validated,
+#: never run (as code is).
+CONVENTION = {"operand"}
 
 
 def field_map(data: bytes) -> list[Field]:
@@ -86,6 +94,8 @@ def field_map(data: bytes) -> list[Field]:
             fields, images = fields + images, []
         if record.kind in DAMAGED:
             fields += record_fields(module, record)
+        if record.kind in CONVENTION:
+            fields += [replace(f, code=True) for f in record_fields(module, record)]
         if record.kind == "executable" and record.values.image_size:
             start = exes_offset(module) + record.values.image_offset
             images = [Field(f"{record.label}.image+{k}", start + k, 2, code=True)
@@ -146,10 +156,17 @@ def write(data: bytearray, field: Field, value: int | float) -> None:
     struct.pack_into(fmt, data, field.offset, value)
 
 
+def input_types(module: hr.Module, entry: hr.EntryPoint) -> list[hf.TensorType]:
+    """The entry's input types; a dynamic module's with each symbol at 3 (or the nearest
+    value its range allows)."""
+    env = {s.name: min(max(3, s.lo), s.hi) for s in module.symbols}
+    return [t.evaluate(env) for t in entry.signature.inputs]
+
+
 def inputs_of(module: hr.Module) -> dict[str, list[np.ndarray]]:
     rng = np.random.default_rng(7)
     return {name: [rng.standard_normal(t.shape).astype(t.dtype.numpy)
-                   for t in entry.signature.inputs]
+                   for t in input_types(module, entry)]
             for name, entry in module.entry_points.items()}
 
 
@@ -166,9 +183,12 @@ def answer(data: bytes, inputs: dict[str, list[np.ndarray]] | None, *, run: bool
             for name, entry in m.entry_points.items():
                 args = list((inputs or {}).values())[len(got)] if inputs and len(got) < len(
                     inputs) else None
-                if args is None or [(a.shape, a.dtype) for a in args] != \
-                        [(t.shape, np.dtype(t.dtype.numpy)) for t in entry.signature.inputs]:
-                    args = [np.ones(t.shape, t.dtype.numpy) for t in entry.signature.inputs]
+                want = entry.signature.inputs  # a dynamic one's: the sizes as given
+                if args is None or len(args) != len(want) or any(
+                        a.dtype != np.dtype(t.dtype.numpy) or a.ndim != t.rank or
+                        (t.is_static and a.shape != t.shape)
+                        for a, t in zip(args, want, strict=True)):
+                    args = [np.ones(t.shape, t.dtype.numpy) for t in input_types(m, entry)]
                 run_ = m.execute(name, args)
                 got[name] = (run_.outputs, run_.printed)
             return "ran", got
@@ -258,7 +278,8 @@ def test_pairs_of_fields(tmp_path, source):
 
 
 @pytest.mark.parametrize("source", [FIXTURES / "builtin.hxb", RUNTIME_FIXTURES / "v4-mlp.hxb",
-                                    FIXTURES / "builtin-cpu.hxb"], ids=lambda p: p.name)
+                                    FIXTURES / "builtin-cpu.hxb",
+                                    RUNTIME_FIXTURES / "v6-dynamic.hxb"], ids=lambda p: p.name)
 def test_every_truncation_is_refused_in_one_line(source):
     data = source.read_bytes()
     for length in range(len(data)):

@@ -1,9 +1,10 @@
-"""Version 4 and 5 modules for hxb-dump's tests, built with hexir_format's typed model.
+"""Version 4, 5 and 6 modules for hxb-dump's tests, built with hexir_format's typed model.
 
 The checked-in fixtures hold what the compiler writes; these hold what a listing must cover
 that the fixtures may not: every command, f32 and f64 constants, params of every kind,
 device images of each flavour (small blobs with real headers, not compiled kernels), and
-version 5's names and integer and boolean types.
+version 5's names and integer and boolean types, version 6's size symbols (a dynamic
+module).
 
 pytest imports this module; lit runs it: `python dump_samples.py NAME OUT.hxb`.
 """
@@ -15,8 +16,19 @@ import sys
 from pathlib import Path
 
 import hexir_format as hf
-from hexir_format import Command, Device, DType, Executable, Function, KernelKind, Module, Slot
+from hexir_format import (
+    Command,
+    Device,
+    DType,
+    Executable,
+    Function,
+    KernelKind,
+    Module,
+    Slot,
+    dims,
+)
 from hexir_format import TensorType as T
+from hexir_format.model import Symbol
 
 FIXTURES = Path(__file__).resolve().parents[3] / "fixtures"  # the repository's fixtures/
 BUILTIN = FIXTURES / "builtin.hxb"
@@ -181,6 +193,24 @@ def named() -> Module:
     return Module(5, (main, plain), rodata, (exe,), slots)
 
 
+def dynamic() -> Module:
+    """Version 6, dynamic: `main(ids: batchxseqxf32, cache: batchx(past + seq)xf32) ->
+    (y: batchx(past + seq)xf32)`, a cuda add of one thread per element told `batch` and the
+    width, its grid `ceildiv(...)` blocks."""
+    batch, past, seq = (dims.Expr.symbol(n) for n in ("batch", "past", "seq"))
+    x, c = T(F32, (batch, seq)), T(F32, (batch, past + seq))
+    elements = batch * (past + seq)
+    slots = (Slot(CUDA, x), Slot(CUDA, c), Slot(CUDA, c))
+    main = Function("main", (
+        Command.input(0, 0), Command.input(1, 1), Command.alloc(2, c.nbytes),
+        Command.dispatch(0, (1, 1, 2)), Command.output(2, 0)), ("ids", "cache"), ("y",))
+    exe = Executable("linear_0", KernelKind.ADD, CUDA, (c, c, c), (), PTX,
+                     (dims.ceildiv(elements, 256), 1, 1), (256, 1, 1), operands=(0, 1, 2))
+    return Module(6, (main,), b"", (exe,), slots,
+                  symbols=(Symbol("batch", 1, 64), Symbol("past", 0, 2048),
+                           Symbol("seq", 1, 2048)))
+
+
 def one_kernel(image: bytes | None, device: Device = CUDA) -> Module:
     """A 2x2 f32 matmul `linear_0` carrying `image` (launched 1 x 4 threads when it has one)."""
     t = T(F32, (2, 2))
@@ -189,7 +219,7 @@ def one_kernel(image: bytes | None, device: Device = CUDA) -> Module:
     return Module(4, (Function("main", ()),), b"", (exe,), ())
 
 
-MODULES = {"mlp": mlp, "kernels": kernels, "small": small, "named": named}
+MODULES = {"mlp": mlp, "kernels": kernels, "small": small, "named": named, "dynamic": dynamic}
 
 
 def main(argv: list[str]) -> None:

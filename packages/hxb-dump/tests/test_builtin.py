@@ -73,10 +73,10 @@ def test_json_has_the_same_facts(dump):
         "index": 0, "name": "linear_0", "kind": "matmul", "device": "cpu",
         "args": ["2x2xf64", "2x2xf64", "2x2xf64"], "params": {}, "raw_params": [],
         "extents": {"m": 2, "n": 2, "k": 2, "elem_size": 8}, "image": None,
-        "grid": [0, 0], "block": [0, 0],
+        "grid": [0, 0], "block": [0, 0], "operands": [],
     }
     assert "error" not in facts
-    assert facts["slots"] == []
+    assert facts["slots"] == [] and facts["symbols"] == []
 
 
 def test_json_leaves_values_out_unless_asked(dump):

@@ -197,7 +197,8 @@ _SLOT_OPERANDS = frozenset({"slot", "dst", "src"})
 def _renumbered(command: hf.Command, base: int, kernels: list[int]) -> hf.Command:
     """`command` with its slots moved up by `base` and its executable renumbered."""
     names = hf.OPERAND_NAMES[command.op]
-    operands = [base + v if n in _SLOT_OPERANDS else kernels[v] if n == "executable" else v
+    operands = [base + v if n in _SLOT_OPERANDS else kernels[v]  # type: ignore[index]
+                if n == "executable" else v  # (an executable's index is an int)
                 for n, v in zip(names, command.operands, strict=False)]
     operands += [base + v for v in command.operands[len(names):]]
     return hf.Command(command.op, tuple(operands))
@@ -449,7 +450,7 @@ class _Writer:
         ttype = tensor_type(op.results[0].type)
         dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")
         # The buffer protocol gives the elements (a splat's too, repeated) without a Python loop.
-        data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.shape)
+        data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.static_shape)
         # (a view with a 0 in its shape cannot be cast; the buffer protocol: no bytes copy)
         offset = self.rodata.add(np.ascontiguousarray(data).data.cast("B") if data.size
                                  else memoryview(b""), value)
@@ -470,11 +471,12 @@ class _Writer:
 
     def _print(self, op: ir.Operation, slot_of: dict) -> hf.Command:
         slot = self._slot(op, op.operands[0], slot_of)
-        shape = tensor_type(op.operands[0].type).shape
-        if not symbolic.is_static(shape):
+        t = tensor_type(op.operands[0].type)
+        if not t.is_static:
             raise SerializeError("hexir.print takes a tensor of static shape (PRINT's rows and "
                                  f"columns are numbers), found {op.operands[0].type}",
                                  op.location)
+        shape = t.static_shape
         cols = shape[-1] if shape else 1
         rows = math.prod(shape[:-1]) if shape else 1
         return hf.Command.print(slot, rows, cols)

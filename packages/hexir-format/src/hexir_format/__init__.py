@@ -31,6 +31,7 @@ from hexir_format.model import (
     Section,
     SectionKind,
     Slot,
+    Symbol,
     TensorType,
 )
 from hexir_format.reader import parse, parse_layout
@@ -43,6 +44,6 @@ __all__ = [
     "V3_OPS", "V4_DTYPES",
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
-    "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",
+    "Symbol", "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",
     "parse_layout", "plan", "printable", "signature_problem", "validate", "write",
 ]

@@ -21,6 +21,7 @@ from construct import (
     Construct,
     Float64l,
     Int32ul,
+    Int64sl,
     Int64ul,
     Struct,
     this,
@@ -151,6 +152,43 @@ PlanEntry = Struct(
 # level (`model.Function.cpu_level`).
 SymbolV6 = Struct(*Symbol.subcons[:-1], "cpu_level" / Int32ul)
 
+# Version 6's optional sizes section, a dynamic module's: this header; `symbol_count` size
+# symbols; `program_count` program entries, each placing one expression program (a postfix
+# program of `ProgramWord`s, `dims.encode`) in the words that follow, back to back in entry
+# order (`offset` in bytes from the section's start); `operand_count` operand entries, ordered
+# by executable, each giving one symbol an executable receives (in order, as int64 arguments
+# after its buffers, `model.Executable.operands`); then the programs' words.
+SizesHeader = Struct(
+    "symbol_count" / Int32ul,
+    "program_count" / Int32ul,
+    "operand_count" / Int32ul,
+    "reserved" / Int32ul,
+)
+
+SizeSymbol = Struct(
+    "name" / Bytes(NAME_BYTES),
+    "lo" / Int64ul,  # the inclusive range of values a call may give it
+    "hi" / Int64ul,
+)
+
+ProgramEntry = Struct(
+    "offset" / Int32ul,
+    "words" / Int32ul,
+)
+
+OperandEntry = Struct(
+    "executable" / Int32ul,
+    "symbol" / Int32ul,
+)
+
+ProgramWord = Int64sl  # an opcode, or an immediate (a CONST's value may be negative)
+
+# A size field that holds "expression #k of the sizes section" (version 6) rather than a
+# number: the field's top bit set, k in the bits below. Tensor dimensions and ALLOC's bytes
+# (64-bit) use TAG64, the launch geometry (32-bit grid_* and block_*) TAG32; no static value
+# of those fields can set the bit (MAX_BYTES < 2**63, every launch limit < 2**31).
+TAG64, TAG32 = 1 << 63, 1 << 31
+
 ALIGNMENT = 8
 
 
@@ -172,6 +210,7 @@ _V3_SECTIONS = (SectionKind.SYMBOLS, SectionKind.PROGRAM, SectionKind.RODATA,
                 SectionKind.EXECUTABLES)
 _V4_SECTIONS = (*_V3_SECTIONS, SectionKind.SLOTS)
 _V5_SECTIONS = frozenset({*_V4_SECTIONS, SectionKind.NAMES, SectionKind.PLAN})
+_V6_SECTIONS = frozenset({*_V5_SECTIONS, SectionKind.SIZES})
 _ALL_OPS, _ALL_DTYPES = frozenset(Op), frozenset(DType)
 
 #: Every version the reader accepts (`model.VERSIONS`), by number.
@@ -181,7 +220,7 @@ FORMATS = {
     4: Format(4, Symbol, ExecutableV4, frozenset(_V4_SECTIONS), _V4_SECTIONS, _ALL_OPS,
                V4_DTYPES),
     5: Format(5, Symbol, ExecutableV5, _V5_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES),
-    6: Format(6, SymbolV6, ExecutableV5, _V5_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES),
+    6: Format(6, SymbolV6, ExecutableV5, _V6_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES),
 }
 #: The executable entry of each version (the writer's and the tools' shorthand).
 EXECUTABLE = {n: v.executable for n, v in FORMATS.items()}

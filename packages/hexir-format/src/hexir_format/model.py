@@ -8,8 +8,13 @@ model compares them by content.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import IntEnum
+from typing import Any
+
+from hexir_format import dims
+from hexir_format.dims import Dim
 
 MAGIC = b"HEXIRMOD"
 VERSIONS = (3, 4, 5, 6)
@@ -31,6 +36,8 @@ MAX_BYTES = 2**63 - 1
 MAX_BLOCK_THREADS = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
 MAX_BLOCK = (1024, 1024, 64)
+#: The largest value a size symbol's range may reach (`Symbol.hi`).
+MAX_SYMBOL = 2**62
 
 
 class Device(IntEnum):
@@ -101,6 +108,7 @@ class SectionKind(IntEnum):
     SLOTS = 5
     NAMES = 6  # version 5, optional: the names of entry points' inputs and outputs
     PLAN = 7  # version 5, optional: each intermediate's offset in its device's arena
+    SIZES = 8  # version 6, optional: a dynamic module's size symbols and expression programs
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -191,36 +199,121 @@ V3_KINDS = frozenset({KernelKind.MATMUL, KernelKind.ADD, KernelKind.RELU})
 
 
 @dataclass(frozen=True)
+class Symbol:
+    """A size symbol of a dynamic module (version 6): a name its dimensions use and the
+    inclusive range of values a call may give it, 0 <= lo <= hi <= MAX_SYMBOL."""
+
+    name: str
+    lo: int
+    hi: int
+
+    def __str__(self) -> str:
+        return f"{self.name} in {self.lo}..{self.hi}"
+
+
+def render_dim(d: Dim) -> str:
+    """A dimension as a tensor type spells it: `16`, `batch`, or an expression (or a symbol
+    whose name holds an `x`, which separates dimensions) in parentheses: `(past + seq)`."""
+    if isinstance(d, int):
+        return str(d)
+    text = dims.render(d)
+    return text if text.isidentifier() and "x" not in text else f"({text})"
+
+
+@dataclass(frozen=True)
 class TensorType:
+    """An element type and a shape; a dimension is an int, or (version 6, a dynamic module)
+    a `dims.Expr` over the module's size symbols. A constant expression is always an int
+    (the `dims` algebra folds it), so a static type compares equal however it was built."""
+
     dtype: DType
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
 
     @property
     def rank(self) -> int:
         return len(self.shape)
 
     @property
-    def size(self) -> int:
-        return math.prod(self.shape)
+    def is_static(self) -> bool:
+        return all(type(d) is int for d in self.shape)
 
     @property
-    def nbytes(self) -> int:
-        return self.size * self.dtype.itemsize
+    def size(self) -> Dim:
+        if self.is_static:
+            return math.prod(self.static_shape)
+        total: Dim = 1
+        for d in self.shape:
+            total = dims.mul(total, d)
+        return total
+
+    @property
+    def nbytes(self) -> Dim:
+        size = self.size
+        return size * self.dtype.itemsize if isinstance(size, int) else \
+            dims.mul(size, self.dtype.itemsize)
+
+    @property
+    def static_shape(self) -> tuple[int, ...]:
+        """The shape of a static type, as ints: for what only ever sees static types (the
+        memory plan, the runtime once a call's sizes are bound); a ValueError otherwise."""
+        if not self.is_static:
+            raise ValueError(f"{self} is not a static type")
+        return self.shape  # type: ignore[return-value]  # every dimension an int, checked
+
+    @property
+    def static_nbytes(self) -> int:
+        """`nbytes` of a static type (as `static_shape`)."""
+        return math.prod(self.static_shape) * self.dtype.itemsize
+
+    def symbols(self) -> frozenset[str]:
+        """The size symbols the shape reads."""
+        return frozenset().union(*(dims.free_symbols(d) for d in self.shape))
+
+    def evaluate(self, env: Mapping[str, int]) -> TensorType:
+        """The static type for the symbols' values in `env` (checked int64 arithmetic: a
+        `dims.DimError` when a value does not fit)."""
+        if self.is_static:
+            return self
+        return TensorType(self.dtype, tuple(dims.evaluate(d, env) for d in self.shape))
 
     def __str__(self) -> str:
-        return "x".join([*(str(d) for d in self.shape), str(self.dtype)])
+        return "x".join([*(render_dim(d) for d in self.shape), str(self.dtype)])
 
     @classmethod
     def parse(cls, text: str) -> TensorType:
-        """`2x3xf32` (or `f64` for a scalar)."""
-        *dims, dtype = text.split("x")
-        try:
-            shape = tuple(int(d) for d in dims)
-        except ValueError:
-            raise ValueError(f"'{text}' is not a tensor type; expected e.g. 2x3xf32") from None
-        if any(d < 0 for d in shape):
-            raise ValueError(f"'{text}' has a negative dimension")
-        return cls(DType.from_name(dtype), shape)
+        """`2x3xf32` (or `f64` for a scalar); a dimension may be a symbol (`batchx3xf32`) or
+        an expression in parentheses (`(past + seq)x64xf32`), as `str` writes them."""
+        *parts, dtype = _split_dims(text)
+        shape: list[Dim] = []
+        for part in parts:
+            inner = part[1:-1] if part.startswith("(") and part.endswith(")") else part
+            try:
+                d = int(part) if part.strip().isdigit() else dims.parse(inner)
+            except dims.DimError:
+                raise ValueError(f"'{text}' is not a tensor type; expected e.g. 2x3xf32 or "
+                                 f"batchx3xf32 ('{part}' is not a dimension)") from None
+            if isinstance(d, int) and d < 0:
+                raise ValueError(f"'{text}' has a negative dimension")
+            shape.append(d)
+        return cls(DType.from_name(dtype), tuple(shape))
+
+
+def _split_dims(text: str) -> list[str]:
+    """`text` split at each `x` outside parentheses (an unbalanced one is a ValueError)."""
+    parts, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if depth < 0:
+            break
+        if ch == "x" and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth:
+        raise ValueError(f"'{text}' is not a tensor type: unbalanced parentheses")
+    parts.append(text[start:])
+    if any(not p for p in parts):
+        raise ValueError(f"'{text}' is not a tensor type; expected e.g. 2x3xf32")
+    return parts
 
 
 @dataclass(frozen=True)
@@ -233,10 +326,13 @@ class Slot:
 
 @dataclass(frozen=True)
 class Command:
-    op: Op
-    operands: tuple[int, ...] = ()
+    """A command and its operands, ints; ALLOC's `bytes` may be a `dims.Expr` in a dynamic
+    module (version 6)."""
 
-    def __getattr__(self, name: str) -> int:
+    op: Op
+    operands: tuple[Dim, ...] = ()
+
+    def __getattr__(self, name: str) -> Any:
         at = _OPERAND_AT.get((object.__getattribute__(self, "op"), name))
         operands = object.__getattribute__(self, "operands")
         if at is not None and at < len(operands):
@@ -246,14 +342,14 @@ class Command:
     @property
     def slots(self) -> tuple[int, ...]:
         """DISPATCH's argument slots (the last one is the destination)."""
-        return self.operands[2:] if self.op is Op.DISPATCH else ()
+        return self.operands[2:] if self.op is Op.DISPATCH else ()  # type: ignore[return-value]
 
     @classmethod
     def end(cls) -> Command:
         return cls(Op.END)
 
     @classmethod
-    def alloc(cls, slot: int, nbytes: int) -> Command:
+    def alloc(cls, slot: int, nbytes: Dim) -> Command:
         return cls(Op.ALLOC, (slot, nbytes))
 
     @classmethod
@@ -282,7 +378,7 @@ class Command:
 
     def __str__(self) -> str:
         names = OPERAND_NAMES[self.op]
-        parts = [f"{n}={v}" for n, v in zip(names, self.operands, strict=False)]
+        parts = [f"{n}={render_dim(v)}" for n, v in zip(names, self.operands, strict=False)]
         parts += [f"%{v}" for v in self.operands[len(names) :]]
         return " ".join([str(self.op), *parts])
 
@@ -322,6 +418,12 @@ class Executable:
     on cuda blocks and threads; on cpu grid x is the extent of the kernel's outermost parallel
     loop, which the runtime splits across threads, and block is (1, 1, 1). All zero when there
     is no image.
+
+    In a dynamic module (version 6) the argument types and the launch geometry may be
+    expressions over the module's size symbols, evaluated for each call's sizes; `operands`
+    are the indices (into `Module.symbols`) of the symbols whose values the kernel receives,
+    as int64 arguments after its buffers: on cpu `void kernel(void *buf0, ..., int64 s0, ...,
+    int64 lo, int64 hi)`, on cuda appended to the kernel parameters.
     """
 
     name: str
@@ -330,17 +432,18 @@ class Executable:
     args: tuple[TensorType, ...]
     params: tuple[float, ...] = ()
     image: bytes | memoryview | None = None
-    grid: tuple[int, int, int] = (0, 0, 0)
-    block: tuple[int, int, int] = (0, 0, 0)
+    grid: tuple[Dim, Dim, Dim] = (0, 0, 0)
+    block: tuple[Dim, Dim, Dim] = (0, 0, 0)
     cpu_level: int = 0  # v5 host image: the x86-64 level it needs (CPU_LEVELS); else 0
+    operands: tuple[int, ...] = ()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Executable):
             return NotImplemented
         mine = (self.name, self.kind, self.device, self.args, self.params, self.grid, self.block,
-                self.cpu_level)
+                self.cpu_level, self.operands)
         theirs = (other.name, other.kind, other.device, other.args, other.params, other.grid,
-                  other.block, other.cpu_level)
+                  other.block, other.cpu_level, other.operands)
         return mine == theirs and _payload_eq(self.image, other.image)
 
     def __hash__(self) -> int:
@@ -357,11 +460,12 @@ class Executable:
         args = self.args
         arity = self.kind.arity
         if self.kind not in V3_KINDS or arity is None or len(args) != arity + 1 or any(
-                t.rank != 2 or t.dtype is not args[-1].dtype for t in args):
+                t.rank != 2 or t.dtype is not args[-1].dtype or not t.is_static for t in args):
             return None
         (m, n), k = args[-1].shape, args[0].shape[1] if self.kind is KernelKind.MATMUL else 0
         want = [(m, k), (k, n), (m, n)] if self.kind is KernelKind.MATMUL else [(m, n)] * len(args)
-        return (m, n, k) if [t.shape for t in args] == want else None
+        found = (m, n, k) if [t.shape for t in args] == want else None
+        return found  # type: ignore[return-value]  # static, checked above
 
 
 @dataclass(frozen=True)
@@ -399,6 +503,10 @@ class Module:
     `placements` is the memory plan (version 5's plan section, `hexir_format.plan`): (slot,
     offset in its device's arena) for every intermediate, by slot; empty when the module has
     none, and the runtime then gives each intermediate a buffer of its own.
+
+    `symbols` (version 6) are a dynamic module's size symbols: every `dims.Expr` in it reads
+    only these. A module is dynamic iff it has any; it then has no memory plan (the runtime
+    plans each call's sizes).
     """
 
     version: int
@@ -408,13 +516,19 @@ class Module:
     slots: tuple[Slot, ...] = ()
     layout: Layout | None = field(default=None, repr=False)
     placements: tuple[tuple[int, int], ...] = ()
+    symbols: tuple[Symbol, ...] = ()
+
+    @property
+    def is_dynamic(self) -> bool:
+        return bool(self.symbols)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, Module):
             return NotImplemented
-        mine = (self.version, self.functions, self.executables, self.slots, self.placements)
+        mine = (self.version, self.functions, self.executables, self.slots, self.placements,
+                self.symbols)
         theirs = (other.version, other.functions, other.executables, other.slots,
-                  other.placements)
+                  other.placements, other.symbols)
         return mine == theirs and _payload_eq(self.rodata, other.rodata)
 
     def __hash__(self) -> int:

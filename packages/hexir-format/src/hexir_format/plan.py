@@ -128,7 +128,7 @@ def assign(commands: Sequence[Command], types: Mapping[int, TensorType],
     over = in_place(commands, types, devices, kinds, spans)
     for slot, span in sorted(spans.items(), key=lambda kv: (kv[1].first, kv[0])):
         held = [h for h in live.get(devices[slot], []) if h[2] >= span.first]
-        nbytes = types[slot].nbytes
+        nbytes = types[slot].static_nbytes
         if slot in over and over[slot] in offsets:
             offset = offsets[over[slot]]
             held = [h for h in held if h[3] != over[slot]]  # the input's bytes become ours
@@ -148,7 +148,8 @@ def arenas(offsets: Mapping[int, int], types: Mapping[int, TensorType],
     """Each device's arena size: the end of its furthest buffer."""
     found: dict[Device, int] = {}
     for slot, offset in offsets.items():
-        found[devices[slot]] = max(found.get(devices[slot], 0), offset + types[slot].nbytes)
+        found[devices[slot]] = max(found.get(devices[slot], 0),
+                                   offset + types[slot].static_nbytes)
     return found
 
 
@@ -159,7 +160,7 @@ def problem(commands: Sequence[Command], offsets: Mapping[int, int],
     with one live at the same time on its device but for an in-place pair exactly), or None."""
     spans = lifetimes(commands, kinds)
     over = in_place(commands, types, devices, kinds, spans)
-    sizes = {s: types[s].nbytes for s in spans}
+    sizes = {s: types[s].static_nbytes for s in spans}
     for slot in spans:
         if slot not in offsets:
             return f"slot {slot} is an intermediate of the entry but has no place in the plan"

@@ -21,7 +21,9 @@ from dataclasses import replace
 
 import construct
 
+from hexir_format import dims
 from hexir_format import layout as L
+from hexir_format.dims import Dim
 from hexir_format.errors import FormatError
 from hexir_format.model import (
     CPU_LEVELS,
@@ -29,6 +31,7 @@ from hexir_format.model import (
     MAX_BYTES,
     MAX_IO_NAME,
     MAX_RANK,
+    MAX_SYMBOL,
     NAME_BYTES,
     OPERAND_NAMES,
     V3_KINDS,
@@ -44,6 +47,7 @@ from hexir_format.model import (
     Section,
     SectionKind,
     Slot,
+    Symbol,
     TensorType,
 )
 
@@ -176,16 +180,134 @@ def parse(buf: Buffer) -> Module:
         assert found is not None  # _check_sections requires the kind
         return found
 
-    slots = _slots(fmt, *slot_section) if (slot_section := payload(SectionKind.SLOTS)) else ()
-    functions = _functions(fmt, required(SectionKind.SYMBOLS), required(SectionKind.PROGRAM))
-    executables = _executables(fmt, *required(SectionKind.EXECUTABLES))
+    sizes = _Sizes.read(*found) if (found := payload(SectionKind.SIZES)) else _Sizes()
+    slots = _slots(fmt, sizes, *slot_section) if (slot_section := payload(SectionKind.SLOTS)) \
+        else ()
+    functions = _functions(fmt, sizes, required(SectionKind.SYMBOLS),
+                           required(SectionKind.PROGRAM))
+    executables = sizes.operands(_executables(fmt, sizes, *required(SectionKind.EXECUTABLES)))
     rodata, _ = required(SectionKind.RODATA)
     if names := payload(SectionKind.NAMES):
         functions = _names(functions, *names)
     placements: tuple[tuple[int, int], ...] = ()
     if plan := payload(SectionKind.PLAN):
         placements = _placements(len(slots), *plan)
-    return Module(layout.version, functions, rodata, executables, slots, layout, placements)
+    return Module(layout.version, functions, rodata, executables, slots, layout, placements,
+                  sizes.symbols)
+
+
+class _Sizes:
+    """Version 6's sizes section: the size symbols, each expression program decoded, and the
+    executables' operands; `dim64` and `dim32` resolve a size field that names an expression
+    (`layout.TAG64`, `TAG32`). Empty for a module without one (a tagged field is then an
+    error: it names an expression of none)."""
+
+    def __init__(self) -> None:
+        self.symbols: tuple[Symbol, ...] = ()
+        self.programs: list[Dim] = []
+        self.entries: list[_Record] = []  # the operand entries, checked against executables
+
+    @classmethod
+    def read(cls, data: memoryview, base: int) -> _Sizes:
+        self = cls()
+        h = _read(L.SizesHeader, data, 0, base, "sizes")
+        _reserved("sizes", h)
+        sym, prog, op = L.size(L.SizeSymbol), L.size(L.ProgramEntry), L.size(L.OperandEntry)
+        start = L.size(L.SizesHeader) + h.symbol_count * sym + h.program_count * prog + \
+            h.operand_count * op
+        if start > len(data):
+            raise FormatError(f"sizes: {h.symbol_count} symbols, {h.program_count} programs and "
+                              f"{h.operand_count} operands (header at offset {base}) need "
+                              f"{start} bytes but the section has {len(data)}",
+                              field="symbol_count", offset=h.at("symbol_count"))
+        symbols: list[Symbol] = []
+        at = L.size(L.SizesHeader)
+        for n in range(h.symbol_count):
+            where = f"size symbol {n}"
+            e = _read(L.SizeSymbol, data, at + n * sym, base, where)
+            name = _name(e, where)
+            if not name.isidentifier() or name in (s.name for s in symbols):
+                raise FormatError(f"{where}: name '{name}' at offset {e.at('name')} is not an "
+                                  "identifier distinct from the other symbols", field="name",
+                                  offset=e.at("name"))
+            if e.hi > MAX_SYMBOL or e.lo > e.hi:
+                field = "hi" if e.hi > MAX_SYMBOL else "lo"
+                raise FormatError(f"{where} ({name}): range {e.lo}..{e.hi} at offset "
+                                  f"{e.at('lo')}; expected lo <= hi <= {MAX_SYMBOL}",
+                                  field=field, offset=e.at(field))
+            symbols.append(Symbol(name, e.lo, e.hi))
+        self.symbols = tuple(symbols)
+        names = [s.name for s in symbols]
+        at += h.symbol_count * sym
+        word = L.size(L.ProgramWord)
+        expected = start
+        for k in range(h.program_count):
+            where = f"sizes: program {k}"
+            e = _read(L.ProgramEntry, data, at + k * prog, base, where)
+            if e.offset != expected or not 0 < e.words <= dims.MAX_WORDS or \
+                    e.words * word > len(data) - expected:
+                raise FormatError(f"{where}: {e.words} words at section offset {e.offset} (entry "
+                                  f"at offset {e.start}); expected 1 to {dims.MAX_WORDS} words at "
+                                  f"{expected}, inside the section", field="offset",
+                                  offset=e.at("offset") if e.offset != expected else
+                                  e.at("words"))
+            words = construct.Array(e.words, L.ProgramWord).parse(
+                bytes(data[e.offset:e.offset + e.words * word]))
+            try:
+                self.programs.append(dims.decode(words, names))
+            except dims.DimError as error:
+                raise FormatError(f"{where} at offset {base + e.offset}: {error}",
+                                  field="program", offset=base + e.offset) from None
+            expected += e.words * word
+        at += h.program_count * prog
+        self.entries = [_read(L.OperandEntry, data, at + n * op, base, f"sizes: operand {n}")
+                        for n in range(h.operand_count)]
+        if expected != len(data):
+            raise FormatError(f"sizes: bytes {expected}..{len(data)} (offset {base + expected}) "
+                              "belong to no program", field="size", offset=base + expected)
+        return self
+
+    def _program(self, value: int, tag: int, field: str, at: int, where: str) -> Dim:
+        k = value & (tag - 1)
+        if k >= len(self.programs):
+            raise FormatError(f"{where}: {field} at offset {at} names expression #{k}, but the "
+                              f"module has {len(self.programs)} (its sizes section)",
+                              field=field, offset=at)
+        return self.programs[k]
+
+    def dim64(self, value: int, field: str, at: int, where: str, fmt: L.Format) -> Dim:
+        """A 64-bit size field (a tensor dimension, ALLOC's bytes), which lies at `at` and
+        errors call `field`, as a dimension."""
+        if fmt.number < 6 or not value & L.TAG64:
+            return value
+        return self._program(value, L.TAG64, field, at, where)
+
+    def dim32(self, value: int, field: str, at: int, where: str, fmt: L.Format) -> Dim:
+        """A 32-bit launch geometry field as a dimension."""
+        if fmt.number < 6 or not value & L.TAG32:
+            return value
+        return self._program(value, L.TAG32, field, at, where)
+
+    def operands(self, executables: tuple[Executable, ...]) -> tuple[Executable, ...]:
+        """The executables with their operands, each entry checked: an executable and a
+        symbol that exist, in executable order."""
+        taken: list[list[int]] = [[] for _ in executables]
+        previous = 0
+        for n, e in enumerate(self.entries):
+            where = f"sizes: operand {n}"
+            if not previous <= e.executable < len(executables):
+                raise FormatError(f"{where}: executable {e.executable} at offset "
+                                  f"{e.at('executable')} is not an executable from {previous} "
+                                  f"on (there are {len(executables)})", field="executable",
+                                  offset=e.at("executable"))
+            if e.symbol >= len(self.symbols):
+                raise FormatError(f"{where}: symbol {e.symbol} at offset {e.at('symbol')} is not "
+                                  f"a size symbol (there are {len(self.symbols)})",
+                                  field="symbol", offset=e.at("symbol"))
+            taken[e.executable].append(e.symbol)
+            previous = e.executable
+        return tuple(replace(exe, operands=tuple(ops)) if ops else exe
+                     for exe, ops in zip(executables, taken, strict=True))
 
 
 def _placements(slot_count: int, data: memoryview, base: int) -> tuple[tuple[int, int], ...]:
@@ -243,7 +365,8 @@ def _name(record: _Record, where: str) -> str:
                           offset=at) from None
 
 
-def _commands(fmt: L.Format, program: memoryview, base: int) -> list[tuple[int, Command]]:
+def _commands(fmt: L.Format, sizes: _Sizes, program: memoryview,
+              base: int) -> list[tuple[int, Command]]:
     """Every command of the program section with its offset inside the section: each one's
     header read first, so that its operand count is checked against the section before the
     whole `layout.Command` is read through it."""
@@ -273,7 +396,11 @@ def _commands(fmt: L.Format, program: memoryview, base: int) -> list[tuple[int, 
         stream.seek(pc)
         c = _Record(L.Command, at, command.parse_stream(stream))
         _check_operand_count(op, c)
-        out.append((pc, Command(op, tuple(c.operands))))
+        operands: tuple[Dim, ...] = tuple(c.operands)
+        if op is Op.ALLOC:  # its bytes may name an expression
+            operands = (operands[0], sizes.dim64(c.operands[1], "bytes", c.at("operands[1]"),
+                                                 f"program: alloc at offset {at}", fmt))
+        out.append((pc, Command(op, operands)))
         pc += size
     return out
 
@@ -296,14 +423,14 @@ def _check_operand_count(op: Op, command: _Record) -> None:
                           f"{named}", field="operand_count", offset=command.at("operand_count"))
 
 
-def _functions(fmt: L.Format, symbols: tuple[memoryview, int],
+def _functions(fmt: L.Format, sizes: _Sizes, symbols: tuple[memoryview, int],
                program: tuple[memoryview, int]) -> tuple[Function, ...]:
     sym, sym_base = symbols
     size = L.size(fmt.symbol)
     if len(sym) % size:
         raise FormatError(f"symbols: size {len(sym)} at offset {sym_base} is not a multiple of "
                           f"{size}", field="size", offset=sym_base)
-    commands = _commands(fmt, *program)
+    commands = _commands(fmt, sizes, *program)
     index = {pc: i for i, (pc, _) in enumerate(commands)}
     functions, expected = [], 0
     names: set[tuple[str, int]] = set()
@@ -406,7 +533,7 @@ def _enum(enum, record: _Record, field: str, where: str):
                           f"{enum.__name__}", field=field, offset=at) from None
 
 
-def _tensor_type(t: _Record, where: str, fmt: L.Format) -> TensorType:
+def _tensor_type(t: _Record, where: str, fmt: L.Format, sizes: _Sizes) -> TensorType:
     dtype = _enum(DType, t, "dtype", where)
     if dtype not in fmt.dtypes:
         since = min(n for n, f in L.FORMATS.items() if dtype in f.dtypes)
@@ -419,15 +546,19 @@ def _tensor_type(t: _Record, where: str, fmt: L.Format) -> TensorType:
     if any(t.dims[t.rank:]):
         raise FormatError(f"{where}: dimensions past rank {t.rank} at offset {t.at('dims')} are "
                           "not zero", field="dims", offset=t.at("dims"))
-    shape = tuple(t.dims[:t.rank])
-    if math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_BYTES:
+    raw: list[int] = t.dims[:t.rank]
+    shape: tuple[Dim, ...] = tuple(raw)
+    if fmt.number >= 6 and any(d & L.TAG64 for d in raw):  # (ints: the common case)
+        shape = tuple(sizes.dim64(d, "dims", t.at("dims"), where, fmt) for d in raw)
+    if all(type(d) is int for d in shape) and \
+            math.prod(max(d, 1) for d in shape) * dtype.itemsize > MAX_BYTES:  # type: ignore
         raise FormatError(f"{where}: dimensions {list(shape)} at offset {t.at('dims')} span more "
                           f"than {MAX_BYTES} bytes of {dtype} (counting a 0 as 1), more than "
                           "any array can", field="dims", offset=t.at("dims"))
     return TensorType(dtype, shape)
 
 
-def _slots(fmt: L.Format, data: memoryview, base: int) -> tuple[Slot, ...]:
+def _slots(fmt: L.Format, sizes: _Sizes, data: memoryview, base: int) -> tuple[Slot, ...]:
     size = L.size(L.SlotEntry)
     if len(data) % size:
         raise FormatError(f"slots: size {len(data)} at offset {base} is not a multiple of "
@@ -438,11 +569,12 @@ def _slots(fmt: L.Format, data: memoryview, base: int) -> tuple[Slot, ...]:
         e = _read(L.SlotEntry, data, i * size, base, where)
         device = _enum(Device, e, "device", where)
         _reserved(where, e)
-        slots.append(Slot(device, _tensor_type(e.nested("type"), where, fmt)))
+        slots.append(Slot(device, _tensor_type(e.nested("type"), where, fmt, sizes)))
     return tuple(slots)
 
 
-def _executables(fmt: L.Format, data: memoryview, base: int) -> tuple[Executable, ...]:
+def _executables(fmt: L.Format, sizes: _Sizes, data: memoryview,
+                 base: int) -> tuple[Executable, ...]:
     head = L.size(L.ExecutablesHeader)
     if len(data) < head:
         raise FormatError(f"executables: size {len(data)} at offset {base} is too small for "
@@ -468,7 +600,8 @@ def _executables(fmt: L.Format, data: memoryview, base: int) -> tuple[Executable
         if not e.has("argc"):  # version 3: extents (m, n, k) instead of argument types
             exes.append(_v3_executable(e, name, kind, device, image, where))
         else:
-            exes.append(_v4_executable(e, fmt, name, kind, device, image, data, base, where))
+            exes.append(_v4_executable(e, fmt, sizes, name, kind, device, image, data, base,
+                                       where))
             records += [(e.args_offset, e.argc * L.size(L.TensorTypeEntry),
                          f"{where}: its argument types", e.at("args_offset"), "args_offset"),
                         (e.params_offset, e.params_count * L.size(L.Param),
@@ -528,8 +661,8 @@ def _v3_executable(e: _Record, name, kind, device, image, where: str) -> Executa
                       (e.block_x, e.block_y, z))
 
 
-def _v4_executable(e: _Record, fmt: L.Format, name, kind, device, image, data: memoryview,
-                   base: int, where: str) -> Executable:
+def _v4_executable(e: _Record, fmt: L.Format, sizes: _Sizes, name, kind, device, image,
+                   data: memoryview, base: int, where: str) -> Executable:
     _reserved(where, e)  # version 4: two words; version 5 on: the one after cpu_level
     level = e.cpu_level if e.has("cpu_level") else 0
     host = device is Device.CPU and image is not None
@@ -549,7 +682,7 @@ def _v4_executable(e: _Record, fmt: L.Format, name, kind, device, image, data: m
                           offset=e.at("args_offset"))
     args = tuple(
         _tensor_type(_read(L.TensorTypeEntry, data, e.args_offset + j * size, base, where),
-                     f"{where} argument {j}", fmt)
+                     f"{where} argument {j}", fmt, sizes)
         for j in range(e.argc))
     param = L.size(L.Param)
     if e.params_offset > len(data) or e.params_count * param > len(data) - e.params_offset:
@@ -558,5 +691,8 @@ def _v4_executable(e: _Record, fmt: L.Format, name, kind, device, image, data: m
                           field="params_offset", offset=e.at("params_offset"))
     params = construct.Array(e.params_count, L.Param).parse(
         bytes(data[e.params_offset:e.params_offset + e.params_count * param]))
+    grid, block = (tuple(sizes.dim32(e.values[f"{what}_{axis}"], f"{what}_{axis}",
+                                     e.at(f"{what}_{axis}"), where, fmt) for axis in "xyz")
+                   for what in ("grid", "block"))
     return Executable(name, kind, device, args, tuple(params), image,
-                      (e.grid_x, e.grid_y, e.grid_z), (e.block_x, e.block_y, e.block_z), level)
+                      grid, block, level)  # type: ignore[arg-type]  # three each

@@ -24,7 +24,8 @@ from hexir_format.reader import Buffer, parse
 class Record:
     """One record: `kind` is its declaration's role (`header`, `section`, `symbol`, `command`,
     `executables`, `executable`, `argument`, `param`, `slot`, `names`, `name`, `plan`,
-    `placement`); `label` names it uniquely in the file (`section[2]`, `exe[1].arg[0]`,
+    `placement`, and a dynamic module's `sizes`, `size_symbol`, `program_entry`, `operand`,
+    `word`); `label` names it uniquely in the file (`section[2]`, `exe[1].arg[0]`,
     `dispatch@48`); `values` is what construct parsed there."""
 
     kind: str
@@ -106,6 +107,19 @@ def records(data: Buffer) -> list[Record]:
             out += [read(entry_kind, f"{entry_kind}[{n}]", decl,
                          section.offset + L.size(header) + n * L.size(decl))
                     for n in range(table.values.count)]
+    if sizes := sections.get(SectionKind.SIZES):
+        h = read("sizes", "sizes", L.SizesHeader, sizes.offset)
+        out.append(h)
+        at = sizes.offset + L.size(L.SizesHeader)
+        for role, decl, count in (("size_symbol", L.SizeSymbol, h.values.symbol_count),
+                                  ("program_entry", L.ProgramEntry, h.values.program_count),
+                                  ("operand", L.OperandEntry, h.values.operand_count)):
+            out += [read(role, f"{role}[{n}]", decl, at + n * L.size(decl))
+                    for n in range(count)]
+            at += count * L.size(decl)
+        word = L.size(L.ProgramWord)
+        out += [read("word", f"word[{n}]", L.ProgramWord, at + n * word)
+                for n in range((sizes.offset + sizes.size - at) // word)]
     return out
 
 

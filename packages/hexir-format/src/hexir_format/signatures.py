@@ -369,9 +369,10 @@ def _check(kind: KernelKind, args: tuple[TensorType, ...], params: tuple[float, 
 
 
 def _destination(kind: KernelKind, inputs: list[TensorType], out: TensorType,
-                 params: tuple[float, ...]) -> Shape:
-    """The destination shape `kind` computes from `inputs` and `params`."""
-    shapes = [t.shape for t in inputs]
+                 params: tuple[float, ...]) -> tuple[Dim, ...]:
+    """The destination shape `kind` computes from `inputs` and `params` (the rules hold for
+    a dynamic module's symbolic shapes as for ints)."""
+    shapes: list[tuple[Dim, ...]] = [t.shape for t in inputs]
     x = shapes[0]
     if kind is KernelKind.GELU:
         if len(params) > 1:

@@ -20,8 +20,9 @@ import bisect
 import math
 from dataclasses import dataclass, field, replace
 
-from hexir_format import elf, hostlink, plan
+from hexir_format import dims, elf, hostlink, plan
 from hexir_format import layout as L
+from hexir_format.dims import Dim, Expr
 from hexir_format.errors import FormatError, ValidationError
 from hexir_format.model import (
     CPU_LEVELS,
@@ -29,11 +30,13 @@ from hexir_format.model import (
     MAX_BLOCK_THREADS,
     MAX_BYTES,
     MAX_GRID,
+    MAX_SYMBOL,
     Command,
     Device,
     Executable,
     Function,
     Module,
+    Op,
     SectionKind,
     TensorType,
 )
@@ -87,7 +90,9 @@ class EntryPlan:
     signature: Signature
     needs: tuple[Need, ...]
     executables: tuple[int, ...]  # dispatched, in first-use order
-    alloc_bytes: int
+    #: What a run allocates (ALLOC, INPUT and COPY buffers): in a dynamic module an
+    #: expression of its sizes, which the runtime caps for each call's.
+    alloc_bytes: Dim
     #: The memory plan, when the module has one: each intermediate's offset in its device's
     #: arena, and each arena's size (`hexir_format.plan`).
     offsets: dict[int, int] = field(default_factory=dict)
@@ -137,6 +142,7 @@ def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYT
     the lowest when every variant needs more (the cpu device then refuses its kernels, naming
     the level); None picks the highest.
     """
+    _check_sizes(module)
     home = _check_executables(module)
     program = module.layout.section(SectionKind.PROGRAM) if module.layout else None
     base = program.offset if program else None
@@ -187,10 +193,10 @@ def _check_plan(module: Module, entries: list[EntryPlan],
             raise ValidationError(f"{name}: plan: {problem}", entry=entry.name, field="plan")
         used |= set(spans)
         arenas = plan.arenas(offsets, types, devices)
-        inputs = sum(t.nbytes for t in entry.signature.inputs)
+        inputs = sum(t.static_nbytes for t in entry.signature.inputs)
         total = sum(arenas.values()) + inputs
         if max_alloc_bytes is not None and total > max_alloc_bytes:
-            far = max(offsets, key=lambda s: offsets[s] + types[s].nbytes)
+            far = max(offsets, key=lambda s: offsets[s] + types[s].static_nbytes)
             sizes = ", ".join(f"the {d} arena {n}" for d, n in sorted(arenas.items()))
             raise ValidationError(f"{name}: plan: slot {far} at offset {offsets[far]} makes a "
                                   f"call allocate {total} bytes ({sizes}, inputs {inputs}), "
@@ -204,6 +210,76 @@ def _check_plan(module: Module, entries: list[EntryPlan],
     return planned
 
 
+def _expressions(module: Module):
+    """(where, the dimension) for every size of the module that may be an expression: each
+    tensor dimension, each launch extent, each ALLOC's bytes."""
+    for i, s in enumerate(module.slots):
+        for j, d in enumerate(s.type.shape):
+            yield f"slot {i} ({s.type}), dim {j}", d
+    for i, exe in enumerate(module.executables):
+        where = f"executable {i} ('{exe.name}')"
+        for a, t in enumerate(exe.args):
+            for j, d in enumerate(t.shape):
+                yield f"{where}, argument {a} ({t}), dim {j}", d
+        for what in ("grid", "block"):
+            for axis, d in zip("xyz", getattr(exe, what), strict=True):
+                yield f"{where}, {what}_{axis}", d
+    for function in module.functions:
+        for n, c in enumerate(function.commands):
+            if c.op is Op.ALLOC:
+                yield (f"{variant_label(function.name, function.cpu_level)}: command {n} "
+                       "(alloc), bytes", c.bytes)
+
+
+def _check_sizes(module: Module) -> None:
+    """A dynamic module's size symbols and expressions (version 6): each symbol's range is
+    0 <= lo <= hi <= MAX_SYMBOL, every expression reads only the module's symbols and is
+    bounded over their ranges -- never negative, never dividing by a divisor that may be 0
+    -- and an executable's operands name symbols. A module below version 6 holds none, and
+    a dynamic one has no memory plan (the runtime plans each call's sizes). A static module
+    passes untouched."""
+    found = [(where, d) for where, d in _expressions(module) if isinstance(d, Expr)]
+    operands = [(i, exe) for i, exe in enumerate(module.executables) if exe.operands]
+    if not (module.symbols or found or operands):
+        return
+    if module.version < 6:
+        where = found[0][0] if found else "size symbols"
+        raise ValidationError(f"{where}: size symbols and expressions need version 6; this "
+                              f"module is version {module.version}", field="sizes")
+    ranges: dict[str, tuple[int, int]] = {}
+    for s in module.symbols:
+        if not 0 <= s.lo <= s.hi <= MAX_SYMBOL or s.name in ranges:
+            raise ValidationError(f"size symbol '{s.name}': range {s.lo}..{s.hi}; expected a "
+                                  f"name of its own and 0 <= lo <= hi <= {MAX_SYMBOL}",
+                                  field="sizes")
+        ranges[s.name] = (s.lo, s.hi)
+    if module.placements:
+        raise ValidationError("plan: a dynamic module has no memory plan (the runtime plans "
+                              "each call's sizes), but this one has one", field="plan")
+    for i, exe in operands:
+        if bad := [k for k in exe.operands if not 0 <= k < len(module.symbols)]:
+            raise ValidationError(f"executable {i} ('{exe.name}'), operands: symbol {bad[0]} is "
+                                  f"not one of the module's {len(module.symbols)}",
+                                  field="operands")
+    for where, d in found:
+        assert isinstance(d, Expr)
+        if unknown := sorted(d.symbols() - ranges.keys()):
+            raise ValidationError(f"{where}: '{dims.render(d)}' reads '{unknown[0]}', which is "
+                                  "not a size symbol of the module", field="sizes")
+        try:
+            lo, _ = dims.bound(d, ranges)
+        except dims.DimError as e:
+            raise ValidationError(f"{where}: {e}", field="sizes") from None
+        if lo < 0:
+            raise ValidationError(f"{where}: '{dims.render(d)}' can be {lo} for the symbols' "
+                                  f"ranges ({_ranges(d, module)}); a size is never negative",
+                                  field="sizes")
+
+
+def _ranges(d: Expr, module: Module) -> str:
+    return ", ".join(str(s) for s in module.symbols if s.name in d.symbols())
+
+
 def _check_executables(module: Module) -> Device:
     for i, exe in enumerate(module.executables):
         where = f"executable {i} ('{exe.name}')"
@@ -215,7 +291,7 @@ def _check_executables(module: Module) -> Device:
                                   f"geometry, but this one says grid {exe.grid} block "
                                   f"{exe.block}", field="grid")
         if exe.device is Device.CUDA:
-            _check_launchable(exe, where)
+            _check_launchable(exe, where, {s.name: (s.lo, s.hi) for s in module.symbols})
         elif problem := elf.cpu_code_problem(module.version, exe) or _link_problem(exe):
             raise ValidationError(f"{where}, image: {problem}", field="image")
     devices = {exe.device for exe in module.executables}
@@ -239,18 +315,27 @@ def _link_problem(exe: Executable) -> str | None:
     return None
 
 
-def _check_launchable(exe: Executable, where: str) -> None:
+def _check_launchable(exe: Executable, where: str, ranges: dict[str, tuple[int, int]]) -> None:
+    """A cuda kernel's launch is inside CUDA's limits; a dynamic one's for every value of the
+    symbols in their ranges (the bounds of each extent, `_check_sizes` proved them bounded)."""
     if exe.image is None:
         raise ValidationError(f"{where}, image: kernel '{exe.name}' is placed on cuda, but the "
                               "module carries a kernel descriptor rather than device code, and "
                               "there is nothing to launch", field="image")
-    for name, dims, limits in (("grid", exe.grid, MAX_GRID), ("block", exe.block, MAX_BLOCK)):
-        if any(not 1 <= d <= top for d, top in zip(dims, limits, strict=True)):
-            raise ValidationError(f"{where}, {name}: launch {name} {dims} is outside "
+    for name, extents, limits in (("grid", exe.grid, MAX_GRID), ("block", exe.block, MAX_BLOCK)):
+        spans = [dims.bound(d, ranges) for d in extents]
+        if any(not 1 <= lo <= hi <= top for (lo, hi), top in zip(spans, limits, strict=True)):
+            shown = "(" + ", ".join(map(dims.render, extents)) + ")"
+            over = "" if all(isinstance(d, int) for d in extents) else \
+                f", ranging over {spans} for the symbols' ranges"
+            raise ValidationError(f"{where}, {name}: launch {name} {shown}{over} is outside "
                                   f"1..{limits} per dimension", field=name)
-    if math.prod(exe.block) > MAX_BLOCK_THREADS:
-        raise ValidationError(f"{where}, block: {exe.block} is {math.prod(exe.block)} threads "
-                              f"per block, more than {MAX_BLOCK_THREADS}", field="block")
+    threads = math.prod(dims.bound(d, ranges)[1] for d in exe.block)
+    if threads > MAX_BLOCK_THREADS:
+        shown = "(" + ", ".join(map(dims.render, exe.block)) + ")"
+        up_to = "" if all(isinstance(d, int) for d in exe.block) else "up to "
+        raise ValidationError(f"{where}, block: {shown} is {up_to}{threads} threads per block, "
+                              f"more than {MAX_BLOCK_THREADS}", field="block")
 
 
 class _Constants:
@@ -274,7 +359,7 @@ class _Constants:
 
 @dataclass
 class _Bound:
-    nbytes: int
+    nbytes: Dim
     const: bool
 
 
@@ -295,7 +380,7 @@ class _Replay:
     kernel_needs: dict[Device, str] = field(default_factory=dict)
     slot_needs: dict[Device, str] = field(default_factory=dict)
     executables: dict[int, None] = field(default_factory=dict)
-    alloc_bytes: int = 0
+    alloc_bytes: Dim = 0
     constants: _Constants = field(default_factory=_Constants)  # module-wide
     index: int = 0
     command: Command = field(default_factory=Command.end)
@@ -356,12 +441,16 @@ class _Replay:
         name a slot's type, from version 4 on, come with one)."""
         return self.module.slots[slot].type
 
-    def bind(self, name: str, slot: int, nbytes: int, *, const: bool = False) -> None:
+    def bind(self, name: str, slot: int, nbytes: Dim, *, const: bool = False) -> None:
         t = self.typed(slot)
         if t is not None and nbytes != t.nbytes:
-            raise self.fail(name, f"{nbytes} bytes does not match slot {slot}, a {t} "
-                                  f"({t.nbytes} bytes)")
-        if not const:
+            raise self.fail(name, f"{dims.render(nbytes)} bytes does not match slot {slot}, a "
+                                  f"{t} ({dims.render(t.nbytes)} bytes)")
+        if not (isinstance(nbytes, int) and isinstance(self.alloc_bytes, int)):
+            # a dynamic size: the runtime caps what each call's sizes make it
+            self.alloc_bytes = dims.add(self.alloc_bytes, nbytes) if not const else \
+                self.alloc_bytes
+        elif not const:
             self.alloc_bytes += nbytes
             cap = self.max_alloc_bytes
             if cap is not None and self.alloc_bytes > cap:

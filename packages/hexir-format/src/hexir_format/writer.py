@@ -17,13 +17,16 @@ from typing import BinaryIO
 
 from construct import Array
 
+from hexir_format import dims
 from hexir_format import layout as L
+from hexir_format.dims import Dim, Expr
 from hexir_format.errors import FormatError
 from hexir_format.model import (
     CPU_LEVELS,
     MAX_IO_NAME,
     MAX_NAME,
     MAX_RANK,
+    MAX_SYMBOL,
     NAME_BYTES,
     V3_OPS,
     V4_DTYPES,
@@ -32,6 +35,7 @@ from hexir_format.model import (
     DType,
     Executable,
     Module,
+    Op,
     SectionKind,
     TensorType,
 )
@@ -39,10 +43,10 @@ from hexir_format.model import (
 
 def minimum_version(module: Module) -> int:
     """3 when the v3 layout can hold the module exactly; 6 when an entry point is one x86-64
-    level's variant; 5 when a cpu kernel carries a host image, a tensor is of an integer or
-    boolean type, an entry point names its inputs or outputs, or the module has a memory
-    plan; else 4."""
-    if any(f.cpu_level for f in module.functions):
+    level's variant or the module is dynamic (has size symbols); 5 when a cpu kernel carries
+    a host image, a tensor is of an integer or boolean type, an entry point names its inputs
+    or outputs, or the module has a memory plan; else 4."""
+    if any(f.cpu_level for f in module.functions) or module.symbols:
         return 6
     if (any(exe.device is Device.CPU and exe.image is not None for exe in module.executables)
             or any(t.dtype not in V4_DTYPES for t in _types(module))
@@ -102,13 +106,14 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
                                             None)):
         raise FormatError(f"cpu kernel '{host.name}' carries a host image, which only version 5 "
                           f"holds; this module is version {module.version}")
-    symbols, program = _symbols_and_program(module)
+    sizes = _Sizes(module)
+    symbols, program = _symbols_and_program(module, sizes)
     #: each section's payload: its bytes, or (RODATA) the pieces written one after another
     sections: list[tuple[SectionKind, bytes | list[memoryview]]] = [
         (SectionKind.SYMBOLS, symbols),
         (SectionKind.PROGRAM, program),
         (SectionKind.RODATA, pieces),
-        (SectionKind.EXECUTABLES, _executables(module)),
+        (SectionKind.EXECUTABLES, _executables(module, sizes)),
     ]
     named = [f for f in module.functions if f.inputs or f.outputs]
     if named and module.version < 5:
@@ -120,7 +125,7 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
                           f"{module.version}")
     if module.version >= 4:
         sections.append((SectionKind.SLOTS, b"".join(
-            L.SlotEntry.build(dict(device=s.device, reserved=0, type=_type(s.type)))
+            L.SlotEntry.build(dict(device=s.device, reserved=0, type=_type(s.type, sizes)))
             for s in module.slots)))
     if named:
         sections.append((SectionKind.NAMES, _names(module)))
@@ -135,6 +140,8 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
             count=len(module.placements), reserved=0)) + b"".join(
             L.PlanEntry.build(dict(slot=slot, reserved=0, offset=offset))
             for slot, offset in module.placements)))
+    if module.symbols:
+        sections.append((SectionKind.SIZES, sizes.build()))
     table, end = [], L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
     for kind, payload in sections:
         size = sum(p.nbytes for p in payload) if isinstance(payload, list) else len(payload)
@@ -183,7 +190,82 @@ def _name(name: str, what: str) -> bytes:
     return raw.ljust(NAME_BYTES, b"\0")
 
 
-def _symbols_and_program(module: Module) -> tuple[bytes, bytes]:
+class _Sizes:
+    """A dynamic module's sizes section in the making: its symbols (checked), and each
+    distinct expression the module holds, numbered in the order the writer first meets it,
+    which the fields that hold it name by that number (`tag64`, `tag32`)."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self.names = [s.name for s in module.symbols]
+        self.programs: dict[Expr, int] = {}
+        if module.symbols and module.version < 6:
+            raise FormatError(f"size symbols ({', '.join(self.names)}) need version 6; this "
+                              f"module is version {module.version}")
+        if module.symbols and module.placements:
+            raise FormatError("a dynamic module has no memory plan: the runtime plans each "
+                              "call's sizes")
+        for s in module.symbols:
+            _name(s.name, "size symbol")
+            if not 0 <= s.lo <= s.hi <= MAX_SYMBOL:
+                raise FormatError(f"size symbol '{s.name}': range {s.lo}..{s.hi}; expected "
+                                  f"0 <= lo <= hi <= {MAX_SYMBOL}")
+        if len(set(self.names)) != len(self.names):
+            raise FormatError(f"size symbols name one twice: {', '.join(self.names)}")
+        for i, exe in enumerate(module.executables):
+            if bad := [k for k in exe.operands if not 0 <= k < len(self.names)]:
+                raise FormatError(f"kernel '{exe.name}' (executable {i}) takes symbol {bad[0]} "
+                                  f"as an operand; the module has {len(self.names)}")
+
+    def _index(self, d: Expr) -> int:
+        if self.module.version < 6:
+            raise FormatError(f"dimension '{dims.render(d)}' is an expression, which only "
+                              f"version 6 holds; this module is version {self.module.version}")
+        if d not in self.programs:
+            try:
+                dims.encode(d, self.names)
+            except dims.DimError as e:
+                raise FormatError(f"dimension '{dims.render(d)}': {e}") from None
+            self.programs[d] = len(self.programs)
+        return self.programs[d]
+
+    def tag64(self, d: Dim) -> int:
+        """A 64-bit size field's value: the number, or TAG64 | the expression's index."""
+        return self._number(d, L.TAG64) if isinstance(d, int) else L.TAG64 | self._index(d)
+
+    def tag32(self, d: Dim) -> int:
+        """A 32-bit launch geometry field's value: the number, or TAG32 | the index."""
+        return self._number(d, L.TAG32) if isinstance(d, int) else L.TAG32 | self._index(d)
+
+    def _number(self, d: int, tag: int) -> int:
+        """A number that version 6 would read as an expression's tag is no size it holds."""
+        if self.module.version >= 6 and d >= tag:
+            raise FormatError(f"size {d} does not fit its field in version 6, whose top bit "
+                              "marks an expression")
+        return d
+
+    def build(self) -> bytes:
+        symbols = b"".join(L.SizeSymbol.build(dict(name=_name(s.name, "size symbol"), lo=s.lo,
+                                                   hi=s.hi)) for s in self.module.symbols)
+        operands = [(i, k) for i, exe in enumerate(self.module.executables)
+                    for k in exe.operands]
+        programs = [dims.encode(d, self.names) for d in self.programs]
+        start = (L.size(L.SizesHeader) + len(symbols) + len(programs) * L.size(L.ProgramEntry)
+                 + len(operands) * L.size(L.OperandEntry))
+        entries, words = bytearray(), bytearray()
+        for program in programs:
+            entries += L.ProgramEntry.build(dict(offset=start + len(words), words=len(program)))
+            words += b"".join(L.ProgramWord.build(w) for w in program)
+        return (L.SizesHeader.build(dict(symbol_count=len(self.module.symbols),
+                                         program_count=len(programs),
+                                         operand_count=len(operands), reserved=0))
+                + symbols + bytes(entries)
+                + b"".join(L.OperandEntry.build(dict(executable=i, symbol=k))
+                           for i, k in operands)
+                + bytes(words))
+
+
+def _symbols_and_program(module: Module, sizes: _Sizes) -> tuple[bytes, bytes]:
     symbols, program = bytearray(), bytearray()
     symbol = L.FORMATS[module.version].symbol  # its last word: reserved, or (v6) cpu_level
     levels: dict[str, set[int]] = {}
@@ -201,17 +283,21 @@ def _symbols_and_program(module: Module) -> tuple[bytes, bytes]:
         for command in (*function.commands, Command.end()):
             program += L.CommandHeader.build(dict(kind=command.op,
                                                   operand_count=len(command.operands)))
-            program += b"".join(L.Operand.build(v) for v in command.operands)
+            operands = command.operands
+            if command.op is Op.ALLOC:  # its bytes may be an expression
+                operands = (*operands[:1], *map(sizes.tag64, operands[1:]))
+            program += b"".join(L.Operand.build(v) for v in operands)
     return bytes(symbols), bytes(program)
 
 
-def _type(t: TensorType) -> dict:
+def _type(t: TensorType, sizes: _Sizes) -> dict:
     if t.rank > MAX_RANK:
         raise FormatError(f"tensor type {t} has rank {t.rank}; at most {MAX_RANK} is supported")
-    return dict(dtype=t.dtype, rank=t.rank, dims=[*t.shape, *[0] * (MAX_RANK - t.rank)])
+    return dict(dtype=t.dtype, rank=t.rank,
+                dims=[*map(sizes.tag64, t.shape), *[0] * (MAX_RANK - t.rank)])
 
 
-def _executables(module: Module) -> bytes:
+def _executables(module: Module, sizes: _Sizes) -> bytes:
     exes = module.executables
     table_end = L.ExecutablesHeader.sizeof() + len(exes) * L.EXECUTABLE[module.version].sizeof()
     out = bytearray(table_end)  # the header and entries, filled in once every offset is known
@@ -219,7 +305,7 @@ def _executables(module: Module) -> bytes:
     for exe in exes:  # v4 argument types and params, after the entries
         args_offset = len(out)
         if module.version >= 4:
-            out += b"".join(L.TensorTypeEntry.build(_type(t)) for t in exe.args)
+            out += b"".join(L.TensorTypeEntry.build(_type(t, sizes)) for t in exe.args)
         params_offset = len(out)
         if module.version >= 4:
             out += b"".join(L.Param.build(p) for p in exe.params)
@@ -230,11 +316,12 @@ def _executables(module: Module) -> bytes:
             where[2] = len(out)
             out += exe.image
     out[:table_end] = L.ExecutablesHeader.build(dict(count=len(exes), reserved=0)) + b"".join(
-        _entry(module.version, exe, *where) for exe, where in zip(exes, placed, strict=True))
+        _entry(module.version, exe, sizes, *where) for exe, where in zip(exes, placed,
+                                                                          strict=True))
     return bytes(out)
 
 
-def _entry(version: int, exe: Executable, args_offset: int, params_offset: int,
+def _entry(version: int, exe: Executable, sizes: _Sizes, args_offset: int, params_offset: int,
            image_offset: int) -> bytes:
     image_size = len(exe.image) if exe.image is not None else 0
     common = dict(name=_name(exe.name, "kernel"), kind=exe.kind, device=exe.device,
@@ -244,10 +331,11 @@ def _entry(version: int, exe: Executable, args_offset: int, params_offset: int,
         return L.ExecutableV3.build(dict(
             common, m=m, n=n, k=k, elem_size=exe.destination.dtype.itemsize,
             grid_x=exe.grid[0], grid_y=exe.grid[1], block_x=exe.block[0], block_y=exe.block[1]))
+    grid, block = [sizes.tag32(d) for d in exe.grid], [sizes.tag32(d) for d in exe.block]
     fields = dict(
         common, argc=len(exe.args), args_offset=args_offset, params_offset=params_offset,
-        params_count=len(exe.params), grid_x=exe.grid[0], grid_y=exe.grid[1],
-        grid_z=exe.grid[2], block_x=exe.block[0], block_y=exe.block[1], block_z=exe.block[2])
+        params_count=len(exe.params), grid_x=grid[0], grid_y=grid[1], grid_z=grid[2],
+        block_x=block[0], block_y=block[1], block_z=block[2])
     decl = L.EXECUTABLE[version]
     reserved = L.field_of(decl, "reserved")  # v4: two words; v5 on: one, after cpu_level
     zero = [0] * reserved.count if isinstance(reserved, Array) else 0

@@ -26,7 +26,7 @@ from hexir_runtime import hal
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
 from hexir_runtime.hal import threads
-from hexir_runtime.interpreter import Execution, Printer, Resident
+from hexir_runtime.interpreter import Execution, Printer, Program, Resident
 from hexir_runtime.loader import MappedModule, Source
 from hexir_runtime.profile import Profile, profile
 from hexir_runtime.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, ModulePlan, check_module
@@ -224,10 +224,21 @@ class EntryPoint:
         self.name = plan.name
         self.signature = plan.signature
         self._exact = [(_DTYPES[t.dtype], t.shape) for t in plan.signature.inputs]
+        # a dynamic module's entry: inputs of any sizes its symbols allow, checked per call
+        self._dynamic = bool(module.symbols)
 
     def check_inputs(self, *inputs: Any, **named: Any) -> list[np.ndarray | DevicePointer]:
         """The inputs as this entry will see them, or the InputError calling it would raise."""
-        return check_inputs(self._plan, arrange(self._plan, _given(inputs), named))
+        arranged = arrange(self._plan, _given(inputs), named)
+        if not self._dynamic:
+            return check_inputs(self._plan, arranged)
+        resident = self._module._enter()
+        try:
+            return check_inputs(self._module._program(resident, self._plan, arranged).plan,
+                                arranged)
+        finally:
+            del resident
+            self._module._leave()
 
     def __call__(self, *inputs: Any, out: Any = None, results_on_device: bool = False,
                  **named: Any) -> Any:
@@ -241,7 +252,8 @@ class EntryPoint:
             module = self._module
             resident = module._enter()
             try:
-                outputs = resident.program(self._plan).run_plain(inputs)
+                outputs = (resident.sized(self._plan, inputs) if self._dynamic else
+                           resident.program(self._plan)).run_plain(inputs)
             finally:
                 del resident  # (as in `Module.execute`)
                 module._leave()
@@ -257,9 +269,9 @@ class EntryPoint:
         if len(inputs) != len(self._exact):
             return False
         for x, (dtype, shape) in zip(inputs, self._exact):  # noqa: B905 (lengths checked)
-            if x.__class__ is not np.ndarray or x.dtype is not dtype or x.shape != shape \
-                    or not x.flags.c_contiguous:
-                return False
+            if x.__class__ is not np.ndarray or x.dtype is not dtype or not x.flags.c_contiguous \
+                    or (len(x.shape) != len(shape) if self._dynamic else x.shape != shape):
+                return False  # (a dynamic entry's sizes are bound, and checked, by the call)
         return True
 
     def results(self, *inputs: Any, out: Any = None, results_on_device: bool = False,
@@ -321,9 +333,12 @@ class Module:
             raise
         self.version = plan.module.version
         self.layout = parsed.layout
+        #: the module's size symbols (empty for a static module)
+        self.symbols = plan.module.symbols
         self._plans = plan.entries
         self._cpu_code = {name: _cpu_code(plan, name) for name in plan.entries}
-        self._resident: Resident | None = Resident(plan, devices)
+        self._resident: Resident | None = Resident(plan, devices,
+                                                   max_alloc_bytes=max_alloc_bytes)
         # The calls in flight, by thread (a count each: a PRINT callback may call again):
         # close() waits for them, and a call never sees its resources freed under it.
         self._calls: dict[int, int] = {}
@@ -340,7 +355,10 @@ class Module:
         plan = self._plan(entry)
         resident = self._enter()
         try:
-            resident.program(plan)
+            if self._entries[entry]._dynamic:
+                resident.ready(plan)
+            else:
+                resident.program(plan)
         finally:
             self._leave()
         return self._entries[entry]
@@ -353,21 +371,52 @@ class Module:
         receives the results instead of fresh arrays; `results_on_device` leaves the results
         a device holds there (`DeviceArray`s)."""
         plan = self._plan(entry)
-        checked = check_inputs(plan, arrange(plan, inputs))
-        if out is not None:
-            out = check_outputs(plan, out)
+        arranged = arrange(plan, inputs)
+        dynamic = self._entries[plan.name]._dynamic
+        if not dynamic:
+            checked = check_inputs(plan, arranged)
         resident = self._enter()
+        program: Program | None = None
         try:
+            program = self._program(resident, plan, arranged)
+            if dynamic:  # the entry with this call's sizes
+                plan = program.plan
+                checked = check_inputs(plan, arranged)
+            if out is not None:
+                out = check_outputs(plan, out)
             pointers = out is not None or DevicePointer in map(type, checked)
             if pointers and any(isinstance(x, DevicePointer) for x in (*checked, *(out or ()))) \
                     and Device.CUDA not in {d.kind for d in self.devices_used(entry)}:
                 raise InputError(f"{plan.name} got a cuda array, but it runs on the cpu alone "
                                  "in this load: pass numpy arrays (or load a cuda module with "
                                  "device='cuda')")
-            return resident.program(plan).run(checked, on_print, out, results_on_device)
+            return program.run(checked, on_print, out, results_on_device)
         finally:
-            del resident  # a close made inside the call can unmap the file as it leaves
-            self._leave()
+            del resident, program  # a close made inside the call can unmap the file as it
+            self._leave()  # leaves: nothing here may hold what holds the mapping's views
+
+    def _program(self, resident: Resident, plan: EntryPlan, inputs: Sequence[Any]) -> Program:
+        """The program a call of `plan` on `inputs` runs: the entry's, or a dynamic module's
+        for the sizes of `inputs` (refused in one line when they do not fit)."""
+        if not self._entries[plan.name]._dynamic:
+            return resident.program(plan)
+        if type(inputs) not in (tuple, list) or len(inputs) != len(plan.signature.inputs):
+            try:  # the count, or the container, refused as for any entry, with the sizes
+                check_inputs(plan, inputs)
+            except InputError as e:
+                sizes = ", ".join(map(str, self.symbols))
+                raise InputError(f"{e}; its sizes: {sizes}") from None
+        return resident.sized(plan, inputs)
+
+    @property
+    def cache_info(self) -> tuple[int, int, int]:
+        """A dynamic module's plans for the sizes of its calls: (hits, misses, kept): how
+        many calls found their sizes' program made by an earlier call, how many made one,
+        and how many are kept now (the last `sizes.CACHED_BINDINGS` per entry point)."""
+        resident = self._resident
+        if resident is None:
+            return (0, 0, 0)
+        return (resident.hits, resident.misses, len(resident.sized_programs))
 
     def _enter(self) -> Resident:
         """What a call runs on, once the module is known to be open and its file unchanged;
@@ -408,8 +457,8 @@ class Module:
         """Time `calls` calls of `entry` kernel by kernel (`hexir_runtime.profile`): each
         kernel's median time, share of the call, GFLOP/s and GB/s against the machine's
         peaks, and the runtime's own overhead per call; `str()` of it is a table."""
-        plan = self._plan(entry)
-        return profile(self, entry, check_inputs(plan, arrange(plan, _given(inputs))), calls)
+        self._plan(entry)
+        return profile(self, entry, self._entries[entry].check_inputs(*inputs), calls)
 
     @property
     def cpu_threads(self) -> int:

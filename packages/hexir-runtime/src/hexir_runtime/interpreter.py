@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
-from hexir_runtime import hal
+from hexir_runtime import hal, sizes
 from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs
 from hexir_runtime.errors import DeviceError, ExecutionError
 from hexir_runtime.transfers import Transfers
@@ -57,6 +58,14 @@ class Resident:
     constants: dict[tuple[Device, int, int], hal.Buffer] = field(default_factory=dict)
     programs: dict[str, Program] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: A dynamic module's programs, one per (entry, binding), the most recently used last
+    #: (at most `sizes.CACHED_BINDINGS` per entry), and how often a call found its binding's.
+    sized_programs: OrderedDict[tuple[str, tuple[tuple[int, ...], ...]], Program] = field(
+        default_factory=OrderedDict)
+    retired: list[Program] = field(default_factory=list)  # dropped, maybe still running
+    hits: int = 0
+    misses: int = 0
+    max_alloc_bytes: int | None = None
 
     def executable(self, index: int) -> Any:
         """Executable `index`, loaded on its device the first time it is needed."""
@@ -80,21 +89,66 @@ class Resident:
             return program
         with self.lock:
             if plan.name not in self.programs:
-                check_placement(plan, set(self.devices))
-                for index in plan.executables:
-                    try:
-                        self.executable(index)
-                    except DeviceError as e:
-                        raise ExecutionError(f"{plan.name}: {e}") from None
+                self._ready(plan)
                 self.programs[plan.name] = Program(self, plan)
             return self.programs[plan.name]
+
+    def ready(self, plan: EntryPlan) -> None:
+        """The entry's placement checked and its kernels loaded (a dynamic module's: its
+        programs are made per binding, `sized`)."""
+        with self.lock:
+            self._ready(plan)
+
+    def _ready(self, plan: EntryPlan) -> None:
+        check_placement(plan, set(self.devices))
+        for index in plan.executables:
+            try:
+                self.executable(index)
+            except DeviceError as e:
+                raise ExecutionError(f"{plan.name}: {e}") from None
+
+    def sized(self, plan: EntryPlan, inputs: Sequence[Any]) -> Program:
+        """A dynamic module's entry made ready for the sizes of `inputs` (`sizes.bind`):
+        the program of that binding, planned on its first call and kept for the next ones
+        (least recently used dropped past `sizes.CACHED_BINDINGS` per entry). Refuses a
+        binding, in one line, before anything is allocated.
+
+        Programs are kept by the inputs' shapes: the binding is a function of them, and
+        inputs that bind are exactly of their binding's shapes, so the two identify one
+        another, and a call with the shapes of an earlier one binds nothing."""
+        key = (plan.name, tuple([sizes.shape_of(x) for x in inputs]))
+        with self.lock:
+            program = self.sized_programs.get(key)
+            if program is not None:
+                self.sized_programs.move_to_end(key)
+                self.hits += 1
+                return program
+        made = sizes.specialize(self.plan, plan, sizes.bind(self.plan.module, plan, inputs),
+                                self.max_alloc_bytes)
+        with self.lock:
+            if key in self.sized_programs:  # made meanwhile by a call on another thread
+                self.hits += 1
+                return self.sized_programs[key]
+            self._ready(made.entry)
+            self.misses += 1
+            self.sized_programs[key] = program = Program(self, made.entry, made)
+            mine = [k for k in self.sized_programs if k[0] == plan.name]
+            dropped = [self.sized_programs.pop(old) for old in mine[:-sizes.CACHED_BINDINGS]]
+            for old_program in (*self.retired, *dropped):
+                old_program.release_idle()
+            # a dropped program a call still runs in is freed when idle (a later miss) or
+            # at close
+            self.retired = [p for p in (*self.retired, *dropped) if p.busy]
+            return program
 
     def close(self) -> None:
         for device in self.devices.values():
             device.make_current()  # close may come from another thread than the calls
-        for program in self.programs.values():
+        for program in (*self.programs.values(), *self.sized_programs.values(), *self.retired):
             program.close()
         self.programs.clear()
+        self.sized_programs.clear()
+        self.retired.clear()
         for buffer in self.constants.values():
             buffer.device.release(buffer)
         self.constants.clear()
@@ -134,10 +188,14 @@ class _Binding:
 
 
 class Program:
-    """An entry point's commands, resolved to buffers once; runs on a pool of arenas."""
+    """An entry point's commands, resolved to buffers once; runs on a pool of arenas. A
+    dynamic module's is one binding's (`sized`): its types, commands and launch geometry
+    evaluated for those sizes (`sizes.specialize`)."""
 
-    def __init__(self, resident: Resident, plan: EntryPlan):
+    def __init__(self, resident: Resident, plan: EntryPlan, sized: sizes.Sized | None = None):
         self.resident, self.plan = resident, plan
+        self.module_plan = sized.module if sized is not None else resident.plan
+        self.sized = sized
         self.bindings: list[_Binding] = []
         self.reads: list[tuple[int, ...]] = []  # per command: the bindings it reads, then writes
         self.writes: list[int | None] = []
@@ -149,7 +207,7 @@ class Program:
             if written is not None:
                 current[written] = self._binding(c, written, reads)
             elif c.op is Op.OUTPUT:
-                outputs[c.index] = (reads[0], resident.plan.tensor(c.slot))
+                outputs[c.index] = (reads[0], self.module_plan.tensor(c.slot))
             self.reads.append(reads)
             self.writes.append(current[written] if written is not None else None)
         self.outputs = [outputs[i] for i in range(len(outputs))]
@@ -161,13 +219,13 @@ class Program:
         self._arenas: list[Arena] = []
         self._lock = threading.Lock()
         used = {b.device for b in self.bindings} | {
-            resident.plan.module.executables[i].device for i in plan.executables}
+            self.module_plan.module.executables[i].device for i in plan.executables}
         self.devices = [resident.devices[d] for d in sorted(used) if d in resident.devices]
         # A cuda context is current on one thread at a time: calls that touch cuda take turns.
         self._serial = threading.Lock() if Device.CUDA in used else None
 
     def _binding(self, c: Command, slot: int, reads: tuple[int, ...]) -> int:
-        device = self.resident.plan.slot_device(slot)
+        device = self.module_plan.slot_device(slot)
         if c.op is Op.CONST:
             buffer = self.resident.constant(device, c.rodata_offset, c.bytes)
             self.bindings.append(_Binding(device, c.bytes, buffer))
@@ -175,7 +233,7 @@ class Program:
             self.bindings.append(_Binding(device, self.bindings[reads[0]].nbytes,
                                           offset=self.plan.offsets.get(slot)))
         elif c.op is Op.INPUT:
-            self.bindings.append(_Binding(device, self.resident.plan.tensor(slot).nbytes))
+            self.bindings.append(_Binding(device, self.module_plan.tensor(slot).static_nbytes))
         else:  # ALLOC
             self.bindings.append(_Binding(device, c.bytes, offset=self.plan.offsets.get(slot)))
         return len(self.bindings) - 1
@@ -209,7 +267,7 @@ class Program:
                 written_at.setdefault(reads[-1], []).append(i)
         alias: dict[int, int] = {}
         views: set[int] = set()
-        executables = self.resident.plan.module.executables
+        executables = self.module_plan.module.executables
         for i, (c, reads) in enumerate(zip(self.plan.commands, self.reads, strict=True)):
             if c.op is not Op.DISPATCH or executables[c.executable].kind is not KernelKind.RESHAPE:
                 continue
@@ -268,6 +326,26 @@ class Program:
         for buffer in (*arena.planned, *arena.staging.values()):
             buffer.device.release(buffer)
 
+    @property
+    def busy(self) -> bool:
+        """Whether a call is running in one of its arenas (after `release_idle`, the arenas
+        left are those)."""
+        return bool(self._arenas)
+
+    def release_idle(self) -> None:
+        """Free the arenas no call is running in (a program the cache drops: a call still
+        in one returns it, and the module's close frees it)."""
+        while True:
+            try:
+                arena = self._free.pop()
+            except IndexError:
+                return
+            self._release(arena)
+            with self._lock:
+                self._arenas.remove(arena)
+            arena.steps.clear()
+            arena.buffers.clear()
+
     def close(self) -> None:
         for arena in self._arenas:
             self._release(arena)
@@ -292,9 +370,13 @@ class Program:
         if i in self.views:
             return None  # a reshape whose destination is its input's buffer
         if c.op is Op.DISPATCH:
-            kind = self.resident.plan.module.executables[c.executable].device
-            launch = self.resident.devices[kind].bind(self.resident.executables[c.executable],
-                                                      [buffers[b] for b in reads])
+            exe = self.module_plan.module.executables[c.executable]
+            loaded, kind = self.resident.executables[c.executable], exe.device
+            if self.sized is None:
+                launch = self.resident.devices[kind].bind(loaded, [buffers[b] for b in reads])
+            else:  # this binding's types and geometry, and its size operands
+                launch = self.resident.devices[kind].bind(
+                    loaded, [buffers[b] for b in reads], exe, self.sized.scalars[c.executable])
             if kind is Device.CPU:  # synchronous: nothing to wait for later
                 return Step(label, launch)
             return Step(label, launch, kind, capturable=True)
@@ -306,7 +388,7 @@ class Program:
             assert write is not None, "a COPY binds the slot it writes"
             return self.transfers.bind_copy(label, arena, write, reads[0])
         if c.op is Op.PRINT:
-            t = self.resident.plan.slot_type(c.slot)
+            t = self.module_plan.slot_type(c.slot)
             flat = TensorType(t.dtype if t is not None else DType.F64, (c.rows * c.cols,))
             return self.transfers.bind_print(label, arena, reads[0], flat, (c.rows, c.cols))
         if c.op is Op.ALLOC and write in self.rezero:

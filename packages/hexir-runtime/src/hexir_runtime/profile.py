@@ -136,11 +136,11 @@ def work(exe: Executable) -> int | None:
     convolution 2 x outputs x C/g x kernel, its weight either ONNX's [M, C/g, *kernel] (as
     depthwise kernels read it) or packed at compile time into panels of output channels,
     [panels, *kernel, C/g, lanes] with the M channels filling the last panel partly."""
-    out = exe.args[-1].shape
+    out = exe.args[-1].static_shape  # (a dynamic module's: for one call's sizes)
     if re.match(r"(matmul|linear)(_|$)", exe.name) and exe.args[0].shape:
-        return 2 * math.prod(out) * exe.args[0].shape[-1]
+        return 2 * math.prod(out) * exe.args[0].static_shape[-1]
     if exe.name.startswith("conv") and len(exe.args) >= 3 and len(out) >= 3:
-        w = exe.args[1].shape
+        w = exe.args[1].static_shape
         if len(w) == len(out) and w[0] == out[1]:
             return 2 * math.prod(out) * math.prod(w[1:])
         if len(w) == len(out) + 1 and (w[0] - 1) * w[-1] < out[1] <= w[0] * w[-1]:
@@ -154,7 +154,7 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
     (its inputs as `api.check_inputs` returns them; see the module docstring)."""
     resident = module._enter()  # counted as a call in flight: close() waits for it
     try:
-        program = resident.program(module.prepare(entry)._plan)
+        program = module._program(resident, module.prepare(entry)._plan, checked)
         for _ in range(warmup):
             module.execute(entry, checked)
         arena = program._take()
@@ -184,7 +184,7 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
     result = Profile(entry, calls, threads.cpu_threads(), statistics.median(whole))
     result.clock_hz, result.clock_source = _clock()
     result.peak_bytes = _copy_bandwidth()
-    executables = program.resident.plan.module.executables
+    executables = program.module_plan.module.executables
     for step, times in zip(steps, per_step, strict=True):
         exe = _executable(step.label, program.plan.commands, executables)
         if exe is None and not step.label.endswith("graph)"):
@@ -204,7 +204,7 @@ def _executable(label: str, commands, executables) -> Executable | None:
 def _kernel(result: Profile, label: str, exe: Executable | None, seconds: float) -> KernelTime:
     if exe is None:  # a run of cuda kernels captured as one graph
         return KernelTime(label, seconds, None, 0, None)
-    flops, nbytes = work(exe), sum(t.nbytes for t in exe.args)
+    flops, nbytes = work(exe), sum(t.static_nbytes for t in exe.args)
     timed = KernelTime(exe.name, seconds, flops, nbytes, exe)
     if exe.device is Device.CPU and exe.cpu_level:
         timed.peak_bytes = result.peak_bytes

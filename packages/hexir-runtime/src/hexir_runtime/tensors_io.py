@@ -66,19 +66,24 @@ def parse_input(text: str) -> Given:
         t = TensorType.parse(spec)
     except ValueError as e:
         raise InputError(f"--input={text}: {e}") from None
-    if math.prod(max(d, 1) for d in t.shape) * t.dtype.itemsize > DEFAULT_MAX_ALLOC_BYTES:
+    if not t.is_static:
+        raise InputError(f"--input={text}: {spec} has a symbolic dimension; give each size "
+                         "(e.g. 2x3xf32=...)")
+    shape = t.static_shape
+    if math.prod(max(d, 1) for d in shape) * t.dtype.itemsize > DEFAULT_MAX_ALLOC_BYTES:
         raise InputError(f"--input={text}: {spec} spans more than {DEFAULT_MAX_ALLOC_BYTES} "
                          "bytes, the most one run may allocate (counting a 0 dimension as 1)")
     flat = _values(text, values.replace(",", " ").split(), t.dtype)
-    if len(flat) == 1 and t.size != 1:
+    size = math.prod(shape)
+    if len(flat) == 1 and size != 1:
         try:
-            flat = np.full(t.size, flat[0], dtype=flat.dtype)
+            flat = np.full(size, flat[0], dtype=flat.dtype)
         except MemoryError:
             raise InputError(f"--input={text}: cannot allocate the {t.nbytes} bytes of a "
                              f"{spec}") from None
-    if len(flat) != t.size:
-        raise InputError(f"--input={text}: {t} holds {t.size} values, {len(flat)} given")
-    return Given(text, (flat.reshape(t.shape),), named[0] if named else None)
+    if len(flat) != size:
+        raise InputError(f"--input={text}: {t} holds {size} values, {len(flat)} given")
+    return Given(text, (flat.reshape(shape),), named[0] if named else None)
 
 
 def _values(text: str, words: list[str], dtype: DType) -> np.ndarray:

@@ -274,16 +274,16 @@ def _keep(source: hal.Buffer, target: DevicePointer | None, t: TensorType,
     still be queued, and the caller's library must not reuse their memory before they run."""
     device = source.device
     if target is not None:
-        device.copy(device.borrow(target.address, t.nbytes), source)
+        device.copy(device.borrow(target.address, t.static_nbytes), source)
         return lambda: target.owner
-    kept = device.export(t.nbytes)
+    kept = device.export(t.static_nbytes)
     try:
         device.copy(kept, source)
     except DeviceError:
         device.release_export(kept)
         raise
     holds = tuple(x.owner for x in inputs if isinstance(x, DevicePointer))
-    array = DeviceArray(device, kept, np.dtype(t.dtype.numpy), t.shape, holds)
+    array = DeviceArray(device, kept, np.dtype(t.dtype.numpy), t.static_shape, holds)
     return lambda: array
 
 

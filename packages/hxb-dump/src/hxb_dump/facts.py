@@ -19,6 +19,7 @@ from hexir_format import (
     Layout,
     Module,
     Op,
+    dims,
     plan,
     signature_problem,
 )
@@ -41,17 +42,22 @@ def layout_facts(layout: Layout) -> Facts:
     }
 
 
+def _dim(d: dims.Dim) -> int | str:
+    """A dimension as JSON holds it: a number, or (a dynamic module's) its expression."""
+    return d if isinstance(d, int) else dims.render(d)
+
+
 def module_facts(module: Module, *, values: bool) -> Facts:
-    """Slots, entry points with their commands, rodata and executables."""
+    """Size symbols, slots, entry points with their commands, rodata and executables."""
     return {
+        "symbols": [{"name": s.name, "lo": s.lo, "hi": s.hi} for s in module.symbols],
         "slots": [{"index": i, "device": str(s.device), "type": str(s.type),
-                   "dtype": str(s.type.dtype), "shape": list(s.type.shape),
-                   "bytes": s.type.nbytes} for i, s in enumerate(module.slots)],
+                   "dtype": str(s.type.dtype), "shape": [_dim(d) for d in s.type.shape],
+                   "bytes": _dim(s.type.nbytes)} for i, s in enumerate(module.slots)],
         "functions": _functions(module),
         "rodata": {"size": len(module.rodata),
                    "ranges": rodata.ranges(module, values=values)},
-        "executables": [_executable(module.version, i, e)
-                        for i, e in enumerate(module.executables)],
+        "executables": [_executable(module, i, e) for i, e in enumerate(module.executables)],
         "plan": _plan(module),
     }
 
@@ -118,7 +124,7 @@ def _command(pc: int, command: Command) -> Facts:
     return {
         "offset": pc,
         "op": str(command.op),
-        "args": dict(zip(names, command.operands, strict=False)),
+        "args": dict(zip(names, map(_dim, command.operands), strict=False)),
         "slots": list(command.operands[len(names):]),
     }
 
@@ -131,7 +137,8 @@ def _bound(module: Module, commands: tuple[Command, ...], op: Op) -> list[str]:
     return [str(module.slots[s].type) if s < len(module.slots) else "?" for s in slots]
 
 
-def _executable(version: int, index: int, exe: Executable) -> Facts:
+def _executable(module: Module, index: int, exe: Executable) -> Facts:
+    version = module.version
     fits = signature_problem(exe.kind, exe.args, exe.params) is None
     named = params.decode(exe.kind, exe.params) if fits else None
     return {
@@ -144,8 +151,11 @@ def _executable(version: int, index: int, exe: Executable) -> Facts:
         "raw_params": list(exe.params),
         "extents": extents(exe),
         "image": _image(exe),
-        "grid": list(exe.grid if version >= 4 else exe.grid[:2]),
-        "block": list(exe.block if version >= 4 else exe.block[:2]),
+        "grid": [_dim(d) for d in (exe.grid if version >= 4 else exe.grid[:2])],
+        "block": [_dim(d) for d in (exe.block if version >= 4 else exe.block[:2])],
+        # a dynamic module's: the size symbols it receives after its buffers, in order
+        "operands": [module.symbols[k].name if k < len(module.symbols) else f"#{k}"
+                     for k in exe.operands],
     }
 
 

@@ -2,7 +2,9 @@
 
 Version 3 modules print exactly as `tools/hxb-dump.py` printed them; version 4 adds the slots,
 entry-point signatures, typed rodata, argument types and params; version 5 the names of an
-entry's inputs and outputs in its signature, where the module names them. Each part prints
+entry's inputs and outputs in its signature, where the module names them; version 6 a dynamic
+module's size symbols and their ranges, and the expressions its types, ALLOCs and launch
+grids hold, and the symbols each kernel receives. Each part prints
 only when its facts are there, which is how a damaged file gets its header and section table
 (or just its size) and nothing that was not safe to read.
 """
@@ -34,6 +36,7 @@ def _render(facts: Facts, rodata: bool) -> list[str]:
         return lines
     typed = facts["version"] >= 4
     lines += _symbols(facts["functions"])
+    lines += _sizes(facts.get("symbols", []))
     if typed:
         lines += _slots(facts["slots"])
     lines += _program(facts["functions"], typed)
@@ -54,6 +57,14 @@ def _symbols(functions: list[Facts]) -> list[str]:
     return ["", "symbols", *(f"  {f['name']:<20} program+{f['program_offset']}"
                              + (f"  for {f['target']}" if f.get("target") else "")
                              for f in functions)]
+
+
+def _sizes(symbols: list[Facts]) -> list[str]:
+    """A dynamic module's size symbols and the range of each."""
+    if not symbols:
+        return []
+    return ["", f"size symbols  ({len(symbols)})",
+            *(f"  {s['name']:<20} {s['lo']}..{s['hi']}" for s in symbols)]
 
 
 def _slots(slots: list[Facts]) -> list[str]:
@@ -146,6 +157,9 @@ def _executables(exes: list[Facts], typed: bool) -> list[str]:
         image = e["image"] or {}
         label = "host image  " if image.get("flavour") == "host object" else "device image"
         lines.append(f"    {label}   {_image(e)}")
+        if e.get("operands"):
+            lines.append(f"    operands       {', '.join(e['operands'])} (int64, after the "
+                         "buffers)")
         if image.get("functions") is not None:
             needs = [f"{n} (the runtime's {n.removeprefix('hexir_rt_')} routine)"
                      if n.startswith("hexir_rt_") else n for n in image["undefined"]]

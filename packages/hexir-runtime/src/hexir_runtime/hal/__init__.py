@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import importlib
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Any
@@ -170,9 +170,13 @@ class Device(ABC):
         self.bind(loaded, buffers)()
 
     @abstractmethod
-    def bind(self, loaded: Any, buffers: list[Buffer]) -> Callable[[], None]:
+    def bind(self, loaded: Any, buffers: list[Buffer], sized: Executable | None = None,
+             scalars: Sequence[int] = ()) -> Callable[[], None]:
         """`launch(loaded, buffers)` made once, to be called per run: the arguments checked
-        and packed now, the launch each time it is called."""
+        and packed now, the launch each time it is called. For a dynamic module's kernel,
+        `sized` is the executable with one call's sizes (its types and launch geometry
+        evaluated, `sizes.Sizes`) and `scalars` the values of its operands, passed as int64s
+        after the buffers."""
 
     @abstractmethod
     def wait(self) -> None:
@@ -257,7 +261,7 @@ class Device(ABC):
 
 def typed_view(host: np.ndarray, t: TensorType) -> np.ndarray:
     """The first `t.nbytes` bytes of a host byte array, seen as a tensor of type `t`."""
-    return host[:t.nbytes].view(t.dtype.numpy).reshape(t.shape)
+    return host[:t.static_nbytes].view(t.dtype.numpy).reshape(t.static_shape)
 
 
 # name -> module that defines `create(**options) -> Device`; imported on first use only.

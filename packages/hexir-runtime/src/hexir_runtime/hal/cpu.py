@@ -5,17 +5,20 @@ Every buffer is host memory, so it is reported HOST_VISIBLE whatever was asked f
 view of the module's mapping, so weights are never copied.
 
 A version-5 cpu executable carries a host image: `hostcode` loads it once per load, and a
-launch calls it with one bare pointer per buffer, its cpu grid split across the shared thread
-pool when the kernel is big enough to gain (`PARALLEL_GRAIN`). Every kernel is the image's
-own loops: the runtime offers an image no routine of its own, so the pool's threads are the
-only ones a call runs on (an image of an older compiler that calls back for its matmul,
-`hexir_rt_matmul`, is refused at load, see `hostcode`). Versions 3 and 4 describe cpu kernels
-instead; the runtime runs the three kinds version 3 has (`kernels`).
+launch calls it with one bare pointer per buffer (then, for a dynamic module's kernel, its
+size operands as int64s: on x86-64 an int64 takes a pointer's slot), its cpu grid split
+across the shared thread pool when the kernel is big enough to gain (`PARALLEL_GRAIN`).
+Every kernel is the image's own loops: the runtime offers an image no routine of its own, so
+the pool's threads are the only ones a call runs on (an image of an older compiler that
+calls back for its matmul, `hexir_rt_matmul`, is refused at load, see `hostcode`). Versions
+3 and 4 describe cpu kernels instead; the runtime runs the three kinds version 3 has
+(`kernels`).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,20 +108,24 @@ class CpuDevice(Device):
                 f"{hostcode.LEVEL_SETTING}={have}"
             raise DeviceError(f"host image of kernel '{exe.name}' is code for {need}, which "
                               f"{cpu} cannot run; compile with -target=cpu:{have}")
-        code = hostcode.load(exe.image, exe.name, len(exe.args),
+        code = hostcode.load(exe.image, exe.name, len(exe.args) + len(exe.operands),
                              what=f"host image of kernel '{exe.name}'")
         self._loaded.append(code)
         return CpuKernel(exe, code)
 
-    def bind(self, loaded: CpuKernel, buffers: list[Buffer]):
-        """The launch with its pointers (or, for a descriptor, its typed views) made once."""
+    def bind(self, loaded: CpuKernel, buffers: list[Buffer], sized: Executable | None = None,
+             scalars: Sequence[int] = ()):
+        """The launch with its pointers (or, for a descriptor, its typed views) made once;
+        `sized` and `scalars` as `Device.bind` says."""
         for b in buffers:
             self._check(b, 0, 0, "pass")
-        exe = loaded.exe
+        exe = sized or loaded.exe
         if loaded.code is not None:
-            pool = threads.shared() if exe.destination.size >= PARALLEL_GRAIN else None
+            extent, size = exe.grid[0], exe.destination.size
+            assert isinstance(extent, int) and isinstance(size, int), "sized for the call"
+            pool = threads.shared() if size >= PARALLEL_GRAIN else None
             # to_end: compiled kernels clamp their range, so a damaged grid cannot cut it short
-            return loaded.code.bind([b.address for b in buffers], exe.grid[0], pool,
+            return loaded.code.bind([*(b.address for b in buffers), *scalars], extent, pool,
                                     to_end=True)
         *inputs, out = [typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
         return functools.partial(kernels.run, exe.kind, inputs, out)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import ctypes
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -324,12 +325,14 @@ class CudaDevice(Device):
         self._kernels.append(kernel)
         return kernel
 
-    def bind(self, loaded: CudaKernel, buffers: list[Buffer]):
+    def bind(self, loaded: CudaKernel, buffers: list[Buffer], sized: Executable | None = None,
+             scalars: Sequence[int] = ()):
         """The launch with its parameters packed once: the bare-pointer convention, one
-        device address per argument, kernelParams an array of pointers to those addresses
-        (both arrays live as long as the returned launch). Every address must keep the
-        format's promise to the kernel, DEVICE_ARGUMENT_ALIGNMENT: its code may load and
-        store 16 bytes at a time."""
+        device address per argument, then (a dynamic module's kernel) one int64 per size
+        operand, kernelParams an array of pointers to those values (both arrays live as long
+        as the returned launch); the launch geometry is `sized`'s, evaluated for the call.
+        Every address must keep the format's promise to the kernel, DEVICE_ARGUMENT_ALIGNMENT:
+        its code may load and store 16 bytes at a time."""
         for number, b in enumerate(buffers):
             self._check(b, 0, 0, "pass")
             if b.handle % DEVICE_ARGUMENT_ALIGNMENT:
@@ -337,8 +340,8 @@ class CudaDevice(Device):
                     f"{self.name}: argument #{number} of '{loaded.exe.name}' is at {b.handle:#x}, "
                     f"not a multiple of {DEVICE_ARGUMENT_ALIGNMENT} bytes as a cuda kernel may "
                     "assume")
-        exe = loaded.exe
-        values = np.array([b.handle for b in buffers], dtype=np.uint64)
+        exe = sized or loaded.exe
+        values = np.array([*(b.handle for b in buffers), *scalars], dtype=np.uint64)
         params = values.ctypes.data + 8 * np.arange(len(values), dtype=np.uint64)
         arguments = (loaded.function, *exe.grid, *exe.block, 0, self.stream,
                      params.ctypes.data, 0)
