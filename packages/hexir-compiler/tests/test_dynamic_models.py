@@ -26,9 +26,9 @@ import onnxruntime
 import hexir_compiler
 import hexir_runtime
 import real_models
-from hexir_runtime.errors import RuntimeFailure
 from conftest import HOST_TARGET
 from hexir_format import parse
+from hexir_runtime.errors import RuntimeFailure
 
 #: (batch, sequence length) of each call; an image model's sequence length is moot.
 SIZES = ((1, 3), (2, 8), (3, 13))

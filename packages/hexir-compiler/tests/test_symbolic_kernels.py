@@ -12,6 +12,8 @@ same, only more of it. Layers: attention (a matmul whose columns, and another wh
 are the sequence's length; a softmax over it) and a reduction over a symbolic axis.
 """
 
+# ruff: noqa: E501  (the MLIR programs below are one op a line)
+
 from __future__ import annotations
 
 import numpy as np

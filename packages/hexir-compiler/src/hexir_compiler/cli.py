@@ -33,8 +33,8 @@ from hexir_compiler.pipeline import (
 )
 from hexir_compiler.serialize import SerializeError
 from hexir_compiler.target import TargetError, host, parse_targets
-from hexir_format.dims import DimError
 from hexir_format import MAGIC
+from hexir_format.dims import DimError
 from hexir_format.files import atomic_write, terminate_as_interrupt, write_atomically
 
 EXIT_USAGE, EXIT_INPUT, EXIT_PASS, EXIT_OUTPUT = 2, 255, 4, 1
@@ -179,8 +179,9 @@ def parse_shapes(entries: list[str]) -> dict[str, tuple[int | str, ...]]:
     for text in entries:
         for entry in text.split(","):
             name, eq, dims = entry.partition("=")
-            shape = tuple(_dimension(d) for d in dims.split("x")) if dims else ()
-            if not eq or not name or None in shape:
+            parsed = tuple(_dimension(d) for d in dims.split("x")) if dims else ()
+            shape = tuple(d for d in parsed if d is not None)
+            if not eq or not name or len(shape) != len(parsed):
                 raise UsageError(f"invalid -input-shape entry '{entry}'; expected "
                                  "<input>=<d0>x<d1>..., each a size, a symbol, a range lo..hi "
                                  "or symbol:lo..hi, e.g. x=8x784 or ids=1..8xseq:1..512")

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import BinaryIO
 
 import hexir_format as hf
-from hexir_compiler import builtin, dialects, serialize, symbolic
+from hexir_compiler import builtin, dialects, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
@@ -41,7 +41,7 @@ from hexir_compiler.transforms import (
     hexir_partition,
     hextir_to_loops,
 )
-from hexir_format import MAGIC, dims
+from hexir_format import MAGIC
 
 DESCRIPTIONS = {
     "mlir": "the graph as written (hexir dialect)",

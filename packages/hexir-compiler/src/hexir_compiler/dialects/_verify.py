@@ -126,8 +126,8 @@ def memref(value_or_type: ir.Value | ir.Type, what: str,
         strides, _ = ranked.get_strides_and_offset()
         if str(ranked.element_type) not in kept:
             raise Invalid(f"{what} must have element type {_or(kept)}, got {t}")
-        if not (isinstance(layout, ir.AffineMapAttr) and ranked.rank == 1
-                or isinstance(layout, ir.StridedLayoutAttr) and strides and strides[-1] == 1):
+        if not ((isinstance(layout, ir.AffineMapAttr) and ranked.rank == 1)
+                or (isinstance(layout, ir.StridedLayoutAttr) and strides and strides[-1] == 1)):
             raise Invalid(f"{what} must be a flat memref<?x...> or a view of one with unit "
                           f"innermost stride, got {t}")
         dynamic_size = ir.ShapedType.get_dynamic_size()

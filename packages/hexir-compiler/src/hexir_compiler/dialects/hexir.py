@@ -683,9 +683,9 @@ class CallTirOp(HexirOp, name="call_tir"):
         for i, (value, buf) in enumerate(zip(values, buffers, strict=False)):
             shape, elem = tensor(value, f"operand #{i}" if i < inputs else "result")
             bshape, belem = memref(buf, f"buffer #{i} of @{name}", dynamic=True)
-            if "hexir.symbols" in kernel.attributes and not symbolic.is_static(shape):
-                bshape = shape  # flat (its sizes passed apart): only its element type tells
-            if (shape, STORAGE.get(elem, elem)) != (bshape, belem):
+            flat = "hexir.symbols" in kernel.attributes and not symbolic.is_static(shape)
+            # (a flat buffer, its sizes passed apart: only its element type tells)
+            if (not flat and shape != bshape) or STORAGE.get(elem, elem) != belem:
                 raise Invalid(f"{value.type} does not match buffer #{i} of @{name}, {buf}")
 
 

@@ -31,6 +31,7 @@ import contextlib
 import dataclasses
 import functools
 import math
+from typing import cast
 
 import numpy as np
 
@@ -46,6 +47,7 @@ from hexir_compiler.transforms.hexir_fuse import GROUP
 from hexir_compiler.transforms.tir import PLANS, GraphOp, convolution, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL
+from hexir_compiler.transforms.tir.kernel import Shape
 from hexir_compiler.transforms.tir.schedule import panel_width
 from hexir_format import MAX_NAME
 from hexir_format.dims import DimError
@@ -158,8 +160,9 @@ def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level:
                 inputs.append(value)
             sources.append(("input", inputs.index(value)))
         steps.append(fusion.Step(graph_op, tuple(sources)))
-    shapes = [symbolic.shape_of(v.type) for v in inputs]
-    output = symbolic.shape_of(sink.results[0].type)
+    # (symbolic sizes are Exprs: `tir.kernel.Shape` says how generators take them)
+    shapes = [cast(Shape, symbolic.shape_of(v.type)) for v in inputs]
+    output = cast(Shape, symbolic.shape_of(sink.results[0].type))
     try:
         kernel = PLANS[graph_op.mnemonic](graph_op) if lone else \
             fusion.plan_group(steps, shapes, output)
@@ -294,8 +297,9 @@ def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:
         shapes.append(shape)
     shaped = [ir.RankedTensorType(t) for t in types]
     attributes = {name: op.attributes[name] for name in op.attributes}
-    graph_op = GraphOp(op.name.removeprefix("hexir."), tuple(shapes[:-1]), shapes[-1],
-                       attributes, tuple(str(t.element_type) for t in shaped))
+    graph_op = GraphOp(op.name.removeprefix("hexir."), tuple(cast(Shape, s) for s in shapes[:-1]),
+                       cast(Shape, shapes[-1]), attributes,
+                       tuple(str(t.element_type) for t in shaped))
     return graph_op, [t.element_type for t in shaped]
 
 

@@ -66,7 +66,7 @@ def _lower_prim_func(prim: ir.Operation) -> None:
     sizes = len(prim.attributes[SYMBOLS]) if SYMBOLS in prim.attributes else 0
     for index, buffer in enumerate(arguments[:len(arguments) - sizes]):
         if not (isinstance(buffer, ir.MemRefType) and (
-                buffer.has_static_shape or sizes and buffer.rank == 1)):
+                buffer.has_static_shape or (sizes and buffer.rank == 1))):
             raise CompileError(
                 f"kernel @{name}: buffer #{index} is {buffer}; expected a memref of static "
                 "shape, or a flat one (memref<?xT>) in a kernel that takes its sizes",

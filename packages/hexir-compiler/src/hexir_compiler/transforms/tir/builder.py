@@ -59,7 +59,7 @@ class KernelBuilder:
         self.host_level = host_level  # the x86-64 level cpu code is for (hexir_format.CPU_LEVELS)
         self.element = elements[-1]  # the destination's: what most kernels compute in
         self.loc = loc
-        self._constants: dict[tuple[str, str, float], ir.Value] = {}
+        self._constants: dict[tuple[str, str, float | str], ir.Value] = {}
         self._last_constant: ir.Operation | None = None
         self.symbols = tuple(sorted(symbolic.symbols(d for shape in shapes for d in shape)
                                     | set(symbols)))
@@ -111,7 +111,7 @@ class KernelBuilder:
         """`value` in the destination's element type (a float kernel's constants)."""
         return self.constant(value, self.element)
 
-    def constant(self, value: builtins.float, type_: ir.Type) -> ir.Value:
+    def constant(self, value: builtins.float | Expr, type_: ir.Type) -> ir.Value:
         """`value` as a constant of the scalar type `type_` (float, integer or i1), or of
         every lane of the vector type `type_` (a formula evaluated on vectors)."""
         if isinstance(type_, ir.VectorType):
@@ -172,17 +172,16 @@ class KernelBuilder:
             for atom in monomial:
                 factor = self._atom(atom)
                 term = factor if term is None else self._at_top(
-                    lambda a=term, f=factor: arith.muli(a, f))
+                    functools.partial(arith.muli, term, factor))
             assert term is not None
             if coefficient != 1:
-                scale = self.index(coefficient)
-                term = self._at_top(lambda t=term, c=scale: arith.muli(t, c))
+                term = self._at_top(functools.partial(arith.muli, term,
+                                                      self.index(coefficient)))
             total = term if total is None else self._at_top(
-                lambda a=total, t=term: arith.addi(a, t))
+                functools.partial(arith.addi, total, term))
         assert total is not None
         if d.const:
-            shift = self.index(d.const)
-            total = self._at_top(lambda a=total, c=shift: arith.addi(a, c))
+            total = self._at_top(functools.partial(arith.addi, total, self.index(d.const)))
         self._sizes[d] = total
         return total
 
@@ -424,7 +423,7 @@ class KernelBuilder:
 def _buffer_type(shape: Sequence[Dim], element: ir.Type) -> ir.MemRefType:
     """A kernel argument's type: the buffer's static shape, or flat where it is symbolic."""
     if symbolic.is_static(shape):
-        return ir.MemRefType.get([int(d) for d in shape], element)
+        return ir.MemRefType.get([d for d in shape if isinstance(d, int)], element)
     return ir.MemRefType.get([ir.ShapedType.get_dynamic_size()], element)
 
 

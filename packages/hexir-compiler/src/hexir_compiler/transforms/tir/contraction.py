@@ -22,21 +22,22 @@ from __future__ import annotations
 
 import math as pymath
 from collections.abc import Sequence
+from typing import cast
 
+from hexir_compiler import symbolic
 from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
-    parallel,
     PANEL_TILES,
     ROW_TILES,
     gemm_blocks,
     gemm_tiles,
     matrix_rows,
     panel_groups,
+    parallel,
     vector_lanes,
 )
-from hexir_compiler import symbolic
 from hexir_format import dims, signatures
 
 #: The attribute hexir-lower-to-tir gives a matmul or linear whose rhs it packed into panels
@@ -92,7 +93,8 @@ def _rows(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     tile_rows, tile_bytes = ROW_TILES[b.host_level]
     height = max(1, symbolic.at_most(rows, tile_rows))  # no rows: no blocks
     width = max(1, tile_bytes // (ir.FloatType(b.element).width // 8))
-    with matrix_rows(b, [] if tall else batch, dims.ceildiv(rows, height)) as (coords, block_row):
+    blocks = cast(int, dims.ceildiv(rows, height))  # (an Expr where rows is: `kernel.Shape`)
+    with matrix_rows(b, [] if tall else batch, blocks) as (coords, block_row):
         first = b.mul(block_row, height)
         # a block that overhangs the matrix computes (and stores) its last row again
         mine = _block_rows(b, first, height, rows)
@@ -228,7 +230,7 @@ def _per_element(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> No
     """A cuda matmul of symbolic sizes: a thread per output element (`parallel`: a grid of
     static geometry striding over the space) summing its row and column over k. The GEMM
     tiles' grid is the matrix's shape, which the launch would have to compute per call."""
-    a, _w, has_rows, a_batch, w_batch, batch, tall, rows, cols, depth = _matrices(op)
+    _a, _w, _rows, a_batch, w_batch, batch, tall, _m, _n, depth = _matrices(op)
     lhs, rhs = b.args[:2]
     with parallel(b, op.output) as at:
         lead, j = at[:-1], at[-1]

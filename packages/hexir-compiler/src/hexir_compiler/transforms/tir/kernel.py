@@ -19,6 +19,11 @@ from hexir_compiler.mlir import ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_format.signatures import fmt
 
+#: A shape as the generators read it. Typed as ints, which most of them are; a symbolic size
+#: is a `dims.Expr`, which takes the arithmetic they do on extents (+, *, //, %, ==) and
+#: refuses an order comparison (a TypeError), so a schedule decision on it cannot pass
+#: unnoticed: where one is needed the generator decides on what is static (`symbolic.hint`,
+#: `least`, `at_most`). test_dynamic_models and test_symbolic_kernels run them on symbols.
 Shape = tuple[int, ...]
 
 

@@ -322,7 +322,8 @@ def by_rows(b: KernelBuilder, extent: Dim, space: Sequence[Dim] = ()) -> bool:
     """Whether a reduction over `extent` elements (in a `space` of rows) runs as a row shared
     by a block's threads: on cuda, for static sizes (one block a row: a grid of static
     geometry; a symbolic one is a thread's serial loop, as a short row is)."""
-    return b.device == "cuda" and is_static([extent, *space]) and extent >= ROW_MIN
+    return b.device == "cuda" and is_static(space) and isinstance(extent, int) and \
+        extent >= ROW_MIN
 
 
 @dataclass
