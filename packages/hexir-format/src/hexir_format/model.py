@@ -184,12 +184,18 @@ class KernelKind(IntEnum):
             return 2
         return 3 if self is KernelKind.LAYER_NORM else 1
 
-    def takes(self, argc: int) -> bool:
-        """Whether `argc` arguments (inputs and the destination) fit the kind: a generic
-        kernel may have no inputs (it computes its destination from the call's sizes)."""
+    @property
+    def least_args(self) -> int:
+        """The fewest arguments (inputs and the destination) a kernel of the kind takes: a
+        generic kernel may have no inputs (it computes its destination from the call's sizes:
+        `hexir.sizes`), a map one."""
         if self is KernelKind.GENERIC:
-            return argc >= 1
-        return argc >= 2 if self.arity is None else argc == self.arity + 1
+            return 1
+        return 2 if self.arity is None else self.arity + 1
+
+    def takes(self, argc: int) -> bool:
+        """Whether `argc` arguments (inputs and the destination) fit the kind."""
+        return argc >= self.least_args if self.arity is None else argc == self.arity + 1
 
 
 BINARY_KINDS = frozenset({KernelKind.ADD, KernelKind.SUB, KernelKind.MUL, KernelKind.DIV})

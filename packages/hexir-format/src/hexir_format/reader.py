@@ -672,7 +672,9 @@ def _v4_executable(e: _Record, fmt: L.Format, sizes: _Sizes, name, kind, device,
         raise FormatError(f"{where}: cpu_level {level} at offset {e.at('cpu_level')}; expected "
                           f"{expected}", field="cpu_level", offset=e.at("cpu_level"))
     if not kind.takes(e.argc):
-        inputs = "at least 1 input" if kind.arity is None else f"{kind.arity} inputs"
+        least = kind.least_args - 1
+        inputs = f"at least {least} input{'s' * (least != 1)}" if kind.arity is None else \
+            f"{kind.arity} inputs"
         raise FormatError(f"{where}: argc {e.argc} at offset {e.at('argc')}; {kind} takes "
                           f"{inputs} + 1 destination", field="argc", offset=e.at("argc"))
     size = L.size(L.TensorTypeEntry)

@@ -354,7 +354,7 @@ def signature_problem(kind: KernelKind, args: Sequence[TensorType],
 
 def _check(kind: KernelKind, args: tuple[TensorType, ...], params: tuple[float, ...]) -> None:
     if not kind.takes(len(args)):
-        expected = "at least 2" if kind.arity is None else str(kind.arity + 1)
+        expected = f"at least {kind.least_args}" if kind.arity is None else str(kind.arity + 1)
         raise ShapeError(f"takes {expected} arguments, not {len(args)}")
     if kind not in CODE_KINDS and len({t.dtype for t in args}) != 1:
         raise ShapeError(f"mixes element types: {', '.join(map(str, args))}")
