@@ -135,7 +135,8 @@ def test_input_shape_binds_a_symbolic_dimension_and_fix_input_fixes_an_axes_oper
 
 @pytest.mark.parametrize("flag, message", [
     ("-input-shape=x", "invalid -input-shape entry 'x'"),
-    ("-input-shape=x=2xq", "invalid -input-shape entry 'x=2xq'"),
+    ("-input-shape=x=2x3..1", "invalid -input-shape entry 'x=2x3..1'"),
+    ("-input-shape=x=2x-q", "invalid -input-shape entry 'x=2x-q'"),
     ("-fix-input=axes=a", "invalid -fix-input entry 'axes=a'"),
 ])
 def test_malformed_flags_are_usage_errors(flag, message, capsys):
