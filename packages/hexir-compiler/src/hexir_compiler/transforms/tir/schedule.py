@@ -447,11 +447,25 @@ def tiled_transpose(b: KernelBuilder, shape: Sequence[int], perm: Sequence[int],
 
 @contextmanager
 def _parallel_nest(b: KernelBuilder, extents: Sequence[int]) -> Iterator[list[ir.Value]]:
+    """cpu: a parallel loop per axis (none for an axis of 1). The outermost is the grid the
+    runtime splits among threads, so where sizes are symbolic the axes up to the last
+    symbolic one are one flat loop, delinearized: a batch of 1 would otherwise be a grid of
+    one iteration, run by one thread (GPT-2 at 1 x 128: its element-wise and row kernels
+    took twice the static module's time). In a space of three axes or more the innermost
+    keeps a loop of its own (contiguous, and no division an element: BERT's attention mask
+    [batch, 1, seq, seq] flattened whole took 0.55 ms of a 6 ms call)."""
+    symbolic_axes = [d for d, extent in enumerate(extents) if not isinstance(extent, int)]
+    split = symbolic_axes[-1] + 1 if symbolic_axes else 0
+    if split == len(extents) >= 3:
+        split -= 1
     with ExitStack() as stack:
-        yield [
+        outer: list[ir.Value] = []
+        if split:
+            flat = stack.enter_context(b.loop(math.prod(extents[:split]), "parallel"))
+            outer = b.delinearize(flat, extents[:split])
+        yield [*outer, *(
             b.index(0) if extent == 1 else stack.enter_context(b.loop(extent, "parallel"))
-            for extent in extents
-        ]
+            for extent in extents[split:])]
 
 
 @contextmanager
