@@ -274,7 +274,9 @@ def test_random_corruption_raises_only_format_errors(data):
 
 def test_cpu_level_is_recorded_for_host_images_only():
     """Version 5 records the x86-64 level (1-4) a cpu kernel's host image needs; anything
-    else there is damage, refused naming the field."""
+    else there is damage, refused naming the field: a level outside 1-4 on a host image, and
+    any level but 0 on a kernel with none (193 on an interpreted one was a fuzzer's find: the
+    validator indexed the level's name with it)."""
     import struct
 
     import hexir_format as hf
@@ -292,7 +294,7 @@ def test_cpu_level_is_recorded_for_host_images_only():
 
     assert hf.parse(module(Device.CPU, b"\x7fELF", 3)).executables[0].cpu_level == 3
     for device, image, level in ((Device.CPU, b"\x7fELF", 0), (Device.CPU, b"\x7fELF", 5),
-                                 (Device.CUDA, b"//ptx", 2)):
+                                 (Device.CUDA, b"//ptx", 2), (Device.CPU, None, 193)):
         data = module(device, image, 3 if level in (0, 5) else 0)
         table = hf.parse_layout(data).section(hf.SectionKind.EXECUTABLES)
         patched = bytearray(data)

@@ -666,7 +666,7 @@ def _v4_executable(e: _Record, fmt: L.Format, sizes: _Sizes, name, kind, device,
     _reserved(where, e)  # version 4: two words; version 5 on: the one after cpu_level
     level = e.cpu_level if e.has("cpu_level") else 0
     host = device is Device.CPU and image is not None
-    if e.has("cpu_level") and (level in CPU_LEVELS) != host:
+    if e.has("cpu_level") and not (level in CPU_LEVELS if host else level == 0):
         expected = "1 to 4, the x86-64 level its host image needs" if host else \
             "0: it carries no host image"
         raise FormatError(f"{where}: cpu_level {level} at offset {e.at('cpu_level')}; expected "
