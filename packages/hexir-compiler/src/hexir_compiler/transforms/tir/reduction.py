@@ -123,6 +123,7 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
         count = pymath.prod(reduced)
         space = [shape[d] for d in kept]
         by_row = by_rows(b, count, space)
+        trailing = axes == list(range(len(shape) - len(axes), len(shape)))
         with b.building(), (rows(b, space, count) if by_row else parallel(b, space)) as owner:
             if isinstance(owner, Row):  # by_row
                 row, coords = owner, owner.coords
@@ -139,6 +140,12 @@ def plan_reduce(op: GraphOp, prologue: Prologue | None = None) -> Kernel:
             if row is not None:  # the thread's share of the reduced elements (flat), the tree
                 partial = row.fold(init, lambda k, acc: step(b.delinearize(k, reduced), acc))
                 (value,) = row.reduce(partial, lambda p, q: [combine(p[0], q[0])])
+            elif trailing:  # one loop over the reduced elements, flat: LLVM vectorizes
+                # one long loop (a global average pool's 56 x 56 as 3136, not 56 rows of 56,
+                # each too short for its vector body) and folds the coordinates back into
+                # the address, which runs on in memory
+                (value,) = b.fold([count], init,
+                                  lambda k, acc: step(b.delinearize(k[0], reduced), acc))
             else:
                 (value,) = b.fold(reduced, init, step)
             if op.mnemonic == "reduce_mean":
