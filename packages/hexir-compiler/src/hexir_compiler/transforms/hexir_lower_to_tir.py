@@ -239,7 +239,8 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
     elif len(graph_op.inputs[1]) == 2:
         depth, cols = graph_op.inputs[1]
         macs = symbolic.hint(math.prod(graph_op.inputs[0][:-1]) * depth * cols)
-        panel = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8)
+        panel = panel_width(_device(op), level, macs, ir.FloatType(element).width // 8,
+                            symbolic.hint(depth * cols))
         if panel is None:
             return graph_op
         width = panel

@@ -52,7 +52,8 @@ one iteration. A long reduction on cuda is a row instead (`rows`):
 
 - cpu, contraction: always compiled loops (no kernel calls a library: the runtime's thread
   pool is the only one in the process). A matmul whose rhs is a constant matrix of more than
-  PANEL_MIN_MACS multiply-adds reads it packed at compile time into column panels
+  PANEL_MIN_MACS multiply-adds, or of PANEL_MIN_BYTES or more (a matrix-vector product
+  streams it), reads it packed at compile time into column panels
   (`panel_width`): the panels, each split into groups of row blocks when there are too few of
   them to share among the threads (`panel_groups`), are the cpu grid; each row block of
   PANEL_TILES rows sums its products with its panel over k in registers. Every other matmul
@@ -105,6 +106,11 @@ Combine = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
 #: The most multiply-adds a cpu matmul on a constant rhs does as matrix rows; beyond, the
 #: compiler packs the rhs into panels (see the module docstring and `panel_width`).
 PANEL_MIN_MACS = 1 << 22
+#: ... or whose constant rhs is at least this many bytes: a matrix-vector product (one row
+#: of multiply-adds per weight) streams its rhs from memory once, and a panel streams it
+#: contiguously where unpacked rows N apart do not (EfficientNet-B0's 1280 x 1000 head,
+#: cold in cache within the model: 495 -> 168 us).
+PANEL_MIN_BYTES = 1 << 20
 
 
 #: The cpu register tile of a matmul whose constant rhs the compiler packs into column
@@ -127,18 +133,21 @@ PANEL_TILES = {1: (2, 64), 2: (2, 64), 3: (5, 64), 4: (8, 64)}
 PANEL_GRID = 64
 
 
-def panel_width(device: str, level: int, macs: int, element_bytes: int) -> int | None:
+def panel_width(device: str, level: int, macs: int, element_bytes: int,
+                weights: int = 0) -> int | None:
     """Columns per panel of a cpu matmul's constant [K, N] rhs, packed at compile time as
     [ceil(N / width), K, width] (zeros past N), or None to keep it as it is.
 
-    Packed above PANEL_MIN_MACS: each panel is one contiguous K x width block, read once per
+    Packed above PANEL_MIN_MACS, or for a rhs of `weights` elements of PANEL_MIN_BYTES or
+    more: each panel is one contiguous K x width block, read once per
     row block of the lhs while the block's sums stay in registers. Unpacked, the rhs's rows
     are N elements apart, so a panel's cache lines collide in the caches' sets. Measured on a
     Zen 3 core (64 x 512 x 2048 f32, one thread): a C model of these loops does 41.7 G
     multiply-adds/s packed and 27.4 unpacked, OpenBLAS's sgemm (numpy's) 29.5; the compiled
     kernel, called through the runtime, 33-37 (ONNX Runtime's MLAS, its weights prepacked
     at load too, 31-34)."""
-    if device != "cpu" or macs <= PANEL_MIN_MACS:
+    if device != "cpu" or (macs <= PANEL_MIN_MACS and
+                           weights * element_bytes < PANEL_MIN_BYTES):
         return None
     return PANEL_TILES[level][1] // element_bytes
 
