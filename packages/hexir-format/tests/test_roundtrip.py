@@ -3,7 +3,6 @@
 import mmap
 import pathlib
 import struct
-
 from dataclasses import replace
 
 import pytest

@@ -45,6 +45,7 @@ __all__ = [
     "V3_OPS", "V4_DTYPES", "V5_DTYPES",
     "Command", "DType", "Device", "Executable", "FormatError", "Function", "HexirError",
     "KernelKind", "Layout", "Module", "Op", "Section", "SectionKind", "ShapeError", "Slot",
-    "Symbol", "TensorType", "ValidationError", "__version__", "build", "minimum_version", "parse",
-    "library", "parse_layout", "plan", "printable", "signature_problem", "validate", "write",
+    "Symbol", "TensorType", "ValidationError", "__version__", "build", "library",
+    "minimum_version", "parse", "parse_layout", "plan", "printable", "signature_problem",
+    "validate", "write",
 ]

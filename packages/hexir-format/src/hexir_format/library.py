@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hexir_format.dims import Dim
 from hexir_format.model import DType, TensorType
-from hexir_format.signatures import ShapeError, fmt
+from hexir_format.signatures import ShapeError
 
 #: A named param's value as a listing shows it: a number, or the name of an enumerator.
 Named = int | str

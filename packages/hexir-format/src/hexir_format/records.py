@@ -24,9 +24,9 @@ from hexir_format.reader import Buffer, parse
 class Record:
     """One record: `kind` is its declaration's role (`header`, `section`, `symbol`, `command`,
     `executables`, `executable`, `argument`, `param`, `slot`, `names`, `name`, `plan`,
-    `placement`, `strings`, `string`, and a dynamic module's `sizes`, `size_symbol`, `program_entry`, `operand`,
-    `word`); `label` names it uniquely in the file (`section[2]`, `exe[1].arg[0]`,
-    `dispatch@48`); `values` is what construct parsed there."""
+    `placement`, `strings`, `string`, and a dynamic module's `sizes`, `size_symbol`,
+    `program_entry`, `operand`, `word`); `label` names it uniquely in the file (`section[2]`,
+    `exe[1].arg[0]`, `dispatch@48`); `values` is what construct parsed there."""
 
     kind: str
     label: str
