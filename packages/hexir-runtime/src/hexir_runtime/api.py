@@ -117,7 +117,7 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray | De
 
 
 #: Each numeric element type's numpy dtype (a string input is checked apart: `library`).
-_DTYPES = {d: np.dtype(d.numpy) for d in DType if d is not DType.STRING}
+_DTYPES: dict[DType, np.dtype] = {d: np.dtype(d.numpy) for d in DType if d is not DType.STRING}
 
 
 def _check_strings(where: str, x: Any, t: TensorType) -> np.ndarray:
