@@ -123,6 +123,30 @@ def test_bad_string_inputs_are_refused_naming_the_input(x, message):
         assert "\n" not in str(info.value)
 
 
+def test_a_device_array_is_no_string_input():
+    class OnDevice:
+        @property
+        def __cuda_array_interface__(self) -> dict:
+            return {"shape": (4,), "typestr": "<i8", "data": (0, False), "version": 3}
+
+    with load() as m:
+        with pytest.raises(hr.InputError) as info:
+            m.main(OnDevice())
+        assert str(info.value) == ("input 0 ('x') of main: expected 4xstr, got a cuda array; "
+                                   "strings are given as a numpy array of str, bytes or "
+                                   "objects holding str")
+
+
+def test_empty_stopwords_as_a_zero_byte_allocation():
+    """The compiler may bind an empty stopword list with ALLOC 0 instead of CONST."""
+    module = modules.strnorm(stopwords=(), action=NONE, out=(4,))
+    f = module.functions[0]
+    commands = (f.commands[0], Command.alloc(1, 0), *f.commands[2:])
+    with hr.load(hf.build(hf.Module(6, (Function("main", commands, f.inputs, f.outputs),),
+                                    b"", module.executables, module.slots))) as m:
+        assert m.main(np.array(WEEK)).tolist() == WEEK
+
+
 def test_a_string_result_has_no_out_array():
     with load() as m:
         with pytest.raises(hr.InputError, match="out\\[0\\] of main: a 3xstr result comes back "
