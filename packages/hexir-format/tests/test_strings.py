@@ -258,6 +258,11 @@ def test_a_constant_handle_out_of_range():
             "string constant slot 1: element 0 is handle -1, but the module has no strings")
 
 
+def test_a_module_in_memory_below_version_6():
+    invalid(replace(strnorm(), version=5), "strings, string tensors and library kernels need "
+                                           "version 6; this module is version 5")
+
+
 def test_a_string_slot_on_cuda():
     module = strnorm()
     slots = (module.slots[0], module.slots[1], replace(module.slots[2], device=Device.CUDA))

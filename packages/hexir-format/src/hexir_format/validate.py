@@ -310,8 +310,14 @@ def _check_executables(module: Module) -> Device:
 
 
 def _check_string_slots(module: Module) -> None:
-    """Strings live on the cpu: a string slot is never on cuda (nor copied there, since a
-    COPY's destination is a slot of the same type)."""
+    """Strings are version 6's, and live on the cpu: a string slot is never on cuda (nor
+    copied there, since a COPY's destination is a slot of the same type). (The reader refuses
+    strings below version 6 too; this holds a module built in memory to the same rule.)"""
+    if module.version < 6 and (module.strings or any(
+            s.type.dtype is DType.STRING for s in module.slots) or any(
+            e.kind is KernelKind.LIBRARY for e in module.executables)):
+        raise ValidationError(f"strings, string tensors and library kernels need version 6; "
+                              f"this module is version {module.version}", field="version")
     for i, s in enumerate(module.slots):
         if s.type.dtype is DType.STRING and s.device is not Device.CPU:
             raise ValidationError(f"slot {i}, device: a {s.type} lives on {s.device}; string "
