@@ -28,7 +28,8 @@ with atheris.instrument_imports(include=["hexir_format", "hexir_runtime"]):
 
 REPO = Path(__file__).resolve().parents[3]
 SEEDS = [REPO / "fixtures" / name for name in ("builtin.hxb", "builtin-cpu.hxb",
-                                              "linear-relu.hxb", "linear-relu-split.hxb")]
+                                              "linear-relu.hxb", "linear-relu-split.hxb",
+                                              "strnorm.hxb")]
 SEEDS += sorted((REPO / "packages" / "hexir-runtime" / "tests" / "fixtures").glob("v4-*.hxb"))
 TRUSTED = {bytes(e.image) for seed in SEEDS for e in hf.parse(seed.read_bytes()).executables
            if e.image is not None}

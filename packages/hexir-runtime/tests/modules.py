@@ -284,6 +284,34 @@ def dynamic_relu_cuda() -> hf.Module:
                      symbols=(Symbol("batch", 1, 4096),))
 
 
+STR = DType.STRING
+#: ONNX StringNormalizer's case_change_action as a param.
+NONE, LOWER, UPPER = 0.0, 1.0, 2.0
+
+
+def strnorm(x: tuple[int, ...] = (4,), out: tuple[int, ...] = (3,),
+            stopwords: tuple[str, ...] = ("monday",), action: float = UPPER,
+            sensitive: bool = True, strings: tuple[str, ...] | None = None,
+            dynamic: bool = False) -> hf.Module:
+    """`main(x: str) -> (y: str)`, one `string_normalizer` as an ONNX StringNormalizer
+    compiles: its stopwords a constant of handles into the module's strings (no stopwords:
+    a 0-byte constant). `dynamic`: x's count a size symbol `n` in 1..1000 (y's stays fixed:
+    it depends on the data)."""
+    table = stopwords if strings is None else strings
+    handles = np.array([table.index(w) for w in stopwords], dtype=np.int64)
+    tx, ts, ty = T(STR, (dims.Expr.symbol("n"),) if dynamic else x), \
+        T(STR, (len(stopwords),)), T(STR, out)
+    exe = Executable("string_normalizer", KernelKind.LIBRARY, CPU, (tx, ts, ty),
+                     (action, float(sensitive)))
+    main = Function("main", (Command.input(0, 0), Command.const(1, 0, handles.nbytes),
+                             Command.alloc(2, ty.nbytes), Command.dispatch(0, (0, 1, 2)),
+                             Command.output(2, 0)), ("x",), ("y",))
+    symbols = (Symbol("n", 1, 1000),) if dynamic else ()
+    return hf.Module(6, (main,), handles.tobytes(), (exe,), (Slot(CPU, tx), Slot(CPU, ts),
+                                                              Slot(CPU, ty)),
+                     symbols=symbols, strings=table)
+
+
 def write(directory: Path, name: str, module: hf.Module) -> Path:
     path = Path(directory) / name
     path.write_bytes(hf.build(module))

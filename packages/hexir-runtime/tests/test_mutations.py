@@ -1,9 +1,10 @@
 """The damage campaign: every field of every kind of module, set to hostile values.
 
 For each fixture (the seed's v3 file, the v4 test modules, the compiler's v5 and v6 modules, a
-dynamic v6 module) the field map lists every header, section-table, symbol, command-operand,
-executable, argument type, param and slot field, and a dynamic module's sizes section (its
-header, size symbols, program entries and program words), at its offset, from the layout's
+dynamic v6 module, a v6 module of strings) the field map lists every header, section-table,
+symbol, command-operand, executable, argument type, param and slot field, a dynamic module's
+sizes section (its header, size symbols, program entries and program words) and the strings
+section (its header and entries), at its offset, from the layout's
 own declarations. Each field in turn, and then fixed-seed pairs of fields, gets hostile
 values (0, 1, off by one, the largest values of its width, ...), and every truncation of
 one module per version is tried, with a fixed-seed sample of byte flips. Each mutant must
@@ -48,7 +49,11 @@ examine = pytest.importorskip("hxb_dump.examine")
 RUNTIME_FIXTURES = FIXTURES.parent / "packages" / "hexir-runtime" / "tests" / "fixtures"
 SOURCES = [FIXTURES / "builtin.hxb", RUNTIME_FIXTURES / "v4-mlp.hxb",
            FIXTURES / "builtin-cpu.hxb", FIXTURES / "linear-relu.hxb",
-           FIXTURES / "transformer_block-f32.hxb", RUNTIME_FIXTURES / "v6-dynamic.hxb"]
+           FIXTURES / "transformer_block-f32.hxb", RUNTIME_FIXTURES / "v6-dynamic.hxb",
+           FIXTURES / "strnorm.hxb"]
+#: A string input runs with the words its fixture's model expects (`fixtures/strnorm.npz`):
+#: a StringNormalizer keeps the compiled count of strings only for such data.
+WORDS = np.load(FIXTURES / "strnorm.npz")["x"]
 CAP = 1 << 26  # 64 MiB per run: a damaged size that is legal but huge stays cheap
 # Fields tried per module: all of them, but a fixed-seed sample of the transformer's 2,300
 # (each of its runs takes ~0.1 s); the longer campaign (`HEXIR_MUTATIONS=all`) takes all.
@@ -79,7 +84,8 @@ def rewires(version: int, op: hf.Op, operand: str) -> bool:
 
 # The records the campaign damages: every fixed one but the optional names and plan sections'.
 DAMAGED = {"header", "section", "symbol", "command", "executables", "executable", "argument",
-           "param", "slot", "sizes", "size_symbol", "program_entry", "word"}
+           "param", "slot", "sizes", "size_symbol", "program_entry", "word", "strings",
+           "string"}
 #: A dynamic module's records that are part of a kernel's calling convention: validated,
 #: never run (as code is).
 CONVENTION = {"operand"}
@@ -165,9 +171,16 @@ def input_types(module: hr.Module, entry: hr.EntryPoint) -> list[hf.TensorType]:
 
 def inputs_of(module: hr.Module) -> dict[str, list[np.ndarray]]:
     rng = np.random.default_rng(7)
-    return {name: [rng.standard_normal(t.shape).astype(t.dtype.numpy)
+    return {name: [WORDS.reshape(t.shape) if t.dtype is hf.DType.STRING else
+                   rng.standard_normal(t.shape).astype(t.dtype.numpy)
                    for t in input_types(module, entry)]
             for name, entry in module.entry_points.items()}
+
+
+def of_type(a: np.ndarray, t: hf.TensorType) -> bool:
+    """Whether `a` is an input of `t`'s element type (strings: a numpy str array)."""
+    return a.dtype.kind == "U" if t.dtype is hf.DType.STRING else a.dtype == np.dtype(
+        t.dtype.numpy)
 
 
 def answer(data: bytes, inputs: dict[str, list[np.ndarray]] | None, *, run: bool = True):
@@ -185,7 +198,7 @@ def answer(data: bytes, inputs: dict[str, list[np.ndarray]] | None, *, run: bool
                     inputs) else None
                 want = entry.signature.inputs  # a dynamic one's: the sizes as given
                 if args is None or len(args) != len(want) or any(
-                        a.dtype != np.dtype(t.dtype.numpy) or a.ndim != t.rank or
+                        not of_type(a, t) or a.ndim != t.rank or
                         (t.is_static and a.shape != t.shape)
                         for a, t in zip(args, want, strict=True)):
                     args = [np.ones(t.shape, t.dtype.numpy) for t in input_types(m, entry)]
@@ -207,7 +220,8 @@ def same(a, b) -> bool:
         if len(outs_a) != len(outs_b) or len(mine) != len(theirs):
             return False
         if any(x.shape != y.shape or x.dtype != y.dtype or
-               not np.array_equal(x, y, equal_nan=True) for x, y in zip(mine, theirs, strict=True)):
+               not np.array_equal(x, y, equal_nan=x.dtype.kind != "U")
+               for x, y in zip(mine, theirs, strict=True)):
             return False
     return True
 
@@ -296,6 +310,10 @@ def test_byte_flips_outside_code(tmp_path, source):
     module = hf.parse(data)
     exes = module.layout.section(hf.SectionKind.EXECUTABLES)
     rodata = module.layout.section(hf.SectionKind.RODATA)
+    strings = module.layout.section(hf.SectionKind.STRINGS)
+    # a string's bytes (after the strings section's entries) are data, as weights are
+    text = (strings.offset + 8 + 8 * len(module.strings), strings.offset + strings.size) \
+        if strings else (0, 0)
     code, at = [], exes.offset  # the images lie in executable order
     for e in module.executables:
         if e.image is not None:
@@ -309,7 +327,8 @@ def test_byte_flips_outside_code(tmp_path, source):
             continue
         mutant = bytearray(data)
         mutant[at] ^= 1 << rng.randrange(8)
-        weight = rodata.offset <= at < rodata.offset + rodata.size
+        weight = rodata.offset <= at < rodata.offset + rodata.size or \
+            text[0] <= at < text[1]
         where = f"{source.name}: bit flip at {at}"
         check_mutant(data, bytes(mutant), baseline, inputs,
                      [Field("flip", at, 1, explains=weight)], where, tmp_path)

@@ -4,7 +4,7 @@ The checked-in fixtures hold what the compiler writes; these hold what a listing
 that the fixtures may not: every command, f32 and f64 constants, params of every kind,
 device images of each flavour (small blobs with real headers, not compiled kernels), and
 version 5's names and integer and boolean types, version 6's size symbols (a dynamic
-module).
+module) and strings (a string table, library kernels).
 
 pytest imports this module; lit runs it: `python dump_samples.py NAME OUT.hxb`.
 """
@@ -211,6 +211,25 @@ def dynamic() -> Module:
                            Symbol("seq", 1, 2048)))
 
 
+def strings() -> Module:
+    """Version 6, strings: `main(x: 4xstr) -> (upper: 3xstr, lower: 3xstr)`, two library
+    kernels both named `string_normalizer` (UPPER case-sensitive, LOWER not), the stopword
+    `monday` a constant handle, the other stopword list empty (a 0-byte constant); a string
+    table of 20, one long and one with a quote and a newline."""
+    x, out, one, none = (T(DType.STRING, shape) for shape in ((4,), (3,), (1,), (0,)))
+    table = ("monday", 'say "hi"\n', "é" * 70, *(f"word{i}" for i in range(17)))
+    slots = tuple(Slot(CPU, t) for t in (x, one, none, out, out))
+    main = Function("main", (
+        Command.input(0, 0), Command.const(1, 0, 8), Command.const(2, 8, 0),
+        Command.alloc(3, 24), Command.alloc(4, 24), Command.dispatch(0, (0, 1, 3)),
+        Command.dispatch(1, (0, 2, 4)), Command.output(3, 0), Command.output(4, 1)),
+        ("x",), ("upper", "lower"))
+    exes = (Executable("string_normalizer", KernelKind.LIBRARY, CPU, (x, one, out), (2.0, 1.0)),
+            Executable("string_normalizer", KernelKind.LIBRARY, CPU, (x, none, out),
+                       (1.0, 0.0)))
+    return Module(6, (main,), struct.pack("<q", 0), exes, slots, strings=table)
+
+
 def one_kernel(image: bytes | None, device: Device = CUDA) -> Module:
     """A 2x2 f32 matmul `linear_0` carrying `image` (launched 1 x 4 threads when it has one)."""
     t = T(F32, (2, 2))
@@ -219,7 +238,8 @@ def one_kernel(image: bytes | None, device: Device = CUDA) -> Module:
     return Module(4, (Function("main", ()),), b"", (exe,), ())
 
 
-MODULES = {"mlp": mlp, "kernels": kernels, "small": small, "named": named, "dynamic": dynamic}
+MODULES = {"mlp": mlp, "kernels": kernels, "small": small, "named": named, "dynamic": dynamic,
+           "strings": strings}
 
 
 def main(argv: list[str]) -> None:

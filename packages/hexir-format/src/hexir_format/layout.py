@@ -33,7 +33,9 @@ from hexir_format.model import (
     NAME_BYTES,
     V3_OPS,
     V4_DTYPES,
+    V5_DTYPES,
     DType,
+    KernelKind,
     Op,
     SectionKind,
 )
@@ -183,6 +185,17 @@ OperandEntry = Struct(
 
 ProgramWord = Int64sl  # an opcode, or an immediate (a CONST's value may be negative)
 
+# Version 6's optional strings section, the module's string table (`model.Module.strings`):
+# this header, `count` entries in string order, then the strings' UTF-8 bytes back to back in
+# entry order (`offset` counts from the section's start; a string may be empty). A STRING
+# tensor's elements are int64 handles into this table (`model.DType.STRING`).
+StringsHeader = ExecutablesHeader
+
+StringEntry = Struct(
+    "offset" / Int32ul,
+    "size" / Int32ul,
+)
+
 # A size field that holds "expression #k of the sizes section" (version 6) rather than a
 # number: the field's top bit set, k in the bits below. Tensor dimensions and ALLOC's bytes
 # (64-bit) use TAG64, the launch geometry (32-bit grid_* and block_*) TAG32; no static value
@@ -204,23 +217,28 @@ class Format:
     required: tuple[SectionKind, ...]  # the kinds it must hold, in the order they are checked
     ops: frozenset[Op]  # the command kinds of its program
     dtypes: frozenset[DType]  # the element types of its tensors
+    kinds: frozenset[KernelKind]  # the kernel kinds of its executables
 
 
 _V3_SECTIONS = (SectionKind.SYMBOLS, SectionKind.PROGRAM, SectionKind.RODATA,
                 SectionKind.EXECUTABLES)
 _V4_SECTIONS = (*_V3_SECTIONS, SectionKind.SLOTS)
 _V5_SECTIONS = frozenset({*_V4_SECTIONS, SectionKind.NAMES, SectionKind.PLAN})
-_V6_SECTIONS = frozenset({*_V5_SECTIONS, SectionKind.SIZES})
-_ALL_OPS, _ALL_DTYPES = frozenset(Op), frozenset(DType)
+_V6_SECTIONS = frozenset({*_V5_SECTIONS, SectionKind.SIZES, SectionKind.STRINGS})
+_ALL_OPS, _ALL_DTYPES, _ALL_KINDS = frozenset(Op), frozenset(DType), frozenset(KernelKind)
+#: The kernel kinds before version 6 (LIBRARY is version 6's).
+_V5_KINDS = _ALL_KINDS - {KernelKind.LIBRARY}
 
 #: Every version the reader accepts (`model.VERSIONS`), by number.
 FORMATS = {
     3: Format(3, Symbol, ExecutableV3, frozenset(_V3_SECTIONS), _V3_SECTIONS, V3_OPS,
-               V4_DTYPES),
+               V4_DTYPES, _V5_KINDS),
     4: Format(4, Symbol, ExecutableV4, frozenset(_V4_SECTIONS), _V4_SECTIONS, _ALL_OPS,
-               V4_DTYPES),
-    5: Format(5, Symbol, ExecutableV5, _V5_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES),
-    6: Format(6, SymbolV6, ExecutableV5, _V6_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES),
+               V4_DTYPES, _V5_KINDS),
+    5: Format(5, Symbol, ExecutableV5, _V5_SECTIONS, _V4_SECTIONS, _ALL_OPS, V5_DTYPES,
+               _V5_KINDS),
+    6: Format(6, SymbolV6, ExecutableV5, _V6_SECTIONS, _V4_SECTIONS, _ALL_OPS, _ALL_DTYPES,
+               _ALL_KINDS),
 }
 #: The executable entry of each version (the writer's and the tools' shorthand).
 EXECUTABLE = {n: v.executable for n, v in FORMATS.items()}

@@ -59,16 +59,23 @@ class Device(IntEnum):
 
 class DType(IntEnum):
     """Element types; the integer and boolean ones (3-5) are version 5's. A bool is one byte,
-    0 or 1 (numpy's `bool`); kernels read any nonzero byte as true."""
+    0 or 1 (numpy's `bool`); kernels read any nonzero byte as true.
+
+    STRING (version 6) is a string tensor (ONNX's `string`). Its elements in memory are int64
+    *handles*: handle h in [0, len(Module.strings)) names the module's h-th string, and the
+    runtime numbers a call's own strings (its string inputs, what a library kernel makes)
+    after those. So a string slot, an ALLOC or a CONST of handles is sized like an i64 one
+    (`itemsize` 8, `storage` int64); only library kernels read or write strings."""
 
     F32 = 1
     F64 = 2
     I32 = 3
     I64 = 4
     BOOL = 5
+    STRING = 6
 
     def __str__(self) -> str:
-        return {DType.BOOL: "i1"}.get(self, self.name.lower())
+        return {DType.BOOL: "i1", DType.STRING: "str"}.get(self, self.name.lower())
 
     @property
     def itemsize(self) -> int:
@@ -78,6 +85,12 @@ class DType(IntEnum):
     def numpy(self) -> str:
         """The numpy dtype name, so callers need not import numpy to compare."""
         return _NUMPY[self]
+
+    @property
+    def storage(self) -> str:
+        """The numpy dtype name of one element in memory: `numpy`, but int64 (a handle) for
+        STRING, whose `numpy` is `str` (what a caller passes and gets back)."""
+        return "int64" if self is DType.STRING else _NUMPY[self]
 
     @property
     def is_float(self) -> bool:
@@ -93,11 +106,14 @@ class DType(IntEnum):
                          f"{', '.join(map(str, cls))}")
 
 
-_ITEMSIZE = {DType.F32: 4, DType.F64: 8, DType.I32: 4, DType.I64: 8, DType.BOOL: 1}
+_ITEMSIZE = {DType.F32: 4, DType.F64: 8, DType.I32: 4, DType.I64: 8, DType.BOOL: 1,
+             DType.STRING: 8}
 _NUMPY = {DType.F32: "float32", DType.F64: "float64", DType.I32: "int32", DType.I64: "int64",
-          DType.BOOL: "bool"}
+          DType.BOOL: "bool", DType.STRING: "str"}
 #: The element types before version 5.
 V4_DTYPES = frozenset({DType.F32, DType.F64})
+#: The element types before version 6.
+V5_DTYPES = frozenset({*V4_DTYPES, DType.I32, DType.I64, DType.BOOL})
 
 
 class SectionKind(IntEnum):
@@ -109,6 +125,7 @@ class SectionKind(IntEnum):
     NAMES = 6  # version 5, optional: the names of entry points' inputs and outputs
     PLAN = 7  # version 5, optional: each intermediate's offset in its device's arena
     SIZES = 8  # version 6, optional: a dynamic module's size symbols and expression programs
+    STRINGS = 9  # version 6, optional: the module's string table (`Module.strings`)
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -171,6 +188,10 @@ class KernelKind(IntEnum):
     # Any other kernel (version 5, compiled only): arguments of the types it declares, inputs
     # then the destination; what it computes is its code (concat, gather, conv, pooling, ...).
     GENERIC = 21
+    # A function of the runtime's own library (version 6, cpu, no image), named by the
+    # executable's name (`hexir_format.library`): what no compiled kernel computes, such as
+    # the string functions. Its arguments and params are what the library's signature says.
+    LIBRARY = 22
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -178,7 +199,7 @@ class KernelKind(IntEnum):
     @property
     def arity(self) -> int | None:
         """Number of inputs (the destination comes after them); None: any number >= 1."""
-        if self in (KernelKind.MAP, KernelKind.GENERIC):
+        if self in (KernelKind.MAP, KernelKind.GENERIC, KernelKind.LIBRARY):
             return None
         if self in BINARY_KINDS or self is KernelKind.MATMUL:
             return 2
@@ -188,8 +209,8 @@ class KernelKind(IntEnum):
     def least_args(self) -> int:
         """The fewest arguments (inputs and the destination) a kernel of the kind takes: a
         generic kernel may have no inputs (it computes its destination from the call's sizes:
-        `hexir.sizes`), a map one."""
-        if self is KernelKind.GENERIC:
+        `hexir.sizes`), a map one, a library function one (its signature says more)."""
+        if self in (KernelKind.GENERIC, KernelKind.LIBRARY):
             return 1
         return 2 if self.arity is None else self.arity + 1
 
@@ -513,6 +534,9 @@ class Module:
     `symbols` (version 6) are a dynamic module's size symbols: every `dims.Expr` in it reads
     only these. A module is dynamic iff it has any; it then has no memory plan (the runtime
     plans each call's sizes).
+
+    `strings` (version 6's strings section) is the module's string table: a STRING tensor's
+    handle h < len(strings) names strings[h] (a string constant's values are such handles).
     """
 
     version: int
@@ -523,6 +547,7 @@ class Module:
     layout: Layout | None = field(default=None, repr=False)
     placements: tuple[tuple[int, int], ...] = ()
     symbols: tuple[Symbol, ...] = ()
+    strings: tuple[str, ...] = ()
 
     @property
     def is_dynamic(self) -> bool:
@@ -532,9 +557,9 @@ class Module:
         if not isinstance(other, Module):
             return NotImplemented
         mine = (self.version, self.functions, self.executables, self.slots, self.placements,
-                self.symbols)
+                self.symbols, self.strings)
         theirs = (other.version, other.functions, other.executables, other.slots,
-                  other.placements, other.symbols)
+                  other.placements, other.symbols, other.strings)
         return mine == theirs and _payload_eq(self.rodata, other.rodata)
 
     def __hash__(self) -> int:

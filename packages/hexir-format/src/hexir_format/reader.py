@@ -192,8 +192,9 @@ def parse(buf: Buffer) -> Module:
     placements: tuple[tuple[int, int], ...] = ()
     if plan := payload(SectionKind.PLAN):
         placements = _placements(len(slots), *plan)
+    strings = _strings(*found) if (found := payload(SectionKind.STRINGS)) else ()
     return Module(layout.version, functions, rodata, executables, slots, layout, placements,
-                  sizes.symbols)
+                  sizes.symbols, strings)
 
 
 class _Sizes:
@@ -334,6 +335,40 @@ def _placements(slot_count: int, data: memoryview, base: int) -> tuple[tuple[int
         found.append((e.slot, e.offset))
         previous = e.slot
     return tuple(found)
+
+
+def _strings(data: memoryview, base: int) -> tuple[str, ...]:
+    """Version 6's string table: each entry's bytes where the previous one's end (the first
+    right after the entries), inside the section, valid UTF-8; no byte left over."""
+    head, size = L.size(L.StringsHeader), L.size(L.StringEntry)
+    h = _read(L.StringsHeader, data, 0, base, "strings")
+    _reserved("strings", h)
+    if h.count > (len(data) - head) // size:
+        raise FormatError(f"strings: count {h.count} at offset {h.at('count')} needs "
+                          f"{head + h.count * size} bytes but the section has {len(data)}",
+                          field="count", offset=h.at("count"))
+    entry = L.compiled(L.StringEntry)
+    strings: list[str] = []
+    offset = head + h.count * size
+    for n in range(h.count):
+        at = head + n * size
+        e = _Record(L.StringEntry, base + at, entry.parse(bytes(data[at:at + size])))
+        if e.offset != offset or e.size > len(data) - offset:
+            field = "offset" if e.offset != offset else "size"
+            raise FormatError(f"string {n}: {e.size} bytes at section offset {e.offset} (entry "
+                              f"at offset {e.start}); expected them at {offset}, inside the "
+                              f"{len(data)}-byte section", field=field, offset=e.at(field))
+        try:
+            strings.append(str(data[offset:offset + e.size], "utf-8"))
+        except UnicodeDecodeError as error:
+            raise FormatError(f"string {n}: its {e.size} bytes at offset {base + offset} are not "
+                              f"UTF-8 (byte {error.start}: {error.reason})", field="string",
+                              offset=base + offset + error.start) from None
+        offset += e.size
+    if offset != len(data):
+        raise FormatError(f"strings: bytes {offset}..{len(data)} (offset {base + offset}) belong "
+                          "to no string", field="size", offset=base + offset)
+    return tuple(strings)
 
 
 def _reserved(where: str, record: _Record) -> None:
@@ -593,6 +628,11 @@ def _executables(fmt: L.Format, sizes: _Sizes, data: memoryview,
         name = _name(e, f"executable {i}")
         where = f"executable {i} ({name})"
         kind = _enum(KernelKind, e, "kind", where)
+        if kind not in fmt.kinds:
+            since = min(n for n, f in L.FORMATS.items() if kind in f.kinds)
+            raise FormatError(f"{where}: kind {kind.value} ({kind}) at offset {e.at('kind')} "
+                              f"needs version {since}; this module is version {fmt.number}",
+                              field="kind", offset=e.at("kind"))
         device = _enum(Device, e, "device", where)
         image = _image(e, data, where)
         records.append((e.image_offset, e.image_size, f"{where}: its image",

@@ -24,9 +24,9 @@ from hexir_format.reader import Buffer, parse
 class Record:
     """One record: `kind` is its declaration's role (`header`, `section`, `symbol`, `command`,
     `executables`, `executable`, `argument`, `param`, `slot`, `names`, `name`, `plan`,
-    `placement`, and a dynamic module's `sizes`, `size_symbol`, `program_entry`, `operand`,
-    `word`); `label` names it uniquely in the file (`section[2]`, `exe[1].arg[0]`,
-    `dispatch@48`); `values` is what construct parsed there."""
+    `placement`, `strings`, `string`, and a dynamic module's `sizes`, `size_symbol`,
+    `program_entry`, `operand`, `word`); `label` names it uniquely in the file (`section[2]`,
+    `exe[1].arg[0]`, `dispatch@48`); `values` is what construct parsed there."""
 
     kind: str
     label: str
@@ -100,7 +100,9 @@ def records(data: Buffer) -> list[Record]:
     for kind, header, entry_kind, decl in ((SectionKind.NAMES, L.NamesHeader, "name",
                                             L.NameEntry),
                                            (SectionKind.PLAN, L.PlanHeader, "placement",
-                                            L.PlanEntry)):
+                                            L.PlanEntry),
+                                           (SectionKind.STRINGS, L.StringsHeader, "string",
+                                            L.StringEntry)):
         if section := sections.get(kind):
             table = read(str(kind), str(kind), header, section.offset)
             out.append(table)

@@ -27,7 +27,7 @@ from typing import TypeVar
 from hexir_format import dims
 from hexir_format.dims import Dim, DimError
 from hexir_format.errors import HexirError
-from hexir_format.model import BINARY_KINDS, CODE_KINDS, KernelKind, TensorType
+from hexir_format.model import BINARY_KINDS, CODE_KINDS, DType, KernelKind, TensorType
 
 #: A shape's dimensions: ints, or ints and symbolic expressions; a rule gives what it takes.
 #: (Shapes are joined with `+`: mypy cannot type a star-unpacked tuple of a constrained
@@ -338,13 +338,22 @@ def conv(x: Sequence[D], w: Sequence[D], group: int, strides: Sequence[int],
 # ---- kernel kinds ----------------------------------------------------------------------------
 
 def signature_problem(kind: KernelKind, args: Sequence[TensorType],
-                      params: Sequence[float]) -> str | None:
+                      params: Sequence[float], name: str = "") -> str | None:
     """Why `args` (inputs then destination) and `params` do not fit `kind`, or None.
 
     The message starts with the kind (`matmul inner dimensions differ: 3 vs 2`). A kernel
     whose signature fits only ever sees arguments of the shapes it was declared with, so its
-    body (numpy or device code) cannot index outside them.
+    body (numpy or device code) cannot index outside them. A LIBRARY kernel is the library
+    function `name` (`hexir_format.library`), and only those take strings.
     """
+    if kind is KernelKind.LIBRARY:
+        from hexir_format import library  # (it builds on this module's rules)
+
+        return library.problem(name, args, params)
+    if strings := [j for j, t in enumerate(args) if t.dtype is DType.STRING]:
+        j = strings[0]
+        return (f"{kind} takes argument {j} of type {args[j]}; only library kernels take "
+                "strings")
     try:
         _check(kind, tuple(args), tuple(params))
     except ShapeError as e:

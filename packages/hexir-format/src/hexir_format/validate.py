@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import struct
 from dataclasses import dataclass, field, replace
 
 from hexir_format import dims, elf, hostlink, plan
@@ -33,8 +34,10 @@ from hexir_format.model import (
     MAX_SYMBOL,
     Command,
     Device,
+    DType,
     Executable,
     Function,
+    KernelKind,
     Module,
     Op,
     SectionKind,
@@ -281,16 +284,19 @@ def _ranges(d: Expr, module: Module) -> str:
 
 
 def _check_executables(module: Module) -> Device:
+    _check_string_slots(module)
     for i, exe in enumerate(module.executables):
         where = f"executable {i} ('{exe.name}')"
-        problem = signature_problem(exe.kind, exe.args, exe.params)
+        problem = signature_problem(exe.kind, exe.args, exe.params, exe.name)
         if problem:
             raise ValidationError(f"{where}, args: {problem}", field="args")
         if exe.image is None and any((*exe.grid, *exe.block)):
             raise ValidationError(f"{where}, grid: a kernel without an image has no launch "
                                   f"geometry, but this one says grid {exe.grid} block "
                                   f"{exe.block}", field="grid")
-        if exe.device is Device.CUDA:
+        if exe.kind is KernelKind.LIBRARY:
+            _check_library(exe, where)
+        elif exe.device is Device.CUDA:
             _check_launchable(exe, where, {s.name: (s.lo, s.hi) for s in module.symbols})
         elif problem := elf.cpu_code_problem(module.version, exe) or _link_problem(exe):
             raise ValidationError(f"{where}, image: {problem}", field="image")
@@ -301,6 +307,39 @@ def _check_executables(module: Module) -> Device:
                               f"'{first[Device.CPU]}' is placed on cpu and kernel "
                               f"'{first[Device.CUDA]}' on cuda", field="device")
     return devices.pop() if len(devices) == 1 else Device.CPU
+
+
+def _check_string_slots(module: Module) -> None:
+    """Strings are version 6's, and live on the cpu: a string slot is never on cuda (nor
+    copied there, since a COPY's destination is a slot of the same type). (The reader refuses
+    strings below version 6 too; this holds a module built in memory to the same rule.)"""
+    if module.version < 6 and (module.strings or any(
+            s.type.dtype is DType.STRING for s in module.slots) or any(
+            e.kind is KernelKind.LIBRARY for e in module.executables)):
+        raise ValidationError(f"strings, string tensors and library kernels need version 6; "
+                              f"this module is version {module.version}", field="version")
+    for i, s in enumerate(module.slots):
+        if s.type.dtype is DType.STRING and s.device is not Device.CPU:
+            raise ValidationError(f"slot {i}, device: a {s.type} lives on {s.device}; string "
+                                  "tensors live on the cpu (the runtime's string table is host "
+                                  "memory)", field="device")
+
+
+def _check_library(exe: Executable, where: str) -> None:
+    """A library kernel is the runtime's own code: no image, on the cpu, no size operands."""
+    if exe.image is not None:
+        raise ValidationError(f"{where}, image: library kernel '{exe.name}' carries a "
+                              f"{len(exe.image)}-byte image; a library function is the "
+                              "runtime's own code and has none", field="image")
+    if exe.device is not Device.CPU:
+        raise ValidationError(f"{where}, device: library kernel '{exe.name}' is placed on "
+                              f"{exe.device}; the runtime's library runs on the cpu",
+                              field="device")
+    if exe.cpu_level or exe.operands:
+        what = f"cpu_level {exe.cpu_level}" if exe.cpu_level else \
+            f"size operands {list(exe.operands)}"
+        raise ValidationError(f"{where}, args: library kernel '{exe.name}' has {what}; a "
+                              "library function takes neither", field="args")
 
 
 def _link_problem(exe: Executable) -> str | None:
@@ -489,6 +528,20 @@ class _Replay:
                                              f"at [{clash[0]}, {clash[1]}); constants coincide "
                                              "or are apart")
         self.bind("bytes", c.slot, c.bytes, const=True)
+        if t is not None and t.dtype is DType.STRING:
+            self._handles(c.slot, start, end)
+
+    def _handles(self, slot: int, start: int, end: int) -> None:
+        """A string constant's elements are handles into the module's string table."""
+        count = len(self.module.strings)
+        data = memoryview(self.module.rodata)[start:end]
+        for k, (h,) in enumerate(struct.iter_unpack("<q", data)):
+            if not 0 <= h < count:
+                raise self.fail("rodata_offset", f"string constant slot {slot}: element {k} "
+                                                 f"is handle {h}; expected 0 to {count - 1}, "
+                                                 f"the module's {count} strings" if count else
+                                f"string constant slot {slot}: element {k} is handle {h}, but "
+                                "the module has no strings")
 
     def _dispatch(self, c: Command) -> None:
         count = len(self.module.executables)
@@ -533,6 +586,9 @@ class _Replay:
     def _print(self, c: Command) -> None:
         b = self.used("slot", c.slot)
         t = self.typed(c.slot)
+        if t is not None and t.dtype is DType.STRING:
+            raise self.fail("slot", f"slot {c.slot} is a {t}; PRINT shows numbers, and a "
+                                    "string tensor is returned as an output instead")
         item = t.dtype.itemsize if t else 8
         if max(c.rows, 1) * max(c.cols, 1) * item > MAX_BYTES:
             raise self.fail("rows", f"{c.rows} x {c.cols} is larger than any array can be")

@@ -34,6 +34,7 @@ from hexir_format.model import (
     Device,
     DType,
     Executable,
+    KernelKind,
     Module,
     Op,
     SectionKind,
@@ -43,16 +44,28 @@ from hexir_format.model import (
 
 def minimum_version(module: Module) -> int:
     """3 when the v3 layout can hold the module exactly; 6 when an entry point is one x86-64
-    level's variant or the module is dynamic (has size symbols); 5 when a cpu kernel carries
+    level's variant, the module is dynamic (has size symbols), has strings, a string tensor
+    or a library kernel; 5 when a cpu kernel carries
     a host image, a tensor is of an integer or boolean type, an entry point names its inputs
     or outputs, or the module has a memory plan; else 4."""
-    if any(f.cpu_level for f in module.functions) or module.symbols:
+    if any(f.cpu_level for f in module.functions) or module.symbols or _v6_strings(module):
         return 6
     if (any(exe.device is Device.CPU and exe.image is not None for exe in module.executables)
             or any(t.dtype not in V4_DTYPES for t in _types(module))
             or any(f.inputs or f.outputs for f in module.functions) or module.placements):
         return 5
     return 3 if _v3_problem(module) is None else 4
+
+
+def _v6_strings(module: Module) -> str | None:
+    """What of the module only version 6 holds of strings and the library, or None."""
+    if module.strings:
+        return f"a string table ({len(module.strings)} strings)"
+    if typed := next((t for t in _types(module) if t.dtype is DType.STRING), None):
+        return f"tensor type {typed}"
+    if library := next((e for e in module.executables if e.kind is KernelKind.LIBRARY), None):
+        return f"library kernel '{library.name}'"
+    return None
 
 
 def _v3_problem(module: Module) -> str | None:
@@ -106,6 +119,8 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
                                             None)):
         raise FormatError(f"cpu kernel '{host.name}' carries a host image, which only version 5 "
                           f"holds; this module is version {module.version}")
+    if module.version < 6 and (problem := _v6_strings(module)):
+        raise FormatError(f"{problem} needs version 6; this module is version {module.version}")
     sizes = _Sizes(module)
     symbols, program = _symbols_and_program(module, sizes)
     #: each section's payload: its bytes, or (RODATA) the pieces written one after another
@@ -142,6 +157,8 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
             for slot, offset in module.placements)))
     if module.symbols:
         sections.append((SectionKind.SIZES, sizes.build()))
+    if module.strings:
+        sections.append((SectionKind.STRINGS, _strings(module.strings)))
     table, end = [], L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
     for kind, payload in sections:
         size = sum(p.nbytes for p in payload) if isinstance(payload, list) else len(payload)
@@ -181,6 +198,25 @@ def _names(module: Module) -> bytes:
                                                   size=len(raw), offset=start + len(strings))))
             strings += raw
     return L.NamesHeader.build(dict(count=count, reserved=0)) + b"".join(entries) + strings
+
+
+def _strings(strings: tuple[str, ...]) -> bytes:
+    entries, raw = bytearray(), bytearray()
+    start = L.size(L.StringsHeader) + len(strings) * L.size(L.StringEntry)
+    for n, text in enumerate(strings):
+        if not isinstance(text, str):
+            raise FormatError(f"string {n} is {type(text).__name__} {text!r}; expected a str")
+        try:
+            data = text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise FormatError(f"string {n} cannot be UTF-8 ({e.reason})") from None
+        entries += L.StringEntry.build(dict(offset=start + len(raw), size=len(data)))
+        raw += data
+    if start + len(raw) > 0xFFFFFFFF:
+        raise FormatError(f"the string table is {start + len(raw)} bytes; its offsets are "
+                          "32-bit, so it holds at most 4 GiB")
+    return L.StringsHeader.build(dict(count=len(strings), reserved=0)) + bytes(entries) + \
+        bytes(raw)
 
 
 def _name(name: str, what: str) -> bytes:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from hexir_format import CPU_LEVELS, Device, DType, TensorType
-from hexir_runtime import hal
+from hexir_runtime import hal, library
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
 from hexir_runtime.hal import threads
@@ -106,15 +106,29 @@ def check_inputs(plan: EntryPlan, inputs: Sequence[Any]) -> list[np.ndarray | De
         types = typed(names, want) or "none"
         raise InputError(f"{plan.name} takes {len(want)} input{'s' * (len(want) != 1)} "
                          f"({types}), got {len(inputs)}")
-    return [x if type(x) is np.ndarray and x.dtype is _DTYPES[t.dtype] and x.shape == t.shape
-            and x.flags.c_contiguous else  # the common case (a native dtype is a singleton)
+    return [x if type(x) is np.ndarray and x.dtype is _DTYPES.get(t.dtype) and
+            x.shape == t.shape and x.flags.c_contiguous else  # the common case (a native
+            # dtype is a singleton)
+            _check_strings(_input_label(plan, i), x, t) if t.dtype is DType.STRING else
             _check_device_input(_input_label(plan, i), x, t)
             if is_device_array(x, _input_label(plan, i)) else
             _check_input(_input_label(plan, i), x, t)
             for i, (x, t) in enumerate(zip(inputs, want, strict=True))]
 
 
-_DTYPES = {d: np.dtype(d.numpy) for d in DType}
+#: Each numeric element type's numpy dtype (a string input is checked apart: `library`).
+_DTYPES: dict[DType, np.dtype] = {d: np.dtype(d.numpy) for d in DType if d is not DType.STRING}
+
+
+def _check_strings(where: str, x: Any, t: TensorType) -> np.ndarray:
+    """A string input as an object array of str (`library.strings_of`), or an InputError."""
+    if is_device_array(x, where) and not isinstance(x, np.ndarray):
+        raise InputError(f"{where}: expected {t}, got a cuda array; strings are given as a "
+                         "numpy array of str, bytes or objects holding str")
+    found = library.strings_of(where, x, t)
+    if isinstance(found, str):
+        raise InputError(f"{where}: expected {t}, {found}")
+    return found
 
 
 def _input_label(plan: EntryPlan, index: int) -> str:
@@ -135,6 +149,9 @@ def check_outputs(plan: EntryPlan, out: Sequence[Any]) -> list[np.ndarray | Devi
     checked: list[np.ndarray | DevicePointer] = []
     for i, (y, t) in enumerate(zip(out, want, strict=True)):
         where = f"out[{i}] of {plan.name}: expected a writable C-contiguous {t} array"
+        if t.dtype is DType.STRING:
+            raise InputError(f"out[{i}] of {plan.name}: a {t} result comes back as a new "
+                             "numpy array of str; out= takes no array for it")
         if is_device_array(y, f"out[{i}] of {plan.name}") and not isinstance(y, np.ndarray):
             y = pointer(f"out[{i}] of {plan.name}", y)
             read_only, contiguous, noun, masked = y.read_only, y.contiguous, "cuda array", False
@@ -223,7 +240,7 @@ class EntryPoint:
         self._plan = plan
         self.name = plan.name
         self.signature = plan.signature
-        self._exact = [(_DTYPES[t.dtype], t.shape) for t in plan.signature.inputs]
+        self._exact = [(_DTYPES.get(t.dtype), t.shape) for t in plan.signature.inputs]
         # a dynamic module's entry: inputs of any sizes its symbols allow, checked per call
         self._dynamic = bool(module.symbols)
 

@@ -19,6 +19,7 @@ import numpy as np
 from hexir_format import Device
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError, ExecutionError
+from hexir_runtime.library import Strings
 
 Printer = Callable[[np.ndarray], None]
 
@@ -26,14 +27,16 @@ Printer = Callable[[np.ndarray], None]
 @dataclass
 class Call:
     """What one call brings and gathers: its inputs (host arrays, or `DevicePointer`s), its
-    printer, the devices with work not yet waited for, what it printed, and the copies off a
-    device it leaves out (results that go to device memory, not through the host)."""
+    printer, the devices with work not yet waited for, what it printed, the copies off a
+    device it leaves out (results that go to device memory, not through the host), and its
+    string table (an entry that has strings: `library.Strings`)."""
 
     inputs: Sequence[Any]
     on_print: Printer | None
     pending: set[Device] = field(default_factory=set)
     printed: list[np.ndarray] = field(default_factory=list)
     kept_on_device: frozenset[int] = frozenset()  # COPY destinations not to bring to the host
+    strings: Strings | None = None
 
 
 # An arena's call between calls: nothing to read. Steps run only inside a call, so they read

@@ -50,7 +50,8 @@ usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
                         of kernels as one captured cuda graph
   --entry=NAME          the entry point to run (default: main)
   --input=TYPE=VALUES   the next input: 2x3xf32=1,2,3,4,5,6 (one value fills the tensor);
-                        integers for i32 and i64 (2xi64=7,-1), 1/0 or true/false for i1
+                        integers for i32 and i64 (2xi64=7,-1), 1/0 or true/false for i1,
+                        words for str (2xstr=monday,tuesday; others: a .npy of str)
   --input=@FILE.npy     the next input, from a .npy file
   --input=NAME=TYPE=VALUES, --input=NAME=@FILE.npy
                         the input NAME, where the module names its inputs (after those
@@ -192,8 +193,10 @@ def print_rows(array: np.ndarray, out: TextIO) -> None:
 
 def print_result(index: int, name: str | None, array: np.ndarray, out: TextIO) -> None:
     """A result numpy-style, after its index, its name (when the module names it) and type;
-    i1 values as 1 and 0, as PRINT writes them."""
-    shape = "x".join([*map(str, array.shape), str(DType.from_name(array.dtype.name))])
+    i1 values as 1 and 0, as PRINT writes them; strings quoted and escaped as Python writes
+    them (`['MONDAY' 'TUESDAY']`), so one holding a newline stays on its line."""
+    dtype = DType.STRING if array.dtype.kind == "U" else DType.from_name(array.dtype.name)
+    shape = "x".join([*map(str, array.shape), str(dtype)])
     print(f"result[{index}]{f' {name}' if name else ''}: {shape}", file=out)
     print(np.array2string(array, threshold=1000, edgeitems=3,
                           formatter={"bool": lambda v: str(int(v))}), file=out)

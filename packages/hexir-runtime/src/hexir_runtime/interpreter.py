@@ -40,8 +40,8 @@ from typing import Any
 
 import numpy as np
 
-from hexir_format import Command, Device, DType, KernelKind, Op, TensorType
-from hexir_runtime import hal, sizes
+from hexir_format import Command, Device, DType, Executable, KernelKind, Op, TensorType
+from hexir_runtime import hal, library, sizes
 from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs
 from hexir_runtime.errors import DeviceError, ExecutionError
 from hexir_runtime.transfers import Transfers
@@ -218,6 +218,16 @@ class Program:
         self._free: list[Arena] = []
         self._arenas: list[Arena] = []
         self._lock = threading.Lock()
+        # string inputs (their index), string results (their place among the outputs), and
+        # whether a call needs a string table at all (library kernels read one)
+        signature = plan.signature
+        self.string_inputs = [i for i, t in enumerate(signature.inputs)
+                              if t.dtype is DType.STRING]
+        self.string_outputs = [i for i, (_, t) in enumerate(self.outputs)
+                               if t.dtype is DType.STRING]
+        self.strings = bool(self.string_inputs or self.string_outputs) or any(
+            self.module_plan.module.executables[i].kind is KernelKind.LIBRARY
+            for i in plan.executables)
         used = {b.device for b in self.bindings} | {
             self.module_plan.module.executables[i].device for i in plan.executables}
         self.devices = [resident.devices[d] for d in sorted(used) if d in resident.devices]
@@ -371,6 +381,8 @@ class Program:
             return None  # a reshape whose destination is its input's buffer
         if c.op is Op.DISPATCH:
             exe = self.module_plan.module.executables[c.executable]
+            if exe.kind is KernelKind.LIBRARY:
+                return self._bind_library(i, label, arena, exe, [buffers[b] for b in reads])
             loaded, kind = self.resident.executables[c.executable], exe.device
             if self.sized is None:
                 launch = self.resident.devices[kind].bind(loaded, [buffers[b] for b in reads])
@@ -400,7 +412,48 @@ class Program:
                         capturable=target.device.kind is not Device.CPU)
         return None
 
+    def _bind_library(self, i: int, label: str, arena: Arena, exe: Executable,
+                      buffers: list[hal.Buffer]) -> Step:
+        """A library kernel (`library`): run on the cpu, on typed views of its buffers and
+        the call's string table."""
+        views = [hal.typed_view(b.device.mapped(b), t)
+                 for b, t in zip(buffers, exe.args, strict=True)]
+        dispatch = sum(c.op is Op.DISPATCH for c in self.plan.commands[:i])
+        where = f"kernel '{exe.name}' (dispatch {dispatch} of '{self.plan.name}')"
+
+        def run() -> None:
+            strings = arena.call.strings
+            assert strings is not None, "a call of an entry with library kernels has a table"
+            library.run(exe.name, strings, where, exe, views)
+        return Step(label, run)
+
     # ---- a call ------------------------------------------------------------------------------
+
+    def call(self, inputs: Sequence[Any], on_print: Printer | None,
+             kept_on_device: frozenset[int] = frozenset()) -> Call:
+        """A call of this program on checked `inputs`: where the entry has strings, with a
+        string table of its own (the module's strings, then the string inputs', whose
+        arrays become their handles)."""
+        if not self.strings:
+            return Call(inputs, on_print, kept_on_device=kept_on_device)
+        strings = library.Strings(self.module_plan.module.strings)
+        given = list(inputs)
+        for i in self.string_inputs:
+            x = given[i]
+            given[i] = strings.add(x.reshape(-1).tolist()).reshape(x.shape)
+        return Call(given, on_print, kept_on_device=kept_on_device, strings=strings)
+
+    def _strings_out(self, call: Call, outputs: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The results with each string result's handles made its strings."""
+        if not self.string_outputs:
+            return outputs
+        assert call.strings is not None, "an entry with string results has a table"
+        found = list(outputs)
+        names = self.plan.signature.output_names
+        for i in self.string_outputs:
+            where = f"{self.plan.name}: output {i}" + (f" ('{names[i]}')" if names else "")
+            found[i] = call.strings.array(found[i], self.outputs[i][1], where)
+        return tuple(found)
 
     def run(self, inputs: Sequence[Any], on_print: Printer | None,
             out: Sequence[Any] | None = None, on_device: bool = False) -> Execution:
@@ -420,7 +473,7 @@ class Program:
         """The results of the common call -- host arrays of the exact input types in, fresh
         host arrays out, nothing printed to anyone -- by the same steps as `run`, without
         the bookkeeping only the other calls need (on cuda: `run` itself)."""
-        if self._serial is not None:
+        if self._serial is not None or self.strings:
             return self.run(inputs, None).outputs
         arena = self._take()
         arena.call = Call(inputs, None)
@@ -445,8 +498,8 @@ class Program:
     def _run(self, inputs: Sequence[Any], on_print: Printer | None,
              out: Sequence[Any] | None, on_device: bool) -> Execution:
         arena = self._take()
-        call = arena.call = Call(inputs, on_print,
-                                 kept_on_device=self.transfers.kept_on_device(out, on_device))
+        call = arena.call = self.call(inputs, on_print,
+                                      self.transfers.kept_on_device(out, on_device))
         try:
             self._steps(arena)
             try:
@@ -454,6 +507,7 @@ class Program:
             except DeviceError as e:
                 raise ExecutionError(f"{self.plan.name}: command {len(self.plan.commands)} "
                                      f"(end): {e}") from None
+            outputs = self._strings_out(call, outputs)
             return Execution(outputs, call.printed, self.plan.signature.output_names)
         finally:
             arena.call = IDLE  # the caller's arrays are not held past the call

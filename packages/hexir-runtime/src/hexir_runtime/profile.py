@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from hexir_format import CPU_LEVELS, Device, DType, Executable
-from hexir_runtime.arena import IDLE, Call
+from hexir_runtime.arena import IDLE
 from hexir_runtime.hal import threads
 
 #: FLOPs one core does per cycle at each x86-64 level, f32 (f64: half).
@@ -163,7 +163,7 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
         per_step: list[list[float]] = [[] for _ in steps]
         whole: list[float] = []
         try:
-            arena.call = Call(checked, None)
+            arena.call = program.call(checked, None)
             for _ in range(calls):
                 for i, step in enumerate(steps):
                     start = time.perf_counter()

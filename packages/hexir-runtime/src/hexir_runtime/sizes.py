@@ -111,7 +111,7 @@ def specialize(module_plan: ModulePlan, entry: EntryPlan, key: tuple[int, ...],
                              "bytes, more than any array can hold")
     for index in entry.executables:
         exe = executables[index]
-        if problem := signature_problem(exe.kind, exe.args, exe.params):
+        if problem := signature_problem(exe.kind, exe.args, exe.params, exe.name):
             raise ExecutionError(f"{where}: executable {index} ('{exe.name}'), args: {problem}")
     types = {i: s.type for i, s in enumerate(slots)}
     devices = {i: s.device for i, s in enumerate(slots)}

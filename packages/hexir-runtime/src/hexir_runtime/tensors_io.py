@@ -1,7 +1,7 @@
 """Tensors on the command line and in files, with `iree-run-module`'s conventions.
 
 `--input=2x2xf32=1,2,3,4` (values separated by commas or spaces; one value fills the tensor;
-integers for i32 and i64, 1/0 or true/false for i1), `--input=f64=3` (a scalar),
+integers for i32 and i64, 1/0 or true/false for i1, words for str), `--input=f64=3` (a scalar),
 `--input=@x.npy` (one array), `--input=@inputs.npz` (its arrays named as the entry's inputs,
 when the module names them and the file has any of those names; else its arrays `input_0`,
 `input_1`, ... in that order when it has any, so one file can hold a test's inputs and its
@@ -89,6 +89,8 @@ def parse_input(text: str) -> Given:
 def _values(text: str, words: list[str], dtype: DType) -> np.ndarray:
     """The words of a literal as `dtype` values, each exact: an integer type takes integers
     within its range, i1 takes 1, 0, true or false."""
+    if dtype is DType.STRING:  # words without commas or spaces: any other in a .npy
+        return np.array(words, dtype=str)
     kind = np.dtype(dtype.numpy).kind
     try:
         if kind == "b":

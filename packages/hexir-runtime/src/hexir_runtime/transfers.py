@@ -283,7 +283,7 @@ def _keep(source: hal.Buffer, target: DevicePointer | None, t: TensorType,
         device.release_export(kept)
         raise
     holds = tuple(x.owner for x in inputs if isinstance(x, DevicePointer))
-    array = DeviceArray(device, kept, np.dtype(t.dtype.numpy), t.static_shape, holds)
+    array = DeviceArray(device, kept, np.dtype(t.dtype.storage), t.static_shape, holds)
     return lambda: array
 
 
@@ -313,7 +313,7 @@ def _print(arena: Arena, buffer: hal.Buffer, staged: hal.Buffer | None, flat: Te
     else:  # off a device through its pinned buffer: the host waits here
         _fetch(call, staged, buffer)
         host = staged.device.mapped(staged)
-    array = host[:flat.nbytes].view(flat.dtype.numpy).reshape(shape).copy()
+    array = host[:flat.nbytes].view(flat.dtype.storage).reshape(shape).copy()
     call.printed.append(array)
     if call.on_print is not None:
         call.on_print(array)

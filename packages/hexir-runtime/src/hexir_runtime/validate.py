@@ -10,7 +10,7 @@ from __future__ import annotations
 import hexir_format as hf
 from hexir_format import Device
 from hexir_format.validate import DEFAULT_MAX_ALLOC_BYTES, EntryPlan, ModulePlan, Signature
-from hexir_runtime import kernels
+from hexir_runtime import kernels, library
 from hexir_runtime.errors import PlacementError, ValidationError
 from hexir_runtime.hal import hostcode
 
@@ -29,7 +29,12 @@ def check_module(module: hf.Module, *, max_alloc_bytes: int = DEFAULT_MAX_ALLOC_
         raise ValidationError(str(e), entry=e.entry, command=e.command, field=e.field,
                               offset=e.offset) from None
     for i, exe in enumerate(module.executables):
-        if exe.image is None and exe.kind not in kernels.BODIES:
+        if exe.kind is hf.KernelKind.LIBRARY:
+            if exe.name not in library.FUNCTIONS:  # (a format newer than this runtime)
+                raise ValidationError(f"executable {i} ('{exe.name}'), name: this runtime's "
+                                      f"library has no function '{exe.name}' (it has "
+                                      f"{', '.join(library.FUNCTIONS)})", field="name")
+        elif exe.image is None and exe.kind not in kernels.BODIES:
             kinds = ", ".join(str(k) for k in kernels.BODIES)
             raise ValidationError(f"executable {i} ('{exe.name}'), kind: cpu kernel "
                                   f"'{exe.name}' is a {exe.kind} descriptor; this runtime runs "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import hexir_format
-from hexir_format import CPU_LEVELS, HexirError, Module
+from hexir_format import CPU_LEVELS, HexirError, KernelKind, Module
 from hexir_format.files import open_regular
 from hxb_dump.errors import DumpError
 from hxb_dump.facts import Facts, layout_facts, module_facts
@@ -66,6 +66,9 @@ def kernel_image(module: Module, name: str, path: str) -> bytes:
         names = ", ".join(dict.fromkeys(e.name for e in module.executables))
         known = f"its kernels are: {names}" if names else "it has no kernels"
         raise DumpError(f"no kernel '{name}' in {path}; {known}")
+    if all(e.kind is KernelKind.LIBRARY for e in found):
+        raise DumpError(f"kernel '{name}' is the runtime's library function {kernel} and has "
+                        "no image")
     if len(found) > 1:
         levels = ", ".join(f"{kernel}@{CPU_LEVELS[e.cpu_level]}" for e in found
                            if e.cpu_level)

@@ -51,6 +51,7 @@ def module_facts(module: Module, *, values: bool) -> Facts:
     """Size symbols, slots, entry points with their commands, rodata and executables."""
     return {
         "symbols": [{"name": s.name, "lo": s.lo, "hi": s.hi} for s in module.symbols],
+        "strings": list(module.strings),
         "slots": [{"index": i, "device": str(s.device), "type": str(s.type),
                    "dtype": str(s.type.dtype), "shape": [_dim(d) for d in s.type.shape],
                    "bytes": _dim(s.type.nbytes)} for i, s in enumerate(module.slots)],
@@ -139,8 +140,8 @@ def _bound(module: Module, commands: tuple[Command, ...], op: Op) -> list[str]:
 
 def _executable(module: Module, index: int, exe: Executable) -> Facts:
     version = module.version
-    fits = signature_problem(exe.kind, exe.args, exe.params) is None
-    named = params.decode(exe.kind, exe.params) if fits else None
+    fits = signature_problem(exe.kind, exe.args, exe.params, exe.name) is None
+    named = params.decode(exe.kind, exe.params, exe.name) if fits else None
     return {
         "index": index,
         "name": exe.name,

@@ -17,6 +17,8 @@ from hxb_dump.params import render as render_params
 
 VALUES_PER_ROW = 4
 NO_IMAGE = "none -- the runtime supplies the body"
+STRINGS_SHOWN = 16  # of the string table, without --rodata
+STRING_CHARS = 60  # of one string
 
 
 def render(facts: Facts, *, rodata: bool = False) -> list[str]:
@@ -37,6 +39,7 @@ def _render(facts: Facts, rodata: bool) -> list[str]:
     typed = facts["version"] >= 4
     lines += _symbols(facts["functions"])
     lines += _sizes(facts.get("symbols", []))
+    lines += _strings(facts.get("strings", []), everything=rodata)
     if typed:
         lines += _slots(facts["slots"])
     lines += _program(facts["functions"], typed)
@@ -65,6 +68,27 @@ def _sizes(symbols: list[Facts]) -> list[str]:
         return []
     return ["", f"size symbols  ({len(symbols)})",
             *(f"  {s['name']:<20} {s['lo']}..{s['hi']}" for s in symbols)]
+
+
+def _strings(strings: list[str], everything: bool) -> list[str]:
+    """The module's string table: the first STRINGS_SHOWN (every one with `--rodata`), each
+    quoted and escaped, a long one cut at STRING_CHARS characters."""
+    if not strings:
+        return []
+    shown = strings if everything else strings[:STRINGS_SHOWN]
+    lines = ["", f"strings  ({len(strings)})",
+             *(f"  #{h:<5} {_quoted(text)}" for h, text in enumerate(shown))]
+    if len(shown) < len(strings):
+        lines.append(f"  ... {len(strings) - len(shown)} more (--rodata lists every one)")
+    return lines
+
+
+def _quoted(text: str) -> str:
+    """`"monday"`: a control character escaped (`printable`), a quote too, cut at
+    STRING_CHARS characters with how many there are."""
+    if len(text) > STRING_CHARS:
+        return _quoted(text[:STRING_CHARS]) + f"... ({len(text)} characters)"
+    return '"' + printable(text).replace('"', '\\"') + '"'
 
 
 def _slots(slots: list[Facts]) -> list[str]:
@@ -126,6 +150,10 @@ def _rows(r: Facts) -> list[str]:
     if values is None:
         return []
     itemsize = DType.from_name(r["dtype"]).itemsize
+    if r.get("strings") is not None:  # handles, each with the string it names
+        return [f"    +{r['offset'] + i * itemsize:<5} #{h} "
+                + (_quoted(text) if text is not None else "(no such string)")
+                for i, (h, text) in enumerate(zip(values, r["strings"], strict=True))]
     return [f"    +{r['offset'] + i * itemsize:<5} "
             + "  ".join(map(_value, values[i:i + VALUES_PER_ROW]))
             for i in range(0, len(values), VALUES_PER_ROW)]
@@ -156,7 +184,10 @@ def _executables(exes: list[Facts], typed: bool) -> list[str]:
             lines.append(f"    params         {raw} (not valid for {e['kind']})")
         image = e["image"] or {}
         label = "host image  " if image.get("flavour") == "host object" else "device image"
-        lines.append(f"    {label}   {_image(e)}")
+        if e["kind"] == "library" and not image:
+            lines.append(f"    library        {e['name']} (the runtime's own code, no image)")
+        else:
+            lines.append(f"    {label}   {_image(e)}")
         if e.get("operands"):
             lines.append(f"    operands       {', '.join(e['operands'])} (int64, after the "
                          "buffers)")

@@ -8,14 +8,17 @@ first: only params that fit their kind are named.
 
 from __future__ import annotations
 
-from hexir_format import KernelKind
+from hexir_format import KernelKind, library
 from hexir_format.signatures import REDUCE_KINDS
 
 Param = int | float | bool | str | list[int]
 
 
-def decode(kind: KernelKind, params: tuple[float, ...]) -> dict[str, Param]:
-    """The named params of a `kind` kernel whose params fit its signature rule."""
+def decode(kind: KernelKind, params: tuple[float, ...], name: str = "") -> dict[str, Param]:
+    """The named params of a `kind` kernel whose params fit its signature rule (a library
+    kernel's: those of the library function `name`, as `hexir_format.library` names them)."""
+    if kind is KernelKind.LIBRARY:
+        return dict(library.FUNCTIONS[name].decode(params))
     if kind is KernelKind.GELU:
         return {"approximate": "tanh" if params and params[0] else "erf"}
     if kind is KernelKind.SOFTMAX:
@@ -30,7 +33,8 @@ def decode(kind: KernelKind, params: tuple[float, ...]) -> dict[str, Param]:
 
 
 def render(params: dict[str, Param]) -> str:
-    """`axis=1`, `epsilon=1e-05`, `permutation=0,2,1,3`, `keepdims=true axes=1`."""
+    """`axis=1`, `epsilon=1e-05`, `permutation=0,2,1,3`, `keepdims=true axes=1`,
+    `case_change_action=UPPER is_case_sensitive=1`."""
     parts = []
     for name, value in params.items():
         if isinstance(value, bool):

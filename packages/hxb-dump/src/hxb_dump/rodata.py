@@ -4,8 +4,8 @@ Version 3 rodata holds f64 only, so the whole section is one run of doubles (whi
 earlier tool printed it). Version 4 rodata is untyped bytes: a range has a type only through
 the CONST commands that bind it to a slot, so each distinct (offset, bytes, dtype) a CONST
 names becomes one typed range (version 5's i32, i64 and i1 ranges hold integers and
-booleans). A range that does not lie inside rodata is listed without values; the verifier
-reports it.
+booleans; version 6's str ranges hold handles, each shown with the string it names). A
+range that does not lie inside rodata is listed without values; the verifier reports it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from typing import Any
 
 from hexir_format import DType, Module, Op
 
-FORMATS = {DType.F32: "f", DType.F64: "d", DType.I32: "i", DType.I64: "q", DType.BOOL: "?"}
+FORMATS = {DType.F32: "f", DType.F64: "d", DType.I32: "i", DType.I64: "q", DType.BOOL: "?",
+           DType.STRING: "q"}  # a string constant's values: int64 handles
 
 
 def ranges(module: Module, *, values: bool) -> list[dict[str, Any]]:
@@ -54,4 +55,7 @@ def _with_values(module: Module, entry: dict[str, Any], dtype: DType | None,
     if values:
         entry["values"] = list(struct.unpack_from(f"<{count}{FORMATS[dtype]}", module.rodata,
                                                   offset))
+        if dtype is DType.STRING:  # the string each handle names (None: none, a damage)
+            entry["strings"] = [module.strings[h] if 0 <= h < len(module.strings) else None
+                                for h in entry["values"]]
     return entry

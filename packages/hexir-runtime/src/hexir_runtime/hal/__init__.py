@@ -261,7 +261,7 @@ class Device(ABC):
 
 def typed_view(host: np.ndarray, t: TensorType) -> np.ndarray:
     """The first `t.nbytes` bytes of a host byte array, seen as a tensor of type `t`."""
-    return host[:t.static_nbytes].view(t.dtype.numpy).reshape(t.static_shape)
+    return host[:t.static_nbytes].view(t.dtype.storage).reshape(t.static_shape)
 
 
 # name -> module that defines `create(**options) -> Device`; imported on first use only.
