@@ -11,5 +11,9 @@ NUMBERS = FLOATS + INTEGERS
 ELEMENTS = (*NUMBERS, "i1")
 #: The types bitwise ops take: integers, and bools (where and/or/xor/not are the logical ones).
 BITS = (*INTEGERS, "i1")
+#: A string: the element type of the tensors only the runtime's library kernels compute
+#: (`hexir.string_normalizer`); in memory each element is an int64 handle into the call's
+#: string table (`hexir_format.DType.STRING`). Not in ELEMENTS: no compiled kernel takes it.
+STRING = "!hexir.string"
 #: How kernels' buffers hold them (`tir.builder.storage`): a bool as a byte.
 STORAGE = {"i1": "i8"}

@@ -13,7 +13,11 @@ Per op of a function's body, in order:
 - `hexir.call_tir` -> `ALLOC(dst, bytes)`, `DISPATCH(executable, inputs..., dst)`;
 - `hexir.transfer` -> `COPY(dst, src)`, dst on the transfer's destination device;
 - `hexir.print` -> `PRINT(slot, rows, cols)` (rows x cols = all elements, last dim as cols);
-- `func.return` -> `OUTPUT(slot, i)` per returned value (the format writes the `END`).
+- `func.return` -> `OUTPUT(slot, i)` per returned value (the format writes the `END`);
+- `hexir.string_normalizer` (an op the runtime computes: a library kernel) -> its stopwords
+  as a constant of the module's strings (`Module.strings`; a string element is a handle,
+  its index there), `ALLOC(dst, bytes)` and a `DISPATCH` of a `library` executable whose
+  params are the op's attributes.
 
 Each function's intermediates (ALLOC and COPY destinations) are then placed in one arena per
 device by liveness (`hexir_format.plan.assign`): the module's memory plan.
@@ -36,12 +40,14 @@ import numpy as np
 
 import hexir_format as hf
 from hexir_compiler import symbolic
+from hexir_compiler.dialects.hexir import CASE_CHANGE_ACTIONS
 from hexir_compiler.dialects.hextir import SYMBOLS
+from hexir_compiler.element_types import STRING
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host, host_codegen
 from hexir_compiler.transforms.hextir_to_loops import is_kernel
-from hexir_format import plan
+from hexir_format import library, plan
 from hexir_format.model import Symbol
 
 
@@ -74,11 +80,11 @@ def prepare(module: ir.Module, target: str | None = None, cpu: str | None = None
     data = b"" if rodata else writer.rodata.join()
 
     def model() -> hf.Module:
-        exes = [exe() for exe in executables]
+        exes = [exe() for exe in executables] + writer.library
         # a dynamic module's buffers are planned by the runtime, for each call's sizes
         placements = () if symbols else _memory_plan(functions, writer.slots, exes)
         return hf.Module(5, tuple(functions), data, tuple(exes), tuple(writer.slots),
-                         placements=placements, symbols=symbols)
+                         placements=placements, symbols=symbols, strings=tuple(writer.strings))
     return model
 
 
@@ -185,9 +191,10 @@ class Variants:
             placements += [(base + slot, offset) for slot, offset in model.placements]
             functions += [replace(f, cpu_level=level, commands=tuple(
                 _renumbered(c, base, index) for c in f.commands)) for f in model.functions]
+        # (every level's program has the same symbols and strings: one graph's)
         return hf.Module(6, tuple(functions), self.rodata.join() if rodata else b"",
                          tuple(kernels), tuple(slots), placements=tuple(placements),
-                         symbols=model.symbols)  # (every level's program has the same)
+                         symbols=model.symbols, strings=model.strings)
 
 
 #: The operands that name a slot, by name (DISPATCH's slots come after its named operands).
@@ -281,7 +288,8 @@ def tensor_type(t: ir.Type) -> hf.TensorType:
     """The format's type for a tensor (static or symbolic) or a static memref."""
     shaped = ir.ShapedType(t)
     try:
-        dtype = hf.DType.from_name(str(shaped.element_type))
+        element = str(shaped.element_type)
+        dtype = hf.DType.STRING if element == STRING else hf.DType.from_name(element)
     except ValueError as err:
         raise CompileError(str(err)) from None
     if len(shaped.shape) > hf.MAX_RANK:
@@ -378,14 +386,19 @@ def _io_names(func: ir.Operation) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 @dataclass
 class _Writer:
-    """Slots, RODATA and commands, shared by every function of the module."""
+    """Slots, RODATA, strings and commands, shared by every function of the module."""
 
     executables: dict[str, int]
     rodata: Rodata = field(default_factory=Rodata)
     slots: list[hf.Slot] = field(default_factory=list)
+    #: the library kernels' executables, after the compiled ones (each distinct one once)
+    library: list[hf.Executable] = field(default_factory=list)
+    #: the module's strings, each once; a string element is its index here (a handle)
+    strings: dict[str, int] = field(default_factory=dict)
 
-    def new_slot(self, device: str, t: ir.Type) -> int:
-        self.slots.append(hf.Slot(hf.Device.from_name(device), tensor_type(t)))
+    def new_slot(self, device: str, t: ir.Type | hf.TensorType) -> int:
+        self.slots.append(hf.Slot(hf.Device.from_name(device),
+                                  t if isinstance(t, hf.TensorType) else tensor_type(t)))
         return len(self.slots) - 1
 
     def function(self, func: ir.Operation) -> hf.Function:
@@ -420,6 +433,8 @@ class _Writer:
             return [hf.Command.copy(dst, src)]
         if name == "hexir.print":
             return [self._print(op, slot_of)]
+        if name == "hexir.string_normalizer":
+            return self._string_normalizer(op, slot_of)
         if name == "func.return":
             return [
                 hf.Command.output(self._slot(op, v, slot_of), i) for i, v in enumerate(op.operands)
@@ -468,6 +483,39 @@ class _Writer:
             hf.Command.alloc(dst, nbytes),
             hf.Command.dispatch(self.executables[callee], [*args, dst]),
         ]
+
+    def _string_normalizer(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
+        """The stopwords as a constant (handles of the module's strings), then the library
+        kernel `string_normalizer` on (input, stopwords), its params the case change (its
+        index in CASE_CHANGE_ACTIONS) and the case sensitivity."""
+        words = [ir.StringAttr(w).value for w in ir.ArrayAttr(op.attributes["stopwords"])]
+        handles = np.array([self.strings.setdefault(w, len(self.strings)) for w in words],
+                           "<i8")
+        stopwords = hf.TensorType(hf.DType.STRING, (len(words),))
+        const = self.new_slot("cpu", stopwords)
+        offset = self.rodata.add(handles.data.cast("B") if words else memoryview(b""))
+        x = self._slot(op, op.operands[0], slot_of)
+        args = (tensor_type(op.operands[0].type), stopwords, tensor_type(op.results[0].type))
+        action = CASE_CHANGE_ACTIONS.index(_attr_str(op, "case_change_action"))
+        params = (float(action), float(ir.BoolAttr(op.attributes["is_case_sensitive"]).value))
+        return [hf.Command.const(const, offset, handles.nbytes),
+                *self._library(op, "string_normalizer", args, params, [x, const], slot_of)]
+
+    def _library(self, op: ir.Operation, name: str, args: tuple[hf.TensorType, ...],
+                 params: tuple[float, ...], inputs: list[int], slot_of: dict
+                 ) -> list[hf.Command]:
+        """ALLOC and DISPATCH of the runtime's library kernel `name` (`hexir_format.library`)
+        on the slots `inputs`, into `op`'s result."""
+        problem = library.problem(name, args, params)
+        if problem:
+            raise SerializeError(f"library kernel '{name}': {problem}", op.location)
+        exe = hf.Executable(name, hf.KernelKind.LIBRARY, hf.Device.CPU, args, params)
+        if exe not in self.library:
+            self.library.append(exe)
+        dst = self._result(op, slot_of)
+        index = len(self.executables) + self.library.index(exe)
+        return [hf.Command.alloc(dst, args[-1].nbytes), hf.Command.dispatch(index,
+                                                                            [*inputs, dst])]
 
     def _print(self, op: ir.Operation, slot_of: dict) -> hf.Command:
         slot = self._slot(op, op.operands[0], slot_of)

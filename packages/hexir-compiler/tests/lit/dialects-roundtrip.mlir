@@ -67,3 +67,11 @@ func.func @f64(%x: tensor<1x2xf64>) -> tensor<1x2xf64> {
   %y = "hexir.linear"(%x, %w) : (tensor<1x2xf64>, tensor<2x2xf64>) -> tensor<1x2xf64>
   return %y : tensor<1x2xf64>
 }
+
+// A string tensor (`!hexir.string`) and the op that computes one.
+// CHECK-LABEL: func.func @strings
+// CHECK: "hexir.string_normalizer"(%arg0) {case_change_action = "LOWER", is_case_sensitive = false, stopwords = ["Monday", "sunday"]} : (tensor<1x6x!hexir.string>) -> tensor<1x4x!hexir.string>
+func.func @strings(%x: tensor<1x6x!hexir.string>) -> tensor<1x4x!hexir.string> {
+  %y = "hexir.string_normalizer"(%x) {case_change_action = "LOWER", is_case_sensitive = false, stopwords = ["Monday", "sunday"]} : (tensor<1x6x!hexir.string>) -> tensor<1x4x!hexir.string>
+  return %y : tensor<1x4x!hexir.string>
+}

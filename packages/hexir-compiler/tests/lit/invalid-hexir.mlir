@@ -234,3 +234,43 @@ func.func @sizes_text() {
   %r = "hexir.sizes"() {values = ["seq +"]} : () -> tensor<1xi64>
   return
 }
+
+// -----
+
+func.func @strings_not_numbers(%x: tensor<4xf32>) {
+  // CHECK: :242:8: error: 'hexir.string_normalizer' op input must have element type !hexir.string, got tensor<4xf32>
+  %r = "hexir.string_normalizer"(%x) {case_change_action = "NONE", is_case_sensitive = true, stopwords = []} : (tensor<4xf32>) -> tensor<4x!hexir.string>
+  return
+}
+
+// -----
+
+func.func @strings_case(%x: tensor<4x!hexir.string>) {
+  // CHECK: :250:8: error: 'hexir.string_normalizer' op case_change_action 'TITLE' is not one of NONE, LOWER, UPPER
+  %r = "hexir.string_normalizer"(%x) {case_change_action = "TITLE", is_case_sensitive = true, stopwords = []} : (tensor<4x!hexir.string>) -> tensor<4x!hexir.string>
+  return
+}
+
+// -----
+
+func.func @strings_shape(%x: tensor<2x3x!hexir.string>) {
+  // CHECK: :258:8: error: 'hexir.string_normalizer' op input must be [C] or [1, C], got 2x3
+  %r = "hexir.string_normalizer"(%x) {case_change_action = "NONE", is_case_sensitive = true, stopwords = ["a"]} : (tensor<2x3x!hexir.string>) -> tensor<1x3x!hexir.string>
+  return
+}
+
+// -----
+
+func.func @strings_no_stopwords(%x: tensor<4x!hexir.string>) {
+  // CHECK: :266:8: error: 'hexir.string_normalizer' op with no stopwords the result is the input's shape 4, got 3
+  %r = "hexir.string_normalizer"(%x) {case_change_action = "NONE", is_case_sensitive = true, stopwords = []} : (tensor<4x!hexir.string>) -> tensor<3x!hexir.string>
+  return
+}
+
+// -----
+
+func.func @strings_on_cuda(%x: tensor<4x!hexir.string>) {
+  // CHECK: :274:8: error: 'hexir.string_normalizer' op runs on the cpu only (the runtime computes it), not on cuda
+  %r = "hexir.string_normalizer"(%x) {case_change_action = "NONE", device = "cuda", is_case_sensitive = true, stopwords = []} : (tensor<4x!hexir.string>) -> tensor<4x!hexir.string>
+  return
+}

@@ -1,10 +1,11 @@
-"""Two workarounds that make `ext` (numba-cuda-mlir 0.6.0) dialects usable for Hexir.
+"""Workarounds that make `ext` (numba-cuda-mlir 0.6.0) dialects usable for Hexir.
 
 1. `load`: `ext.Dialect.load` runs `canonicalize, cse` over the generated IRDL module. In IRDL an
 SSA constraint value is a variable: every operand or result constrained by the same value must have
 the *same* type. CSE merges the identical `irdl.any` constraints of all fields, so after it
 `"hextir.for"(%lb, %ub, %step, %acc : f64)` is rejected with "expected 'index' but got 'f64'".
-`load` is `ext.Dialect.load` minus that pass pipeline.
+`load` is `ext.Dialect.load` minus that pass pipeline, plus the dialect's opaque types
+(`TYPES`, declared with IRDL's `irdl.type`: `ext`'s Python-defined types do not load here).
 
 2. `mark_loaded`: the bindings import a dialect's Python module (`<prefix>.<namespace>`) before
 they make a Python object for one of its ops, and remember only imports that succeeded; for a
@@ -19,7 +20,7 @@ attributes, for ops with at most one variadic group (see its docstring).
 import functools
 from typing import Any
 
-from hexir_compiler.mlir import ext
+from hexir_compiler.mlir import ext, ir
 
 _cext = ext._cext
 
@@ -32,6 +33,7 @@ def load(dialect: Any) -> None:
     if dialect.types or dialect.attributes:
         raise TypeError(f"{dialect.name}: Python-defined types and attributes are not loaded here")
     dialect._mlir_module = dialect._emit_module()
+    _add_types(dialect)
     ext.irdl.load_dialects(dialect._mlir_module)
     for op in dialect.operations:
         op._attach_traits()
@@ -39,6 +41,22 @@ def load(dialect: Any) -> None:
     for op in dialect.operations:
         _cext.register_operation(dialect, replace=True)(op)
         _cext.register_op_adaptor(op, replace=True)(op.Adaptor)
+
+
+def _add_types(dialect: Any) -> None:
+    """Declare the dialect's opaque types (`TYPES`: names, no parameters) in its IRDL
+    module, before its ops: `ext` defines types as Python classes, which `load` refuses, but
+    IRDL's own `irdl.type` needs nothing from Python."""
+    names = getattr(dialect, "TYPES", ())
+    if not names:
+        return
+    found = next(op for op in dialect._mlir_module.body.operations
+                 if op.operation.name == "irdl.dialect")
+    at = ir.InsertionPoint.at_block_begin(found.regions[0].blocks[0])
+    for name in names:
+        op = ir.Operation.create("irdl.type", regions=1, ip=at,
+                                 attributes={"sym_name": ir.StringAttr.get(name)})
+        op.regions[0].blocks.append()
 
 
 def mark_loaded(*dialects: Any) -> None:

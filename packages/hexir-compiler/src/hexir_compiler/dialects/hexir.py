@@ -28,7 +28,7 @@ from hexir_compiler.dialects._verify import (
     tensor,
     verify,
 )
-from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE
+from hexir_compiler.element_types import ELEMENTS, FLOATS, NUMBERS, STORAGE, STRING
 from hexir_compiler.mlir import ext, ir
 from hexir_compiler.ops import BINARY, GELU_APPROXIMATIONS, UNARY, Elementwise
 from hexir_format import dims, signatures
@@ -36,7 +36,8 @@ from hexir_format.dims import Dim
 
 
 class Hexir(Dialect, name="hexir"):
-    pass
+    #: `!hexir.string`, the element type of string tensors (`element_types.STRING`).
+    TYPES = ("string",)
 
 
 if TYPE_CHECKING:
@@ -602,6 +603,50 @@ class ReduceMaxOp(_Reduce, name="reduce_max"):
 
 class ReduceMinOp(_Reduce, name="reduce_min"):
     takes = ELEMENTS  # min of bools: all
+
+
+class StringNormalizerOp(HexirOp, name="string_normalizer"):
+    """ONNX's StringNormalizer on a string tensor [C] or [1, C]: drop the elements equal to a
+    stopword (`is_case_sensitive` false: equal ignoring case), then change the rest's case
+    (`case_change_action`: NONE, LOWER or UPPER); nothing left gives one empty string. How
+    many are left depends on the data, so the result's length is the one the module was
+    compiled for, and a call whose data gives another is refused. The runtime computes it
+    (a library kernel, `hexir_format.library`), on the cpu."""
+
+    input: ext.Operand[Any]
+    case_change_action: ir.StringAttr
+    is_case_sensitive: Any
+    stopwords: Any
+    result: ext.Result[Any]
+
+    def check(self) -> None:
+        x, _ = tensor(self.operands[0], "input", (STRING,))
+        r, _ = tensor(self.results[0], "result", (STRING,))
+        attrs = self.operation.attributes
+        action = string_attr(attrs["case_change_action"], "case_change_action")
+        if action not in CASE_CHANGE_ACTIONS:
+            raise Invalid(f"case_change_action '{action}' is not one of "
+                          f"{', '.join(CASE_CHANGE_ACTIONS)}")
+        _flags(self, "is_case_sensitive")
+        words = attrs["stopwords"]
+        if not isinstance(words, ir.ArrayAttr) or not all(
+                isinstance(w, ir.StringAttr) for w in words):
+            raise Invalid("attribute 'stopwords' must be an array of strings")
+        if len(x) not in (1, 2) or (len(x) == 2 and x[0] != 1):
+            raise Invalid(f"input must be [C] or [1, C], got {signatures.fmt(x)}")
+        if len(r) != len(x) or (len(r) == 2 and r[0] != 1):
+            raise Invalid(f"result must have the input's rank ({signatures.fmt(x)}), got "
+                          f"{signatures.fmt(r)}")
+        if not len(words) and r != x:
+            raise Invalid(f"with no stopwords the result is the input's shape "
+                          f"{signatures.fmt(x)}, got {signatures.fmt(r)}")
+        if "device" in attrs and string_attr(attrs["device"], "device") != "cpu":
+            raise Invalid("runs on the cpu only (the runtime computes it), not on "
+                          f"{string_attr(attrs['device'], 'device')}")
+
+
+#: StringNormalizer's case_change_action values, in the order the library numbers them.
+CASE_CHANGE_ACTIONS = ("NONE", "LOWER", "UPPER")
 
 
 class PrintOp(HexirOp, name="print"):

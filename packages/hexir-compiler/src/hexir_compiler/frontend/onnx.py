@@ -40,6 +40,7 @@ from typing import cast
 import numpy as np
 
 from hexir_compiler import symbolic
+from hexir_compiler.element_types import STRING
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import ir
 from hexir_format import dims, printable
@@ -55,7 +56,11 @@ DOMAINS = ("", "ai.onnx")
 DTYPES: dict[int, np.dtype] = {1: np.dtype("float32"), 11: np.dtype("float64"),
                                6: np.dtype("int32"), 7: np.dtype("int64"), 9: np.dtype("bool")}
 MLIR = {np.dtype("float32"): "f32", np.dtype("float64"): "f64", np.dtype("int32"): "i32",
-        np.dtype("int64"): "i64", np.dtype("bool"): "i1"}
+        np.dtype("int64"): "i64", np.dtype("bool"): "i1", np.dtype(str): STRING}
+#: ONNX's STRING: a string tensor's dtype here. Not in DTYPES: a string is never a constant
+#: (an initializer, a Constant, a cast's target); it is a graph input or output, or a value
+#: `onnx_ops.STRING_OPS` compute (the runtime's library kernels).
+ONNX_STRING, STRING_DTYPE = 8, np.dtype(str)
 
 
 #: An initializer of at least this many bytes lives in its MLIR attribute from the start
@@ -202,6 +207,11 @@ class Importer:
         self.bound: dict[str, int] = {}
         self.values: dict[str, Tensor | Sequence] = {}
         self.refusals = Refusals(name)
+        #: the shapes the model declares (graph outputs, value_info), where it does
+        self.declared = {vi.name: vi.type.tensor_type.shape
+                         for vi in (*model.graph.output, *model.graph.value_info)
+                         if vi.type.HasField("tensor_type")
+                         and vi.type.tensor_type.HasField("shape")}
 
     # ---- checks of the model as a whole -------------------------------------------------
 
@@ -342,12 +352,16 @@ class Importer:
             _drop_dead(block)
         return module
 
-    def _dtype(self, elem_type: int, what: str) -> np.dtype:
+    def _dtype(self, elem_type: int, what: str, strings: bool = False) -> np.dtype:
+        """The dtype of `what`'s element type; STRING only where `strings` (a graph input)."""
+        if strings and elem_type == ONNX_STRING:
+            return STRING_DTYPE
         if elem_type not in DTYPES:
             name = self.onnx.TensorProto.DataType.Name(elem_type) if elem_type in \
                 self.onnx.TensorProto.DataType.values() else str(elem_type)
+            also = " (and STRING, as a graph input)" if elem_type == ONNX_STRING else ""
             raise ModelError(f"{self.name}: {what} has element type {name}; Hexir has "
-                             "FLOAT, DOUBLE, INT32, INT64 and BOOL")
+                             f"FLOAT, DOUBLE, INT32, INT64 and BOOL{also}")
         return DTYPES[elem_type]
 
     def _initializer(self, init) -> Tensor:
@@ -397,7 +411,7 @@ class Importer:
         t = vi.type.tensor_type
         if not vi.type.HasField("tensor_type"):
             raise ModelError(f"{self.name}: input '{vi.name}' is not a tensor")
-        dtype = self._dtype(t.elem_type, f"input '{vi.name}'")
+        dtype = self._dtype(t.elem_type, f"input '{vi.name}'", strings=True)
         if vi.name in self.shapes:
             given = tuple(self.shapes[vi.name])
             if t.HasField("shape") and len(t.shape.dim) != len(given):

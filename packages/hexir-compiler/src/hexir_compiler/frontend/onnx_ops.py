@@ -25,6 +25,7 @@ from hexir_compiler.frontend.onnx import (
     DOMAINS,
     DTYPES,
     MLIR,
+    STRING_DTYPE,
     ModelError,
     Sequence,
     Tensor,
@@ -44,6 +45,8 @@ FLOATS_ONLY: set[str] = set()
 #: The ops that read or write sequence values (`onnx_sequence`), and Identity, which passes
 #: one on; never folded (a sequence is not an array the reference evaluator is given).
 TAKES_SEQUENCES: set[str] = {"Identity"}
+#: The ops that read a string tensor (`onnx_strings`), and Identity, which passes one on.
+TAKES_STRINGS: set[str] = {"Identity"}
 #: The training domain, whose Gradient is differentiated at import (`onnx_gradient`).
 TRAINING = "ai.onnx.preview.training"
 
@@ -123,6 +126,11 @@ class Emitter:
         if sequences and node.op_type not in TAKES_SEQUENCES:
             raise ModelError(f"{where}: input '{sequences[0]}' is a sequence; "
                              f"{node.op_type} takes tensors")
+        strings = [n for n, t in zip(node.input, inputs, strict=False)
+                   if isinstance(t, Tensor) and t.dtype == STRING_DTYPE]
+        if strings and node.op_type not in TAKES_STRINGS:
+            raise ModelError(f"{where}: input '{strings[0]}' is a string tensor; Hexir "
+                             f"computes strings only with {', '.join(sorted(TAKES_STRINGS))}")
         problem, schema = self._support(node)
         if node.domain in DOMAINS and not blocked and not sequences and \
                 node.op_type not in TAKES_SEQUENCES and self._folds(node, inputs):
@@ -170,6 +178,7 @@ class Emitter:
     def _translate(self, node, inputs: list, where: str, schema) -> list[Tensor]:
         attrs = {a.name: self.onnx.helper.get_attribute_value(a) for a in node.attribute}
         self.outputs = len(node.output)  # what an output count decides (Split's parts) reads
+        self.current = node  # (what a declared output shape decides reads its name)
         try:
             if node.op_type in FLOATS_ONLY:
                 _floats(inputs[0], node.op_type)
@@ -388,6 +397,8 @@ def dims_of(shape) -> tuple[Dim, ...]:
 
 
 def _attribute(value) -> ir.Attribute:
+    if isinstance(value, ir.Attribute):
+        return value
     if isinstance(value, bool):
         return ir.BoolAttr.get(value)
     if isinstance(value, int | np.integer):
@@ -1301,4 +1312,9 @@ def _scatter_nd(e, xs, a, v):
 # The ops composed of the above, the recurrent layers (RNN, GRU, LSTM) and the sequence ops.
 # Imported last, as they import this module's registry: importing it registers them wherever
 # the handlers are read.
-from hexir_compiler.frontend import onnx_ops_composite, onnx_rnn, onnx_sequence  # noqa: E402, F401
+from hexir_compiler.frontend import (  # noqa: E402, F401
+    onnx_ops_composite,
+    onnx_rnn,
+    onnx_sequence,
+    onnx_strings,
+)
