@@ -19,11 +19,11 @@ import numpy as np
 import pytest
 
 onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper  # noqa: E402
+from onnx import TensorProto, helper
 
-import hexir_compiler  # noqa: E402
-import hexir_runtime as hr  # noqa: E402
-from hexir_compiler import CompileError  # noqa: E402
+import hexir_compiler
+import hexir_runtime as hr
+from hexir_compiler import CompileError
 
 WORDS = ["Monday", "monday", "MONDAY", "tuesday", "Tuesday", "été", "ÉTÉ", "straße", "x", ""]
 

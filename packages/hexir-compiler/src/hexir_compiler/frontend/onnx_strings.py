@@ -61,4 +61,4 @@ def _declared_length(e, x) -> tuple[int, ...]:
                         f"it from the shape the model declares for '{name}' "
                         f"({'[1, C]' if len(x.shape) == 2 else '[C]'}, C a number), and the "
                         f"model {found}")
-    return tuple(dims)
+    return tuple(d for d in dims if d is not None)  # (none is: checked above)
