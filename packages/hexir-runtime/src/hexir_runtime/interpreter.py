@@ -66,6 +66,7 @@ class Resident:
     hits: int = 0
     misses: int = 0
     max_alloc_bytes: int | None = None
+    flat: sizes.Flat | None = None  # a dynamic module's sizes in flat form, made once
 
     def executable(self, index: int) -> Any:
         """Executable `index`, loaded on its device the first time it is needed."""
@@ -123,8 +124,11 @@ class Resident:
                 self.sized_programs.move_to_end(key)
                 self.hits += 1
                 return program
+        with self.lock:
+            if self.flat is None:
+                self.flat = sizes.Flat(self.plan.module)
         made = sizes.specialize(self.plan, plan, sizes.bind(self.plan.module, plan, inputs),
-                                self.max_alloc_bytes)
+                                self.max_alloc_bytes, self.flat)
         with self.lock:
             if key in self.sized_programs:  # made meanwhile by a call on another thread
                 self.hits += 1

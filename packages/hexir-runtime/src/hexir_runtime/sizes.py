@@ -15,13 +15,25 @@ nothing.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from hexir_format import Command, Module, Op, Slot, dims, plan, signature_problem
+from hexir_format import (
+    OPERAND_NAMES,
+    Command,
+    Executable,
+    Module,
+    Op,
+    Slot,
+    TensorType,
+    dims,
+    plan,
+    signature_problem,
+)
 from hexir_format.model import MAX_BYTES
 from hexir_runtime.errors import ExecutionError, InputError
 from hexir_runtime.validate import EntryPlan, ModulePlan, Signature
@@ -82,44 +94,124 @@ def bind(module: Module, entry: EntryPlan, inputs: Sequence[Any]) -> tuple[int, 
     return tuple(env[s.name] for s in module.symbols)
 
 
+class Flat:
+    """A dynamic module's sizes in flat form, made once per load: its distinct symbolic
+    dimensions (`dims`), and every slot type, kernel argument, launch and ALLOC as a code
+    over them -- a tuple whose element is a number, or ~i for `dims[i]` -- so a new binding
+    evaluates each distinct expression once and builds the rest by indexing. (Walking every
+    type's expressions anew was most of a new binding's cost: GPT-2's decode step, its
+    program once per x86-64 level, ~3000 walks, 10-20 ms a token.)"""
+
+    def __init__(self, module: Module) -> None:
+        self.dims: list[dims.Dim] = []
+        self._index: dict[dims.Dim, int] = {}
+        self.slots = [None if s.type.is_static else self.code(s.type.shape)
+                      for s in module.slots]
+        self.executables = [
+            None if all(t.is_static for t in e.args) and _numbers(*e.grid, *e.block)
+            else (tuple(None if t.is_static else self.code(t.shape) for t in e.args),
+                  self.code(e.grid), self.code(e.block))
+            for e in module.executables]
+        self.entries: dict[str, tuple] = {}
+        self._lock = threading.Lock()  # (entries are coded on first use, by any thread)
+
+    def code(self, shape: Sequence[dims.Dim]) -> tuple[int, ...]:
+        out = []
+        for d in shape:
+            if isinstance(d, int):
+                out.append(d)
+                continue
+            if d not in self._index:
+                self._index[d] = len(self.dims)
+                self.dims.append(d)
+            out.append(~self._index[d])
+        return tuple(out)
+
+    def entry(self, entry: EntryPlan) -> tuple:
+        """The entry's ALLOC bytes (by command index) and its signature's types, as codes
+        (new dimensions are appended to `dims`: code an entry before evaluating them)."""
+        with self._lock:
+            return self._entry(entry)
+
+    def _entry(self, entry: EntryPlan) -> tuple:
+        if entry.name not in self.entries:
+            allocs = {i: self.code([c.bytes])[0] for i, c in enumerate(entry.commands)
+                      if c.op is Op.ALLOC and not isinstance(c.bytes, int)}
+            types = tuple((t.dtype, self.code(t.shape)) for t in
+                          (*entry.signature.inputs, *entry.signature.outputs))
+            used = frozenset(o for c in entry.commands for n, o in
+                             zip(OPERAND_NAMES[c.op], c.operands, strict=False)
+                             if n in _SLOT_OPERANDS) | frozenset(
+                o for c in entry.commands if c.op is Op.DISPATCH
+                for o in c.operands[len(OPERAND_NAMES[c.op]):])
+            self.entries[entry.name] = (allocs, types, used)
+        return self.entries[entry.name]
+
+
+#: The operands that name a slot (DISPATCH's slots come after its named operands).
+_SLOT_OPERANDS = frozenset({"slot", "dst", "src"})
+
+
+def _numbers(*values: dims.Dim) -> bool:
+    return all(isinstance(v, int) for v in values)
+
+
 def specialize(module_plan: ModulePlan, entry: EntryPlan, key: tuple[int, ...],
-               max_alloc_bytes: int | None) -> Sized:
+               max_alloc_bytes: int | None, flat: Flat | None = None) -> Sized:
     """`entry` made static for the symbols' values `key`: every slot's type, ALLOC's bytes
     and each kernel's argument types and launch geometry evaluated; the kernels' signatures
     checked on those types, and the memory planned. Refuses (InputError, nothing allocated)
-    a binding whose buffers pass MAX_BYTES or `max_alloc_bytes`."""
+    a binding whose buffers pass MAX_BYTES or `max_alloc_bytes`. `flat` is the module's
+    `Flat` (made here when not given: a caller that binds again keeps it)."""
     module = module_plan.module
+    flat = flat or Flat(module)
     env = {s.name: v for s, v in zip(module.symbols, key, strict=True)}
     sizes = ", ".join(f"{n} = {v}" for n, v in env.items())
     where = f"{entry.name} with {sizes}"
-    def three(d: tuple[dims.Dim, dims.Dim, dims.Dim]) -> tuple[int, int, int]:
-        return dims.evaluate(d[0], env), dims.evaluate(d[1], env), dims.evaluate(d[2], env)
-
+    allocs, signature_types, used = flat.entry(entry)
     try:
-        slots = tuple(Slot(s.device, s.type.evaluate(env)) for s in module.slots)
-        commands = tuple(Command(Op.ALLOC, (c.slot, dims.evaluate(c.bytes, env)))
-                         if c.op is Op.ALLOC else c for c in entry.commands)
-        executables = tuple(replace(
-            exe, args=tuple(t.evaluate(env) for t in exe.args),
-            grid=three(exe.grid), block=three(exe.block))
-            for exe in module.executables)
+        values = [dims.evaluate(d, env) for d in flat.dims]
     except dims.DimError as e:
         raise InputError(f"{where}: {e}") from None
-    for i, s in enumerate(slots):
-        if s.type.static_nbytes > MAX_BYTES:
+
+    def at(code: tuple[int, ...]) -> tuple[int, ...]:
+        return tuple(c if c >= 0 else values[~c] for c in code)
+
+    def grid(code: tuple[int, ...]) -> tuple[int, int, int]:
+        x, y, z = at(code)
+        return x, y, z
+
+    # the entry's own slots (a module holds a variant of it per x86-64 level; the others'
+    # slots and kernels stay as they are)
+    slots = tuple(s if code is None or i not in used else
+                  Slot(s.device, TensorType(s.type.dtype, at(code)))
+                  for i, (s, code) in enumerate(zip(module.slots, flat.slots, strict=True)))
+    dispatched = set(entry.executables)
+    executables = tuple(
+        exe if code is None or i not in dispatched else replace(
+            exe, args=tuple(t if c is None else TensorType(t.dtype, at(c))
+                            for t, c in zip(exe.args, code[0], strict=True)),
+            grid=grid(code[1]), block=grid(code[2]))
+        for i, (exe, code) in enumerate(zip(module.executables, flat.executables,
+                                            strict=True)))
+    commands = tuple(Command(Op.ALLOC, (c.slot, values[~allocs[i]])) if i in allocs else c
+                     for i, c in enumerate(entry.commands))
+    typed = [TensorType(dtype, at(code)) for dtype, code in signature_types]
+    for i, (s, code) in enumerate(zip(slots, flat.slots, strict=True)):
+        if code is not None and i in used and s.type.static_nbytes > MAX_BYTES:
             raise InputError(f"{where}: slot {i} would be a {s.type}, {s.type.static_nbytes} "
                              "bytes, more than any array can hold")
     for index in entry.executables:
         exe = executables[index]
         if problem := signature_problem(exe.kind, exe.args, exe.params, exe.name):
             raise ExecutionError(f"{where}: executable {index} ('{exe.name}'), args: {problem}")
-    types = {i: s.type for i, s in enumerate(slots)}
-    devices = {i: s.device for i, s in enumerate(slots)}
+    types = {i: slots[i].type for i in used}
+    devices = {i: slots[i].device for i in used}
     kinds = [exe.kind for exe in executables]
     offsets = plan.assign(commands, types, devices, kinds)
     arenas = plan.arenas(offsets, types, devices)
-    signature = Signature(tuple(t.evaluate(env) for t in entry.signature.inputs),
-                          tuple(t.evaluate(env) for t in entry.signature.outputs),
+    count = len(entry.signature.inputs)
+    signature = Signature(tuple(typed[:count]), tuple(typed[count:]),
                           entry.signature.input_names, entry.signature.output_names)
     # what a call allocates: its arenas and its inputs (the cap a planned static module's
     # validation applies)
