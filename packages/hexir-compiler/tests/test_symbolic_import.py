@@ -193,3 +193,22 @@ def test_input_shapes_may_bound_and_name_symbols_and_the_runtime_holds_a_call_to
                 m.main(rng.standard_normal(shape).astype(np.float32))
     with pytest.raises(hexir_compiler.CompileError, match=r"'4\.\.1' is an empty range"):
         hexir_compiler.compile(_heads_model(), input_shapes={"x": ("4..1", "seq", 8)})
+
+
+def test_an_explicit_range_may_start_at_0_and_a_size_of_0_runs():
+    """A dimension is at least 1 unless -input-shape says 0 may be: the lower bound given is
+    the symbol's own (it was raised to the default 1 silently), and an empty call runs (a
+    decoder's prefill: its past cache empty)."""
+    import hexir_runtime
+
+    module = hexir_compiler.compile(_heads_model(), input_shapes={"x": ("batch", "seq:0..9", 8)})
+    assert [(s.name, s.lo, s.hi) for s in hexir_format.parse(module).symbols] == [
+        ("batch", 1, 2**31 - 1), ("seq", 0, 9)]
+    rng = np.random.default_rng(0)
+    with hexir_runtime.load(module) as m:
+        for shape in ((2, 0, 8), (2, 3, 8)):
+            x = rng.standard_normal(shape).astype(np.float32)
+            got = m.main(x)
+            assert got.shape == (shape[0], 2, shape[1], 4)
+            np.testing.assert_array_equal(
+                got, np.maximum(x.reshape(shape[0], shape[1], 2, 4).transpose(0, 2, 1, 3), 0))

@@ -106,7 +106,9 @@ def _symbols(module: ir.Module, entries: list[ir.Operation]) -> tuple[Symbol, ..
                 names |= symbolic.symbols(symbolic.shape_of(t))
         if "hexir.ranges" in entry.attributes:
             for named in ir.DictAttr(entry.attributes["hexir.ranges"]):
-                lo, hi = ranges.get(named.name, DEFAULT_RANGE)
+                # (an explicit range is the symbol's own: `-input-shape=past:0..256` lets
+                # `past` be 0, a prefill's empty cache)
+                lo, hi = ranges.get(named.name, (0, DEFAULT_RANGE[1]))
                 low, high = ir.DenseI64ArrayAttr(named.attr)
                 ranges[named.name] = (max(lo, low), min(hi, high))
     for view in module.body.operations:

@@ -477,7 +477,8 @@ class Importer:
             if isinstance(symbol, dims.Expr) and isinstance(bound, int) and \
                     symbol == dims.Expr.symbol(next(iter(symbol.symbols()))):
                 name = next(iter(symbol.symbols()))
-                lo, hi = self.ranges.get(name, (0, dims.INT64_MAX))
+                # (a dimension is at least 1 unless -input-shape says 0 may be)
+                lo, hi = self.ranges.get(name, (1, dims.INT64_MAX))
                 self.ranges[name] = (lo, min(hi, bound)) if upper else (max(lo, bound), hi)
                 return
         raise NodeError(f"needs {dims.render(low)} <= {dims.render(high)}, which depends on "
