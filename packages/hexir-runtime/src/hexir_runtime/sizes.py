@@ -25,7 +25,6 @@ import numpy as np
 from hexir_format import (
     OPERAND_NAMES,
     Command,
-    Executable,
     Module,
     Op,
     Slot,
