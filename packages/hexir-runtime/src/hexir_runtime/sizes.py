@@ -5,7 +5,8 @@ A dynamic module (version 6) declares its tensors' dimensions, ALLOC's bytes and
 kernels' launch geometry as expressions over named size symbols (`batch`, `past + seq`).
 A call binds the symbols from its inputs' shapes (`dims.bind`: one line naming both inputs
 when two disagree, or the symbol's range when a size is outside it), then `specialize`
-evaluates everything for those values with checked int64 arithmetic and refuses a call
+evaluates the entry's sizes for those values with checked int64 arithmetic (each distinct
+expression once: `Flat`, the module's sizes coded once per load) and refuses a call
 whose buffers would pass the load's cap -- all before anything is allocated -- and plans its
 memory (`plan.assign`). The result is the static plan of that binding, which the interpreter
 runs as it runs a static module's; the runtime keeps the programs of the last few bindings
