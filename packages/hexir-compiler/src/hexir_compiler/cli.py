@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from hexir_compiler import placement as placement_
 from hexir_compiler import symbolic
 from hexir_compiler.errors import CompileError, diagnostic
+from hexir_compiler.frontend import onnx_generate
 from hexir_compiler.frontend.onnx import ModelError
 from hexir_compiler.pipeline import (
     DESCRIPTIONS,
@@ -57,6 +58,7 @@ class Args:
     input_shapes: list[str] = field(default_factory=list)
     fixed_inputs: list[str] = field(default_factory=list)
     fusion: str = "on"
+    generate: str | None = None
 
 
 def usage() -> str:
@@ -84,6 +86,11 @@ def usage() -> str:
         "                         -input-shape=ids=batch:1..8xseq:1..512, x=1..64x3x224x224",
         "  -fix-input=<in>=<values>  fix an ONNX input (a shape or axes operand) at compile",
         "                         time: 1,2,3 (int64), or @file.npy; repeatable",
+        "  -generate[=<k>=<v>,...]  wrap an ONNX decoder-with-past step model (Optimum's",
+        "                         names) into an entry point 'generate': a greedy decode loop",
+        "                         with its KV cache, run by the runtime (hexir-run",
+        "                         --entry=generate); keys: eos=<id>, max_length=<n>,",
+        "                         cache=<past*>:<present*>, ids=, mask=, positions=, logits=",
         "  -fusion=on|off         fuse element-wise chains, contraction epilogues and",
         "                         reduction prologues into one kernel each (hexir-fuse;",
         "                         default on)",
@@ -95,6 +102,7 @@ def usage() -> str:
         "  hexir -emit=hxb -placement=cuda -target=cuda:sm_90 -o gpu.hxb prog.mlir",
         "  cat prog.mlir | hexir -emit=mlir-hetero -placement=hexir.linear=gpu -",
         "  hexir -emit=hxb -input-shape=input=8x784 -o mlp.hxb mlp.onnx",
+        "  hexir -emit=hxb -generate=eos=50256 -o gen.hxb decoder_with_past.onnx",
         "",
         *placement_.usage_lines(),
     ]
@@ -122,6 +130,8 @@ def parse_args(argv: list[str]) -> Args:
             args.input_shapes.append(value)
         elif name in ("-fix-input", "--fix-input") and eq:
             args.fixed_inputs.append(value)
+        elif name in ("-generate", "--generate"):
+            args.generate = value
         elif name in ("-fusion", "--fusion") and eq:
             if value not in ("on", "off"):
                 raise UsageError(f"-fusion={value}: expected on or off")
@@ -167,8 +177,12 @@ def options(args: Args) -> Options:
         placement = placement_.parse_placement(args.placement)
     except (TargetError, placement_.PlacementError) as err:
         raise UsageError(str(err)) from None
+    try:
+        generate = None if args.generate is None else onnx_generate.parse_spec(args.generate)
+    except onnx_generate.SpecError as err:
+        raise UsageError(str(err)) from None
     return Options(args.stage, placement, chip, cpu, parse_shapes(args.input_shapes),
-                   parse_fixed(args.fixed_inputs), args.fusion == "on")
+                   parse_fixed(args.fixed_inputs), args.fusion == "on", generate=generate)
 
 
 def parse_shapes(entries: list[str]) -> dict[str, tuple[int | str, ...]]:

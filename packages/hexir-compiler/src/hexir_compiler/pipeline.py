@@ -29,6 +29,7 @@ import hexir_format as hf
 from hexir_compiler import builtin, dialects, serialize
 from hexir_compiler.dialects import context
 from hexir_compiler.errors import CompileError
+from hexir_compiler.frontend import onnx_generate
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host, host_codegen, parse_targets
 from hexir_compiler.transforms import (
@@ -74,6 +75,9 @@ class Options:
     #: compile of many kernels (`target.host_codegen.workers`); 0, none. The `.hxb` is the
     #: same byte for byte whatever the number.
     jobs: int | None = None
+    #: An ONNX decoder-with-past step model's decode loop, as a `generate` entry point
+    #: (`-generate`, `frontend.onnx_generate`); None: the model alone.
+    generate: onnx_generate.Spec | None = None
 
 
 class ParseError(CompileError):
@@ -128,13 +132,18 @@ def _onnx_model(data: bytes):
 def load(path, options: Options | None = None) -> ir.Module:
     """Parse and verify `path` (`-`: stdin; an `.onnx` model is imported) in the current
     context, or build the built-in program (None)."""
+    if options is not None and options.generate is not None and not is_onnx(path) and \
+            path != STDIN:
+        raise CompileError(f"-generate wraps an ONNX decoder-with-past step model; "
+                           f"'{path or '-builtin'}' is not one")
     if path is None:
         return builtin.build()
     if is_onnx(path):
         from hexir_compiler.frontend import onnx
 
         options = options or Options("mlir")
-        module = onnx.import_model(path, options.input_shapes, options.fixed_inputs)
+        module = onnx.import_model(path, options.input_shapes, options.fixed_inputs,
+                                   options.generate)
         dialects.trim_heap()  # the model's protobuf and arrays are gone; the weights stay
         try:
             _verify(module)
@@ -271,7 +280,8 @@ def _hxb(module: ir.Module, options: Options) -> tuple[hf.Module, serialize.Roda
         lower(module, options, "mlir-llvm")
         rodata = serialize.Rodata()
         with _codegen(module, 1, options) as codegen:
-            return serialize.to_model(module, options.chip, levels[0], codegen, rodata), rodata
+            model = serialize.to_model(module, options.chip, levels[0], codegen, rodata)
+            return serialize.with_generations(model, module), rodata
     lower(module, options, "mlir-hetero")
     _fuse(module, options)
     _verify(module)
@@ -287,12 +297,14 @@ def _hxb(module: ir.Module, options: Options) -> tuple[hf.Module, serialize.Roda
                 _verify(copy)
             if not host.has_kernels(copy):  # no host code (every op on cuda): one program
                 rodata = serialize.Rodata()
-                return serialize.to_model(copy, options.chip, level, rodata=rodata), rodata
+                model = serialize.to_model(copy, options.chip, level, rodata=rodata)
+                return serialize.with_generations(model, module), rodata
             if variants.codegen is None:  # (the first level shows how many kernels there are)
                 variants.codegen = stack.enter_context(_codegen(copy, len(levels), options))
             variants.add(copy, level)
             del copy  # its packed weights are in the variants' rodata now
-        return variants.model(rodata=False), variants.rodata
+        return serialize.with_generations(variants.model(rodata=False), module), \
+            variants.rodata
 
 
 def _codegen(module: ir.Module, levels: int, options: Options) -> host_codegen.Codegen:
@@ -353,13 +365,15 @@ def _verify(module: ir.Module) -> None:
 def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | None = None,
             target: str | None = None,
             input_shapes: Mapping[str, tuple[int | str, ...]] | None = None,
-            fixed_inputs: Mapping[str, object] | None = None, fuse: bool = True) -> str | bytes:
+            fixed_inputs: Mapping[str, object] | None = None, fuse: bool = True,
+            generate: str | None = None) -> str | bytes:
     """`source` (a `.mlir` or `.onnx` path, an `onnx.ModelProto`, or None: the built-in
     program) compiled to the stage `emit`: `.hxb` bytes, or the stage's text.
 
     `placement` is what `-placement` takes (`"cuda"`, `"cuda,hexir.softmax=cpu"`) or a dict
-    of op name to device; `target` what `-target` takes; `fuse=False` makes one kernel per op.
-    Raises `CompileError` (one line).
+    of op name to device; `target` what `-target` takes; `fuse=False` makes one kernel per op;
+    `generate` what `-generate=` takes (`""`: Optimum's names, no end-of-sequence token), for
+    an ONNX decoder-with-past step model. Raises `CompileError` (one line).
     """
     from hexir_compiler import placement as placement_
 
@@ -368,8 +382,14 @@ def compile(source, emit: str = "hxb", *, placement: str | Mapping[str, str] | N
     chip = cpu = None
     if target:
         chip, cpu = parse_targets([target])
+    spec = None
+    if generate is not None:
+        try:
+            spec = onnx_generate.parse_spec(generate)
+        except onnx_generate.SpecError as err:
+            raise CompileError(str(err)) from None
     options = Options(emit, dict(placement or {}), chip, cpu, dict(input_shapes or {}),
-                      dict(fixed_inputs or {}), fuse)
+                      dict(fixed_inputs or {}), fuse, generate=spec)
     try:
         result = compile_file(source, options)
         assert result is not None, "compile_file gives the output where it writes no file"

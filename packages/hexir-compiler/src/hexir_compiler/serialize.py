@@ -44,6 +44,7 @@ from hexir_compiler.dialects.hexir import CASE_CHANGE_ACTIONS
 from hexir_compiler.dialects.hextir import SYMBOLS
 from hexir_compiler.element_types import STRING
 from hexir_compiler.errors import CompileError
+from hexir_compiler.frontend import onnx_generate
 from hexir_compiler.mlir import ir
 from hexir_compiler.target import cuda, host, host_codegen
 from hexir_compiler.transforms.hextir_to_loops import is_kernel
@@ -236,6 +237,40 @@ def to_model(module: ir.Module, target: str | None = None, cpu: str | None = Non
     with _serialize_errors():
         model = prepare(module, target, cpu, rodata, codegen)()
         return replace(model, version=hf.minimum_version(model))
+
+
+def with_generations(model: hf.Module, module: ir.Module) -> hf.Module:
+    """`model` with the generate entry point `module` records (`hexir.generate`, made by
+    `frontend.onnx_generate`): its roles' names resolved to the step's input and output
+    indices; version 6, which holds it. The validator checks the rest when the module is
+    loaded (`hexir_format.generation`)."""
+    if onnx_generate.ATTRIBUTE not in module.operation.attributes:
+        return model
+    found = ir.DictAttr(module.operation.attributes[onnx_generate.ATTRIBUTE])
+
+    def text(key: str) -> str:
+        return ir.StringAttr(found[key]).value
+
+    step = model.function(text("step"))
+    if step is None or not step.inputs or not step.outputs:
+        raise SerializeError(f"{onnx_generate.ATTRIBUTE}: the step '{text('step')}' is not an "
+                             "entry point that names its inputs and outputs")
+
+    def index(names: tuple[str, ...], name: str, side: str) -> int:
+        if name not in names:
+            raise SerializeError(f"{onnx_generate.ATTRIBUTE}: the step has no {side} '{name}'")
+        return names.index(name)
+
+    pairs = [ir.StringAttr(a).value for a in ir.ArrayAttr(found["cache"])]
+    cache = tuple((index(step.inputs, past, "input"), index(step.outputs, present, "output"))
+                  for past, present in zip(pairs[::2], pairs[1::2], strict=True))
+    generation = hf.Generation(
+        text("name"), step.name, index(step.inputs, text("ids"), "input"),
+        index(step.inputs, text("mask"), "input"),
+        index(step.inputs, text("positions"), "input"),
+        index(step.outputs, text("logits"), "output"), cache,
+        ir.IntegerAttr(found["eos"]).value, ir.IntegerAttr(found["max_length"]).value)
+    return replace(model, generations=(generation,), version=max(model.version, 6))
 
 
 def build(model: hf.Module) -> bytes:

@@ -196,6 +196,29 @@ StringEntry = Struct(
     "size" / Int32ul,
 )
 
+# Version 6's optional generate section (`model.Generation`): this header, then `count`
+# records, each followed by its `cache_count` pairs. The names are entry points': the one the
+# record makes and the one it runs each step; the indices are the step's inputs and outputs.
+GenerateHeader = ExecutablesHeader
+
+GenerateRecord = Struct(
+    "name" / Bytes(NAME_BYTES),
+    "step" / Bytes(NAME_BYTES),
+    "ids" / Int32ul,
+    "mask" / Int32ul,
+    "positions" / Int32ul,
+    "logits" / Int32ul,
+    "cache_count" / Int32ul,
+    "reserved" / Int32ul,
+    "eos" / Int64sl,  # -1: none
+    "max_length" / Int64ul,
+)
+
+CachePair = Struct(
+    "past" / Int32ul,  # the step's input index
+    "present" / Int32ul,  # the step's output index
+)
+
 # A size field that holds "expression #k of the sizes section" (version 6) rather than a
 # number: the field's top bit set, k in the bits below. Tensor dimensions and ALLOC's bytes
 # (64-bit) use TAG64, the launch geometry (32-bit grid_* and block_*) TAG32; no static value
@@ -224,7 +247,8 @@ _V3_SECTIONS = (SectionKind.SYMBOLS, SectionKind.PROGRAM, SectionKind.RODATA,
                 SectionKind.EXECUTABLES)
 _V4_SECTIONS = (*_V3_SECTIONS, SectionKind.SLOTS)
 _V5_SECTIONS = frozenset({*_V4_SECTIONS, SectionKind.NAMES, SectionKind.PLAN})
-_V6_SECTIONS = frozenset({*_V5_SECTIONS, SectionKind.SIZES, SectionKind.STRINGS})
+_V6_SECTIONS = frozenset({*_V5_SECTIONS, SectionKind.SIZES, SectionKind.STRINGS,
+                          SectionKind.GENERATE})
 _ALL_OPS, _ALL_DTYPES, _ALL_KINDS = frozenset(Op), frozenset(DType), frozenset(KernelKind)
 #: The kernel kinds before version 6 (LIBRARY is version 6's).
 _V5_KINDS = _ALL_KINDS - {KernelKind.LIBRARY}

@@ -126,6 +126,7 @@ class SectionKind(IntEnum):
     PLAN = 7  # version 5, optional: each intermediate's offset in its device's arena
     SIZES = 8  # version 6, optional: a dynamic module's size symbols and expression programs
     STRINGS = 9  # version 6, optional: the module's string table (`Module.strings`)
+    GENERATE = 10  # version 6, optional: entry points that run a decode loop (`Generation`)
 
     def __str__(self) -> str:
         return self.name.lower()
@@ -496,6 +497,37 @@ class Executable:
 
 
 @dataclass(frozen=True)
+class Generation:
+    """An entry point that generates text (version 6's generate section): a decode loop the
+    runtime runs over another entry point, `step`, a decoder-with-past step model.
+
+    The step's inputs are the token ids [batch, seq], the attention mask [batch, past + seq],
+    the position ids [batch, seq] and the cached keys and values of the earlier positions,
+    each [..., past, ...] along one axis (`cache`: (input index, output index) pairs, each
+    past paired with the present the step returns, [..., past + seq, ...]); its output
+    `logits` is [batch, seq, vocab]. The loop: one step over the prompt (past = 0), then one
+    step per new token, the argmax of the last logits, until `max_new_tokens` (the caller's)
+    or `eos` (-1: none; the caller may give another). The state is the cache: held by the
+    runtime for one call, sized for at most `max_length` positions (prompt and new tokens
+    together), which the module declares (the model's position table, where it has one)."""
+
+    name: str  # the entry point it makes, e.g. "generate"
+    step: str  # the entry point it runs each step
+    ids: int  # the step's input indices: token ids, attention mask, position ids
+    mask: int
+    positions: int
+    logits: int  # the step's output index of the logits
+    cache: tuple[tuple[int, int], ...]  # (past input index, present output index) pairs
+    eos: int  # the end-of-sequence token id, -1 for none
+    max_length: int  # the most positions (prompt + new tokens) one call may use
+
+    def __str__(self) -> str:
+        eos = f"eos {self.eos}" if self.eos >= 0 else "no eos"
+        return (f"{self.name}: greedy decode loop over {self.step}, {eos}, at most "
+                f"{self.max_length} positions, {len(self.cache)} cache tensors")
+
+
+@dataclass(frozen=True)
 class Section:
     kind: int
     flags: int
@@ -537,6 +569,8 @@ class Module:
 
     `strings` (version 6's strings section) is the module's string table: a STRING tensor's
     handle h < len(strings) names strings[h] (a string constant's values are such handles).
+
+    `generations` (version 6's generate section) are its decode-loop entry points.
     """
 
     version: int
@@ -548,6 +582,7 @@ class Module:
     placements: tuple[tuple[int, int], ...] = ()
     symbols: tuple[Symbol, ...] = ()
     strings: tuple[str, ...] = ()
+    generations: tuple[Generation, ...] = ()
 
     @property
     def is_dynamic(self) -> bool:
@@ -557,9 +592,9 @@ class Module:
         if not isinstance(other, Module):
             return NotImplemented
         mine = (self.version, self.functions, self.executables, self.slots, self.placements,
-                self.symbols, self.strings)
+                self.symbols, self.strings, self.generations)
         theirs = (other.version, other.functions, other.executables, other.slots,
-                  other.placements, other.symbols, other.strings)
+                  other.placements, other.symbols, other.strings, other.generations)
         return mine == theirs and _payload_eq(self.rodata, other.rodata)
 
     def __hash__(self) -> int:
@@ -567,3 +602,6 @@ class Module:
 
     def function(self, name: str) -> Function | None:
         return next((f for f in self.functions if f.name == name), None)
+
+    def generation(self, name: str) -> Generation | None:
+        return next((g for g in self.generations if g.name == name), None)

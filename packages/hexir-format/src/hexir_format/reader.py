@@ -40,6 +40,7 @@ from hexir_format.model import (
     DType,
     Executable,
     Function,
+    Generation,
     KernelKind,
     Layout,
     Module,
@@ -193,8 +194,9 @@ def parse(buf: Buffer) -> Module:
     if plan := payload(SectionKind.PLAN):
         placements = _placements(len(slots), *plan)
     strings = _strings(*found) if (found := payload(SectionKind.STRINGS)) else ()
+    generations = _generations(*found) if (found := payload(SectionKind.GENERATE)) else ()
     return Module(layout.version, functions, rodata, executables, slots, layout, placements,
-                  sizes.symbols, strings)
+                  sizes.symbols, strings, generations)
 
 
 class _Sizes:
@@ -337,6 +339,50 @@ def _placements(slot_count: int, data: memoryview, base: int) -> tuple[tuple[int
     return tuple(found)
 
 
+def _generations(data: memoryview, base: int) -> tuple[Generation, ...]:
+    """Version 6's generate section: each record and its cache pairs, back to back, the
+    whole section used. What the indices must name (the step's signature) is the
+    validator's to check; here each field is read and held to what it can mean at all."""
+    head, record, pair = (L.size(d) for d in (L.GenerateHeader, L.GenerateRecord, L.CachePair))
+    h = _read(L.GenerateHeader, data, 0, base, "generate")
+    _reserved("generate", h)
+    if h.count > (len(data) - head) // record:
+        raise FormatError(f"generate: count {h.count} at offset {h.at('count')} needs at least "
+                          f"{head + h.count * record} bytes but the section has {len(data)}",
+                          field="count", offset=h.at("count"))
+    found: list[Generation] = []
+    at = head
+    for n in range(h.count):
+        where = f"generation {n}"
+        r = _read(L.GenerateRecord, data, at, base, where)
+        _reserved(where, r)
+        name, step = _name(r, where), _name(r, where, "step")
+        if r.eos < -1:
+            raise FormatError(f"{where}: eos {r.eos} at offset {r.at('eos')} is not a token id "
+                              "(or -1 for none)", field="eos", offset=r.at("eos"))
+        if not 2 <= r.max_length <= MAX_SYMBOL:
+            raise FormatError(f"{where}: max_length {r.max_length} at offset "
+                              f"{r.at('max_length')} is outside 2..{MAX_SYMBOL}",
+                              field="max_length", offset=r.at("max_length"))
+        at += record
+        if r.cache_count > (len(data) - at) // pair:
+            raise FormatError(f"{where}: cache_count {r.cache_count} at offset "
+                              f"{r.at('cache_count')} needs {r.cache_count * pair} bytes after "
+                              f"the record, but {len(data) - at} are left",
+                              field="cache_count", offset=r.at("cache_count"))
+        cache = []
+        for _ in range(r.cache_count):
+            p = _read(L.CachePair, data, at, base, where)
+            cache.append((p.past, p.present))
+            at += pair
+        found.append(Generation(name, step, r.ids, r.mask, r.positions, r.logits,
+                                tuple(cache), r.eos, r.max_length))
+    if at != len(data):
+        raise FormatError(f"generate: bytes {at}..{len(data)} (offset {base + at}) belong to no "
+                          "record", field="count", offset=base + at)
+    return tuple(found)
+
+
 def _strings(data: memoryview, base: int) -> tuple[str, ...]:
     """Version 6's string table: each entry's bytes where the previous one's end (the first
     right after the entries), inside the section, valid UTF-8; no byte left over."""
@@ -381,22 +427,22 @@ def _reserved(where: str, record: _Record) -> None:
                           f"{value}, expected 0", field="reserved", offset=record.at("reserved"))
 
 
-def _name(record: _Record, where: str) -> str:
-    """A record's NUL-terminated, NUL-padded UTF-8 `name`."""
-    raw, at = record.name, record.at("name")
+def _name(record: _Record, where: str, field: str = "name") -> str:
+    """A record's NUL-terminated, NUL-padded UTF-8 name (its `field`)."""
+    raw, at = getattr(record, field), record.at(field)
     end = raw.find(b"\0")
     if end < 0:
-        raise FormatError(f"{where}: name at offset {at} has no NUL terminator within "
-                          f"{NAME_BYTES} bytes", field="name", offset=at)
+        raise FormatError(f"{where}: {field} at offset {at} has no NUL terminator within "
+                          f"{NAME_BYTES} bytes", field=field, offset=at)
     if end == 0:
-        raise FormatError(f"{where}: name at offset {at} is empty", field="name", offset=at)
+        raise FormatError(f"{where}: {field} at offset {at} is empty", field=field, offset=at)
     if any(raw[end:]):
-        raise FormatError(f"{where}: name at offset {at} has bytes after its terminator",
-                          field="name", offset=at)
+        raise FormatError(f"{where}: {field} at offset {at} has bytes after its terminator",
+                          field=field, offset=at)
     try:
         return raw[:end].decode("utf-8")
     except UnicodeDecodeError:
-        raise FormatError(f"{where}: name at offset {at} is not UTF-8", field="name",
+        raise FormatError(f"{where}: {field} at offset {at} is not UTF-8", field=field,
                           offset=at) from None
 
 

@@ -21,7 +21,7 @@ import math
 import struct
 from dataclasses import dataclass, field, replace
 
-from hexir_format import dims, elf, hostlink, plan
+from hexir_format import dims, elf, generation, hostlink, plan
 from hexir_format import layout as L
 from hexir_format.dims import Dim, Expr
 from hexir_format.errors import FormatError, ValidationError
@@ -168,6 +168,8 @@ def check(module: Module, *, max_alloc_bytes: int | None = DEFAULT_MAX_ALLOC_BYT
                                   f"{found[0].signature.named()}; the variants of an entry "
                                   "point must agree", entry=name, field="symbols")
     chosen = {name: _choose(found, cpu_level) for name, found in variants.items()}
+    generation.check(module, {name: (e.signature.inputs, e.signature.outputs)
+                              for name, e in chosen.items()})
     return ModulePlan(module, chosen, home, {n: tuple(v) for n, v in variants.items()})
 
 

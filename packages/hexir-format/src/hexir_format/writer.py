@@ -34,6 +34,7 @@ from hexir_format.model import (
     Device,
     DType,
     Executable,
+    Generation,
     KernelKind,
     Module,
     Op,
@@ -45,10 +46,10 @@ from hexir_format.model import (
 def minimum_version(module: Module) -> int:
     """3 when the v3 layout can hold the module exactly; 6 when an entry point is one x86-64
     level's variant, the module is dynamic (has size symbols), has strings, a string tensor
-    or a library kernel; 5 when a cpu kernel carries
+    or a library kernel, or a generate entry point; 5 when a cpu kernel carries
     a host image, a tensor is of an integer or boolean type, an entry point names its inputs
     or outputs, or the module has a memory plan; else 4."""
-    if any(f.cpu_level for f in module.functions) or module.symbols or _v6_strings(module):
+    if any(f.cpu_level for f in module.functions) or module.symbols or _v6_only(module):
         return 6
     if (any(exe.device is Device.CPU and exe.image is not None for exe in module.executables)
             or any(t.dtype not in V4_DTYPES for t in _types(module))
@@ -57,8 +58,11 @@ def minimum_version(module: Module) -> int:
     return 3 if _v3_problem(module) is None else 4
 
 
-def _v6_strings(module: Module) -> str | None:
-    """What of the module only version 6 holds of strings and the library, or None."""
+def _v6_only(module: Module) -> str | None:
+    """What of the module only version 6 holds of strings, the library and generation, or
+    None."""
+    if module.generations:
+        return f"a generate entry point ('{module.generations[0].name}')"
     if module.strings:
         return f"a string table ({len(module.strings)} strings)"
     if typed := next((t for t in _types(module) if t.dtype is DType.STRING), None):
@@ -119,7 +123,7 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
                                             None)):
         raise FormatError(f"cpu kernel '{host.name}' carries a host image, which only version 5 "
                           f"holds; this module is version {module.version}")
-    if module.version < 6 and (problem := _v6_strings(module)):
+    if module.version < 6 and (problem := _v6_only(module)):
         raise FormatError(f"{problem} needs version 6; this module is version {module.version}")
     sizes = _Sizes(module)
     symbols, program = _symbols_and_program(module, sizes)
@@ -159,6 +163,8 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
         sections.append((SectionKind.SIZES, sizes.build()))
     if module.strings:
         sections.append((SectionKind.STRINGS, _strings(module.strings)))
+    if module.generations:
+        sections.append((SectionKind.GENERATE, _generations(module.generations)))
     table, end = [], L.Header.sizeof() + len(sections) * L.SectionEntry.sizeof()
     for kind, payload in sections:
         size = sum(p.nbytes for p in payload) if isinstance(payload, list) else len(payload)
@@ -217,6 +223,17 @@ def _strings(strings: tuple[str, ...]) -> bytes:
                           "32-bit, so it holds at most 4 GiB")
     return L.StringsHeader.build(dict(count=len(strings), reserved=0)) + bytes(entries) + \
         bytes(raw)
+
+
+def _generations(generations: tuple[Generation, ...]) -> bytes:
+    out = [L.GenerateHeader.build(dict(count=len(generations), reserved=0))]
+    for g in generations:
+        out.append(L.GenerateRecord.build(dict(
+            name=_name(g.name, "generation"), step=_name(g.step, "generation step"),
+            ids=g.ids, mask=g.mask, positions=g.positions, logits=g.logits,
+            cache_count=len(g.cache), reserved=0, eos=g.eos, max_length=g.max_length)))
+        out += [L.CachePair.build(dict(past=past, present=present)) for past, present in g.cache]
+    return b"".join(out)
 
 
 def _name(name: str, what: str) -> bytes:

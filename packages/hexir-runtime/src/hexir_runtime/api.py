@@ -6,6 +6,7 @@
         y = m.main(x=x)                # inputs by name, where the module names them
         d = m.main.results(x)          # the results by name: {"y": ...}
         g = m.main(t, results_on_device=True)  # a torch/cupy array in, a DeviceArray out
+        s = m.generate(ids, max_new_tokens=32)  # a module compiled with hexir -generate
 
 `load` maps and validates the file, then creates the devices: cpu always, cuda when asked
 for. Executables are loaded and constants uploaded once per load, on first use, and reused
@@ -16,13 +17,13 @@ checked against the signature like a numpy one; `out=` may name device arrays to
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from hexir_format import CPU_LEVELS, Device, DType, TensorType
-from hexir_runtime import hal, library
+from hexir_format import CPU_LEVELS, Device, DType, Generation, TensorType
+from hexir_runtime import generate, hal, library
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
 from hexir_runtime.hal import threads
@@ -476,6 +477,41 @@ class Module:
         peaks, and the runtime's own overhead per call; `str()` of it is a table."""
         self._plan(entry)
         return profile(self, entry, self._entries[entry].check_inputs(*inputs), calls)
+
+    def generate(self, input_ids: Any, max_new_tokens: Any = 32, *,
+                 eos_token_id: int | None = None, on_token: Callable[[int], Any] | None = None,
+                 entry: str = "generate") -> np.ndarray:
+        """Text generation with a module compiled with `hexir -generate`: the prompt
+        `input_ids` ([1, P] token ids) followed by up to `max_new_tokens` greedy tokens,
+        [1, P + n] int64 -- the tokens `transformers`' `generate(do_sample=False)` returns.
+        It stops after the end-of-sequence token: `eos_token_id`, else the module's (if it
+        declares one). `on_token` is called with each new token as it is chosen (streaming).
+        The decode loop and its KV cache run inside the runtime (`hexir_runtime.generate`)."""
+        return generate.run(self, self._generation(entry), input_ids, max_new_tokens,
+                            eos_token_id, on_token)
+
+    def _generation(self, entry: str) -> Generation:
+        resident = self._resident
+        module = resident.plan.module if resident is not None else None
+        found = module.generation(entry) if module is not None else None
+        if found is None:
+            if resident is None:
+                raise ClosedError(f"module '{self.path}' is closed")
+            names = ", ".join(g.name for g in module.generations) or "none"
+            raise EntryNotFound(f"no generate entry point '{entry}' in '{self.path}' (it has: "
+                                f"{names}; compile a decoder-with-past step model with "
+                                "hexir -generate)")
+        return found
+
+    def generation_step(self, entry: str = "generate") -> str:
+        """The entry point a generate entry point runs each step."""
+        return self._generation(entry).step
+
+    @property
+    def generations(self) -> tuple[Generation, ...]:
+        """The module's generate entry points (`m.generate` runs them)."""
+        resident = self._resident
+        return resident.plan.module.generations if resident is not None else ()
 
     @property
     def cpu_threads(self) -> int:

@@ -48,7 +48,9 @@ usage: hexir-run <module.hxb> [--device=cpu|cuda] [--entry=NAME] [--quiet]
                         compiler placed it, and a module that never needs cuda runs on the cpu
   --no-cuda-graphs      launch each cuda kernel on every call instead of replaying each run
                         of kernels as one captured cuda graph
-  --entry=NAME          the entry point to run (default: main)
+  --entry=NAME          the entry point to run (default: main); a generate entry point
+                        (hexir -generate) takes input_ids and max_new_tokens and returns
+                        sequences
   --input=TYPE=VALUES   the next input: 2x3xf32=1,2,3,4,5,6 (one value fills the tensor);
                         integers for i32 and i64 (2xi64=7,-1), 1/0 or true/false for i1,
                         words for str (2xstr=monday,tuesday; others: a .npy of str)
@@ -237,6 +239,8 @@ def run_module(opts: Options, out: TextIO, err: TextIO) -> int:
     except ValidationError as e:
         raise HexirError(f"cannot load '{opts.path}': invalid module: {e}") from None
     with module:
+        if any(g.name == opts.entry for g in module.generations):
+            return run_generation(module, opts, given, out, err)
         try:
             entry = module.prepare(opts.entry)
         except EntryNotFound as e:
@@ -266,6 +270,42 @@ def run_module(opts: Options, out: TextIO, err: TextIO) -> int:
         names = result.output_names or (None,) * len(result.outputs)
         for i, (name, array) in enumerate(zip(names, result.outputs, strict=True)):
             print_result(i, name, array, out)
+    return 0
+
+
+#: A generate entry point's inputs, in order, and its one result.
+GENERATE_INPUTS = ("input_ids", "max_new_tokens")
+GENERATE_OUTPUT = "sequences"
+
+
+def run_generation(module: Module, opts: Options, given: list, out: TextIO,
+                   err: TextIO) -> int:
+    """`--entry=` a generate entry point: its inputs `input_ids` and `max_new_tokens` (by
+    name or in that order), its result `sequences` (the prompt and the new tokens)."""
+    if opts.benchmark or opts.profile:
+        flag = "--benchmark" if opts.benchmark else "--profile"
+        raise HexirError(f"{flag} times one call of an entry point's kernels; {opts.entry} is a "
+                         f"decode loop: time its step (--entry={module.generation_step(opts.entry)}) "
+                         "or the loop with bench/generate.py")
+    positional, named = gather(given, GENERATE_INPUTS)
+    if stray := [n for n in named if n not in GENERATE_INPUTS]:
+        raise InputError(f"{opts.entry} has no input '{stray[0]}' (its inputs: "
+                         f"{', '.join(GENERATE_INPUTS)})")
+    if len(positional) > len(GENERATE_INPUTS) - len(named):
+        raise InputError(f"{opts.entry} takes {len(GENERATE_INPUTS)} inputs "
+                         f"({', '.join(GENERATE_INPUTS)}); got {len(positional) + len(named)}")
+    values = dict(zip([n for n in GENERATE_INPUTS if n not in named], positional,
+                      strict=False)) | named
+    if missing := [n for n in GENERATE_INPUTS if n not in values]:
+        raise InputError(f"{opts.entry} needs input '{missing[0]}' (--input={missing[0]}=...)")
+    if not opts.quiet:
+        banner(module, module.generation_step(opts.entry), err)
+    sequences = module.generate(values["input_ids"], values["max_new_tokens"],
+                                entry=opts.entry)
+    if opts.output is not None:
+        write_outputs(opts.output, {GENERATE_OUTPUT: sequences})
+    else:
+        print_result(0, GENERATE_OUTPUT, sequences, out)
     return 0
 
 

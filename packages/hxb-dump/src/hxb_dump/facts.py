@@ -16,6 +16,7 @@ from hexir_format import (
     Command,
     Executable,
     FormatError,
+    Generation,
     Layout,
     Module,
     Op,
@@ -52,6 +53,7 @@ def module_facts(module: Module, *, values: bool) -> Facts:
     return {
         "symbols": [{"name": s.name, "lo": s.lo, "hi": s.hi} for s in module.symbols],
         "strings": list(module.strings),
+        "generations": [_generation(module, g) for g in module.generations],
         "slots": [{"index": i, "device": str(s.device), "type": str(s.type),
                    "dtype": str(s.type.dtype), "shape": [_dim(d) for d in s.type.shape],
                    "bytes": _dim(s.type.nbytes)} for i, s in enumerate(module.slots)],
@@ -61,6 +63,22 @@ def module_facts(module: Module, *, values: bool) -> Facts:
         "executables": [_executable(module, i, e) for i, e in enumerate(module.executables)],
         "plan": _plan(module),
     }
+
+
+def _generation(module: Module, g: Generation) -> Facts:
+    """A generate entry point: its step's roles by index and name, the cache pairs (the
+    loop's state), the end-of-sequence token and the bound."""
+    step = module.function(g.step)
+    ins, outs = (step.inputs, step.outputs) if step is not None else ((), ())
+
+    def named(names: tuple[str, ...], index: int) -> Facts:
+        return {"index": index, "name": names[index] if index < len(names) else None}
+
+    return {"name": g.name, "step": g.step, "eos": g.eos, "max_length": g.max_length,
+            "ids": named(ins, g.ids), "mask": named(ins, g.mask),
+            "positions": named(ins, g.positions), "logits": named(outs, g.logits),
+            "cache": [{"past": named(ins, past), "present": named(outs, present)}
+                      for past, present in g.cache]}
 
 
 def _plan(module: Module) -> list[Facts]:

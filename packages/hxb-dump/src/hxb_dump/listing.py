@@ -40,6 +40,7 @@ def _render(facts: Facts, rodata: bool) -> list[str]:
     lines += _symbols(facts["functions"])
     lines += _sizes(facts.get("symbols", []))
     lines += _strings(facts.get("strings", []), everything=rodata)
+    lines += _generations(facts.get("generations", []))
     if typed:
         lines += _slots(facts["slots"])
     lines += _program(facts["functions"], typed)
@@ -81,6 +82,30 @@ def _strings(strings: list[str], everything: bool) -> list[str]:
     if len(shown) < len(strings):
         lines.append(f"  ... {len(strings) - len(shown)} more (--rodata lists every one)")
     return lines
+
+
+def _generations(generations: list[Facts]) -> list[str]:
+    """Each generate entry point: the loop the runtime runs, the step's roles, the state."""
+    if not generations:
+        return []
+    lines = ["", f"generate  ({len(generations)})"]
+    for g in generations:
+        eos = f"eos {g['eos']}" if g["eos"] >= 0 else "no eos"
+        lines += [f"  {g['name']}(input_ids, max_new_tokens) -> (sequences): greedy decode loop "
+                  f"over {g['step']}, {eos}, at most {g['max_length']} positions",
+                  f"    prefill    {g['step']} on the prompt (past 0)",
+                  f"    loop       argmax of the last logits; {g['step']} on it (seq 1); until "
+                  f"max_new_tokens or eos",
+                  *(f"    {role:<10} {side} {_role(g[role])}" for role, side in
+                    (("ids", "input"), ("mask", "input"), ("positions", "input"),
+                     ("logits", "output"))),
+                  *(f"    state      cache {n}: input {_role(c['past'])} <- output "
+                    f"{_role(c['present'])}" for n, c in enumerate(g["cache"]))]
+    return lines
+
+
+def _role(r: Facts) -> str:
+    return f"{r['index']}" + (f" '{printable(r['name'])}'" if r.get("name") else "")
 
 
 def _quoted(text: str) -> str:

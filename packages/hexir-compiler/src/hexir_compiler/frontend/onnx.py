@@ -42,6 +42,7 @@ import numpy as np
 from hexir_compiler import symbolic
 from hexir_compiler.element_types import STRING
 from hexir_compiler.errors import CompileError
+from hexir_compiler.frontend import onnx_generate
 from hexir_compiler.mlir import ir
 from hexir_format import dims, printable
 from hexir_format.dims import Dim, Expr
@@ -189,11 +190,22 @@ def load_model(source):
 
 
 def import_model(source, input_shapes: Mapping[str, tuple[int | str, ...]] | None = None,
-                 fixed_inputs: Mapping[str, object] | None = None) -> ir.Module:
-    """The hexir graph of the model at `source`, built in the current MLIR context."""
+                 fixed_inputs: Mapping[str, object] | None = None,
+                 generate: onnx_generate.Spec | None = None) -> ir.Module:
+    """The hexir graph of the model at `source`, built in the current MLIR context; with
+    `generate`, a decoder-with-past step whose decode loop the module records
+    (`onnx_generate`)."""
     model = load_model(source)
     name = os.fspath(source) if not hasattr(source, "graph") else "<model>"
-    return Importer(model, name, dict(input_shapes or {}), dict(fixed_inputs or {})).run()
+    shapes = dict(input_shapes or {})
+    wrapped = None
+    if generate is not None:
+        wrapped = onnx_generate.plan(model, generate, name, shapes)
+        shapes = {**wrapped.input_shapes, **shapes}
+    module = Importer(model, name, shapes, dict(fixed_inputs or {})).run()
+    if wrapped is not None:
+        module.operation.attributes[onnx_generate.ATTRIBUTE] = wrapped.attribute()
+    return module
 
 
 class Importer:

@@ -1,0 +1,159 @@
+"""A generate entry point's decode loop (`hexir_format.Generation`): prefill, then one token
+at a time, greedy, until `max_new_tokens` or the end-of-sequence token.
+
+The cache is the loop's state: a window of `window` positions per past, allocated once per
+call (concurrent calls each have their own) and written in place, one position per token.
+Every decode step therefore has the same shapes -- seq 1, past `window` -- so it runs one
+planned program of the step (`Resident.sized` hits) instead of planning a new binding for
+every past length, which costs ~30x a step. The positions not yet written are masked out by
+the attention mask (0), and the new token's own key and value, which the step appends at
+position `window` of its present, are copied to their slot in the window: the step's
+attention sees exactly the tokens a growing cache holds, with the true position ids.
+
+The window is a power of two (at least 16) that holds the prompt and the new tokens, capped
+at the module's `max_length` - 1: the step's attention over unused slots costs at most twice
+the positions in use, and few distinct windows keep their programs cached across calls.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hexir_format import Generation, TensorType, dims
+from hexir_runtime.errors import InputError
+
+if TYPE_CHECKING:
+    from hexir_runtime.api import Module
+
+#: The smallest cache window the loop allocates.
+MIN_WINDOW = 16
+
+
+@dataclass(frozen=True)
+class Roles:
+    """A generation's step read for the loop: the size symbols' names, each past's cache
+    axis, and the vocabulary the logits cover."""
+
+    batch: str
+    seq: str
+    past: str
+    axes: tuple[int, ...]  # per cache pair: the past length's axis
+    inputs: tuple[TensorType, ...]
+    vocab: int
+
+
+def roles(g: Generation, inputs: Sequence[TensorType], outputs: Sequence[TensorType]) -> Roles:
+    """The symbols and axes of a generation the validator passed (`hexir_format.generation`)."""
+    batch, seq = (dims.render(d) for d in inputs[g.ids].shape)
+    axes, past = [], ""
+    for i, _ in g.cache:
+        axis, d = next((a, d) for a, d in enumerate(inputs[i].shape)
+                       if not isinstance(d, int) and dims.render(d) not in (batch, seq))
+        axes.append(axis)
+        past = dims.render(d)
+    vocab = outputs[g.logits].shape[2]
+    assert isinstance(vocab, int)
+    return Roles(batch, seq, past, tuple(axes), tuple(inputs), vocab)
+
+
+def window(positions: int, max_length: int) -> int:
+    """The cache window for `positions` cached positions: a power of two >= MIN_WINDOW,
+    capped at max_length - 1 (the most the loop ever caches)."""
+    size = max(MIN_WINDOW, 1 << max(positions - 1, 0).bit_length())
+    return min(size, max_length - 1)
+
+
+def prompt_of(input_ids: Any, name: str, vocab: int) -> np.ndarray:
+    """`input_ids` as the loop's [1, P] int64 prompt, or an InputError (one line)."""
+    try:
+        ids = np.asarray(input_ids)
+    except (TypeError, ValueError) as e:
+        raise InputError(f"{name}: input_ids must be token ids, [1, P] int64: {e}") from None
+    shape = "x".join(map(str, ids.shape)) or "a scalar"
+    if ids.ndim != 2 or ids.shape[0] != 1 or ids.shape[1] < 1:
+        raise InputError(f"{name}: input_ids must be [1, P] token ids with P >= 1; got {shape}")
+    if ids.dtype.kind not in "iu":
+        raise InputError(f"{name}: input_ids must be integer token ids; got {ids.dtype}")
+    if ids.min() < 0 or ids.max() >= vocab:
+        bad = int(ids.min() if ids.min() < 0 else ids.max())
+        raise InputError(f"{name}: token id {bad} in input_ids is outside the vocabulary "
+                         f"0..{vocab - 1}")
+    return ids.astype(np.int64)
+
+
+def count_of(value: Any, what: str, name: str) -> int:
+    """A count given as an int or a one-element integer array (`hexir-run`'s 1xi64)."""
+    array = np.asarray(value)
+    if array.size != 1 or array.dtype.kind not in "iu":
+        raise InputError(f"{name}: {what} must be one integer; got {array.dtype} of shape "
+                         f"{'x'.join(map(str, array.shape)) or 'scalar'}")
+    return operator.index(array.reshape(())[()])
+
+
+def run(module: Module, g: Generation, input_ids: Any, max_new_tokens: Any,
+        eos_token_id: int | None = None,
+        on_token: Callable[[int], Any] | None = None) -> np.ndarray:
+    """The prompt followed by up to `max_new_tokens` greedy tokens, [1, P + n]; stops after
+    the end-of-sequence token (`eos_token_id`, else the module's). `on_token` sees each new
+    token as it is chosen."""
+    step = module.entry_points[g.step]
+    signature = step.signature
+    r = roles(g, signature.inputs, signature.outputs)
+    ids = prompt_of(input_ids, g.name, r.vocab)
+    new = count_of(max_new_tokens, "max_new_tokens", g.name)
+    eos = g.eos if eos_token_id is None else count_of(eos_token_id, "eos_token_id", g.name)
+    prompt = ids.shape[1]
+    if new < 0:
+        raise InputError(f"{g.name}: max_new_tokens must be >= 0; got {new}")
+    if prompt + new > g.max_length:
+        raise InputError(f"{g.name}: a prompt of {prompt} tokens and max_new_tokens={new} need "
+                         f"{prompt + new} positions; the module allows at most {g.max_length}")
+    tokens = [int(t) for t in ids[0]]
+    if new == 0:
+        return ids
+    feeds: list[Any] = [None] * len(r.inputs)
+    feeds[g.ids], feeds[g.mask] = ids, np.ones((1, prompt), np.int64)
+    feeds[g.positions] = np.arange(prompt, dtype=np.int64)[None]
+    empty = {r.batch: 1, r.past: 0, r.seq: prompt}
+    for i, _ in g.cache:
+        t = r.inputs[i].evaluate(empty)
+        feeds[i] = np.zeros(t.static_shape, t.dtype.numpy)
+    outputs = step(*feeds)
+    size = window(prompt + new - 1, g.max_length)
+    caches = []  # the state: each past's window, the first `filled` positions in use
+    for (i, o), axis in zip(g.cache, r.axes, strict=True):
+        t = r.inputs[i].evaluate({r.batch: 1, r.past: size, r.seq: 1})
+        cache = np.zeros(t.static_shape, t.dtype.numpy)
+        _at(cache, axis, slice(0, prompt))[...] = outputs[o]
+        caches.append(cache)
+        feeds[i] = cache
+    mask = np.zeros((1, size + 1), np.int64)
+    mask[0, :prompt] = mask[0, size] = 1
+    feeds[g.mask] = mask
+    token, position = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
+    feeds[g.ids], feeds[g.positions] = token, position
+    filled = prompt
+    while True:
+        chosen = int(np.argmax(outputs[g.logits][0, -1]))
+        tokens.append(chosen)
+        if on_token is not None:
+            on_token(chosen)
+        if chosen == eos or len(tokens) - prompt == new:
+            break
+        token[0, 0], position[0, 0] = chosen, filled
+        outputs = step(*feeds)
+        for cache, (_, o), axis in zip(caches, g.cache, r.axes, strict=True):
+            _at(cache, axis, filled)[...] = _at(outputs[o], axis, size)
+        mask[0, filled] = 1
+        filled += 1
+    return np.array([tokens], np.int64)
+
+
+def _at(array: np.ndarray, axis: int, index: int | slice) -> np.ndarray:
+    """array[..., index, ...] along `axis`: a view."""
+    return array[(slice(None),) * axis + (index,)]
