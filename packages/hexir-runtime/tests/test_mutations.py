@@ -50,7 +50,7 @@ RUNTIME_FIXTURES = FIXTURES.parent / "packages" / "hexir-runtime" / "tests" / "f
 SOURCES = [FIXTURES / "builtin.hxb", RUNTIME_FIXTURES / "v4-mlp.hxb",
            FIXTURES / "builtin-cpu.hxb", FIXTURES / "linear-relu.hxb",
            FIXTURES / "transformer_block-f32.hxb", RUNTIME_FIXTURES / "v6-dynamic.hxb",
-           FIXTURES / "strnorm.hxb"]
+           FIXTURES / "strnorm.hxb", FIXTURES / "generate.hxb"]
 #: A string input runs with the words its fixture's model expects (`fixtures/strnorm.npz`):
 #: a StringNormalizer keeps the compiled count of strings only for such data.
 WORDS = np.load(FIXTURES / "strnorm.npz")["x"]
@@ -58,6 +58,11 @@ CAP = 1 << 26  # 64 MiB per run: a damaged size that is legal but huge stays che
 # Fields tried per module: all of them, but a fixed-seed sample of the transformer's 2,300
 # (each of its runs takes ~0.1 s); the longer campaign (`HEXIR_MUTATIONS=all`) takes all.
 SAMPLE = None if os.environ.get("HEXIR_MUTATIONS") == "all" else 150
+#: Modules whose own records are a few among many ordinary ones: those records always, and a
+#: smaller sample of the rest (the other modules' campaigns cover them).
+FOCUS = {"generate.hxb": ({"generate", "generation", "cache_pair"}, 8)}
+#: A generate entry point's run in the campaign: this prompt, this many new tokens.
+PROMPT, NEW_TOKENS = np.array([[1, 2, 3]], np.int64), 4
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,7 @@ class Field:
     real: bool = False
     explains: bool = False  # a different answer is the damage's meaning (weights, params)
     code: bool = False  # inside a kernel's image: validated, never run
+    kind: str = ""  # the record's (`records.Record.kind`)
 
 
 REFERENCES = {"slot", "src", "dst", "index", "executable", "rodata_offset"}
@@ -85,7 +91,7 @@ def rewires(version: int, op: hf.Op, operand: str) -> bool:
 # The records the campaign damages: every fixed one but the optional names and plan sections'.
 DAMAGED = {"header", "section", "symbol", "command", "executables", "executable", "argument",
            "param", "slot", "sizes", "size_symbol", "program_entry", "word", "strings",
-           "string"}
+           "string", "generate", "generation", "cache_pair"}
 #: A dynamic module's records that are part of a kernel's calling convention: validated,
 #: never run (as code is).
 CONVENTION = {"operand"}
@@ -99,7 +105,7 @@ def field_map(data: bytes) -> list[Field]:
         if images and not record.label.startswith(f"{images[0].name.split('.')[0]}."):
             fields, images = fields + images, []
         if record.kind in DAMAGED:
-            fields += record_fields(module, record)
+            fields += [replace(f, kind=record.kind) for f in record_fields(module, record)]
         if record.kind in CONVENTION:
             fields += [replace(f, code=True) for f in record_fields(module, record)]
         if record.kind == "executable" and record.values.image_size:
@@ -134,6 +140,8 @@ def record_fields(module: hf.Module, record: records.Record) -> Iterator[Field]:
     for f in records.fields(record):
         if record.kind == "param":
             yield Field(record.label, f.offset, f.width, real=True, explains=True)
+        elif record.kind == "generation" and f.path == "eos":  # another token ends the loop
+            yield Field(f"{record.label}.{f.path}", f.offset, f.width, explains=True)
         elif f.format is None:  # a byte string
             renamed = module.version >= 6 and record.kind == "symbol"
             yield Field(f"{record.label}.{f.path}", f.offset, 1, explains=renamed)
@@ -204,6 +212,8 @@ def answer(data: bytes, inputs: dict[str, list[np.ndarray]] | None, *, run: bool
                     args = [np.ones(t.shape, t.dtype.numpy) for t in input_types(m, entry)]
                 run_ = m.execute(name, args)
                 got[name] = (run_.outputs, run_.printed)
+            for g in m.generations:  # the decode loop, its state and its bound
+                got[g.name] = ((m.generate(PROMPT, NEW_TOKENS, entry=g.name),), [])
             return "ran", got
     except hf.HexirError as e:
         message = str(e)
@@ -261,8 +271,11 @@ def test_every_field_with_hostile_values(tmp_path, source):
     assert outcome == "ran"
     counts = {"refused": 0, "ran": 0, "loaded": 0}
     fields = field_map(data)
-    if SAMPLE and len(fields) > 2 * SAMPLE:
-        fields = random.Random(source.name).sample(fields, SAMPLE)
+    focus, sample = FOCUS.get(source.name, (set(), SAMPLE))
+    if SAMPLE and len(fields) > 2 * sample:
+        rest = [f for f in fields if f.kind not in focus]
+        fields = [f for f in fields if f.kind in focus] + \
+            random.Random(source.name).sample(rest, sample)
     for field in fields:
         for value in hostile(field, read(data, field)):
             mutant = bytearray(data)

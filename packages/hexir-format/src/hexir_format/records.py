@@ -24,7 +24,8 @@ from hexir_format.reader import Buffer, parse
 class Record:
     """One record: `kind` is its declaration's role (`header`, `section`, `symbol`, `command`,
     `executables`, `executable`, `argument`, `param`, `slot`, `names`, `name`, `plan`,
-    `placement`, `strings`, `string`, and a dynamic module's `sizes`, `size_symbol`,
+    `placement`, `strings`, `string`, `generate`, `generation`, `cache_pair`, and a dynamic
+    module's `sizes`, `size_symbol`,
     `program_entry`, `operand`, `word`); `label` names it uniquely in the file (`section[2]`,
     `exe[1].arg[0]`, `dispatch@48`); `values` is what construct parsed there."""
 
@@ -122,6 +123,17 @@ def records(data: Buffer) -> list[Record]:
         word = L.size(L.ProgramWord)
         out += [read("word", f"word[{n}]", L.ProgramWord, at + n * word)
                 for n in range((sizes.offset + sizes.size - at) // word)]
+    if generate := sections.get(SectionKind.GENERATE):
+        h = read("generate", "generate", L.GenerateHeader, generate.offset)
+        out.append(h)
+        at = generate.offset + L.size(L.GenerateHeader)
+        for n in range(h.values.count):
+            r = read("generation", f"generation[{n}]", L.GenerateRecord, at)
+            out.append(r)
+            at += L.size(L.GenerateRecord)
+            out += [read("cache_pair", f"generation[{n}].cache[{k}]", L.CachePair,
+                         at + k * L.size(L.CachePair)) for k in range(r.values.cache_count)]
+            at += r.values.cache_count * L.size(L.CachePair)
     return out
 
 

@@ -300,6 +300,8 @@ def run_generation(module: Module, opts: Options, given: list, out: TextIO,
         raise InputError(f"{opts.entry} needs input '{missing[0]}' (--input={missing[0]}=...)")
     if not opts.quiet:
         banner(module, module.generation_step(opts.entry), err)
+        loop = next(g for g in module.generations if g.name == opts.entry)
+        print(f"generate      : {loop}", file=err)
     sequences = module.generate(values["input_ids"], values["max_new_tokens"],
                                 entry=opts.entry)
     if opts.output is not None:

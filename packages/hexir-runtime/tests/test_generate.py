@@ -1,0 +1,158 @@
+"""A generate entry point, run with the runtime alone: `fixtures/generate.hxb` is the tiny
+decoder-with-past step model of fixtures/decoder.py compiled with `hexir -generate` (eos 6,
+32 positions). Its tokens are checked against `decoder.greedy`, the numpy reference of the
+same model (what `transformers`' greedy generation returns; the compiler's tests check real
+GPT-2 and Llama-style exports against transformers itself)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import hexir_runtime as hr
+from conftest import FIXTURES
+from hexir_runtime import generate
+from hexir_runtime.errors import EntryNotFound, InputError
+
+sys.path.insert(0, str(FIXTURES))
+import decoder  # noqa: E402  (numpy only)
+
+MODULE = FIXTURES / "generate.hxb"
+
+
+@pytest.fixture(scope="module")
+def m():
+    with hr.load(MODULE) as module:
+        yield module
+
+
+@pytest.mark.parametrize("prompt", [decoder.PROMPT, np.array([[7, 3, 9, 0, 11, 2, 2]]),
+                                    np.array([[4]])])
+def test_the_tokens_are_the_references(m, prompt):
+    new = 32 - prompt.shape[1]  # to the last position the model has
+    got = m.generate(prompt, max_new_tokens=new, eos_token_id=-1)
+    np.testing.assert_array_equal(got, decoder.greedy(prompt, new))
+    assert got.dtype == np.int64 and got.shape == (1, 32)
+
+
+def test_the_modules_eos_stops_the_loop_after_it(m):
+    got = m.generate(decoder.PROMPT, max_new_tokens=24)
+    want = decoder.greedy(decoder.PROMPT, 24, eos=decoder.EOS)
+    np.testing.assert_array_equal(got, want)
+    assert got[0, -1] == decoder.EOS and got.shape[1] < 5 + 24
+
+
+def test_the_caller_may_name_another_eos(m):
+    stream = decoder.greedy(decoder.PROMPT, 24)[0, 5:]
+    eos = int(stream[2])
+    got = m.generate(decoder.PROMPT, max_new_tokens=24, eos_token_id=eos)
+    np.testing.assert_array_equal(got[0, 5:], stream[:3])
+
+
+def test_tokens_stream_as_they_are_chosen(m):
+    seen: list[int] = []
+    got = m.generate(decoder.PROMPT, 10, eos_token_id=-1, on_token=seen.append)
+    assert seen == got[0, 5:].tolist() and len(seen) == 10
+
+
+def test_no_new_tokens_is_the_prompt(m):
+    np.testing.assert_array_equal(m.generate(decoder.PROMPT, 0), decoder.PROMPT)
+
+
+def test_every_decode_step_runs_one_planned_program(m):
+    """The cache is a window: every decode step has the same sizes, so a call plans at
+    most two bindings (prefill, decode) and a repeated call plans none."""
+    m.generate(decoder.PROMPT, 20, eos_token_id=-1)
+    hits, misses, _ = m.cache_info
+    m.generate(decoder.PROMPT, 20, eos_token_id=-1)
+    assert m.cache_info[1] == misses and m.cache_info[0] == hits + 20
+
+
+def test_concurrent_calls_have_their_own_state(m):
+    prompts = [np.array([[i, (3 * i) % 16, 5]]) for i in range(6)]
+    want = [decoder.greedy(p, 20) for p in prompts]
+    got: dict[int, np.ndarray] = {}
+
+    def run(i):
+        got[i] = m.generate(prompts[i], 20, eos_token_id=-1)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(len(prompts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for i, w in enumerate(want):
+        np.testing.assert_array_equal(got[i], w)
+
+
+@pytest.mark.parametrize(("ids", "new", "message"), [
+    (decoder.PROMPT, 28, "a prompt of 5 tokens and max_new_tokens=28 need 33 positions; the "
+                         "module allows at most 32"),
+    (np.array([[1, 2, 16]]), 4, r"token id 16 in input_ids is outside the vocabulary 0\.\.15"),
+    (np.array([[1, -1]]), 4, "token id -1 in input_ids is outside the vocabulary"),
+    (np.array([[1, 2], [3, 4]]), 4, r"input_ids must be \[1, P\] token ids with P >= 1; got 2x2"),
+    (np.zeros((1, 0), np.int64), 4, "with P >= 1; got 1x0"),
+    (np.array([[1.0, 2.0]]), 4, "input_ids must be integer token ids; got float64"),
+    (decoder.PROMPT, -1, "max_new_tokens must be >= 0; got -1"),
+    (decoder.PROMPT, np.array([1, 2]), "max_new_tokens must be one integer; got int64 of "
+                                       "shape 2"),
+    (decoder.PROMPT, 2.5, "max_new_tokens must be one integer; got float64"),
+])
+def test_bad_inputs_are_refused_in_one_line(m, ids, new, message):
+    with pytest.raises(InputError, match=message) as caught:
+        m.generate(ids, new)
+    assert "\n" not in str(caught.value) and str(caught.value).startswith("generate: ")
+
+
+def test_a_module_without_a_generate_entry_says_so():
+    with hr.load(FIXTURES / "linear-relu.hxb") as plain, \
+            pytest.raises(EntryNotFound, match="no generate entry point 'generate'.*hexir "
+                                               "-generate"):
+        plain.generate(decoder.PROMPT, 4)
+    assert plain.generations == ()
+
+
+def test_the_window_is_a_power_of_two_within_the_bound():
+    assert generate.window(5, 32) == 16
+    assert generate.window(17, 32) == 31
+    assert generate.window(17, 2048) == 32
+    assert generate.window(64, 2048) == 64
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "hexir_runtime", str(MODULE), *args],
+                          capture_output=True, text=True)
+
+
+def test_hexir_run_generates_into_an_npz(tmp_path):
+    np.save(tmp_path / "prompt.npy", decoder.PROMPT)
+    out = tmp_path / "out.npz"
+    done = run_cli("--entry=generate", f"--input=input_ids=@{tmp_path / 'prompt.npy'}",
+                   "--input=max_new_tokens=1xi64=12", f"--output=@{out}")
+    assert done.returncode == 0, done.stderr
+    assert "generate" in done.stderr  # the banner: the step's devices and the loop
+    with np.load(out) as result:
+        assert list(result) == ["sequences"]
+        np.testing.assert_array_equal(result["sequences"],
+                                      decoder.greedy(decoder.PROMPT, 12, eos=decoder.EOS))
+
+
+def test_hexir_run_prints_the_sequences_and_refuses_a_missing_input(tmp_path):
+    done = run_cli("--entry=generate", "--quiet", "--input=1x3xi64=1,2,3",
+                   "--input=1xi64=4")
+    assert done.returncode == 0, done.stderr
+    assert "sequences: 1x7xi64" in done.stdout
+    printed = done.stdout.replace("[", " ").replace("]", " ").split()[-7:]
+    assert printed == [str(t) for t in decoder.greedy(np.array([[1, 2, 3]]), 4,
+                                                      eos=decoder.EOS)[0]]
+    missing = run_cli("--entry=generate", "--input=input_ids=1x3xi64=1,2,3")
+    assert missing.returncode != 0
+    assert missing.stderr.startswith("hexir-run: ") and missing.stderr.count("\n") == 1
+    assert "max_new_tokens" in missing.stderr
+    profiled = run_cli("--entry=generate", "--profile", "--input=1x3xi64=1,2,3",
+                       "--input=1xi64=4")
+    assert profiled.returncode != 0 and "--entry=main" in profiled.stderr
