@@ -177,6 +177,10 @@ def options(args: Args) -> Options:
         placement = placement_.parse_placement(args.placement)
     except (TargetError, placement_.PlacementError) as err:
         raise UsageError(str(err)) from None
+    if args.generate is not None and not (args.input == STDIN or
+                                          str(args.input or "").endswith(".onnx")):
+        raise UsageError(f"-generate wraps an ONNX decoder-with-past step model; "
+                         f"'{args.input or '-builtin'}' is not one")
     try:
         generate = None if args.generate is None else onnx_generate.parse_spec(args.generate)
     except onnx_generate.SpecError as err:
