@@ -11,9 +11,9 @@ import struct
 from dataclasses import replace
 
 import pytest
-from conftest import FIXTURES
 
 import hexir_format as hf
+from conftest import FIXTURES
 from hexir_format import Generation, SectionKind
 from hexir_format import layout as L
 from hexir_format.validate import check
@@ -39,7 +39,8 @@ def test_the_section_round_trips_byte_for_byte():
 
 
 def test_a_generation_needs_version_6():
-    with pytest.raises(hf.FormatError, match=r"a generate entry point \('generate'\) needs version 6; this module is version 5"):
+    with pytest.raises(hf.FormatError, match=r"a generate entry point \('generate'\) needs "
+                                             r"version 6; this module is version 5"):
         hf.build(replace(MODULE, version=5))
     assert hf.minimum_version(MODULE) == 6
 
@@ -81,14 +82,14 @@ def test_a_damaged_record_is_refused_in_one_line(where, fmt, value, message):
 def test_a_step_name_with_bytes_after_its_terminator_is_refused():
     data = bytearray(DATA)
     data[field_at("step") + 8] = ord("x")  # "main\0\0\0\0x..."
-    with pytest.raises(hf.FormatError, match="generation 0: step at offset .* has bytes after"):
+    with pytest.raises(hf.FormatError, match=r"generation 0: step at offset .* has bytes after"):
         hf.parse(bytes(data))
 
 
 def test_a_name_without_its_terminator_is_refused():
     data = bytearray(DATA)
     data[field_at("name"):field_at("name") + L.NAME_BYTES] = b"g" * L.NAME_BYTES
-    with pytest.raises(hf.FormatError, match="name at offset .* has no NUL terminator"):
+    with pytest.raises(hf.FormatError, match=r"name at offset .* has no NUL terminator"):
         hf.parse(bytes(data))
 
 
@@ -100,11 +101,12 @@ def test_a_name_without_its_terminator_is_refused():
     ({"ids": 7}, "ids is input 7, but the step has 7 inputs"),
     ({"logits": 5}, "logits is output 5, but the step has 5 outputs"),
     ({"mask": 0}, "mask and ids are both input 0"),
-    ({"cache": ((3, 1), (4, 2), (5, 3), (6, 1))}, "cache 3 present and cache 0 present are "
-                                                  "both output 1"),
+    ({"cache": ((3, 1), (4, 2), (5, 3), (6, 1))},
+     "cache 3 present and cache 0 present are both output 1"),
     ({"cache": ((3, 1), (4, 2), (5, 3))}, "input 6 of the step has no role"),
     ({"cache": ()}, "input 3 of the step has no role"),
-    ({"ids": 1, "mask": 0}, r"ids is batchx\(past \+ seq\)xi64; expected two distinct size symbols"),
+    ({"ids": 1, "mask": 0},
+     r"ids is batchx\(past \+ seq\)xi64; expected two distinct size symbols"),
     ({"positions": 3, "cache": ((2, 1), (4, 2), (5, 3), (6, 4))},
      "positions is batchx2xpastx4xf32; expected batchxseqxi64"),
     ({"logits": 1, "cache": ((3, 0), (4, 2), (5, 3), (6, 4))},

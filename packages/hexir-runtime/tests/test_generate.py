@@ -19,7 +19,7 @@ from hexir_runtime import generate
 from hexir_runtime.errors import EntryNotFound, InputError
 
 sys.path.insert(0, str(FIXTURES))
-import decoder  # noqa: E402  (numpy only)
+import decoder
 
 MODULE = FIXTURES / "generate.hxb"
 
@@ -110,8 +110,8 @@ def test_bad_inputs_are_refused_in_one_line(m, ids, new, message):
 
 def test_a_module_without_a_generate_entry_says_so():
     with hr.load(FIXTURES / "linear-relu.hxb") as plain, \
-            pytest.raises(EntryNotFound, match="no generate entry point 'generate'.*hexir "
-                                               "-generate"):
+            pytest.raises(EntryNotFound, match=r"no generate entry point 'generate'.*hexir "
+                                               r"-generate"):
         plain.generate(decoder.PROMPT, 4)
     assert plain.generations == ()
 

@@ -492,11 +492,11 @@ class Module:
 
     def _generation(self, entry: str) -> Generation:
         resident = self._resident
-        module = resident.plan.module if resident is not None else None
-        found = module.generation(entry) if module is not None else None
+        if resident is None:
+            raise ClosedError(f"module '{self.path}' is closed")
+        module = resident.plan.module
+        found = module.generation(entry)
         if found is None:
-            if resident is None:
-                raise ClosedError(f"module '{self.path}' is closed")
             names = ", ".join(g.name for g in module.generations) or "none"
             raise EntryNotFound(f"no generate entry point '{entry}' in '{self.path}' (it has: "
                                 f"{names}; compile a decoder-with-past step model with "

@@ -284,9 +284,10 @@ def run_generation(module: Module, opts: Options, given: list, out: TextIO,
     name or in that order), its result `sequences` (the prompt and the new tokens)."""
     if opts.benchmark or opts.profile:
         flag = "--benchmark" if opts.benchmark else "--profile"
+        step = module.generation_step(opts.entry)
         raise HexirError(f"{flag} times one call of an entry point's kernels; {opts.entry} is a "
-                         f"decode loop: time its step (--entry={module.generation_step(opts.entry)}) "
-                         "or the loop with bench/generate.py")
+                         f"decode loop: time its step (--entry={step}) or the loop with "
+                         "bench/generate.py")
     positional, named = gather(given, GENERATE_INPUTS)
     if stray := [n for n in named if n not in GENERATE_INPUTS]:
         raise InputError(f"{opts.entry} has no input '{stray[0]}' (its inputs: "
