@@ -111,6 +111,7 @@ def test_a_name_without_its_terminator_is_refused():
      "positions is batchx2xpastx4xf32; expected batchxseqxi64"),
     ({"logits": 1, "cache": ((3, 0), (4, 2), (5, 3), (6, 4))},
      r"logits is batchx2x\(past \+ seq\)x4xf32; expected \[batch, seq, vocab\]"),
+    ({"eos": 16}, r"eos 16 is outside the vocabulary of the logits, 0\.\.15"),
     ({"max_length": 64}, r"past must take 0\.\.63 .*; the module allows 0\.\.31"),
 ])
 def test_a_record_that_is_no_step_is_refused(changes, message):

@@ -108,6 +108,11 @@ def test_bad_inputs_are_refused_in_one_line(m, ids, new, message):
     assert "\n" not in str(caught.value) and str(caught.value).startswith("generate: ")
 
 
+def test_an_eos_outside_the_vocabulary_is_refused(m):
+    with pytest.raises(InputError, match=r"eos_token_id 16 is outside the vocabulary 0\.\.15"):
+        m.generate(decoder.PROMPT, 4, eos_token_id=16)
+
+
 def test_a_module_without_a_generate_entry_says_so():
     with hr.load(FIXTURES / "linear-relu.hxb") as plain, \
             pytest.raises(EntryNotFound, match=r"no generate entry point 'generate'.*hexir "

@@ -79,6 +79,8 @@ def _problem(g: Generation, inputs: tuple[TensorType, ...], outputs: tuple[Tenso
     if logits.dtype not in FLOATS or logits.rank != 3 or logits.shape[:2] != (batch, seq) \
             or not isinstance(logits.shape[2], int):
         return f"logits is {logits}; expected [{batch}, {seq}, vocab] of f32 or f64"
+    if g.eos >= logits.shape[2]:
+        return f"eos {g.eos} is outside the vocabulary of the logits, 0..{logits.shape[2] - 1}"
     past = None
     for n, (i, o) in enumerate(g.cache):
         before, after = inputs[i], outputs[o]

@@ -108,6 +108,9 @@ def run(module: Module, g: Generation, input_ids: Any, max_new_tokens: Any,
     new = count_of(max_new_tokens, "max_new_tokens", g.name)
     eos = g.eos if eos_token_id is None else count_of(eos_token_id, "eos_token_id", g.name)
     prompt = ids.shape[1]
+    if eos >= r.vocab or eos < -1:
+        raise InputError(f"{g.name}: eos_token_id {eos} is outside the vocabulary 0..{r.vocab - 1} "
+                         "(-1: none)")
     if new < 0:
         raise InputError(f"{g.name}: max_new_tokens must be >= 0; got {new}")
     if prompt + new > g.max_length:

@@ -58,8 +58,12 @@ def parse_spec(text: str) -> Spec:
     """`eos=50256,max_length=1024,cache=past_*:present_*,ids=tokens` -> a Spec; SpecError
     (one line) for anything else."""
     fields: dict = {}
+    seen: set[str] = set()
     for item in filter(None, text.split(",")):
         key, eq, value = item.partition("=")
+        if key in seen:
+            raise SpecError(f"-generate: '{key}' is given twice")
+        seen.add(key)
         if not eq or not value:
             raise SpecError(f"-generate: '{item}' is not key=value (keys: eos, max_length, "
                             "cache, ids, mask, positions, logits, name)")
