@@ -281,6 +281,20 @@ class EntryPoint:
             return None
         return outputs[0] if len(outputs) == 1 else outputs
 
+    def _reading(self, inputs: Sequence[np.ndarray],
+                 read: Callable[[Sequence[np.ndarray]], Any]) -> Any:
+        """A plain call (`_plain` inputs) whose results `read` sees as views of the call's
+        buffers, valid only inside it (`Program.run_reading`); what `read` returns."""
+        module = self._module
+        resident = module._enter()
+        try:
+            program = resident.sized(self._plan, inputs) if self._dynamic else \
+                resident.program(self._plan)
+            return program.run_reading(inputs, read)
+        finally:
+            del resident  # (as in `Module.execute`)
+            module._leave()
+
     def _plain(self, inputs: tuple[Any, ...]) -> bool:
         """Whether `inputs` are what the call checks them into anyway -- numpy arrays of
         the exact types, contiguous -- so that it can skip the checks (the common call)."""

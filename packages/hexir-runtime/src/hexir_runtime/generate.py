@@ -8,7 +8,9 @@ planned program of the step (`Resident.sized` hits) instead of planning a new bi
 every past length, which costs ~30x a step. The positions not yet written are masked out by
 the attention mask (0), and the new token's own key and value, which the step appends at
 position `window` of its present, are copied to their slot in the window: the step's
-attention sees exactly the tokens a growing cache holds, with the true position ids.
+attention sees exactly the tokens a growing cache holds, with the true position ids. The
+step's results are read where it wrote them (`EntryPoint._reading`): of its grown caches
+only that one position is copied, and of its logits the last row is read.
 
 The window is a power of two (at least 16) that holds the prompt and the new tokens, capped
 at the module's `max_length` - 1: the step's attention over unused slots costs at most twice
@@ -83,7 +85,7 @@ def prompt_of(input_ids: Any, name: str, vocab: int) -> np.ndarray:
         bad = int(ids.min() if ids.min() < 0 else ids.max())
         raise InputError(f"{name}: token id {bad} in input_ids is outside the vocabulary "
                          f"0..{vocab - 1}")
-    return ids.astype(np.int64)
+    return np.ascontiguousarray(ids, np.int64)
 
 
 def count_of(value: Any, what: str, name: str) -> int:
@@ -119,6 +121,11 @@ def run(module: Module, g: Generation, input_ids: Any, max_new_tokens: Any,
     tokens = [int(t) for t in ids[0]]
     if new == 0:
         return ids
+    size = window(prompt + new - 1, g.max_length)
+    caches = []  # the state: each past's window, the first `filled` positions in use
+    for i, _ in g.cache:
+        t = r.inputs[i].evaluate({r.batch: 1, r.past: size, r.seq: 1})
+        caches.append(np.zeros(t.static_shape, t.dtype.numpy))
     feeds: list[Any] = [None] * len(r.inputs)
     feeds[g.ids], feeds[g.mask] = ids, np.ones((1, prompt), np.int64)
     feeds[g.positions] = np.arange(prompt, dtype=np.int64)[None]
@@ -126,32 +133,35 @@ def run(module: Module, g: Generation, input_ids: Any, max_new_tokens: Any,
     for i, _ in g.cache:
         t = r.inputs[i].evaluate(empty)
         feeds[i] = np.zeros(t.static_shape, t.dtype.numpy)
-    outputs = step(*feeds)
-    size = window(prompt + new - 1, g.max_length)
-    caches = []  # the state: each past's window, the first `filled` positions in use
-    for (i, o), axis in zip(g.cache, r.axes, strict=True):
-        t = r.inputs[i].evaluate({r.batch: 1, r.past: size, r.seq: 1})
-        cache = np.zeros(t.static_shape, t.dtype.numpy)
-        _at(cache, axis, slice(0, prompt))[...] = outputs[o]
-        caches.append(cache)
+    filled = 0
+
+    def keep(results: Sequence[np.ndarray]) -> int:
+        """The step's choice; its new keys and values copied into the window at `filled` --
+        from views of the step's buffers: only those positions are ever copied out."""
+        # the prefill's presents are the prompt's positions; a decode step's new one is at
+        # `size`, after the window it was given
+        source, target = (slice(0, prompt),) * 2 if filled == 0 else (size, filled)
+        for cache, (_, o), axis in zip(caches, g.cache, r.axes, strict=True):
+            _at(cache, axis, target)[...] = _at(results[o], axis, source)
+        return int(np.argmax(results[g.logits][0, -1]))
+
+    chosen = step._reading(feeds, keep)
+    filled = prompt
+    for (i, _), cache in zip(g.cache, caches, strict=True):
         feeds[i] = cache
     mask = np.zeros((1, size + 1), np.int64)
     mask[0, :prompt] = mask[0, size] = 1
     feeds[g.mask] = mask
     token, position = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
     feeds[g.ids], feeds[g.positions] = token, position
-    filled = prompt
     while True:
-        chosen = int(np.argmax(outputs[g.logits][0, -1]))
         tokens.append(chosen)
         if on_token is not None:
             on_token(chosen)
         if chosen == eos or len(tokens) - prompt == new:
             break
         token[0, 0], position[0, 0] = chosen, filled
-        outputs = step(*feeds)
-        for cache, (_, o), axis in zip(caches, g.cache, r.axes, strict=True):
-            _at(cache, axis, filled)[...] = _at(outputs[o], axis, size)
+        chosen = step._reading(feeds, keep)
         mask[0, filled] = 1
         filled += 1
     return np.array([tokens], np.int64)

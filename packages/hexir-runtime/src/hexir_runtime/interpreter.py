@@ -34,7 +34,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -484,6 +484,22 @@ class Program:
         try:
             self._steps(arena)
             return tuple([view.copy() for view in arena.result_views])
+        finally:
+            arena.call = IDLE
+            self._free.append(arena)
+
+    def run_reading(self, inputs: Sequence[np.ndarray],
+                    read: Callable[[Sequence[np.ndarray]], Any]) -> Any:
+        """`run_plain`'s call, its results given to `read` as views of the arena's buffers --
+        valid only inside `read` -- rather than copied out: for a caller that keeps a part
+        of a big result (the decode loop keeps one position of each grown cache)."""
+        if self._serial is not None or self.strings:
+            return read(self.run(inputs, None).outputs)
+        arena = self._take()
+        arena.call = Call(inputs, None)
+        try:
+            self._steps(arena)
+            return read(arena.result_views)
         finally:
             arena.call = IDLE
             self._free.append(arena)
