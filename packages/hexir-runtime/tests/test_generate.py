@@ -121,11 +121,11 @@ def test_a_module_without_a_generate_entry_says_so():
     assert plain.generations == ()
 
 
-def test_the_window_is_a_power_of_two_within_the_bound():
-    assert generate.window(5, 32) == 16
-    assert generate.window(17, 32) == 31
-    assert generate.window(17, 2048) == 32
-    assert generate.window(64, 2048) == 64
+def test_the_window_is_four_sizes_a_doubling_within_the_bound():
+    sizes = sorted({generate.window(p, 4096) for p in range(1, 130)})
+    assert sizes == [16, 20, 24, 28, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160]
+    assert all(generate.window(p, 4096) >= p for p in range(1, 3000))
+    assert generate.window(17, 20) == 19  # capped at max_length - 1
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
