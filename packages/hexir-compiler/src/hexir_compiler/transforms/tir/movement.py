@@ -14,30 +14,60 @@ from hexir_compiler.mlir import arith, ir
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel
 from hexir_compiler.transforms.tir.schedule import parallel
-from hexir_format import signatures
+from hexir_format import dims, signatures
+from hexir_format.dims import Dim
 
 GENERIC = "generic"
 
 
 def plan_concat(op: GraphOp) -> Kernel:
+    """On the cpu, with axes after the concat axis, a parallel iteration is one row of the
+    output up to that axis, and copies its trailing elements from the one input that holds
+    them in serial loops: the choice of input is made once per row, and the innermost loop
+    is a plain contiguous copy LLVM vectorizes. (One output element an iteration, each
+    choosing its input, copied a decode step's KV cache at 4 GB/s: 25 us for 100 KB.)
+    Elsewhere -- cuda, or a concat along the last axis -- each output element is one
+    iteration."""
     axis = signatures.normalize_axis(op.int_attr("axis"), len(op.output))
     op.expect_output(signatures.concat(op.inputs, axis))
+    rows = op.output[:axis + 1]
+    trailing = op.output[axis + 1:]
+
+    def copy(b: KernelBuilder, inputs, coords, inner) -> None:
+        """out[coords] from the input that holds coords[axis] (`inner`: the loops that
+        complete coords to an element)."""
+        offset: Dim = 0
+        for buffer, shape in zip(inputs, op.inputs, strict=True):
+            if shape[axis]:
+                at = coords[axis]
+                inside = [b.less_than(at, dims.add(offset, shape[axis]))]
+                if offset:
+                    inside.append(arith.cmpi(arith.CmpIPredicate.uge, at, b.index(offset)))
+                with b.guard(b.all_of(inside)):
+                    source = list(coords)
+                    source[axis] = arith.subi(at, b.index(offset)) if offset else at
+                    inner(buffer, source, list(coords))
+            offset = dims.add(offset, shape[axis])
+
+    def element(b: KernelBuilder, buffer, source, target) -> None:
+        b.store(b.load(buffer, source), b.args[-1], target)
 
     def emit(b: KernelBuilder) -> None:
-        *inputs, out = b.args
-        with b.building(), parallel(b, op.output) as coords:
-            offset = 0
-            for buffer, shape in zip(inputs, op.inputs, strict=True):
-                if shape[axis]:
-                    at = coords[axis]
-                    inside = [b.less_than(at, offset + shape[axis])]
-                    if offset:
-                        inside.append(arith.cmpi(arith.CmpIPredicate.uge, at, b.index(offset)))
-                    with b.guard(b.all_of(inside)):
-                        source = list(coords)
-                        source[axis] = arith.subi(at, b.index(offset)) if offset else at
-                        b.store(b.load(buffer, source), out, coords)
-                offset += shape[axis]
+        *inputs, _ = b.args
+        if b.device == "cuda" or not trailing:
+            with b.building(), parallel(b, op.output) as coords:
+                copy(b, inputs, coords, lambda *where: element(b, *where))
+            return
+
+        def rest(buffer, source, target, axes=trailing) -> None:
+            if not axes:
+                element(b, buffer, source, target)
+                return
+            with b.loop(axes[0], "serial") as i:
+                rest(buffer, [*source, i], [*target, i], axes[1:])
+
+        with b.building(), parallel(b, rows) as coords:
+            copy(b, inputs, coords, rest)
 
     return Kernel(GENERIC, emit)
 
