@@ -5,13 +5,14 @@
 #
 #   here, once:   echo /.whl/ >> .git/info/exclude && bash bench/gpu-session.sh --fetch
 #   here:         hatch run full:python bench/gpu.py --build     (the benchmarks' modules)
-#   there:        device run, carry [".whl", "build/gpu-bench"],
+#                 hatch run full:python bench/gpu_conformance.py --build  (the node tests)
+#   there:        device run, carry [".whl", "build/gpu-bench", "build/gpu-conformance"],
 #                 command "bash bench/gpu-session.sh", timeout 540
 #
 # The device image has numpy, cuda-bindings, PyTorch, pytest and hypothesis; only construct
 # travels. What it prints is what a closing note reports: the cuda selftest, the README
 # program on cuda and split across cuda and cpu, every gpu-marked test with its measured
-# errors, then bench/gpu.py: GEMM against cuBLAS, bandwidth against a copy, the networks
+# errors, the ONNX node tests on cuda (bench/gpu_conformance.py), then bench/gpu.py: GEMM against cuBLAS, bandwidth against a copy, the networks
 # against PyTorch eager, and the dispatch cost with and without CUDA graphs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -35,6 +36,11 @@ run python3 -m hexir_runtime --device=cuda fixtures/linear-relu-split.hxb
 run python3 -m hexir_runtime --quiet fixtures/linear-relu.hxb
 run python3 -m pytest -q -s -m gpu -p no:cacheprovider packages/hexir-runtime/tests
 echo
+if [[ -d build/gpu-conformance ]]; then
+  run python3 bench/gpu_conformance.py --run --dir build/gpu-conformance
+else
+  echo "build/gpu-conformance is missing: run 'python bench/gpu_conformance.py --build' here"
+fi
 if [[ -d build/gpu-bench ]]; then
   run python3 bench/gpu.py --run --dir build/gpu-bench
 else
