@@ -9,11 +9,13 @@
 #   there:        device run, carry [".whl", "build/gpu-bench", "build/gpu-conformance"],
 #                 command "bash bench/gpu-session.sh", timeout 540
 #
-# The device image has numpy, cuda-bindings, PyTorch, pytest and hypothesis; only construct
-# travels. What it prints is what a closing note reports: the cuda selftest, the README
-# program on cuda and split across cuda and cpu, every gpu-marked test with its measured
-# errors, the ONNX node tests on cuda (bench/gpu_conformance.py), then bench/gpu.py: GEMM against cuBLAS, bandwidth against a copy, the networks
-# against PyTorch eager, and the dispatch cost with and without CUDA graphs.
+# The device image has numpy, cuda-bindings, PyTorch (with transformers and onnxruntime),
+# pytest and hypothesis; only construct travels. What it prints is what a closing note
+# reports: the cuda selftest, the README program on cuda and split across cuda and cpu, every
+# gpu-marked test with its measured errors, the ONNX node tests on cuda
+# (bench/gpu_conformance.py), then bench/gpu.py: GEMM against cuBLAS, bandwidth against a
+# copy, the networks against PyTorch eager, and the dispatch cost with and without CUDA
+# graphs. (The carry's 64 MiB include the working tree, about 19 MB.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
