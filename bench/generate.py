@@ -48,7 +48,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -92,65 +91,12 @@ def build(name: str, tiny: bool, attention: str):
     return model.eval()
 
 
-def geometry(config) -> tuple[int, int, int]:
-    """(layers, key-value heads, head size)"""
-    heads = config.num_attention_heads
-    return (config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads,
-            config.hidden_size // heads)
-
-
 def export(name: str, tiny: bool, attention: str) -> Path:
-    """The step model's ONNX file, exported once (traced at batch 2, 3 new tokens after 5
-    cached ones, so that neither length is baked in)."""
-    import torch
-
+    """The step model's ONNX file, exported once (`real_models.export_decoder_step`)."""
     key = real_models.key(Path(__file__))
     path = REPO / "build" / "generate" / key / f"{name}{'_tiny' * tiny}_{attention}.onnx"
-    if path.exists():
-        return path
-    t = real_models._transformers()
-    model = build(name, tiny, attention)
-    layers, kv_heads, head = geometry(model.config)
-
-    class Step(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask, position_ids, *past):
-            cache = t.DynamicCache(config=model.config)
-            for i in range(layers):
-                cache.update(past[2 * i], past[2 * i + 1], i)
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids, past_key_values=cache, use_cache=True)
-            grown = out.past_key_values
-            return (out.logits, *(kv for i in range(layers)
-                                  for kv in (grown.layers[i].keys, grown.layers[i].values)))
-
-    ins, outs = ["input_ids", "attention_mask", "position_ids"], ["logits"]
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "past + seq"},
-            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
-    for i in range(layers):
-        for kv in ("key", "value"):
-            ins.append(f"past_key_values.{i}.{kv}")
-            outs.append(f"present.{i}.{kv}")
-            axes[ins[-1]] = {0: "batch", 2: "past"}
-            axes[outs[-1]] = {0: "batch", 2: "past + seq"}
-    batch, seq, past = 2, 3, 5
-    generator = torch.Generator().manual_seed(1)
-    args = (torch.randint(0, model.config.vocab_size, (batch, seq), generator=generator),
-            torch.ones(batch, past + seq, dtype=torch.int64),
-            torch.arange(past, past + seq).expand(batch, seq).contiguous(),
-            *(torch.randn(batch, kv_heads, past, head, generator=generator)
-              for _ in range(2 * layers)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.part")
-    with warnings.catch_warnings():  # the tracer's about the cache's Python branches
-        warnings.simplefilter("ignore")
-        torch.onnx.export(Step().eval(), args, str(partial), dynamo=False, opset_version=17,
-                          input_names=ins, output_names=outs, dynamic_axes=axes)
-    partial.replace(path)  # never a half-written file under the cached name
-    return path
+    return path if path.exists() else real_models.export_decoder_step(
+        build(name, tiny, attention), path)
 
 
 def compile_generate(path: Path, target: str, out: Path) -> float:
@@ -185,7 +131,7 @@ def ort_loops(session, config, names: list[str]):
     """(numpy loop, OrtValue loop): each `loop(ids, new) -> [1, P + new]` greedy tokens."""
     import onnxruntime
 
-    _, kv_heads, head = geometry(config)
+    _, kv_heads, head = real_models.decoder_geometry(config)
     pasts = [n for n in names if n.startswith("past_key_values.")]
     empty = np.zeros((1, kv_heads, 0, head), np.float32)
 

@@ -19,6 +19,7 @@ import functools
 import hashlib
 import os
 import sys
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -397,6 +398,67 @@ def export_spec(spec: Spec, path: Path, dynamic: bool = False, sequence: bool = 
     partial.replace(path)  # never a half-written file under the cached name
     return path
 
+
+def decoder_geometry(config) -> tuple[int, int, int]:
+    """A causal LM's (layers, key-value heads, head size): the shape of its cache."""
+    heads = config.num_attention_heads
+    return (config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads,
+            config.hidden_size // heads)
+
+
+def export_decoder_step(model, path: Path) -> Path:
+    """A Hugging Face causal LM exported to `path` (unless it exists) as one decoding step
+    with its KV cache, in Optimum's names -- `input_ids`, `attention_mask` [batch, past +
+    seq], `position_ids`, `past_key_values.{i}.key/.value` -> `logits`,
+    `present.{i}.key/.value` -- batch, seq and past dynamic; traced at batch 2, 3 new tokens
+    after 5 cached ones, so that neither length is baked in. What `hexir -generate` takes."""
+    import torch
+
+    if path.exists():
+        return path
+    t = _transformers()
+    config = model.config
+    layers, kv_heads, head = decoder_geometry(config)
+
+    class Step(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_ids, attention_mask, position_ids, *past):
+            cache = t.DynamicCache(config=config)
+            for i in range(layers):
+                cache.update(past[2 * i], past[2 * i + 1], i)
+            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
+                             position_ids=position_ids, past_key_values=cache, use_cache=True)
+            grown = out.past_key_values
+            return (out.logits, *(kv for i in range(layers)
+                                  for kv in (grown.layers[i].keys, grown.layers[i].values)))
+
+    ins, outs = ["input_ids", "attention_mask", "position_ids"], ["logits"]
+    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "past + seq"},
+            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
+    for i in range(layers):
+        for kv in ("key", "value"):
+            ins.append(f"past_key_values.{i}.{kv}")
+            outs.append(f"present.{i}.{kv}")
+            axes[ins[-1]] = {0: "batch", 2: "past"}
+            axes[outs[-1]] = {0: "batch", 2: "past + seq"}
+    batch, seq, past = 2, 3, 5
+    generator = torch.Generator().manual_seed(1)
+    args = (torch.randint(0, config.vocab_size, (batch, seq), generator=generator),
+            torch.ones(batch, past + seq, dtype=torch.int64),
+            torch.arange(past, past + seq).expand(batch, seq).contiguous(),
+            *(torch.randn(batch, kv_heads, past, head, generator=generator)
+              for _ in range(2 * layers)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(f".{os.getpid()}.part")
+    with warnings.catch_warnings():  # the tracer's about the cache's Python branches
+        warnings.simplefilter("ignore")
+        torch.onnx.export(Step().eval(), args, str(partial), dynamo=False, opset_version=17,
+                          input_names=ins, output_names=outs, dynamic_axes=axes)
+    partial.replace(path)  # never a half-written file under the cached name
+    return path
 
 if __name__ == "__main__":
     for name in sys.argv[1:] or selected():

@@ -20,10 +20,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
-import os
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -75,81 +73,13 @@ def _build(name: str):
     return model.eval()
 
 
-def _step(model):
-    """One decoding step with Optimum's inputs and outputs (the cache as flat tensors)."""
-    import torch
-
-    t = real_models._transformers()
-    config = model.config
-    layers = config.num_hidden_layers
-
-    class Step(torch.nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.model = model
-
-        def forward(self, input_ids, attention_mask, position_ids, *past):
-            cache = t.DynamicCache(config=config)
-            for i in range(layers):
-                cache.update(past[2 * i], past[2 * i + 1], i)
-            out = self.model(input_ids=input_ids, attention_mask=attention_mask,
-                             position_ids=position_ids, past_key_values=cache, use_cache=True)
-            grown = out.past_key_values
-            return (out.logits, *(kv for i in range(layers)
-                                  for kv in (grown.layers[i].keys, grown.layers[i].values)))
-
-    return Step().eval()
-
-
-def _geometry(config) -> tuple[int, int, int]:
-    """(layers, key-value heads, head size)"""
-    heads = config.num_attention_heads
-    return (config.num_hidden_layers, getattr(config, "num_key_value_heads", None) or heads,
-            config.hidden_size // heads)
-
-
-def _names(layers: int) -> tuple[list[str], list[str], dict[str, dict[int, str]]]:
-    ins = ["input_ids", "attention_mask", "position_ids"]
-    outs = ["logits"]
-    axes = {"input_ids": {0: "batch", 1: "seq"}, "attention_mask": {0: "batch", 1: "past + seq"},
-            "position_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}}
-    for i in range(layers):
-        for kv in ("key", "value"):
-            ins.append(f"past_key_values.{i}.{kv}")
-            outs.append(f"present.{i}.{kv}")
-            axes[ins[-1]] = {0: "batch", 2: "past"}
-            axes[outs[-1]] = {0: "batch", 2: "past + seq"}
-    return ins, outs, axes
-
-
 @functools.cache
 def export(name: str) -> Path:
-    """The step model's ONNX file, exported on first use and cached (traced at batch 2, 3
-    new tokens after 5 cached ones, so that neither length is baked in)."""
-    import torch
-
+    """The step model's ONNX file, exported on first use and cached
+    (`real_models.export_decoder_step`)."""
     path = (real_models.ROOT / "build" / "real-models" / real_models.key(Path(__file__)) /
             f"generate_{name}.onnx")
-    if path.exists():
-        return path
-    model = _build(name)
-    layers, kv_heads, head = _geometry(model.config)
-    batch, seq, past = 2, 3, 5
-    generator = torch.Generator().manual_seed(1)
-    args = (torch.randint(0, real_models.VOCAB, (batch, seq), generator=generator),
-            torch.ones(batch, past + seq, dtype=torch.int64),
-            torch.arange(past, past + seq).expand(batch, seq).contiguous(),
-            *(torch.randn(batch, kv_heads, past, head, generator=generator)
-              for _ in range(2 * layers)))
-    ins, outs, axes = _names(layers)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".{os.getpid()}.part")
-    with warnings.catch_warnings():  # the tracer's about the cache's Python branches
-        warnings.simplefilter("ignore")
-        torch.onnx.export(_step(model), args, str(partial), dynamo=False, opset_version=17,
-                          input_names=ins, output_names=outs, dynamic_axes=axes)
-    partial.replace(path)
-    return path
+    return path if path.exists() else real_models.export_decoder_step(_build(name), path)
 
 
 @functools.cache
@@ -278,7 +208,7 @@ def test_on_token_sees_every_new_token_in_order(modules):
 def test_main_is_still_the_step_model(name, modules):
     """The module's `main` is the decoding step, held to ONNX Runtime at 4 cached positions
     (batch 1, 2 new tokens)."""
-    layers, kv_heads, head = _geometry(_build(name).config)
+    layers, kv_heads, head = real_models.decoder_geometry(_build(name).config)
     rng = np.random.default_rng(0)
     past, seq = 4, 2
     feeds = {"input_ids": PROMPT[:, :seq],
