@@ -11,6 +11,17 @@ REPO = Path(__file__).resolve().parents[3]
 FIXTURES = REPO / "fixtures"
 
 
+def gpu_or_skip() -> None:
+    """Skip the calling test where no usable CUDA device is (the `gpu` tests)."""
+    import hexir_runtime as hr
+    from hexir_runtime import hal
+
+    try:
+        hal.create_device("cuda").close()
+    except hr.DeviceError as e:
+        pytest.skip(f"no usable CUDA device: {e}")
+
+
 @pytest.fixture
 def builtin_hxb() -> Path:
     return FIXTURES / "builtin.hxb"

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 
 import hexir_runtime as hr
-from conftest import FIXTURES
+from conftest import FIXTURES, gpu_or_skip
 from fake_driver import FakeDriver
-from hexir_runtime import hal
 from hexir_runtime.hal import cuda
 
 MODULE = FIXTURES / "attention-dynamic-cuda.hxb"
@@ -68,16 +67,10 @@ def test_the_fake_driver_runs_every_size_with_a_graph_per_binding(monkeypatch):
     assert fake.calls["cuGraphLaunch"] == len(SIZES)
 
 
-def _gpu_or_skip() -> None:
-    try:
-        hal.create_device("cuda").close()
-    except hr.DeviceError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
-
 
 @pytest.mark.gpu
 def test_on_the_gpu_every_size_matches_numpy_with_a_graph_per_binding(monkeypatch):
-    _gpu_or_skip()
+    gpu_or_skip()
     errors = _run_sizes(monkeypatch)
     print(f"\nattention-dynamic-cuda: {len(SIZES)} calls at {len(set(SIZES))} sizes, "
           f"max|diff|/max|numpy| max {max(errors):.3g}")

@@ -13,9 +13,8 @@ import pytest
 
 import hexir_format as hf
 import hexir_runtime as hr
-from conftest import FIXTURES
+from conftest import FIXTURES, gpu_or_skip
 from fake_driver import FakeDriver
-from hexir_runtime import hal
 
 NAMES = ("mlp-f32", "mlp-f64", "transformer_block-f32", "transformer_block-f64")
 TOLERANCE = {np.dtype(np.float32): 1e-5, np.dtype(np.float64): 1e-12}
@@ -61,17 +60,11 @@ def test_all_cuda_module_on_the_fake_driver_matches_cpu(name):
     assert fake.calls["cuModuleLoadData"] == len(module.executables)
 
 
-def _gpu_or_skip() -> None:
-    try:
-        hal.create_device("cuda").close()
-    except hr.DeviceError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
-
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", NAMES)
 def test_all_cuda_module_on_the_gpu_matches_cpu(name):
-    _gpu_or_skip()
+    gpu_or_skip()
     with hr.load(FIXTURES / f"{name}-cuda.hxb", device="cuda") as gpu, \
             hr.load(FIXTURES / f"{name}.hxb") as cpu:
         errors = []
@@ -88,7 +81,7 @@ def test_all_cuda_module_on_the_gpu_matches_cpu(name):
 @pytest.mark.parametrize(("name", "cpu_name"), [("linear-relu-split.hxb", "linear-relu.hxb"),
                                                 ("mlp-f32-mixed.hxb", "mlp-f32.hxb")])
 def test_split_module_on_the_gpu_matches_cpu(name, cpu_name):
-    _gpu_or_skip()
+    gpu_or_skip()
     with hr.load(FIXTURES / name, device="cuda") as split, hr.load(FIXTURES / cpu_name) as cpu:
         if cpu["main"].signature.inputs:
             (x,) = random_inputs(cpu, 7)

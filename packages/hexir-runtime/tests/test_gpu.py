@@ -10,23 +10,16 @@ import pytest
 import hexir_format as hf
 import hexir_runtime as hr
 import modules
+from conftest import gpu_or_skip
 from hexir_format import Command, Function, Slot
 from hexir_runtime import hal
-
-
-def _gpu_or_skip() -> None:
-    try:
-        hal.create_device("cuda").close()
-    except hr.DeviceError as e:
-        pytest.skip(f"no usable CUDA device: {e}")
-
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module", autouse=True)
 def gpu():
-    _gpu_or_skip()
+    gpu_or_skip()
 
 
 def test_selftest_roundtrip():
