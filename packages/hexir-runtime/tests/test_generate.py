@@ -17,6 +17,8 @@ import hexir_runtime as hr
 from conftest import FIXTURES
 from hexir_runtime import generate
 from hexir_runtime.errors import EntryNotFound, InputError
+from hexir_runtime.hal import threads
+from hexir_runtime.interpreter import Program
 
 sys.path.insert(0, str(FIXTURES))
 import decoder
@@ -69,7 +71,40 @@ def test_every_decode_step_runs_one_planned_program(m):
     m.generate(decoder.PROMPT, 20, eos_token_id=-1)
     hits, misses, _ = m.cache_info
     m.generate(decoder.PROMPT, 20, eos_token_id=-1)
-    assert m.cache_info[1] == misses and m.cache_info[0] == hits + 20
+    assert m.cache_info[:2] == (hits + 2, misses)
+
+
+def test_the_decode_loop_is_one_native_call_with_no_python_per_token(m, monkeypatch):
+    """Past the prefill, no step is called from Python: the 19 decode steps, their cache
+    copies and choices are one GENERATE call into the runtime's native loop."""
+    steps, loops = [], []
+    reading, run = hr.EntryPoint._reading, threads.Record.run
+    monkeypatch.setattr(hr.EntryPoint, "_reading",
+                        lambda self, *a: steps.append(1) or reading(self, *a))
+    monkeypatch.setattr(threads.Record, "run", lambda self: loops.append(self.op) or run(self))
+    got = m.generate(decoder.PROMPT, 20, eos_token_id=-1)
+    np.testing.assert_array_equal(got, decoder.greedy(decoder.PROMPT, 20))
+    assert len(steps) == 1 and loops == [threads.GENERATE]
+
+
+def test_streaming_runs_the_native_loop_a_token_at_a_time(m, monkeypatch):
+    loops = []
+    run = threads.Record.run
+    monkeypatch.setattr(threads.Record, "run", lambda self: loops.append(self.op) or run(self))
+    seen: list[int] = []
+    got = m.generate(decoder.PROMPT, 9, eos_token_id=-1, on_token=seen.append)
+    assert seen == got[0, 5:].tolist() and loops == [threads.GENERATE] * 8
+
+
+@pytest.mark.parametrize("eos", [-1, decoder.EOS])
+def test_the_python_loop_gives_the_native_loops_tokens(m, monkeypatch, eos):
+    """A step with kernels the native loop cannot run (another device's, interpreted
+    ones) is driven from Python, one step call per token: the same tokens."""
+    native = m.generate(decoder.PROMPT, 26, eos_token_id=eos)
+    monkeypatch.setattr(Program, "native_steps", lambda self, arena: None)
+    np.testing.assert_array_equal(m.generate(decoder.PROMPT, 26, eos_token_id=eos), native)
+    np.testing.assert_array_equal(native, decoder.greedy(decoder.PROMPT, 26,
+                                                         eos=None if eos < 0 else eos))
 
 
 def test_concurrent_calls_have_their_own_state(m):

@@ -5,9 +5,9 @@
 The runtime carries the object because it runs without llvmlite (or any compiler); the
 compiler's tests check that the checked-in object is what this script builds. The protocol
 is described in `hexir_runtime.hal.threads`, whose layout constants are compiled in here.
-The code is for the x86-64 baseline (any x86-64 CPU), position-independent, and calls one
-external function, libc's `syscall`, for the futex (SYS_futex = 202 on x86-64) and
-`sched_yield` (24).
+The code is for the x86-64 baseline (any x86-64 CPU), position-independent, and calls two
+external functions of libc: `syscall`, for the futex (SYS_futex = 202 on x86-64) and
+`sched_yield` (24), and `memcpy`.
 
 One entry, `hexir_threads(state, op, arg)`:
 - WORK: a worker's loop, until CLOSE. It spins on the generation for `state.spin` cycles of
@@ -19,6 +19,14 @@ One entry, `hexir_threads(state, op, arg)`:
   next chunk), bump the generation, wake sleepers, claim chunks like a worker, then spin
   until every chunk is done, yielding its core after YIELD_AFTER cycles.
 - CLOSE: raise `state.stop`, bump the generation and wake everyone: each worker returns.
+- SEQUENCE: run the jobs of the sequence record at `arg` in order, as RUN would each one
+  of more than one chunk; with a null state (no pool, or the pool busy with another
+  thread's job), every job whole on the calling thread. A call's kernels in one foreign
+  call: no Python between them.
+- GENERATE: the decode loop of a generate entry point (`hexir_runtime.generate`) on the
+  record at `arg`: per token, write the token and its position into the step's inputs, run
+  the step's SEQUENCE, copy each cache's new position into the window, unmask it, and
+  choose the next token (argmax of the logits), until a count or the end-of-sequence token.
 
 A chunk is claimed by a compare-and-swap of the ticket that carries the generation, and its
 fields are read after the claim: the job cannot be replaced while one of its chunks runs,
@@ -43,11 +51,21 @@ declare i64 @syscall(i64, ...) nounwind
 declare void @llvm.x86.sse2.pause() nounwind
 declare i64 @llvm.readcyclecounter() nounwind
 declare i64 @llvm.umin.i64(i64, i64)
+declare void @llvm.memcpy.p0.p0.i64(ptr, ptr, i64, i1)
 
 define void @{ENTRY}(ptr %s, i64 %op, i64 %arg) nounwind {{
 entry:
   switch i64 %op, label %out [ i64 {WORK}, label %work  i64 {RUN}, label %run
-                               i64 {CLOSE}, label %close ]
+                               i64 {CLOSE}, label %close  i64 {SEQUENCE}, label %sequence
+                               i64 {GENERATE}, label %generate ]
+sequence:
+  %seq = inttoptr i64 %arg to ptr
+  call void @sequence(ptr %s, ptr %seq)
+  br label %out
+generate:
+  %gen = inttoptr i64 %arg to ptr
+  call void @generate(ptr %s, ptr %gen)
+  br label %out
 work:
   call void @worker(ptr %s)
   br label %out
@@ -243,6 +261,209 @@ define internal void @close(ptr %s) nounwind {{
   call void @wake(ptr %s)
   ret void
 }}
+
+; a private record's field %at (bytes)
+define internal i64 @get(ptr %record, i64 %at) nounwind {{
+  %p = getelementptr inbounds i8, ptr %record, i64 %at
+  %v = load i64, ptr %p, align 8
+  ret i64 %v
+}}
+
+define internal void @put(ptr %record, i64 %at, i64 %v) nounwind {{
+  %p = getelementptr inbounds i8, ptr %record, i64 %at
+  store i64 %v, ptr %p, align 8
+  ret void
+}}
+
+; the jobs of the sequence at %q in order; each of more than one chunk on the pool, unless
+; %s is null (no pool, or another thread's job has it), when every job runs here alone
+define internal void @sequence(ptr %s, ptr %q) nounwind {{
+entry:
+  %count = call i64 @get(ptr %q, i64 {SEQ_COUNT})
+  %jobsv = call i64 @get(ptr %q, i64 {SEQ_JOBS})
+  %jobs = inttoptr i64 %jobsv to ptr
+  %alone = icmp eq ptr %s, null
+  br label %head
+head:
+  %i = phi i64 [ 0, %entry ], [ %i1, %next ]
+  %more = icmp ult i64 %i, %count
+  br i1 %more, label %body, label %exit
+body:
+  %skip = mul i64 %i, {JOB_BYTES}
+  %job = getelementptr inbounds i8, ptr %jobs, i64 %skip
+  %chunks = call i64 @get(ptr %job, i64 {CHUNKS})
+  %one = icmp ule i64 %chunks, 1
+  %here = or i1 %alone, %one
+  br i1 %here, label %direct, label %pooled
+direct:
+  %entryv = call i64 @get(ptr %job, i64 {ENTRY_FIELD})
+  %fn = inttoptr i64 %entryv to ptr
+  %argc = call i64 @get(ptr %job, i64 {ARGC})
+  %argsv = call i64 @get(ptr %job, i64 {ARGS})
+  %args = inttoptr i64 %argsv to ptr
+  %end = call i64 @get(ptr %job, i64 {END})
+  call void @invoke(ptr %fn, i64 %argc, ptr %args, i64 0, i64 %end)
+  br label %next
+pooled:
+  call void @publish(ptr %s, ptr %job)
+  br label %next
+next:
+  %i1 = add i64 %i, 1
+  br label %head
+exit:
+  ret void
+}}
+
+; the index of the greatest of %n values at %x (f64 if %wide, else f32): the first of equal
+; ones, and the first NaN if there is one (numpy's argmax)
+define internal i64 @argmax(ptr %x, i64 %n, i64 %wide) nounwind {{
+entry:
+  %first = call double @value(ptr %x, i64 0, i64 %wide)
+  %nan0 = fcmp uno double %first, %first
+  br i1 %nan0, label %exit0, label %head
+head:
+  %i = phi i64 [ 1, %entry ], [ %i1, %keep ]
+  %best = phi double [ %first, %entry ], [ %best1, %keep ]
+  %at = phi i64 [ 0, %entry ], [ %at1, %keep ]
+  %more = icmp ult i64 %i, %n
+  br i1 %more, label %body, label %exit
+body:
+  %v = call double @value(ptr %x, i64 %i, i64 %wide)
+  %nan = fcmp uno double %v, %v
+  br i1 %nan, label %found, label %keep
+keep:
+  %greater = fcmp ogt double %v, %best
+  %best1 = select i1 %greater, double %v, double %best
+  %at1 = select i1 %greater, i64 %i, i64 %at
+  %i1 = add i64 %i, 1
+  br label %head
+found:
+  ret i64 %i
+exit0:
+  ret i64 0
+exit:
+  ret i64 %at
+}}
+
+define internal double @value(ptr %x, i64 %i, i64 %wide) nounwind alwaysinline {{
+entry:
+  %isf64 = icmp ne i64 %wide, 0
+  br i1 %isf64, label %f64, label %f32
+f64:
+  %p64 = getelementptr inbounds double, ptr %x, i64 %i
+  %v64 = load double, ptr %p64, align 8
+  ret double %v64
+f32:
+  %p32 = getelementptr inbounds float, ptr %x, i64 %i
+  %v32 = load float, ptr %p32, align 4
+  %w = fpext float %v32 to double
+  ret double %w
+}}
+
+; each copy's `bytes` from `outer` blocks `src_stride` apart to the same blocks `dst_stride`
+; apart, at %filled times `bytes` into each: one new position of each cache
+define internal void @copies(ptr %c, i64 %n, i64 %filled) nounwind {{
+entry:
+  br label %each
+each:
+  %k = phi i64 [ 0, %entry ], [ %k1, %done ]
+  %more = icmp ult i64 %k, %n
+  br i1 %more, label %one, label %exit
+one:
+  %skip = mul i64 %k, {COPY_RECORD}
+  %copy = getelementptr inbounds i8, ptr %c, i64 %skip
+  %srcv = call i64 @get(ptr %copy, i64 {COPY_SRC})
+  %dstv = call i64 @get(ptr %copy, i64 {COPY_DST})
+  %outer = call i64 @get(ptr %copy, i64 {COPY_OUTER})
+  %sstride = call i64 @get(ptr %copy, i64 {COPY_SRC_STRIDE})
+  %dstride = call i64 @get(ptr %copy, i64 {COPY_DST_STRIDE})
+  %bytes = call i64 @get(ptr %copy, i64 {COPY_BYTES})
+  %slot = mul i64 %filled, %bytes
+  %dst0 = add i64 %dstv, %slot
+  br label %block
+block:
+  %o = phi i64 [ 0, %one ], [ %o1, %moved ]
+  %left = icmp ult i64 %o, %outer
+  br i1 %left, label %move, label %done
+move:
+  %so = mul i64 %o, %sstride
+  %sa = add i64 %srcv, %so
+  %do = mul i64 %o, %dstride
+  %da = add i64 %dst0, %do
+  %sp = inttoptr i64 %sa to ptr
+  %dp = inttoptr i64 %da to ptr
+  call void @llvm.memcpy.p0.p0.i64(ptr %dp, ptr %sp, i64 %bytes, i1 false)
+  br label %moved
+moved:
+  %o1 = add i64 %o, 1
+  br label %block
+done:
+  %k1 = add i64 %k, 1
+  br label %each
+exit:
+  ret void
+}}
+
+; the decode loop (hexir_runtime.generate): `count` times, feed `token` at position
+; `filled` (ids[0], positions[0]), run the step's sequence, copy each present's new
+; position into its past at `filled`, unmask it, and choose the next token, the greatest
+; logit; each written to `tokens`, stopping after `eos`. Leaves `filled`, `token` and
+; `produced` (how many were written) in the record.
+define internal void @generate(ptr %s, ptr %g) nounwind {{
+entry:
+  %seqv = call i64 @get(ptr %g, i64 {GEN_SEQUENCE})
+  %seq = inttoptr i64 %seqv to ptr
+  %logitsv = call i64 @get(ptr %g, i64 {GEN_LOGITS})
+  %logits = inttoptr i64 %logitsv to ptr
+  %vocab = call i64 @get(ptr %g, i64 {GEN_VOCAB})
+  %wide = call i64 @get(ptr %g, i64 {GEN_WIDE})
+  %idsv = call i64 @get(ptr %g, i64 {GEN_IDS})
+  %ids = inttoptr i64 %idsv to ptr
+  %posv = call i64 @get(ptr %g, i64 {GEN_POSITIONS})
+  %positions = inttoptr i64 %posv to ptr
+  %maskv = call i64 @get(ptr %g, i64 {GEN_MASK})
+  %mask = inttoptr i64 %maskv to ptr
+  %filled0 = call i64 @get(ptr %g, i64 {GEN_FILLED})
+  %token0 = call i64 @get(ptr %g, i64 {GEN_TOKEN})
+  %eos = call i64 @get(ptr %g, i64 {GEN_EOS})
+  %count = call i64 @get(ptr %g, i64 {GEN_COUNT})
+  %tokensv = call i64 @get(ptr %g, i64 {GEN_TOKENS})
+  %tokens = inttoptr i64 %tokensv to ptr
+  %copiesv = call i64 @get(ptr %g, i64 {GEN_COPIES})
+  %copies = inttoptr i64 %copiesv to ptr
+  %ncopies = call i64 @get(ptr %g, i64 {GEN_NCOPIES})
+  br label %head
+head:
+  %k = phi i64 [ 0, %entry ], [ %k1, %next ]
+  %filled = phi i64 [ %filled0, %entry ], [ %filled1, %next ]
+  %token = phi i64 [ %token0, %entry ], [ %chosen, %next ]
+  %more = icmp ult i64 %k, %count
+  br i1 %more, label %step, label %exit
+step:
+  store i64 %token, ptr %ids, align 8
+  store i64 %filled, ptr %positions, align 8
+  call void @sequence(ptr %s, ptr %seq)
+  call void @copies(ptr %copies, i64 %ncopies, i64 %filled)
+  %pm = getelementptr inbounds i64, ptr %mask, i64 %filled
+  store i64 1, ptr %pm, align 8
+  %filled1 = add i64 %filled, 1
+  %chosen = call i64 @argmax(ptr %logits, i64 %vocab, i64 %wide)
+  %pt = getelementptr inbounds i64, ptr %tokens, i64 %k
+  store i64 %chosen, ptr %pt, align 8
+  %k1 = add i64 %k, 1
+  %end = icmp eq i64 %chosen, %eos
+  br i1 %end, label %exit, label %next
+next:
+  br label %head
+exit:
+  %kf = phi i64 [ %k, %head ], [ %k1, %step ]
+  %ff = phi i64 [ %filled, %head ], [ %filled1, %step ]
+  %tf = phi i64 [ %token, %head ], [ %chosen, %step ]
+  call void @put(ptr %g, i64 {GEN_PRODUCED}, i64 %kf)
+  call void @put(ptr %g, i64 {GEN_FILLED}, i64 %ff)
+  call void @put(ptr %g, i64 {GEN_TOKEN}, i64 %tf)
+  ret void
+}}
 """
 
 
@@ -274,6 +495,11 @@ def invoke() -> str:
     return "\n".join(out)
 
 
+def offsets(prefix: str, fields: tuple[str, ...]) -> dict[str, int]:
+    """A record's fields' byte offsets as the IR names them: SEQ_COUNT, GEN_VOCAB, ..."""
+    return {f"{prefix}_{name.upper()}": 8 * i for i, name in enumerate(fields)}
+
+
 def source() -> str:
     assert threads.GEN == 0, "the loop addresses the generation as the state itself"
     return IR.format(
@@ -282,6 +508,9 @@ def source() -> str:
         DONE=threads.DONE, SLEEPERS=threads.SLEEPERS, STOP=threads.STOP, SPIN=threads.SPIN,
         CHUNKS=FIELD["chunks"], ENTRY_FIELD=FIELD["entry"], ARGC=FIELD["argc"],
         ARGS=FIELD["args"], EXTENT=FIELD["extent"], END=FIELD["end"], COPY=copy_fields(),
+        SEQUENCE=threads.SEQUENCE, GENERATE=threads.GENERATE, JOB_BYTES=8 * len(FIELD),
+        COPY_RECORD=8 * len(threads.COPY_FIELDS), **offsets("SEQ", threads.SEQ_FIELDS),
+        **offsets("GEN", threads.GEN_FIELDS), **offsets("COPY", threads.COPY_FIELDS),
         SYS_FUTEX=SYS_FUTEX, SYS_SCHED_YIELD=SYS_SCHED_YIELD, YIELD_AFTER=threads.YIELD_AFTER,
         FUTEX_WAIT_PRIVATE=FUTEX_WAIT_PRIVATE,
         FUTEX_WAKE_PRIVATE=FUTEX_WAKE_PRIVATE) + invoke()

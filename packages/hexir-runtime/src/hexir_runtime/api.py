@@ -16,6 +16,7 @@ checked against the signature like a numpy one; `out=` may name device arrays to
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ import numpy as np
 
 from hexir_format import CPU_LEVELS, Device, DType, Generation, TensorType
 from hexir_runtime import generate, hal, library
+from hexir_runtime.arena import Arena
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
 from hexir_runtime.errors import ClosedError, DeviceError, EntryNotFound, InputError
 from hexir_runtime.hal import threads
@@ -291,6 +293,21 @@ class EntryPoint:
             program = resident.sized(self._plan, inputs) if self._dynamic else \
                 resident.program(self._plan)
             return program.run_reading(inputs, read)
+        finally:
+            del resident  # (as in `Module.execute`)
+            module._leave()
+
+    def _holding(self, inputs: Sequence[np.ndarray],
+                 use: Callable[[Program, Arena], Any]) -> Any:
+        """What `use` returns, given the program of `inputs`' sizes and an arena of it held
+        for the caller alone (`Program.holding`): for a caller that runs the arena's steps
+        itself (the native decode loop, `generate`)."""
+        module = self._module
+        resident = module._enter()
+        try:
+            program = resident.sized(self._plan, inputs) if self._dynamic else \
+                resident.program(self._plan)
+            return program.holding(functools.partial(use, program))
         finally:
             del resident  # (as in `Module.execute`)
             module._leave()

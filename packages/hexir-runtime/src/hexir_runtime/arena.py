@@ -19,6 +19,8 @@ import numpy as np
 from hexir_format import Device
 from hexir_runtime import hal
 from hexir_runtime.errors import DeviceError, ExecutionError
+from hexir_runtime.hal import threads
+from hexir_runtime.hal.hostcode import Job
 from hexir_runtime.library import Strings
 
 Printer = Callable[[np.ndarray], None]
@@ -48,12 +50,15 @@ IDLE = Call((), None)
 class Step:
     """A command bound to an arena: `run` does it; `device` is the device it leaves work
     queued on (None: done when `run` returns); `capturable` when it does nothing but queue
-    work there, so a run of such steps can be one graph."""
+    work there, so a run of such steps can be one graph; `job` when it is a compiled cpu
+    kernel, so a run of such steps can be one native sequence (`threads.sequence`)."""
 
     label: str  # `command 3 (dispatch)`, as errors name it
     run: Callable[[], None]
     device: Device | None = None
     capturable: bool = False
+    job: Job | None = None  # a compiled cpu kernel's launch, for a sequence
+    input: int | None = None  # the input an INPUT step writes into its buffer
 
 
 @dataclass
@@ -64,7 +69,8 @@ class Arena:
     buffers: list[hal.Buffer]
     planned: list[hal.Buffer] = field(default_factory=list)  # the memory plan's arenas
     staging: dict[int, hal.Buffer] = field(default_factory=dict)  # binding -> pinned buffer
-    steps: list[Step] = field(default_factory=list)
+    steps: list[Step] = field(default_factory=list)  # one per command (or graph) that runs
+    runs: list[Step] = field(default_factory=list)  # the same, runs of kernels as sequences
     graphs: list[tuple[hal.Device, Any]] = field(default_factory=list)  # captured here
     result_views: list[np.ndarray] = field(default_factory=list)  # each result's host bytes
     # per result: the copy that brings it off a device into its pinned buffer (None: none)
@@ -99,6 +105,22 @@ def graph_step(arena: Arena, device: hal.Device, run: list[Step], failed: Failur
     first, last = run[0].label.split()[1], run[-1].label.split()[1]
     span = f"command {first}" if first == last else f"commands {first}-{last}"
     return Step(f"{span} ({device.kind} graph)", replay, device.kind)
+
+
+def sequences(steps: list[Step]) -> list[Step]:
+    """Each maximal run of two or more compiled cpu kernels made one step: their launches
+    in one foreign call (`threads.sequence`), so no Python runs between them; the other
+    steps as they are."""
+    made: list[Step] = []
+    for native, run in itertools.groupby(steps, lambda s: s.job is not None):
+        group = list(run)
+        record = threads.sequence([s.job for s in group]) if native and len(group) > 1 else None
+        if record is None:
+            made.extend(group)
+            continue
+        first, last = group[0].label.split()[1], group[-1].label.split()[1]
+        made.append(Step(f"commands {first}-{last} (cpu sequence)", record.run))
+    return made
 
 
 def graphs(arena: Arena, devices: dict[Device, hal.Device], steps: list[Step],

@@ -22,6 +22,7 @@ distinct windows keep their programs cached across calls. (Powers of two were me
 
 from __future__ import annotations
 
+import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -31,9 +32,12 @@ import numpy as np
 
 from hexir_format import Generation, TensorType, dims
 from hexir_runtime.errors import InputError
+from hexir_runtime.hal import threads
 
 if TYPE_CHECKING:
-    from hexir_runtime.api import Module
+    from hexir_runtime.api import EntryPoint, Module
+    from hexir_runtime.arena import Arena
+    from hexir_runtime.interpreter import Program
 
 #: The smallest cache window the loop allocates.
 MIN_WINDOW = 16
@@ -125,53 +129,148 @@ def run(module: Module, g: Generation, input_ids: Any, max_new_tokens: Any,
     if prompt + new > g.max_length:
         raise InputError(f"{g.name}: a prompt of {prompt} tokens and max_new_tokens={new} need "
                          f"{prompt + new} positions; the module allows at most {g.max_length}")
-    tokens = [int(t) for t in ids[0]]
     if new == 0:
         return ids
-    size = window(prompt + new - 1, g.max_length)
-    caches = []  # the state: each past's window, the first `filled` positions in use
-    for i, _ in g.cache:
-        t = r.inputs[i].evaluate({r.batch: 1, r.past: size, r.seq: 1})
-        caches.append(np.zeros(t.static_shape, t.dtype.numpy))
-    feeds: list[Any] = [None] * len(r.inputs)
-    feeds[g.ids], feeds[g.mask] = ids, np.ones((1, prompt), np.int64)
-    feeds[g.positions] = np.arange(prompt, dtype=np.int64)[None]
-    empty = {r.batch: 1, r.past: 0, r.seq: prompt}
-    for i, _ in g.cache:
-        t = r.inputs[i].evaluate(empty)
-        feeds[i] = np.zeros(t.static_shape, t.dtype.numpy)
-    filled = 0
+    loop = Loop(g, r, ids, new, eos, window(prompt + new - 1, g.max_length), on_token)
+    decode = loop.decode_feeds()
+    tokens = step._holding(decode, lambda program, arena: loop.native(program, arena, step))
+    if tokens is None:  # a step not all compiled cpu kernels: the loop in Python
+        tokens = loop.in_python(step, decode)
+    return np.array([[*ids[0].tolist(), *tokens]], np.int64)
 
-    def keep(results: Sequence[np.ndarray]) -> int:
-        """The step's choice; its new keys and values copied into the window at `filled` --
-        from views of the step's buffers: only those positions are ever copied out."""
-        # the prefill's presents are the prompt's positions; a decode step's new one is at
-        # `size`, after the window it was given
-        source, target = (slice(0, prompt),) * 2 if filled == 0 else (size, filled)
-        for cache, (_, o), axis in zip(caches, g.cache, r.axes, strict=True):
-            _at(cache, axis, target)[...] = _at(results[o], axis, source)
-        return int(np.argmax(results[g.logits][0, -1]))
 
-    chosen = step._reading(feeds, keep)
-    filled = prompt
-    for (i, _), cache in zip(g.cache, caches, strict=True):
-        feeds[i] = cache
-    mask = np.zeros((1, size + 1), np.int64)
-    mask[0, :prompt] = mask[0, size] = 1
-    feeds[g.mask] = mask
-    token, position = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
-    feeds[g.ids], feeds[g.positions] = token, position
-    while True:
+@dataclass
+class Loop:
+    """One generation's loop: its prompt, count, end token and window."""
+
+    g: Generation
+    r: Roles
+    ids: np.ndarray
+    new: int
+    eos: int
+    size: int  # the window
+    on_token: Callable[[int], Any] | None
+
+    @property
+    def prompt(self) -> int:
+        return self.ids.shape[1]
+
+    def decode_feeds(self) -> list[Any]:
+        """A decode step's inputs (seq 1, past `size`): the token, its position, the mask
+        (the window's positions, then the token's own), zeroed caches."""
+        g, r = self.g, self.r
+        feeds: list[Any] = [None] * len(r.inputs)
+        feeds[g.ids], feeds[g.positions] = np.zeros((1, 1), np.int64), np.zeros((1, 1), np.int64)
+        feeds[g.mask] = np.zeros((1, self.size + 1), np.int64)
+        for i, _ in g.cache:
+            t = r.inputs[i].evaluate({r.batch: 1, r.past: self.size, r.seq: 1})
+            feeds[i] = np.zeros(t.static_shape, t.dtype.numpy)
+        return feeds
+
+    def prefill(self, step: EntryPoint, caches: Sequence[np.ndarray]) -> int:
+        """The prompt through the step (past 0): its keys and values into the first
+        positions of each window (the rest zeroed), the mask set for the prompt and the
+        token's own slot; the first token."""
+        g, r, prompt = self.g, self.r, self.prompt
+        feeds: list[Any] = [None] * len(r.inputs)
+        feeds[g.ids], feeds[g.mask] = self.ids, np.ones((1, prompt), np.int64)
+        feeds[g.positions] = np.arange(prompt, dtype=np.int64)[None]
+        empty = {r.batch: 1, r.past: 0, r.seq: prompt}
+        for i, _ in g.cache:
+            t = r.inputs[i].evaluate(empty)
+            feeds[i] = np.zeros(t.static_shape, t.dtype.numpy)
+
+        def keep(results: Sequence[np.ndarray]) -> int:
+            """The presents' prompt positions into the windows (views of the step's
+            buffers: nothing else is copied out), and the choice."""
+            for cache, (_, o), axis in zip(caches, g.cache, r.axes, strict=True):
+                _at(cache, axis, slice(0, prompt))[...] = _at(results[o], axis, slice(0, prompt))
+                _at(cache, axis, slice(prompt, None))[...] = 0
+            return int(np.argmax(results[g.logits][0, -1]))
+        return step._reading(feeds, keep)
+
+    def first(self, chosen: int, tokens: list[int]) -> bool:
+        """`chosen` appended and streamed; whether the loop goes on."""
         tokens.append(chosen)
-        if on_token is not None:
-            on_token(chosen)
-        if chosen == eos or len(tokens) - prompt == new:
-            break
-        token[0, 0], position[0, 0] = chosen, filled
-        chosen = step._reading(feeds, keep)
-        mask[0, filled] = 1
-        filled += 1
-    return np.array([tokens], np.int64)
+        if self.on_token is not None:
+            self.on_token(chosen)
+        return chosen != self.eos and len(tokens) < self.new
+
+    def native(self, program: Program, arena: Arena, step: EntryPoint) -> list[int] | None:
+        """The loop as GENERATE commands the runtime's native code runs (`threads`): the
+        step's kernels, the cache copies, the mask and the choice, with no Python per
+        token; the cache is the held arena's own past inputs. None when the step has kernels
+        without a native form."""
+        g, r, size = self.g, self.r, self.size
+        sequence = program.native_steps(arena)
+        inputs = [program.input_view(arena, i) for i in (g.ids, g.positions, g.mask)]
+        pasts = [program.input_view(arena, i) for i, _ in g.cache]
+        if sequence is None or any(v is None for v in (*inputs, *pasts)):
+            return None
+        ids, positions, mask = inputs
+        results = arena.result_views
+        chosen = self.prefill(step, pasts)
+        mask[...] = 0
+        mask[0, :self.prompt] = mask[0, size] = 1
+        tokens: list[int] = []
+        if not self.first(chosen, tokens):
+            return tokens
+        out = np.zeros(self.new, np.int64)
+        record = threads.Record(threads.GENERATE, threads.GEN_FIELDS, vocab=r.vocab,
+                                filled=self.prompt, token=chosen, eos=self.eos,
+                                wide=int(results[g.logits].dtype == np.float64))
+        record["sequence"] = sequence.address
+        record.held.append(sequence)
+        for name, view in (("logits", results[g.logits]), ("ids", ids), ("positions", positions),
+                           ("mask", mask), ("tokens", out)):
+            record[name] = record.hold(view)
+        copies = np.array([_copy(past, results[o], axis, size)
+                           for past, (_, o), axis in zip(pasts, g.cache, r.axes, strict=True)],
+                          np.int64).reshape(-1, len(threads.COPY_FIELDS))
+        record["copies"], record["ncopies"] = record.hold(copies), len(copies)
+        while True:  # one native call for the rest; one per token when streaming
+            left = self.new - len(tokens)
+            record["count"] = left if self.on_token is None else 1
+            record["tokens"] = out.ctypes.data + 8 * len(tokens)
+            record.run()
+            made = out[len(tokens):len(tokens) + record["produced"]].tolist()
+            if self.on_token is None:
+                return tokens + made
+            if not self.first(made[0], tokens):
+                return tokens
+
+    def in_python(self, step: EntryPoint, feeds: list[Any]) -> list[int]:
+        """The loop in Python, one step call per token, for a step that runs on another
+        device (or with kernels without a native form): the windows are arrays here, fed
+        each step; of its results the new positions are copied and the logits read."""
+        g, r, size, prompt = self.g, self.r, self.size, self.prompt
+        caches = [feeds[i] for i, _ in g.cache]
+        chosen = self.prefill(step, caches)
+        tokens: list[int] = []
+        filled = prompt
+        mask, token, position = feeds[g.mask], feeds[g.ids], feeds[g.positions]
+        mask[0, :prompt] = mask[0, size] = 1
+
+        def keep(results: Sequence[np.ndarray]) -> int:
+            """The step's new keys and values into the windows at `filled`; its choice."""
+            for cache, (_, o), axis in zip(caches, g.cache, r.axes, strict=True):
+                _at(cache, axis, filled)[...] = _at(results[o], axis, size)
+            return int(np.argmax(results[g.logits][0, -1]))
+        while self.first(chosen, tokens):
+            token[0, 0], position[0, 0] = chosen, filled
+            chosen = step._reading(feeds, keep)
+            mask[0, filled] = 1
+            filled += 1
+        return tokens
+
+
+def _copy(past: np.ndarray, present: np.ndarray, axis: int, size: int) -> list[int]:
+    """The COPY_FIELDS record that moves a decode step's new position (`size`, after the
+    window, in its present) to its place in the window (`past`, at `filled`)."""
+    inner = present.itemsize * math.prod(present.shape[axis + 1:])
+    return [present.ctypes.data + size * inner, past.ctypes.data,
+            math.prod(present.shape[:axis]), present.shape[axis] * inner,
+            past.shape[axis] * inner, inner]
 
 
 def _at(array: np.ndarray, axis: int, index: int | slice) -> np.ndarray:

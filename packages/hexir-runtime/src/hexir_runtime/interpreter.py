@@ -31,6 +31,7 @@ COPY off a device that a cpu kernel reads, a PRINT, the results.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import threading
 from collections import OrderedDict
@@ -42,8 +43,10 @@ import numpy as np
 
 from hexir_format import Command, Device, DType, Executable, KernelKind, Op, TensorType
 from hexir_runtime import hal, library, sizes
-from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs
+from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs, sequences
 from hexir_runtime.errors import DeviceError, ExecutionError
+from hexir_runtime.hal import threads
+from hexir_runtime.hal.cpu import CpuDevice
 from hexir_runtime.transfers import Transfers
 from hexir_runtime.validate import EntryPlan, ModulePlan, check_placement
 
@@ -327,6 +330,7 @@ class Program:
                                  f"bytes): {e}") from None
         arena.steps = graphs(arena, self.resident.devices, [s for s in steps if s is not None],
                              self._failed)
+        arena.runs = sequences(arena.steps)
         with self._lock:
             self._arenas.append(arena)
         return arena
@@ -358,6 +362,7 @@ class Program:
             with self._lock:
                 self._arenas.remove(arena)
             arena.steps.clear()
+            arena.runs.clear()
             arena.buffers.clear()
 
     def close(self) -> None:
@@ -366,6 +371,7 @@ class Program:
             # the steps hold views of the buffers (and of the mapping) and the arena itself:
             # drop them now, so that closing the module can unmap the file at once
             arena.steps.clear()
+            arena.runs.clear()
             arena.buffers.clear()
             arena.call = IDLE
         self._arenas.clear()
@@ -388,18 +394,19 @@ class Program:
             if exe.kind is KernelKind.LIBRARY:
                 return self._bind_library(i, label, arena, exe, [buffers[b] for b in reads])
             loaded, kind = self.resident.executables[c.executable], exe.device
-            if self.sized is None:
-                launch = self.resident.devices[kind].bind(loaded, [buffers[b] for b in reads])
-            else:  # this binding's types and geometry, and its size operands
-                launch = self.resident.devices[kind].bind(
-                    loaded, [buffers[b] for b in reads], exe, self.sized.scalars[c.executable])
+            device, bound = self.resident.devices[kind], [buffers[b] for b in reads]
+            # a dynamic module's: this binding's types and geometry, and its size operands
+            sized = () if self.sized is None else (exe, self.sized.scalars[c.executable])
+            launch = device.bind(loaded, bound, *sized)
             if kind is Device.CPU:  # synchronous: nothing to wait for later
-                return Step(label, launch)
+                job = device.job(loaded, bound, *sized) if isinstance(device, CpuDevice) else None
+                return Step(label, launch, job=job)
             return Step(label, launch, kind, capturable=True)
         if c.op is Op.INPUT:
             assert write is not None, "an INPUT binds the slot it writes"
-            return self.transfers.bind_input(label, arena, c.index, write,
+            step = self.transfers.bind_input(label, arena, c.index, write,
                                              self.plan.signature.inputs[c.index])
+            return None if step is None else dataclasses.replace(step, input=c.index)
         if c.op is Op.COPY:
             assert write is not None, "a COPY binds the slot it writes"
             return self.transfers.bind_copy(label, arena, write, reads[0])
@@ -504,10 +511,43 @@ class Program:
             arena.call = IDLE
             self._free.append(arena)
 
+    def holding(self, use: Callable[[Arena], Any]) -> Any:
+        """What `use` returns, given an arena of this program held for it alone: a caller
+        that drives the arena's buffers itself (the decode loop, `native_steps`)."""
+        arena = self._take()
+        try:
+            return use(arena)
+        finally:
+            arena.call = IDLE
+            self._free.append(arena)
+
+    def native_steps(self, arena: Arena) -> threads.Record | None:
+        """The arena's steps but its inputs' as one native sequence, for a caller that
+        writes the inputs into their buffers itself (`input_view`); None when a step has no
+        native form (a kernel on another device, an interpreted or library kernel, a
+        zeroing)."""
+        jobs = []
+        for step in arena.steps:
+            if step.input is None:
+                if step.job is None:
+                    return None
+                jobs.append(step.job)
+        return threads.sequence(jobs)
+
+    def input_view(self, arena: Arena, index: int) -> np.ndarray | None:
+        """Input `index`'s buffer in `arena`, typed (None where it is not host memory)."""
+        for c, write in zip(self.plan.commands, self.writes, strict=True):
+            if c.op is Op.INPUT and c.index == index and write not in self.transfers.forwarded:
+                buffer = arena.buffers[write]
+                host = buffer.device.host_pointer(buffer)
+                return None if host is None else hal.typed_view(
+                    host, self.plan.signature.inputs[index])
+        return None
+
     def _steps(self, arena: Arena) -> None:
         """Run the arena's steps for its call, noting the devices each leaves work on."""
         pending = arena.call.pending
-        for step in arena.steps:
+        for step in arena.runs:
             try:
                 step.run()
             except DeviceError as e:

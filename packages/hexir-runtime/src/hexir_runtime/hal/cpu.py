@@ -121,14 +121,27 @@ class CpuDevice(Device):
             self._check(b, 0, 0, "pass")
         exe = sized or loaded.exe
         if loaded.code is not None:
-            extent, size = exe.grid[0], exe.destination.size
-            assert isinstance(extent, int) and isinstance(size, int), "sized for the call"
-            pool = threads.shared() if size >= PARALLEL_GRAIN else None
             # to_end: compiled kernels clamp their range, so a damaged grid cannot cut it short
-            return loaded.code.bind([*(b.address for b in buffers), *scalars], extent, pool,
-                                    to_end=True)
+            return loaded.code.bind(*self._launch(exe, buffers, scalars), to_end=True)
         *inputs, out = [typed_view(b.handle, t) for b, t in zip(buffers, exe.args, strict=True)]
         return functools.partial(kernels.run, exe.kind, inputs, out)
+
+    def job(self, loaded: CpuKernel, buffers: list[Buffer], sized: Executable | None = None,
+            scalars: Sequence[int] = ()) -> hostcode.Job | None:
+        """`bind`'s launch as a record for a native sequence (`threads.sequence`); None for
+        a kernel without one (a descriptor, or a launch that refuses)."""
+        if loaded.code is None:
+            return None
+        return loaded.code.job(*self._launch(sized or loaded.exe, buffers, scalars),
+                               to_end=True)
+
+    @staticmethod
+    def _launch(exe: Executable, buffers: list[Buffer], scalars: Sequence[int]):
+        """A compiled kernel's launch: its pointers (and size operands), extent and pool."""
+        extent, size = exe.grid[0], exe.destination.size
+        assert isinstance(extent, int) and isinstance(size, int), "sized for the call"
+        pool = threads.shared() if size >= PARALLEL_GRAIN else None
+        return [*(b.address for b in buffers), *scalars], extent, pool
 
     def close(self) -> None:
         for code in self._loaded:

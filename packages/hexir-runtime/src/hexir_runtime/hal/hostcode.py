@@ -30,6 +30,7 @@ import os
 import platform
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hexir_format import CPU_LEVELS, FormatError, elf, hostlink
@@ -44,6 +45,19 @@ R_64, R_PC32, R_PLT32, R_32, R_32S, R_PC64 = (hostlink.R_64, hostlink.R_PC32, ho
                                               hostlink.R_32, hostlink.R_32S, hostlink.R_PC64)
 
 STUB = b"\xff\x25\x00\x00\x00\x00"  # jmp *[rip+0]: jumps to the 8-byte address that follows
+
+
+@dataclass(frozen=True)
+class Job:
+    """A kernel launch as `threads.sequence` records it: `entry` over [0, extent) with
+    `pointers`, in `chunks` on the pool (1: whole on the calling thread), the last chunk
+    ending at `end`."""
+
+    entry: int
+    pointers: tuple[int, ...]
+    extent: int
+    end: int
+    chunks: int
 
 
 class HostKernel:
@@ -87,6 +101,16 @@ class HostKernel:
         if pool is not None and extent > 1:
             return pool.launch(self.entry, [int(p) for p in pointers], extent, end, alone)
         return alone
+
+    def job(self, pointers: Sequence[int], extent: int, pool: Pool | None = None, *,
+            to_end: bool = False) -> Job | None:
+        """The launch `bind` makes, as a record for `threads.sequence`: None for one `run`
+        refuses (it has no native form; `bind`'s callable raises)."""
+        if self._fn is None or len(pointers) != self.argc or extent < 0:
+            return None
+        chunks = 1 if pool is None else pool.chunks(extent, len(pointers))
+        return Job(self.entry, tuple(int(p) for p in pointers), extent,
+                   END if to_end else extent, chunks)
 
     def close(self) -> None:
         self._fn = None

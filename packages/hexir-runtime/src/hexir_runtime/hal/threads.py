@@ -42,7 +42,19 @@ GEN, TICKET, DONE, SLEEPERS, STOP, SPIN, SLOTS = 0, 64, 128, 192, 196, 200, 256
 SLOT_BYTES, STATE_BYTES = 64, 384
 # A job, copied into the slot of its generation's parity: six 64-bit fields.
 JOB_FIELDS = ("entry", "argc", "args", "chunks", "extent", "end")
-WORK, RUN, CLOSE = 0, 1, 2  # the entry's operations: hexir_threads(state, op, arg)
+WORK, RUN, CLOSE, SEQUENCE, GENERATE = range(5)  # the entry's operations:
+# hexir_threads(state, op, arg)
+# SEQUENCE's record: `count` jobs (each JOB_FIELDS) at `jobs`.
+SEQ_FIELDS = ("count", "jobs")
+# GENERATE's record (`hexir_runtime.generate`): the step's sequence; its logits (`vocab`
+# values, f64 if `wide`, else f32); its ids, positions and mask inputs' buffers (int64);
+# the cached positions `filled`, the last `token`, `eos`, at most `count` tokens into
+# `tokens`; `ncopies` copy records at `copies`; `produced` written back.
+GEN_FIELDS = ("sequence", "logits", "vocab", "wide", "ids", "positions", "mask", "filled",
+              "token", "eos", "count", "tokens", "copies", "ncopies", "produced")
+# A cache's new position: `bytes` from each of `outer` blocks of the present (`src`, blocks
+# `src_stride` apart) to the past (`dst` + filled * bytes, blocks `dst_stride` apart).
+COPY_FIELDS = ("src", "dst", "outer", "src_stride", "dst_stride", "bytes")
 MAX_ARGS = 64  # the most buffer pointers a kernel run by the pool may take
 CHUNKS_PER_THREAD = 8  # so that a thread that starts late or runs slower takes fewer
 #: Cycles a waiting thread spins before each further check also yields its core
@@ -55,15 +67,57 @@ YIELD_AFTER = 1 << 14
 ENTRY = "hexir_threads"
 
 
+class Record:
+    """A SEQUENCE or GENERATE record (`op`) and the arrays it points to, kept alive
+    together: `run` hands it to the loop (`run_native`)."""
+
+    def __init__(self, op: int, fields: tuple[str, ...], **values: int):
+        self.op, self.fields = op, fields
+        self.array = np.zeros(len(fields), np.int64)
+        self.held: list[object] = []  # what the record points into, kept alive
+        self.pooled = 0  # a SEQUENCE's jobs of more than one chunk (`Pool.jobs` counts them)
+        for name, value in values.items():
+            self[name] = value
+        self.address = self.array.ctypes.data
+
+    def __getitem__(self, name: str) -> int:
+        return int(self.array[self.fields.index(name)])
+
+    def __setitem__(self, name: str, value: int) -> None:
+        self.array[self.fields.index(name)] = value
+
+    def hold(self, array: np.ndarray) -> int:
+        """`array` kept alive with the record; its address."""
+        self.held.append(array)
+        return array.ctypes.data
+
+    def run(self) -> None:
+        run_native(self)
+
+
+def sequence(jobs: Sequence[hostcode.Job]) -> Record | None:
+    """The SEQUENCE record of `jobs`, run in order by one foreign call (`run_native`); None
+    when one has more pointers than the loop passes (MAX_ARGS)."""
+    if any(len(j.pointers) > MAX_ARGS for j in jobs):
+        return None
+    jobs = [j for j in jobs if j.end != 0]  # an empty range: nothing to call
+    record = Record(SEQUENCE, SEQ_FIELDS, count=len(jobs))
+    pointers = np.array([p for j in jobs for p in j.pointers] or [0], np.uint64)
+    at = record.hold(pointers)
+    table = np.zeros((max(1, len(jobs)), len(JOB_FIELDS)), np.int64)
+    for row, j in zip(table, jobs):  # noqa: B905 (table has a row per job, or one)
+        row[:] = (j.entry, len(j.pointers), at, j.chunks, j.extent, j.end)
+        at += 8 * len(j.pointers)
+    record["jobs"] = record.hold(table)
+    record.pooled = sum(j.chunks > 1 for j in jobs)
+    return record
+
+
 class Pool:
     """`threads` threads: the caller's and `threads - 1` native workers."""
 
     def __init__(self, threads: int, spin_cycles: int = 1 << 20):
-        syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
-        assert syscall is not None, "a symbol libc exports has an address"
-        image = resources.files("hexir_runtime.hal").joinpath("threads.o").read_bytes()
-        code = hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
-                             provided={"syscall": syscall})
+        code = _load()
         self._code: hostcode.HostKernel | None = code  # None once closed
         self._call = hostcode.call_kernel(code.entry, 1)
         raw = np.zeros(STATE_BYTES + SLOT_BYTES, np.uint8)
@@ -72,7 +126,7 @@ class Pool:
         self._state[SPIN:SPIN + 8].view(np.int64)[0] = spin_cycles
         self._address = self._state.ctypes.data
         self.threads = threads
-        self.jobs = 0  # jobs run on the pool (the tests count them)
+        self.jobs = 0  # jobs run on the pool, alone or in a SEQUENCE (the tests count them)
         self._lock = threading.Lock()
         self._workers: list[threading.Thread] = []
         try:
@@ -87,6 +141,12 @@ class Pool:
                               f"({THREADS_SETTING}={threads}): {e}; set {THREADS_SETTING} "
                               "lower") from None
 
+    def chunks(self, extent: int, argc: int) -> int:
+        """How many chunks a launch over `extent` with `argc` pointers is split into: 1 for
+        one the pool does not take (too many pointers for it, or nothing to split)."""
+        return 1 if argc > MAX_ARGS or extent <= 1 else min(extent,
+                                                             self.threads * CHUNKS_PER_THREAD)
+
     def launch(self, entry: int, pointers: Sequence[int], extent: int, end: int, serial):
         """A callable that runs kernel `entry` over [0, extent) in chunks on the pool (the
         last chunk to `end`), its job made now. `serial` is the same launch on the calling
@@ -95,7 +155,7 @@ class Pool:
         if len(pointers) > MAX_ARGS:
             return serial
         args = (ctypes.c_void_p * max(1, len(pointers)))(*pointers)
-        chunks = min(extent, self.threads * CHUNKS_PER_THREAD)
+        chunks = self.chunks(extent, len(pointers))
         job = (ctypes.c_int64 * len(JOB_FIELDS))(entry, len(pointers), ctypes.addressof(args),
                                                  chunks, extent, end)
         return functools.partial(self._run, job, args, serial)
@@ -109,6 +169,20 @@ class Pool:
                 raise DeviceError("the cpu thread pool was closed")
             self._call(self._address, RUN, ctypes.addressof(job))
             self.jobs += 1
+        finally:
+            self._lock.release()
+
+    def native(self, record: Record) -> None:
+        """SEQUENCE or GENERATE on `record`, its pooled jobs on the pool; every job on the
+        calling thread alone when another thread's job has the pool."""
+        if not self._lock.acquire(blocking=False):
+            self._call(0, record.op, record.address)
+            return
+        try:
+            if self._code is None:
+                raise DeviceError("the cpu thread pool was closed")
+            self._call(self._address, record.op, record.address)
+            self.jobs += record.pooled
         finally:
             self._lock.release()
 
@@ -165,6 +239,37 @@ def _setting(name: str, default: int, least: int, most: int) -> int:
 _lock = threading.Lock()
 _shared: Pool | None = None
 _made = False
+
+
+def run_native(record: Record) -> None:
+    """SEQUENCE or GENERATE on `record`: on the shared pool where there is one, else every
+    job on the calling thread."""
+    pool = shared()
+    if pool is not None:
+        pool.native(record)
+    else:
+        _alone()(0, record.op, record.address)
+
+
+@functools.cache
+def _alone():
+    """The loop's entry, loaded once per process, for SEQUENCE and GENERATE without a pool
+    (a null state: nothing is published, no thread is started)."""
+    code = _load()
+    _kept.append(code)
+    return hostcode.call_kernel(code.entry, 1)
+
+
+_kept: list[hostcode.HostKernel] = []  # `_alone`'s code, mapped until the process ends
+
+
+def _load() -> hostcode.HostKernel:
+    """threads.o linked into this process, libc's `syscall` offered to it alone."""
+    syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
+    assert syscall is not None, "a symbol libc exports has an address"
+    image = resources.files("hexir_runtime.hal").joinpath("threads.o").read_bytes()
+    return hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
+                         provided={"syscall": syscall})
 
 
 def shared() -> Pool | None:
