@@ -221,3 +221,31 @@ def test_round_below_sse4_calls_libm_roundeven_which_the_runtime_loads(dtype, sy
     assert symbol in elf.parse_object(image).undefined
     np.testing.assert_array_equal(hexir_runtime.load(hxb).main(x), np.array([0, 2, 2, -2, 4],
                                                                              dtype))
+
+
+@pytest.mark.parametrize(("exponent", "multiplies"), [
+    (np.float32(3.0), True),  # a scalar initializer: x * x * x
+    (np.full((1, 4), 2.0, np.float32), True),  # the same value everywhere, no broadcast of x
+    (np.float32(2.5), False),
+    (np.array([2.0, 3.0, 2.0, 2.0], np.float32), False),  # not one value
+    (np.full((3, 2, 4), 3.0, np.float32), False),  # it broadcasts x: pow keeps the shape rule
+])
+def test_pow_by_a_constant_two_or_three_is_multiplies(exponent, multiplies):
+    """As ONNX Runtime's kernel does; a pow is a libm call per element (a scalar loop)."""
+    import hexir_compiler
+    import hexir_runtime
+
+    x = np.random.default_rng(2).standard_normal((2, 4)).astype(np.float32)
+    y = np.asarray(exponent)
+    out_shape = np.broadcast_shapes(x.shape, y.shape)
+    graph = helper.make_graph(
+        [helper.make_node("Pow", ["x", "y"], ["z"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, out_shape)],
+        [onnx.numpy_helper.from_array(y, "y")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    assert ('"hexir.pow"' not in hexir_compiler.compile(model, emit="mlir")) == multiplies
+    got = hexir_runtime.load(hexir_compiler.compile(model)).main(x)
+    with np.errstate(invalid="ignore"):  # a negative base to the power 2.5: NaN, as here
+        want = np.power(x.astype(np.float64), y)
+    np.testing.assert_allclose(got, want, rtol=4e-7)

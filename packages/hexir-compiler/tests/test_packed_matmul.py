@@ -217,3 +217,27 @@ def test_a_packed_stage_fed_back_gives_the_same_module(tmp_path, monkeypatch, st
     again = tmp_path / "again.mlir"
     again.write_text(printed)
     assert compile_source(again, "hxb", target=V3) == direct
+
+
+def _symbolic(w: np.ndarray, element: str) -> str:
+    """x [batch, seq, K] @ the constant w [K, N]."""
+    x, y = (f'tensor<?x?x{n}x{element}, ["batch", "seq"]>' for n in w.shape)
+    return "\n".join([f"func.func @main(%x: {x}) -> {y} {{", _dense("w", w, element),
+                      f'  %y = "hexir.linear"(%x, %w) : ({x}, {_t(w.shape, element)}) -> {y}',
+                      f"  return %y : {y}", "}"]) + "\n"
+
+
+@pytest.mark.parametrize("level", RUNNABLE, ids=[NAMES[v] for v in RUNNABLE])
+@pytest.mark.parametrize("element", ["f32", "f64"])
+def test_a_packed_matmul_of_any_row_count(tmp_path, monkeypatch, level, element) -> None:
+    """Rows = batch x seq, symbolic: fewer than a block's (the path that takes them one at a
+    time: a decoding step's one row), a block's, and many, with groups."""
+    monkeypatch.setattr(schedule, "PANEL_MIN_MACS", -1)
+    rng = np.random.default_rng(5)
+    dtype = DTYPES[element]
+    w = rng.standard_normal((24, 40)).astype(dtype)
+    text = _symbolic(w, element)
+    with hexir_runtime.load(_compile(tmp_path, text, target=f"cpu:{NAMES[level]}")) as module:
+        for batch, seq in ((1, 1), (1, 3), (2, 3), (1, 8), (3, 3), (2, 35), (1, 301)):
+            x = rng.standard_normal((batch, seq, 24)).astype(dtype)
+            _check(module.main(x), x.astype(np.float64) @ w.astype(np.float64), element)

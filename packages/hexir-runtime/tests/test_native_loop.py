@@ -7,8 +7,8 @@ the end token -- is seen alone (test_generate.py runs it on a real module)."""
 import numpy as np
 import pytest
 
-from test_hostcode import X86_64, fixture, load, ptrs, runs_v3
 from hexir_runtime.hal import hostcode, threads
+from test_hostcode import X86_64, fixture, load, ptrs, runs_v3
 
 pytestmark = pytest.mark.skipif(not X86_64, reason="the loop is x86-64 code")
 

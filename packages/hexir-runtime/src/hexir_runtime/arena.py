@@ -114,7 +114,8 @@ def sequences(steps: list[Step]) -> list[Step]:
     made: list[Step] = []
     for native, run in itertools.groupby(steps, lambda s: s.job is not None):
         group = list(run)
-        record = threads.sequence([s.job for s in group]) if native and len(group) > 1 else None
+        jobs = [s.job for s in group if s.job is not None]
+        record = threads.sequence(jobs) if native and len(group) > 1 else None
         if record is None:
             made.extend(group)
             continue

@@ -26,7 +26,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -203,11 +203,11 @@ class Loop:
         without a native form."""
         g, r, size = self.g, self.r, self.size
         sequence = program.native_steps(arena)
-        inputs = [program.input_view(arena, i) for i in (g.ids, g.positions, g.mask)]
-        pasts = [program.input_view(arena, i) for i, _ in g.cache]
-        if sequence is None or any(v is None for v in (*inputs, *pasts)):
+        found = [program.input_view(arena, i)
+                 for i in (g.ids, g.positions, g.mask, *(i for i, _ in g.cache))]
+        if sequence is None or any(v is None for v in found):
             return None
-        ids, positions, mask = inputs
+        ids, positions, mask, *pasts = cast(list[np.ndarray], found)
         results = arena.result_views
         chosen = self.prefill(step, pasts)
         mask[...] = 0

@@ -537,7 +537,8 @@ class Program:
     def input_view(self, arena: Arena, index: int) -> np.ndarray | None:
         """Input `index`'s buffer in `arena`, typed (None where it is not host memory)."""
         for c, write in zip(self.plan.commands, self.writes, strict=True):
-            if c.op is Op.INPUT and c.index == index and write not in self.transfers.forwarded:
+            if c.op is Op.INPUT and c.index == index and write is not None \
+                    and write not in self.transfers.forwarded:
                 buffer = arena.buffers[write]
                 host = buffer.device.host_pointer(buffer)
                 return None if host is None else hal.typed_view(

@@ -574,10 +574,28 @@ def _relu(e, xs, a, v):
 def _pow(e, xs, a, v):
     x, y = xs
     if x.dtype.kind == "f":
+        if (n := _small_power(x, y)) is not None:  # x * x (* x), as ONNX Runtime's kernel
+            # does: a pow is a libm call per element, which keeps its loop scalar (GPT-2's
+            # GELU, x^3: 292 us of a 32-token prefill's 1024-wide layer, against 18)
+            return [functools.reduce(lambda p, _: e.binary("mul", p, x), range(n - 1), x)]
         return [e.binary("pow", x, e.cast(y, x.dtype))]
     # An integer base: computed in f64 (exact while |result| < 2**53), cast back as numpy does.
     f64 = np.dtype("float64")
     return [e.cast(e.binary("pow", e.cast(x, f64), e.cast(y, f64)), x.dtype)]
+
+
+def _small_power(x: Tensor, y: Tensor) -> int | None:
+    """2 or 3 where the exponent is that constant everywhere and does not broadcast x."""
+    if y.const is None or y.const.dtype == object or y.const.size == 0:
+        return None
+    first = y.const.reshape(-1)[0]
+    if first not in (2, 3) or not (y.const == first).all():
+        return None
+    try:
+        fits = broadcast_shapes(x.shape, y.shape) == dims_of(x.shape)
+    except ValueError:
+        return None
+    return int(first) if fits else None
 
 
 @handles("Reciprocal", 13, floats=True)

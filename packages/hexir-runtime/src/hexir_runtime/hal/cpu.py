@@ -33,6 +33,10 @@ from hexir_runtime.hal import Buffer, Device, MemoryKind, hostcode, threads, typ
 # A kernel whose destination has fewer elements than this runs on the calling thread: below
 # it, splitting gained nothing measurable (grains of 4096 and 1024 elements: bench/README.md).
 PARALLEL_GRAIN = 1 << 14
+#: ... unless its arguments are at least this many bytes: a kernel with a small result may
+#: read much (a matrix-vector product, one row of a decoding step: 1 x 256 x 768 f32 reads
+#: 768 KiB for 768 outputs).
+PARALLEL_BYTES = 1 << 18
 
 
 def _address(host: np.ndarray) -> int:
@@ -140,7 +144,8 @@ class CpuDevice(Device):
         """A compiled kernel's launch: its pointers (and size operands), extent and pool."""
         extent, size = exe.grid[0], exe.destination.size
         assert isinstance(extent, int) and isinstance(size, int), "sized for the call"
-        pool = threads.shared() if size >= PARALLEL_GRAIN else None
+        big = size >= PARALLEL_GRAIN or sum(t.static_nbytes for t in exe.args) >= PARALLEL_BYTES
+        pool = threads.shared() if big else None
         return [*(b.address for b in buffers), *scalars], extent, pool
 
     def close(self) -> None:

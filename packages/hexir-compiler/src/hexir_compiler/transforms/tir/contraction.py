@@ -185,36 +185,47 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         per = dims.maximum(1, dims.ceildiv(row_blocks, panel_groups(panels, INT64_MAX)))
     groups = dims.maximum(1, dims.ceildiv(row_blocks, per))
 
+    def rows_of(panel: ir.Value, js: list[ir.Value], first: ir.Value, tall: int) -> None:
+        """Columns `js` of `panel` for the `tall` rows from `first`, summed in registers."""
+        n = len(js)
+        mine = _block_rows(b, first, tall, rows)
+        lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
+        at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
+              for r in mine for j in js]
+
+        def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
+            ys = [b.load(rhs, [panel, k, b.index(t)]) for t in range(n)]
+            xs = [b.load(lhs, [*row, k]) for row in lhs_at]
+            return _multiply_add(acc, xs, ys)
+
+        def unrolled(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+            k0 = b.mul(k[0], UNROLL)
+            for u in range(UNROLL):
+                acc = step(arith.addi(k0, b.index(u)) if u else k0, acc)
+            return acc
+
+        sums = b.fold([depth // UNROLL], [b.float(0.0)] * (n * tall), unrolled)
+        for k in range(depth - depth % UNROLL, depth):
+            sums = step(b.index(k), sums)
+        _store(b, sums, at, epilogue)
+
     def block(panel: ir.Value, group: ir.Value, n: int) -> None:
         """The first `n` columns of `panel` for the row blocks of `group`."""
         j0 = b.mul(panel, width)
         js = [j0, *(arith.addi(j0, b.index(t)) for t in range(1, n))]
-        with b.loop(per, "serial") as i:
+        few = None  # a symbolic row count below a block's: rows one at a time
+        if not isinstance(rows, int) and height > 1:
+            # (a decoding step's one row would be a block computing it `height` times)
+            few = b.less_than(b.index(rows), height)
+            with b.guard(few), b.loop(rows, "serial") as r:  # one group then (one block)
+                rows_of(panel, js, r, 1)
+        with b.guard(None if few is None else b.less_than(b.index(height - 1), rows)), \
+                b.loop(per, "serial") as i:
             row_block = arith.addi(b.mul(group, per), i)
             overhang = groups * per != row_blocks  # the last group has fewer (or none)
             # (a symbolic count is taken to overhang: the guard is then always there)
             with b.guard(b.less_than(row_block, row_blocks) if overhang else None):
-                first = b.mul(row_block, height)
-                mine = _block_rows(b, first, height, rows)
-                lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
-                at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
-                      for r in mine for j in js]
-
-                def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-                    ys = [b.load(rhs, [panel, k, b.index(t)]) for t in range(n)]
-                    xs = [b.load(lhs, [*row, k]) for row in lhs_at]
-                    return _multiply_add(acc, xs, ys)
-
-                def unrolled(k: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-                    k0 = b.mul(k[0], UNROLL)
-                    for u in range(UNROLL):
-                        acc = step(arith.addi(k0, b.index(u)) if u else k0, acc)
-                    return acc
-
-                sums = b.fold([depth // UNROLL], [b.float(0.0)] * (n * height), unrolled)
-                for k in range(depth - depth % UNROLL, depth):
-                    sums = step(b.index(k), sums)
-                _store(b, sums, at, epilogue)
+                rows_of(panel, js, b.mul(row_block, height), height)
 
     with b.loop(panels * groups, "parallel") as it:
         panel, group = it, b.index(0)
