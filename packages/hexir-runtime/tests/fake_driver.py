@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ctypes
 from collections import Counter
+from dataclasses import dataclass
 from enum import IntEnum
 
 import numpy as np
@@ -69,8 +70,30 @@ ALIGN = 256
 SPECIAL_STREAMS = (0, 1, 2)  # the NULL stream, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD
 
 
+class CUmemorytype(IntEnum):
+    CU_MEMORYTYPE_HOST = 1
+    CU_MEMORYTYPE_DEVICE = 2
+
+
+@dataclass
+class CUDA_MEMCPY2D:  # the driver's names
+    """The fields of cuda-python's struct that cuMemcpy2DAsync reads here (device to device,
+    no offsets)."""
+
+    srcMemoryType: int = 0
+    srcDevice: int = 0
+    srcPitch: int = 0
+    dstMemoryType: int = 0
+    dstDevice: int = 0
+    dstPitch: int = 0
+    WidthInBytes: int = 0
+    Height: int = 0
+
+
 class FakeDriver:
     CUstreamCaptureMode = CUstreamCaptureMode
+    CUmemorytype = CUmemorytype
+    CUDA_MEMCPY2D = CUDA_MEMCPY2D
 
     def __init__(self, memory_limit: int = 1 << 30):
         self.calls: Counter[str] = Counter()
@@ -353,6 +376,26 @@ class FakeDriver:
 
         def work() -> None:
             a[0][a[1]:a[1] + count] = b[0][b[1]:b[1] + count]
+        return self._enqueue(stream, work)
+
+    def cuMemcpy2DAsync(self, copy, stream):
+        """Device to device only (all the runtime asks for): each row checked as one copy."""
+        device = CUmemorytype.CU_MEMORYTYPE_DEVICE
+        if copy.srcMemoryType != device or copy.dstMemoryType != device or \
+                copy.srcPitch < copy.WidthInBytes or copy.dstPitch < copy.WidthInBytes:
+            return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+        rows = []
+        for r in range(copy.Height):
+            a = self._region(int(copy.dstDevice) + r * copy.dstPitch, copy.WidthInBytes)
+            b = self._region(int(copy.srcDevice) + r * copy.srcPitch, copy.WidthInBytes)
+            if a is None or b is None:
+                return (CUresult.CUDA_ERROR_INVALID_VALUE,)
+            rows.append((a, b))
+        n = copy.WidthInBytes
+
+        def work() -> None:
+            for (dm, do), (sm, so) in rows:
+                dm[do:do + n] = sm[so:so + n]
         return self._enqueue(stream, work)
 
     # ---- modules and launches ----------------------------------------------------------------

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import hexir_runtime as hr
-from conftest import FIXTURES
+from conftest import FIXTURES, gpu_or_skip
 from hexir_runtime import generate
 from hexir_runtime.errors import EntryNotFound, InputError
 from hexir_runtime.hal import threads
@@ -196,3 +196,50 @@ def test_hexir_run_prints_the_sequences_and_refuses_a_missing_input(tmp_path):
     profiled = run_cli("--entry=generate", "--profile", "--input=1x3xi64=1,2,3",
                        "--input=1xi64=4")
     assert profiled.returncode != 0 and "--entry=main" in profiled.stderr
+
+
+def test_on_cuda_the_cache_stays_on_the_device(monkeypatch):
+    """`generate-cuda.hxb` (every op on cuda) on the fake driver, which runs each kernel's
+    PTX thread by thread (the loop's logic and the kernels' indexing, not a GPU's numerics;
+    the `gpu` tests run it on a device): the reference tokens, and after the prefill's one
+    upload of the windows no cache byte crosses: per token the host sends the token, its
+    position and the mask, and reads the logits."""
+    from fake_driver import FakeDriver
+
+    fake = FakeDriver()
+    crossed = {"up": 0, "down": 0}
+
+    def counted(copy, way):
+        def count(dst, src, size, stream):
+            crossed[way] += int(size)
+            return copy(dst, src, size, stream)
+        return count
+    for name, way in (("cuMemcpyHtoDAsync", "up"), ("cuMemcpyDtoHAsync", "down")):
+        monkeypatch.setattr(fake, name, counted(getattr(fake, name), way))
+    seen: list[int] = []
+
+    def token(t: int) -> None:
+        if not seen:  # the prefill is over: count the decode steps' crossings from here
+            crossed.update(up=0, down=0)
+        seen.append(t)
+
+    new = 4
+    with hr.load(FIXTURES / "generate-cuda.hxb", device="cuda", driver=fake) as m:
+        got = m.generate(decoder.PROMPT, new, eos_token_id=-1, on_token=token)
+        window = generate.window(decoder.PROMPT.shape[1] + new - 1, 32)
+    np.testing.assert_array_equal(got, decoder.greedy(decoder.PROMPT, new))
+    steps = new - 1
+    assert crossed["up"] <= steps * 8 * (window + 3)  # ids, position, mask: int64s
+    assert crossed["down"] <= steps * 4 * decoder.VOCAB  # the logits
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_tokens_are_the_references():
+    """The same loop on a real device (skipped without one): 27 greedy tokens, and the end
+    token stopping it."""
+    gpu_or_skip()
+    with hr.load(FIXTURES / "generate-cuda.hxb", device="cuda") as m:
+        np.testing.assert_array_equal(m.generate(decoder.PROMPT, 27, eos_token_id=-1),
+                                      decoder.greedy(decoder.PROMPT, 27))
+        np.testing.assert_array_equal(m.generate(decoder.PROMPT, 24),
+                                      decoder.greedy(decoder.PROMPT, 24, eos=decoder.EOS))

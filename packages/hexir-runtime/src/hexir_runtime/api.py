@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from hexir_format import CPU_LEVELS, Device, DType, Generation, TensorType
+from hexir_format import CPU_LEVELS, Device, DType, Generation, Op, TensorType
 from hexir_runtime import generate, hal, library
 from hexir_runtime.arena import Arena
 from hexir_runtime.device_arrays import DevicePointer, is_device_array, pointer
@@ -311,6 +311,18 @@ class EntryPoint:
         finally:
             del resident  # (as in `Module.execute`)
             module._leave()
+
+    def _output_device(self, index: int) -> hal.Device:
+        """The loaded device that computes output `index` (where a COPY brings it to the
+        host, the device it is copied from)."""
+        resident = self._module._resident
+        if resident is None:
+            raise ClosedError(f"module '{self._module.path}' is closed")
+        commands = self._plan.commands
+        slot = next(c.slot for c in commands if c.op is Op.OUTPUT and c.index == index)
+        source = next((c.src for c in reversed(commands) if c.op is Op.COPY and c.dst == slot),
+                      slot)
+        return resident.devices[resident.plan.slot_device(source)]
 
     def _plain(self, inputs: tuple[Any, ...]) -> bool:
         """Whether `inputs` are what the call checks them into anyway -- numpy arrays of

@@ -31,8 +31,10 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from hexir_format import Generation, TensorType, dims
+from hexir_runtime.device_arrays import DeviceArray
 from hexir_runtime.errors import InputError
 from hexir_runtime.hal import threads
+from hexir_runtime.hal.cuda import CudaDevice
 
 if TYPE_CHECKING:
     from hexir_runtime.api import EntryPoint, Module
@@ -133,9 +135,13 @@ def run(module: Module, g: Generation, input_ids: Any, max_new_tokens: Any,
         return ids
     loop = Loop(g, r, ids, new, eos, window(prompt + new - 1, g.max_length), on_token)
     decode = loop.decode_feeds()
-    tokens = step._holding(decode, lambda program, arena: loop.native(program, arena, step))
-    if tokens is None:  # a step not all compiled cpu kernels: the loop in Python
-        tokens = loop.in_python(step, decode)
+    device = step._output_device(g.cache[0][1]) if g.cache else None
+    if isinstance(device, CudaDevice):  # the attention on a GPU
+        tokens = loop.on_device(step, decode, device)
+    else:
+        tokens = step._holding(decode, lambda program, arena: loop.native(program, arena, step))
+        if tokens is None:  # kernels without a native form: the loop in Python
+            tokens = loop.in_python(step, decode)
     return np.array([[*ids[0].tolist(), *tokens]], np.int64)
 
 
@@ -262,6 +268,77 @@ class Loop:
             mask[0, filled] = 1
             filled += 1
         return tokens
+
+
+    def on_device(self, step: EntryPoint, feeds: list[Any], device: CudaDevice) -> list[int]:
+        """The loop for a step whose caches a device computes (cuda): the windows and the
+        step's presents are device arrays the loop holds for the call, so the cache never
+        crosses to the host after the prefill's upload: per token the step reads the windows
+        and writes the presents there (the runtime's device-to-device copies into and out
+        of its buffers), the new position moves device to device, and only the token, its
+        position, the mask and the logits cross."""
+        g, r, size, prompt = self.g, self.r, self.size, self.prompt
+        outputs = step.signature.outputs
+        at = {r.batch: 1, r.past: size, r.seq: 1}
+        out: list[Any] = [np.empty(t.static_shape, t.dtype.numpy)
+                          for t in (o.evaluate(at) for o in outputs)]
+        held: list[DeviceArray] = []
+        try:
+            windows = []
+            for i, o in g.cache:
+                window, present = (_device_array(device, t.evaluate(at), held)
+                                   for t in (r.inputs[i], outputs[o]))
+                windows.append(window)
+                feeds[i], out[o] = window, present
+            host = [np.zeros(w.shape, w.dtype) for w in windows]
+            chosen = self.prefill(step, host)
+            for window, cache in zip(windows, host, strict=True):  # the one upload
+                device.write(device.borrow(_address(window), cache.nbytes),
+                             cache.reshape(-1).view(np.uint8))
+            copies = [_rows(w, out[o], axis, size)
+                      for w, (_, o), axis in zip(windows, g.cache, r.axes, strict=True)]
+            mask, token, position = feeds[g.mask], feeds[g.ids], feeds[g.positions]
+            mask[0, :prompt] = mask[0, size] = 1
+            tokens: list[int] = []
+            filled = prompt
+            while self.first(chosen, tokens):
+                token[0, 0], position[0, 0] = chosen, filled
+                step(*feeds, out=out)
+                for dst, dst_pitch, src, src_pitch, width, rows in copies:
+                    device.copy_rows(dst + filled * width, dst_pitch, src, src_pitch, width,
+                                     rows)
+                chosen = int(np.argmax(out[g.logits][0, -1]))
+                mask[0, filled] = 1
+                filled += 1
+            return tokens
+        finally:
+            device.wait()
+            for array in held:
+                array.release()
+
+
+def _device_array(device: CudaDevice, t: TensorType, held: list[DeviceArray]) -> DeviceArray:
+    """A zeroed device array of type `t` (static), added to `held`."""
+    buffer = device.export(t.static_nbytes)
+    array = DeviceArray(device, buffer, np.dtype(t.dtype.storage), t.static_shape)
+    held.append(array)
+    device.zero(buffer)
+    return array
+
+
+def _rows(window: DeviceArray, present: DeviceArray, axis: int,
+          size: int) -> tuple[int, int, int, int, int, int]:
+    """`CudaDevice.copy_rows`' arguments (the destination at position 0) that move a decode
+    step's new position (`size`, after the window, in its present) to the window: a row per
+    block before `axis` (each head)."""
+    inner = present.dtype.itemsize * math.prod(present.shape[axis + 1:])
+    return (_address(window), window.shape[axis] * inner,
+            _address(present) + size * inner, present.shape[axis] * inner, inner,
+            math.prod(present.shape[:axis]))
+
+
+def _address(array: DeviceArray) -> int:
+    return array.__cuda_array_interface__["data"][0]
 
 
 def _copy(past: np.ndarray, present: np.ndarray, axis: int, size: int) -> list[int]:

@@ -271,6 +271,20 @@ class CudaDevice(Device):
             _check(self._cu.cuMemcpyDtoDAsync(dst.handle, src.handle, n, self.stream),
                    f"device to device copy of {n} bytes (cuMemcpyDtoDAsync)")
 
+    def copy_rows(self, dst: int, dst_pitch: int, src: int, src_pitch: int, width: int,
+                  rows: int) -> None:
+        """`rows` blocks of `width` bytes from device address `src`, `src_pitch` apart, to
+        `dst`, `dst_pitch` apart: one cuMemcpy2DAsync, in stream order (a cache position of
+        every head at once, `hexir_runtime.generate`)."""
+        cu = self._cu
+        copy = cu.CUDA_MEMCPY2D()
+        copy.srcMemoryType = copy.dstMemoryType = cu.CUmemorytype.CU_MEMORYTYPE_DEVICE
+        copy.srcDevice, copy.srcPitch, copy.dstDevice, copy.dstPitch = src, src_pitch, dst, \
+            dst_pitch
+        copy.WidthInBytes, copy.Height = width, rows
+        _check(cu.cuMemcpy2DAsync(copy, self.stream),
+               f"device to device copy of {rows} x {width} bytes (cuMemcpy2DAsync)")
+
     def _zero(self, buffer: Buffer) -> None:
         if buffer.memory is MemoryKind.HOST_VISIBLE:
             self._pinned(buffer)[:] = 0
