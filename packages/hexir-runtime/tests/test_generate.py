@@ -81,16 +81,34 @@ def test_the_decode_loop_is_one_native_call_with_no_python_per_token(m, monkeypa
     reading, run = hr.EntryPoint._reading, threads.Record.run
     monkeypatch.setattr(hr.EntryPoint, "_reading",
                         lambda self, *a: steps.append(1) or reading(self, *a))
-    monkeypatch.setattr(threads.Record, "run", lambda self: loops.append(self.op) or run(self))
+    monkeypatch.setattr(threads.Record, "run", lambda self: (
+        self.op == threads.GENERATE and loops.append(self.op)) or run(self))
     got = m.generate(decoder.PROMPT, 20, eos_token_id=-1)
     np.testing.assert_array_equal(got, decoder.greedy(decoder.PROMPT, 20))
     assert len(steps) == 1 and loops == [threads.GENERATE]
 
 
+def test_a_long_generation_is_native_calls_of_a_bounded_count(m, monkeypatch):
+    """Python runs between native calls only to see an interrupt: 26 tokens in calls of
+    at most 4 (NATIVE_TOKENS) after the prefill's, the same tokens."""
+    loops = []
+    run = threads.Record.run
+    monkeypatch.setattr(threads.Record, "run", lambda self: (
+        self.op == threads.GENERATE and loops.append(self["count"])) or run(self))
+    monkeypatch.setattr(generate, "NATIVE_TOKENS", 4)
+    got = m.generate(decoder.PROMPT, 27, eos_token_id=-1)
+    np.testing.assert_array_equal(got, decoder.greedy(decoder.PROMPT, 27))
+    assert loops == [4, 4, 4, 4, 4, 4, 2]
+    monkeypatch.setattr(generate, "NATIVE_TOKENS", 2)  # the end token inside a call
+    np.testing.assert_array_equal(m.generate(decoder.PROMPT, 24),
+                                  decoder.greedy(decoder.PROMPT, 24, eos=decoder.EOS))
+
+
 def test_streaming_runs_the_native_loop_a_token_at_a_time(m, monkeypatch):
     loops = []
     run = threads.Record.run
-    monkeypatch.setattr(threads.Record, "run", lambda self: loops.append(self.op) or run(self))
+    monkeypatch.setattr(threads.Record, "run", lambda self: (
+        self.op == threads.GENERATE and loops.append(self.op)) or run(self))
     seen: list[int] = []
     got = m.generate(decoder.PROMPT, 9, eos_token_id=-1, on_token=seen.append)
     assert seen == got[0, 5:].tolist() and loops == [threads.GENERATE] * 8

@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 #: The smallest cache window the loop allocates.
 MIN_WINDOW = 16
+#: The most tokens one native call of the loop makes: Python runs between them only to see
+#: a KeyboardInterrupt (and no later than this many tokens).
+NATIVE_TOKENS = 64
 
 
 @dataclass(frozen=True)
@@ -234,15 +237,18 @@ class Loop:
                            for past, (_, o), axis in zip(pasts, g.cache, r.axes, strict=True)],
                           np.int64).reshape(-1, len(threads.COPY_FIELDS))
         record["copies"], record["ncopies"] = record.hold(copies), len(copies)
-        while True:  # one native call for the rest; one per token when streaming
+        while True:  # a native call per NATIVE_TOKENS tokens; per token when streaming
             left = self.new - len(tokens)
-            record["count"] = left if self.on_token is None else 1
+            record["count"] = min(left, NATIVE_TOKENS) if self.on_token is None else 1
             record["tokens"] = out.ctypes.data + 8 * len(tokens)
             record.run()
             made = out[len(tokens):len(tokens) + record["produced"]].tolist()
-            if self.on_token is None:
-                return tokens + made
-            if not self.first(made[0], tokens):
+            if self.on_token is not None:
+                if not self.first(made[0], tokens):
+                    return tokens
+                continue
+            tokens += made
+            if made[-1] == self.eos or len(tokens) == self.new:
                 return tokens
 
     def in_python(self, step: EntryPoint, feeds: list[Any]) -> list[int]:
