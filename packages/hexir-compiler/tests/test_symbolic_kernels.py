@@ -80,3 +80,25 @@ def test_a_reduction_over_a_symbolic_axis(device, tmp_path):
         y = (x @ w).astype(np.float64)
         want = (0.5 * y * (1 + np.vectorize(erf)(y / np.sqrt(2)))).sum(0)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+CONCAT = """
+func.func @main(%a: tensor<1x3x?x?xf32, ["h", "w"]>, %b: tensor<1x2x?x?xf32, ["h", "w"]>) -> tensor<1x5x?x?xf32, ["h", "w"]> {
+  %c = "hexir.concat"(%a, %b) {axis = 1 : i64} : (tensor<1x3x?x?xf32, ["h", "w"]>, tensor<1x2x?x?xf32, ["h", "w"]>) -> tensor<1x5x?x?xf32, ["h", "w"]>
+  return %c : tensor<1x5x?x?xf32, ["h", "w"]>
+}
+"""
+
+
+@pytest.mark.parametrize("device", ["cpu", "cuda"])
+def test_a_channel_concat_of_symbolic_planes(device, tmp_path):
+    """On the cpu each channel's plane is one flat loop (h x w, a symbolic count) whose
+    coordinates are folded back: every size, planes of one row or one column too."""
+    source = tmp_path / "concat.mlir"
+    source.write_text(CONCAT)
+    rng = np.random.default_rng(3)
+    for h, w in ((1, 1), (1, 7), (6, 1), (5, 9)):
+        a = rng.standard_normal((1, 3, h, w)).astype(np.float32)
+        b = rng.standard_normal((1, 2, h, w)).astype(np.float32)
+        (got,) = tir_graph.run(str(source), [a, b], Options("mlir-tir", {"*": device}))
+        np.testing.assert_array_equal(got, np.concatenate([a, b], axis=1))
