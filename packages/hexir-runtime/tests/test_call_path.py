@@ -268,3 +268,23 @@ def test_a_plan_offset_counts_against_max_alloc_bytes_at_load():
     with pytest.raises(hr.ValidationError, match=rf"main \[x86-64-v2\]: plan: slot {slot} at "
                        rf"offset {8 << 30} makes a call allocate .* more than the cap of 1048576"):
         hr.load(far, max_alloc_bytes=1 << 20)
+
+
+def test_a_calls_compiled_kernels_run_as_one_native_sequence(monkeypatch):
+    """The MLP's kernels, one after another, are one SEQUENCE step (one foreign call, no
+    Python between them); the answers are those of each kernel run on its own."""
+    from hexir_runtime.hal import threads
+
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+        together = m.main(x)
+        (arena,) = m._resident.programs["main"]._arenas
+        kernels = [s for s in arena.steps if s.job is not None]
+        sequences = [s for s in arena.runs if s.label.endswith("(cpu sequence)")]
+        assert len(kernels) >= 2 and len(sequences) == 1
+        assert len(arena.runs) == len(arena.steps) - len(kernels) + 1
+        monkeypatch.setattr(threads, "sequence", lambda jobs: None)  # no sequences: each
+        with hr.load(FIXTURES / "mlp-f32.hxb") as alone:  # kernel its own foreign call
+            np.testing.assert_array_equal(alone.main(x), together)
+            (arena,) = alone._resident.programs["main"]._arenas
+            assert arena.runs == arena.steps

@@ -61,8 +61,9 @@ def test_tokens_stream_as_they_are_chosen(m):
     assert seen == got[0, 5:].tolist() and len(seen) == 10
 
 
-def test_no_new_tokens_is_the_prompt(m):
+def test_no_new_tokens_is_the_prompt_and_one_is_the_prefills(m):
     np.testing.assert_array_equal(m.generate(decoder.PROMPT, 0), decoder.PROMPT)
+    np.testing.assert_array_equal(m.generate(decoder.PROMPT, 1), decoder.greedy(decoder.PROMPT, 1))
 
 
 def test_every_decode_step_runs_one_planned_program(m):
