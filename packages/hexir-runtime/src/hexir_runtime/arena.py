@@ -71,6 +71,9 @@ class Arena:
     staging: dict[int, hal.Buffer] = field(default_factory=dict)  # binding -> pinned buffer
     steps: list[Step] = field(default_factory=list)  # one per command (or graph) that runs
     runs: list[Step] = field(default_factory=list)  # the same, runs of kernels as sequences
+    # the steps but the inputs' as one sequence (`Program.native_steps`), made once
+    native: threads.Record | None = None
+    native_made: bool = False
     graphs: list[tuple[hal.Device, Any]] = field(default_factory=list)  # captured here
     result_views: list[np.ndarray] = field(default_factory=list)  # each result's host bytes
     # per result: the copy that brings it off a device into its pinned buffer (None: none)

@@ -137,6 +137,10 @@ def run(module: Module, g: Generation, input_ids: Any, max_new_tokens: Any,
     if new == 0:
         return ids
     loop = Loop(g, r, ids, new, eos, window(prompt + new - 1, g.max_length), on_token)
+    if new == 1:  # the prefill's token alone: no cache to keep, no decode step to plan
+        tokens: list[int] = []
+        loop.first(loop.prefill(step, None), tokens)
+        return np.array([[*ids[0].tolist(), *tokens]], np.int64)
     decode = loop.decode_feeds()
     device = step._output_device(g.cache[0][1]) if g.cache else None
     if isinstance(device, CudaDevice):  # the attention on a GPU
@@ -176,10 +180,10 @@ class Loop:
             feeds[i] = np.zeros(t.static_shape, t.dtype.numpy)
         return feeds
 
-    def prefill(self, step: EntryPoint, caches: Sequence[np.ndarray]) -> int:
+    def prefill(self, step: EntryPoint, caches: Sequence[np.ndarray] | None) -> int:
         """The prompt through the step (past 0): its keys and values into the first
-        positions of each window (the rest zeroed), the mask set for the prompt and the
-        token's own slot; the first token."""
+        positions of each window (`caches`, the rest zeroed; None: kept nowhere); the
+        first token."""
         g, r, prompt = self.g, self.r, self.prompt
         feeds: list[Any] = [None] * len(r.inputs)
         feeds[g.ids], feeds[g.mask] = self.ids, np.ones((1, prompt), np.int64)
@@ -192,7 +196,7 @@ class Loop:
         def keep(results: Sequence[np.ndarray]) -> int:
             """The presents' prompt positions into the windows (views of the step's
             buffers: nothing else is copied out), and the choice."""
-            for cache, (_, o), axis in zip(caches, g.cache, r.axes, strict=True):
+            for cache, (_, o), axis in zip(caches or (), g.cache, r.axes, strict=False):
                 _at(cache, axis, slice(0, prompt))[...] = _at(results[o], axis, slice(0, prompt))
                 _at(cache, axis, slice(prompt, None))[...] = 0
             return int(np.argmax(results[g.logits][0, -1]))

@@ -526,13 +526,12 @@ class Program:
         writes the inputs into their buffers itself (`input_view`); None when a step has no
         native form (a kernel on another device, an interpreted or library kernel, a
         zeroing)."""
-        jobs = []
-        for step in arena.steps:
-            if step.input is None:
-                if step.job is None:
-                    return None
-                jobs.append(step.job)
-        return threads.sequence(jobs)
+        if not arena.native_made:  # on the arena's first use for it
+            jobs = [step.job for step in arena.steps if step.input is None]
+            kernels = [job for job in jobs if job is not None]
+            arena.native = threads.sequence(kernels) if len(kernels) == len(jobs) else None
+            arena.native_made = True
+        return arena.native
 
     def input_view(self, arena: Arena, index: int) -> np.ndarray | None:
         """Input `index`'s buffer in `arena`, typed (None where it is not host memory)."""
