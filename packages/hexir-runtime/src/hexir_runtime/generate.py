@@ -8,9 +8,20 @@ planned program of the step (`Resident.sized` hits) instead of planning a new bi
 every past length, which costs ~30x a step. The positions not yet written are masked out by
 the attention mask (0), and the new token's own key and value, which the step appends at
 position `window` of its present, are copied to their slot in the window: the step's
-attention sees exactly the tokens a growing cache holds, with the true position ids. The
-step's results are read where it wrote them (`EntryPoint._reading`): of its grown caches
-only that one position is copied, and of its logits the last row is read.
+attention sees exactly the tokens a growing cache holds, with the true position ids.
+
+Who drives the steps depends on where the step runs (`Loop`):
+- all compiled cpu kernels (`Loop.native`): the runtime's native code, GENERATE of
+  `hal/threads.o`, on an arena of the decode step held for the call: the windows are that
+  arena's own past inputs, and per token the loop writes the token, its position and the
+  mask there, runs the step's kernels (one SEQUENCE), copies each present's new position
+  into its window and takes the argmax of the logits -- no Python per token;
+- the attention on cuda (`Loop.on_device`): the windows and presents are device arrays the
+  loop holds, the new position moves device to device, and only the token, its position,
+  the mask and the logits cross (the step is called from Python per token);
+- anything else (`Loop.in_python`, kernels without a native form): the windows are host
+  arrays fed to each step call, whose results are read in place (`EntryPoint._reading`):
+  of its grown caches only the new position is copied, of its logits the last row.
 
 The window holds the prompt and the new tokens, rounded up to one of four sizes per doubling
 (`window`) and capped at the module's `max_length` - 1: the step's attention and its cache
