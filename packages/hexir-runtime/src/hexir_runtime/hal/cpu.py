@@ -7,7 +7,8 @@ view of the module's mapping, so weights are never copied.
 A version-5 cpu executable carries a host image: `hostcode` loads it once per load, and a
 launch calls it with one bare pointer per buffer (then, for a dynamic module's kernel, its
 size operands as int64s: on x86-64 an int64 takes a pointer's slot), its cpu grid split
-across the shared thread pool when the kernel is big enough to gain (`PARALLEL_GRAIN`).
+across the shared thread pool when the kernel is big enough to gain (`PARALLEL_GRAIN`,
+`PARALLEL_BYTES`).
 Every kernel is the image's own loops: the runtime offers an image no routine of its own, so
 the pool's threads are the only ones a call runs on (an image of an older compiler that
 calls back for its matmul, `hexir_rt_matmul`, is refused at load, see `hostcode`). Versions
