@@ -4,23 +4,24 @@ The interpreter is the same for every backend: slots resolve to `hal.Buffer`s on
 the slot lives on, DISPATCH launches on the kernel's device, COPY moves bytes between devices.
 It runs only plans that `validate` produced, so it never range-checks a command itself.
 
-What outlives one call lives in `Resident` (one per load): the devices, each executable loaded
-once per device, each constant bound (cpu) or uploaded (cuda) once, and each entry's
+What outlives one call lives in `Resident` (one per load): the devices, each executable
+loaded once per device, each constant bound (cpu) or uploaded (cuda) once, and each entry's
 `Program`. A program resolves, when it is made, which buffer every command reads and writes
-(a slot bound twice is two buffers), and binds each command to its device, its kernel and its
-buffers: a call then only copies its inputs in, runs the bound steps, and reads its outputs
-out. A run of compiled cpu kernels is one step of the runtime's native loop (a SEQUENCE,
-`arena.sequences`): one foreign call for all of them. The buffers a call works in are an
-*arena* (`arena.Arena`), made on a call's first use and kept for the next, so a steady call
-allocates, zeroes and frees nothing; calls in flight at once each take their own arena (the
-pool grows to the most calls ever in flight), so a module may be called from several
-threads, with the same results as one at a time (calls that touch cuda take turns: a context is current on one thread at a time). When the module
-plans its memory (`hexir_format.plan`), an arena's intermediates are views into one buffer
-per device, placed by the plan, instead of one buffer each. An arena is zeroed when it is
-made; a buffer that a call reads before it writes it (never in a module the compiler writes,
-where every buffer is a kernel's destination first; a kernel that names its destination among
-its inputs reads it first too) is zeroed again where its ALLOC binds it,
-so no call sees another's data, nor a buffer the bytes of one that died earlier in the call.
+(a slot bound twice is two buffers), and binds each command to its device, its kernel and
+its buffers: a call then only copies its inputs in, runs the bound steps, and reads its
+outputs out. A run of compiled cpu kernels is one step of the runtime's native loop (a
+SEQUENCE, `arena.sequences`): one foreign call for all of them. The buffers a call works in
+are an *arena* (`arena.Arena`), made on a call's first use and kept for the next, so a
+steady call allocates, zeroes and frees nothing; calls in flight at once each take their own
+arena (the pool grows to the most calls ever in flight), so a module may be called from
+several threads, with the same results as one at a time (calls that touch cuda take turns: a
+context is current on one thread at a time). When the module plans its memory
+(`hexir_format.plan`), an arena's intermediates are views into one buffer per device, placed
+by the plan, instead of one buffer each. An arena is zeroed when it is made; a buffer that a
+call reads before it writes it (never in a module the compiler writes, where every buffer is
+a kernel's destination first; a kernel that names its destination among its inputs reads it
+first too) is zeroed again where its ALLOC binds it, so no call sees another's data, nor a
+buffer the bytes of one that died earlier in the call.
 
 Device work is asynchronous, in order on the device's stream. Each maximal run of commands
 that only queue work on a device that records graphs (cuda kernels, copies and zeroing
