@@ -1,0 +1,70 @@
+"""The cpu max pool of a padded window (`window.plan_pool`: rows whose windows lie inside
+the input along the last axis as vectors of strided loads, the padded ones masked one at a
+time) against torch, at every x86-64 level this CPU runs.
+
+The shapes reach each run of a row: windows in the padding at both ends, vector blocks and
+the outputs after the last whole one, rows too short for a vector, strides 1 to 3, a
+dilation, ceil mode's last window past the end, 1-D and 3-D, and NaNs, which a max pool
+propagates as torch's does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper
+
+import hexir_compiler
+import hexir_runtime
+from hexir_runtime.hal.hostcode import host_level
+
+LEVELS = [level for level in (2, 3, 4) if level <= host_level()]
+NAMES = {2: "x86-64-v2", 3: "x86-64-v3", 4: "x86-64-v4"}
+TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE}
+
+CASES = {  # name: (x shape, kernel, strides, pads (begins, ends), dilations, ceil_mode)
+    "resnet-stem": ((1, 3, 40, 75), (3, 3), (2, 2), (1, 1, 1, 1), (1, 1), 0),
+    "stride1-pad1": ((2, 2, 9, 37), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 0),
+    "short-rows": ((1, 4, 6, 5), (2, 2), (1, 1), (1, 0, 0, 1), (1, 1), 0),
+    "stride3-uneven": ((1, 2, 11, 70), (3, 4), (3, 3), (0, 2, 1, 1), (1, 1), 0),
+    "dilated": ((1, 3, 12, 50), (3, 3), (1, 2), (2, 2, 2, 2), (2, 2), 0),
+    "ceil-past-end": ((1, 2, 14, 52), (3, 3), (2, 2), (1, 1, 0, 0), (1, 1), 1),
+    "1d": ((2, 3, 90), (5,), (2,), (2, 2), (1,), 0),
+    "3d": ((1, 2, 5, 6, 40), (3, 3, 3), (1, 1, 2), (1, 1, 1, 1, 1, 1), (1, 1, 1), 0),
+}
+
+
+def _model(x: np.ndarray, kernel, strides, pads, dilations, ceil: int):
+    node = helper.make_node("MaxPool", ["x"], ["y"], kernel_shape=list(kernel),
+                            strides=list(strides), pads=list(pads),
+                            dilations=list(dilations), ceil_mode=ceil)
+    graph = helper.make_graph([node], "pool",
+                              [helper.make_tensor_value_info("x", TYPES[x.dtype.type], x.shape)],
+                              [helper.make_tensor_value_info("y", TYPES[x.dtype.type], None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def _torch(x: np.ndarray, kernel, strides, pads, dilations, ceil: int) -> np.ndarray:
+    rank = len(kernel)
+    begins, ends = pads[:rank], pads[rank:]
+    # torch pads symmetrically: pad explicitly with -inf, then pool without padding
+    widths = [w for d in reversed(range(rank)) for w in (begins[d], ends[d])]
+    padded = torch.nn.functional.pad(torch.from_numpy(x), widths, value=float("-inf"))
+    pool = getattr(torch.nn.functional, f"max_pool{rank}d")
+    return pool(padded, kernel, strides, 0, dilations, ceil_mode=bool(ceil)).numpy()
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=[NAMES[v] for v in LEVELS])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("name", CASES)
+def test_a_padded_max_pool_matches_torch(name, dtype, level) -> None:
+    shape, *geometry = CASES[name]
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal(shape).astype(dtype)
+    x.reshape(-1)[rng.choice(x.size, 3, replace=False)] = np.nan
+    module = hexir_compiler.compile(_model(x, *geometry), target=f"cpu:{NAMES[level]}")
+    got = hexir_runtime.load(module).main(x)
+    np.testing.assert_array_equal(got, _torch(x, *geometry))
