@@ -145,7 +145,7 @@ class CpuDevice(Device):
         """A compiled kernel's launch: its pointers (and size operands), extent and pool."""
         extent, size = exe.grid[0], exe.destination.size
         assert isinstance(extent, int) and isinstance(size, int), "sized for the call"
-        big = size >= PARALLEL_GRAIN or sum(t.static_nbytes for t in exe.args) >= PARALLEL_BYTES
+        big = size >= PARALLEL_GRAIN or sum(b.size for b in buffers) >= PARALLEL_BYTES
         pool = threads.shared() if big else None
         return [*(b.address for b in buffers), *scalars], extent, pool
 
