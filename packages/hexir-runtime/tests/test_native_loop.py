@@ -144,3 +144,10 @@ def test_each_cache_gets_the_new_position_at_filled():
     want = np.zeros_like(past)
     want[:, :, filled:filled + 2] = present[:, :, size:size + 1]
     np.testing.assert_array_equal(past, want)
+
+
+def test_the_loops_slot_is_the_copy_record():
+    """`generate.Slot` is packed field by field into GENERATE's copy records."""
+    from hexir_runtime import generate
+
+    assert generate.Slot._fields == threads.COPY_FIELDS

@@ -37,7 +37,7 @@ import math
 import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 import numpy as np
 
@@ -248,7 +248,8 @@ class Loop:
         for name, view in (("logits", results[g.logits]), ("ids", ids), ("positions", positions),
                            ("mask", mask), ("tokens", out)):
             record[name] = record.hold(view)
-        copies = np.array([_copy(past, results[o], axis, size)
+        copies = np.array([_slot(past.ctypes.data, past.shape, results[o].ctypes.data,
+                                 results[o].shape, results[o].itemsize, axis, size)
                            for past, (_, o), axis in zip(pasts, g.cache, r.axes, strict=True)],
                           np.int64).reshape(-1, len(threads.COPY_FIELDS))
         record["copies"], record["ncopies"] = record.hold(copies), len(copies)
@@ -316,7 +317,8 @@ class Loop:
             for window, cache in zip(windows, host, strict=True):  # the one upload
                 device.write(device.borrow(_address(window), cache.nbytes),
                              cache.reshape(-1).view(np.uint8))
-            copies = [_rows(w, out[o], axis, size)
+            copies = [_slot(_address(w), w.shape, _address(out[o]), out[o].shape,
+                            w.dtype.itemsize, axis, size)
                       for w, (_, o), axis in zip(windows, g.cache, r.axes, strict=True)]
             mask, token, position = feeds[g.mask], feeds[g.ids], feeds[g.positions]
             mask[0, :prompt] = mask[0, size] = 1
@@ -325,9 +327,9 @@ class Loop:
             while self.first(chosen, tokens):
                 token[0, 0], position[0, 0] = chosen, filled
                 step(*feeds, out=out)
-                for dst, dst_pitch, src, src_pitch, width, rows in copies:
-                    device.copy_rows(dst + filled * width, dst_pitch, src, src_pitch, width,
-                                     rows)
+                for c in copies:
+                    device.copy_rows(c.dst + filled * c.bytes, c.dst_stride, c.src,
+                                     c.src_stride, c.bytes, c.outer)
                 chosen = int(np.argmax(out[g.logits][0, -1]))
                 mask[0, filled] = 1
                 filled += 1
@@ -347,28 +349,32 @@ def _device_array(device: CudaDevice, t: TensorType, held: list[DeviceArray]) ->
     return array
 
 
-def _rows(window: DeviceArray, present: DeviceArray, axis: int,
-          size: int) -> tuple[int, int, int, int, int, int]:
-    """`CudaDevice.copy_rows`' arguments (the destination at position 0) that move a decode
-    step's new position (`size`, after the window, in its present) to the window: a row per
-    block before `axis` (each head)."""
-    inner = present.dtype.itemsize * math.prod(present.shape[axis + 1:])
-    return (_address(window), window.shape[axis] * inner,
-            _address(present) + size * inner, present.shape[axis] * inner, inner,
-            math.prod(present.shape[:axis]))
-
-
 def _address(array: DeviceArray) -> int:
     return array.__cuda_array_interface__["data"][0]
 
 
-def _copy(past: np.ndarray, present: np.ndarray, axis: int, size: int) -> list[int]:
-    """The COPY_FIELDS record that moves a decode step's new position (`size`, after the
-    window, in its present) to its place in the window (`past`, at `filled`)."""
-    inner = present.itemsize * math.prod(present.shape[axis + 1:])
-    return [present.ctypes.data + size * inner, past.ctypes.data,
-            math.prod(present.shape[:axis]), present.shape[axis] * inner,
-            past.shape[axis] * inner, inner]
+class Slot(NamedTuple):
+    """How a decode step's new position (`size`, after the window, in its present) moves to
+    its place in the window (at `filled`): `bytes` from each of `outer` blocks (a head
+    each) of the present, `src_stride` apart, to the window's blocks `dst_stride` apart, at
+    `dst + filled * bytes`. Its fields are GENERATE's copy record (`threads.COPY_FIELDS`)
+    and `CudaDevice.copy_rows`' arguments."""
+
+    src: int
+    dst: int
+    outer: int
+    src_stride: int
+    dst_stride: int
+    bytes: int
+
+
+def _slot(past: int, past_shape: tuple[int, ...], present: int,
+          present_shape: tuple[int, ...], itemsize: int, axis: int, size: int) -> Slot:
+    """The `Slot` of a past window at address `past` and its present at `present` (host or
+    device memory), the cache's positions along `axis`."""
+    inner = itemsize * math.prod(present_shape[axis + 1:])
+    return Slot(present + size * inner, past, math.prod(present_shape[:axis]),
+                present_shape[axis] * inner, past_shape[axis] * inner, inner)
 
 
 def _at(array: np.ndarray, axis: int, index: int | slice) -> np.ndarray:
