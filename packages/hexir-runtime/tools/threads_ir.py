@@ -269,6 +269,13 @@ define internal i64 @get(ptr %record, i64 %at) nounwind {{
   ret i64 %v
 }}
 
+; a private record's field %at, an address
+define internal ptr @pointer(ptr %record, i64 %at) nounwind {{
+  %v = call i64 @get(ptr %record, i64 %at)
+  %p = inttoptr i64 %v to ptr
+  ret ptr %p
+}}
+
 define internal void @put(ptr %record, i64 %at, i64 %v) nounwind {{
   %p = getelementptr inbounds i8, ptr %record, i64 %at
   store i64 %v, ptr %p, align 8
@@ -280,8 +287,7 @@ define internal void @put(ptr %record, i64 %at, i64 %v) nounwind {{
 define internal void @sequence(ptr %s, ptr %q) nounwind {{
 entry:
   %count = call i64 @get(ptr %q, i64 {SEQ_COUNT})
-  %jobsv = call i64 @get(ptr %q, i64 {SEQ_JOBS})
-  %jobs = inttoptr i64 %jobsv to ptr
+  %jobs = call ptr @pointer(ptr %q, i64 {SEQ_JOBS})
   %alone = icmp eq ptr %s, null
   br label %head
 head:
@@ -296,11 +302,9 @@ body:
   %here = or i1 %alone, %one
   br i1 %here, label %direct, label %pooled
 direct:
-  %entryv = call i64 @get(ptr %job, i64 {ENTRY_FIELD})
-  %fn = inttoptr i64 %entryv to ptr
+  %fn = call ptr @pointer(ptr %job, i64 {ENTRY_FIELD})
   %argc = call i64 @get(ptr %job, i64 {ARGC})
-  %argsv = call i64 @get(ptr %job, i64 {ARGS})
-  %args = inttoptr i64 %argsv to ptr
+  %args = call ptr @pointer(ptr %job, i64 {ARGS})
   %end = call i64 @get(ptr %job, i64 {END})
   call void @invoke(ptr %fn, i64 %argc, ptr %args, i64 0, i64 %end)
   br label %next
@@ -411,26 +415,19 @@ exit:
 ; `produced` (how many were written) in the record.
 define internal void @generate(ptr %s, ptr %g) nounwind {{
 entry:
-  %seqv = call i64 @get(ptr %g, i64 {GEN_SEQUENCE})
-  %seq = inttoptr i64 %seqv to ptr
-  %logitsv = call i64 @get(ptr %g, i64 {GEN_LOGITS})
-  %logits = inttoptr i64 %logitsv to ptr
+  %seq = call ptr @pointer(ptr %g, i64 {GEN_SEQUENCE})
+  %logits = call ptr @pointer(ptr %g, i64 {GEN_LOGITS})
   %vocab = call i64 @get(ptr %g, i64 {GEN_VOCAB})
   %wide = call i64 @get(ptr %g, i64 {GEN_WIDE})
-  %idsv = call i64 @get(ptr %g, i64 {GEN_IDS})
-  %ids = inttoptr i64 %idsv to ptr
-  %posv = call i64 @get(ptr %g, i64 {GEN_POSITIONS})
-  %positions = inttoptr i64 %posv to ptr
-  %maskv = call i64 @get(ptr %g, i64 {GEN_MASK})
-  %mask = inttoptr i64 %maskv to ptr
+  %ids = call ptr @pointer(ptr %g, i64 {GEN_IDS})
+  %positions = call ptr @pointer(ptr %g, i64 {GEN_POSITIONS})
+  %mask = call ptr @pointer(ptr %g, i64 {GEN_MASK})
   %filled0 = call i64 @get(ptr %g, i64 {GEN_FILLED})
   %token0 = call i64 @get(ptr %g, i64 {GEN_TOKEN})
   %eos = call i64 @get(ptr %g, i64 {GEN_EOS})
   %count = call i64 @get(ptr %g, i64 {GEN_COUNT})
-  %tokensv = call i64 @get(ptr %g, i64 {GEN_TOKENS})
-  %tokens = inttoptr i64 %tokensv to ptr
-  %copiesv = call i64 @get(ptr %g, i64 {GEN_COPIES})
-  %copies = inttoptr i64 %copiesv to ptr
+  %tokens = call ptr @pointer(ptr %g, i64 {GEN_TOKENS})
+  %copies = call ptr @pointer(ptr %g, i64 {GEN_COPIES})
   %ncopies = call i64 @get(ptr %g, i64 {GEN_NCOPIES})
   br label %head
 head:
