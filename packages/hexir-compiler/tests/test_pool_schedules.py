@@ -2,8 +2,9 @@
 the input along the last axis as vectors of strided loads, the padded ones masked one at a
 time) against torch, at every x86-64 level this CPU runs.
 
-The shapes reach each run of a row: windows in the padding at both ends, vector blocks and
-the outputs after the last whole one, rows too short for a vector, strides 1 to 3, a
+The shapes reach each run of a row: windows in the padding at both ends, vector blocks, the
+narrower vectors after the last whole one (a 14-wide row has 12 outputs inside: at 16 lanes
+one vector of 8 and one of 4) and the single outputs after those, rows too short for a vector, strides 1 to 3, a
 dilation, ceil mode's last window past the end, 1-D and 3-D, and NaNs, which a max pool
 propagates as torch's does.
 """
@@ -32,6 +33,8 @@ CASES = {  # name: (x shape, kernel, strides, pads (begins, ends), dilations, ce
     "stride3-uneven": ((1, 2, 11, 70), (3, 4), (3, 3), (0, 2, 1, 1), (1, 1), 0),
     "dilated": ((1, 3, 12, 50), (3, 3), (1, 2), (2, 2, 2, 2), (2, 2), 0),
     "ceil-past-end": ((1, 2, 14, 52), (3, 3), (2, 2), (1, 1, 0, 0), (1, 1), 1),
+    "googlenet-14": ((1, 3, 14, 14), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
+    "tails-8-4-2": ((1, 2, 5, 33), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 0),
     "1d": ((2, 3, 90), (5,), (2,), (2, 2), (1,), 0),
     "3d": ((1, 2, 5, 6, 40), (3, 3, 3), (1, 1, 2), (1, 1, 1, 1, 1, 1), (1, 1, 1), 0),
 }
