@@ -1,6 +1,7 @@
 """Three engines in one process: how much Hexir, ONNX Runtime and PyTorch slow each other.
 
     python bench/coexist.py [--models=resnet18,gpt2] [--calls=100] [--targets=default]
+                            [--quiet-pools]
 
 Issue 24 asks that a process which also runs ONNX Runtime or PyTorch does not slow Hexir down
 by more than they slow each other. Each engine's pool outlives its call: ORT's and PyTorch's
@@ -13,6 +14,9 @@ is timed in a fresh process, each at its default threads:
 - beside each other engine: the two called in turn, A B A B ..., each call timed.
 A figure is a median; `slowdown(A by B)` is A's median beside B over A's median alone. The
 last line compares Hexir's worst slowdown with the worst the other two inflict on each other.
+`--quiet-pools` runs ORT and PyTorch as a user who shares a process with Hexir is advised to
+(README): ORT's `session.intra_op.allow_spinning` 0 and `OMP_WAIT_POLICY=PASSIVE`, so that
+their pools sleep as soon as a call ends rather than spin a core for ~40 ms (ORT).
 All outputs are checked against ORT's first (rtol 1e-3 / atol 1e-4), PyTorch's included.
 """
 
@@ -58,7 +62,11 @@ def measure(job: dict) -> dict:
     spec = corpus.CORPUS[job["model"]]
     with np.load(job["feeds"]) as saved:
         feeds = {i.name: saved[i.name] for i in spec.inputs}
-    session = onnxruntime.InferenceSession(job["onnx"], providers=["CPUExecutionProvider"])
+    options = onnxruntime.SessionOptions()
+    if job["quiet_pools"]:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    session = onnxruntime.InferenceSession(job["onnx"], options,
+                                           providers=["CPUExecutionProvider"])
     want = session.run(None, feeds)
     calls = {}
     if "ORT" in job["engines"]:
@@ -95,8 +103,11 @@ def measure(job: dict) -> dict:
 
 
 def run(job: dict) -> dict:
+    env = dict(os.environ)
+    if job["quiet_pools"]:  # libgomp reads it once, as torch loads
+        env["OMP_WAIT_POLICY"] = "PASSIVE"
     done = subprocess.run([sys.executable, __file__, "--measure"], input=json.dumps(job),
-                          text=True, capture_output=True)
+                          text=True, capture_output=True, env=env)
     if done.returncode:
         lines = done.stderr.strip().splitlines() or ["(no message)"]
         raise SystemExit(f"{job['model']} {'+'.join(job['engines'])}: {lines[-1]}")
@@ -131,6 +142,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--models", default="resnet18,gpt2")
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--targets", default="default", help="the Hexir compile's target")
+    parser.add_argument("--quiet-pools", action="store_true",
+                        help="ORT's session.intra_op.allow_spinning=0 and PyTorch's "
+                             "OMP_WAIT_POLICY=PASSIVE: the other pools sleep after a call")
     args = parser.parse_args(argv)
     names = args.models.split(",")
     unknown = [n for n in names if n not in corpus.CORPUS]
@@ -139,12 +153,14 @@ def main(argv: list[str]) -> int:
                      f"{', '.join(corpus.CORPUS)}")
     load = os.getloadavg()
     print(f"{os.cpu_count()} cores; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
-          f"{args.calls} calls per engine and process; default threads everywhere")
+          f"{args.calls} calls per engine and process; default threads everywhere"
+          + ("; ORT allow_spinning=0, OMP_WAIT_POLICY=PASSIVE" if args.quiet_pools else ""))
     print("| model | engine | alone ms | slowed by hexir | by ORT | by torch |")
     print("| --- | --- | ---: | ---: | ---: | ---: |", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
         for name in names:
-            base = prepare(name, args.targets, Path(scratch)) | {"calls": args.calls}
+            base = prepare(name, args.targets, Path(scratch)) | {
+                "calls": args.calls, "quiet_pools": args.quiet_pools}
             alone = {e: run(base | {"engines": [e]})[e] for e in ENGINES}
             slowed: dict[tuple[str, str], float] = {}
             for i, a in enumerate(ENGINES):
