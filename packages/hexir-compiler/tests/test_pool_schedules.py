@@ -4,9 +4,9 @@ time) against torch, at every x86-64 level this CPU runs.
 
 The shapes reach each run of a row: windows in the padding at both ends, vector blocks, the
 narrower vectors after the last whole one (a 14-wide row has 12 outputs inside: at 16 lanes
-one vector of 8 and one of 4) and the single outputs after those, rows too short for a vector, strides 1 to 3, a
-dilation, ceil mode's last window past the end, 1-D and 3-D, and NaNs, which a max pool
-propagates as torch's does.
+one vector of 8 and one of 4) and the single outputs after those, rows too short for a
+vector, strides 1 to 3, a dilation, ceil mode's last window past the end, 1-D and 3-D, and
+NaNs, which a max pool propagates as torch's does.
 """
 
 from __future__ import annotations

@@ -288,3 +288,60 @@ def test_a_calls_compiled_kernels_run_as_one_native_sequence(monkeypatch):
             np.testing.assert_array_equal(alone.main(x), together)
             (arena,) = alone._resident.programs["main"]._arenas
             assert arena.runs == arena.steps
+
+
+def _unaligned(x: np.ndarray) -> np.ndarray:
+    """A copy of `x` one byte past an element boundary (numpy's ALIGNED flag off)."""
+    raw = np.zeros(x.nbytes + 1, np.uint8)
+    u = raw[1:].view(x.dtype).reshape(x.shape)
+    u[...] = x
+    assert not u.flags.aligned
+    return u
+
+
+def test_an_input_only_cpu_kernels_read_is_read_where_it_lies(monkeypatch):
+    """The MLP's input is read by its first kernel alone: a call points the sequence's
+    kernels at the caller's array instead of copying it into the arena (`arena.direct_inputs`),
+    so the arena's input buffer stays as it was made while each new array gets its own
+    answer, bit for bit the copying path's; an array off its element alignment is copied
+    in and the kernels pointed back at the buffer, and the next aligned array is read where
+    it lies again (the buffer keeps the unaligned one's values)."""
+    from hexir_runtime import interpreter
+
+    data = np.load(FIXTURES / "mlp-f32.npz")
+    rng = np.random.default_rng(3)
+    arrays = [data["input_0"], rng.standard_normal(data["input_0"].shape).astype(np.float32)]
+    unaligned = _unaligned(arrays[1] * 2)
+    with hr.load(FIXTURES / "mlp-f32.hxb") as m:
+        got = [m.main(a) for a in arrays]
+        program = m._resident.programs["main"]
+        assert list(program.kernel_inputs) == [0]
+        (arena,) = program._arenas
+        buffer = program.input_view(arena, 0)
+        assert not buffer.any()  # never written: the kernels read the callers' arrays
+        got.append(m.main(unaligned))
+        np.testing.assert_array_equal(buffer, unaligned)
+        got.append(m.main(arrays[0]))
+        np.testing.assert_array_equal(buffer, unaligned)
+    monkeypatch.setattr(interpreter.Program, "_read_by_cpu_kernels_only", lambda self: {})
+    with hr.load(FIXTURES / "mlp-f32.hxb") as copying:
+        want = [copying.main(a) for a in (*arrays, unaligned, arrays[0])]
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    np.testing.assert_allclose(got[0], data["output_0"], rtol=1e-5)
+
+
+def test_an_input_that_is_also_a_result_is_copied_in():
+    """The MLP with its input returned as a second result: the result is read from the
+    arena's buffer, so the input is copied there as before, and comes back unchanged."""
+    module = hf.parse((FIXTURES / "mlp-f32.hxb").read_bytes())
+    functions = []
+    for f in module.functions:
+        (given,) = [c for c in f.commands if c.op is hf.Op.INPUT]
+        functions.append(replace(f, commands=(*f.commands, Command.output(given.slot, 1))))
+    x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
+    with hr.load(hf.build(replace(module, functions=tuple(functions)))) as m:
+        logits, same = m.main(x)
+        assert m._resident.programs["main"].kernel_inputs == {}
+        np.testing.assert_array_equal(same, x)
+        np.testing.assert_array_equal(logits, hr.load(FIXTURES / "mlp-f32.hxb").main(x))

@@ -10,7 +10,8 @@ loaded once per device, each constant bound (cpu) or uploaded (cuda) once, and e
 (a slot bound twice is two buffers), and binds each command to its device, its kernel and
 its buffers: a call then only copies its inputs in, runs the bound steps, and reads its
 outputs out. A run of compiled cpu kernels is one step of the runtime's native loop (a
-SEQUENCE, `arena.sequences`): one foreign call for all of them. The buffers a call works in
+SEQUENCE, `arena.sequences`): one foreign call for all of them; an input only such kernels
+read is not even copied: their pointers are set to the caller's array (`arena.direct_inputs`). The buffers a call works in
 are an *arena* (`arena.Arena`), made on a call's first use and kept for the next, so a
 steady call allocates, zeroes and frees nothing; calls in flight at once each take their own
 arena (the pool grows to the most calls ever in flight), so a module may be called from
@@ -45,7 +46,7 @@ import numpy as np
 
 from hexir_format import Command, Device, DType, Executable, KernelKind, Op, TensorType
 from hexir_runtime import hal, library, sizes
-from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, graphs, sequences
+from hexir_runtime.arena import IDLE, Arena, Call, Printer, Step, direct_inputs, graphs, sequences
 from hexir_runtime.errors import DeviceError, ExecutionError
 from hexir_runtime.hal import threads
 from hexir_runtime.hal.cpu import CpuDevice
@@ -224,6 +225,7 @@ class Program:
         self.alias, self.views = self._reshapes_as_views()
         self.transfers = Transfers(plan.name, resident.devices, self.bindings, plan.commands,
                                    self.reads, self.writes, self.outputs)
+        self.kernel_inputs = self._read_by_cpu_kernels_only()
         self._free: list[Arena] = []
         self._arenas: list[Arena] = []
         self._lock = threading.Lock()
@@ -300,6 +302,29 @@ class Program:
             views.add(i)
         return alias, views
 
+    def _read_by_cpu_kernels_only(self) -> dict[int, tuple[int, list[int]]]:
+        """input index -> its binding and the commands that read it, for the cpu inputs that
+        nothing but cpu kernels read (a reshape's view of one counts as the input):
+        candidates for a call that points the kernels at the caller's array
+        (`arena.direct_inputs`)."""
+        executables = self.module_plan.module.executables
+        forwarded = self.transfers.forwarded
+        inputs = {write: c.index for c, write in zip(self.plan.commands, self.writes, strict=True)
+                  if c.op is Op.INPUT and write is not None and write not in forwarded
+                  and self.bindings[write].device is Device.CPU}
+        readers: dict[int, list[int]] = {write: [] for write in inputs}
+        for i, (c, reads) in enumerate(zip(self.plan.commands, self.reads, strict=True)):
+            if i in self.views:
+                continue
+            kernel = c.op is Op.DISPATCH and executables[c.executable].device is Device.CPU \
+                and executables[c.executable].kind is not KernelKind.LIBRARY
+            for b in {self.alias.get(b, b) for b in reads} & readers.keys():
+                if kernel:
+                    readers[b].append(i)
+                else:  # an output, a copy, a print, a kernel elsewhere: it reads the buffer
+                    inputs.pop(b, None)
+        return {index: (write, readers[write]) for write, index in inputs.items()}
+
     # ---- arenas ------------------------------------------------------------------------------
 
     def _take(self) -> Arena:
@@ -333,6 +358,11 @@ class Program:
         arena.steps = graphs(arena, self.resident.devices, [s for s in steps if s is not None],
                              self._failed)
         arena.runs = sequences(arena.steps)
+        direct = {index: (buffers[b].address, buffers[b].size)
+                  for index, (b, readers) in self.kernel_inputs.items()
+                  if all(getattr(steps[i], "job", None) is not None for i in readers)}
+        if direct:
+            arena.runs = direct_inputs(arena, direct)
         with self._lock:
             self._arenas.append(arena)
         return arena

@@ -138,7 +138,7 @@ class CpuDevice(Device):
         if loaded.code is None:
             return None
         return loaded.code.job(*self._launch(sized or loaded.exe, buffers, scalars),
-                               to_end=True)
+                               to_end=True, buffers=len(buffers))
 
     @staticmethod
     def _launch(exe: Executable, buffers: list[Buffer], scalars: Sequence[int]):

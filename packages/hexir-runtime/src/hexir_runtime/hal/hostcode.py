@@ -51,13 +51,19 @@ STUB = b"\xff\x25\x00\x00\x00\x00"  # jmp *[rip+0]: jumps to the 8-byte address 
 class Job:
     """A kernel launch as `threads.sequence` records it: `entry` over [0, extent) with
     `pointers`, in `chunks` on the pool (1: whole on the calling thread), the last chunk
-    ending at `end`."""
+    ending at `end`; the first `buffers` pointers are buffers' addresses (the rest, size
+    operands; None: all)."""
 
     entry: int
     pointers: tuple[int, ...]
     extent: int
     end: int
     chunks: int
+    buffers: int | None = None
+
+    @property
+    def addresses(self) -> tuple[int, ...]:
+        return self.pointers if self.buffers is None else self.pointers[:self.buffers]
 
 
 class HostKernel:
@@ -103,14 +109,14 @@ class HostKernel:
         return alone
 
     def job(self, pointers: Sequence[int], extent: int, pool: Pool | None = None, *,
-            to_end: bool = False) -> Job | None:
-        """The launch `bind` makes, as a record for `threads.sequence`: None for one `run`
-        refuses (it has no native form; `bind`'s callable raises)."""
+            to_end: bool = False, buffers: int | None = None) -> Job | None:
+        """The launch `bind` makes, as a record for `threads.sequence` (`buffers`: `Job`'s):
+        None for one `run` refuses (it has no native form; `bind`'s callable raises)."""
         if self._fn is None or len(pointers) != self.argc or extent < 0:
             return None
         chunks = 1 if pool is None else pool.chunks(extent, len(pointers))
         return Job(self.entry, tuple(int(p) for p in pointers), extent,
-                   END if to_end else extent, chunks)
+                   END if to_end else extent, chunks, buffers)
 
     def close(self) -> None:
         self._fn = None

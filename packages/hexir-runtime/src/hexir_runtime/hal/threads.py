@@ -76,6 +76,11 @@ class Record:
         self.array = np.zeros(len(fields), np.int64)
         self.held: list[object] = []  # what the record points into, kept alive
         self.pooled = 0  # a SEQUENCE's jobs of more than one chunk (`Pool.jobs` counts them)
+        # a SEQUENCE's pointers, every job's in turn, and which are buffers' addresses (the
+        # rest are size operands): a caller may repoint buffers between runs
+        # (`arena.direct_inputs`)
+        self.pointers = np.zeros(0, np.uint64)
+        self.addresses = np.zeros(0, bool)
         for name, value in values.items():
             self[name] = value
         self.address = self.array.ctypes.data
@@ -102,8 +107,10 @@ def sequence(jobs: Sequence[hostcode.Job]) -> Record | None:
         return None
     jobs = [j for j in jobs if j.end != 0]  # an empty range: nothing to call
     record = Record(SEQUENCE, SEQ_FIELDS, count=len(jobs))
-    pointers = np.array([p for j in jobs for p in j.pointers] or [0], np.uint64)
-    at = record.hold(pointers)
+    record.pointers = np.array([p for j in jobs for p in j.pointers] or [0], np.uint64)
+    record.addresses = np.array([i < len(j.addresses) for j in jobs
+                                 for i in range(len(j.pointers))] or [False])
+    at = record.hold(record.pointers)
     table = np.zeros((max(1, len(jobs)), len(JOB_FIELDS)), np.int64)
     for row, j in zip(table, jobs):  # noqa: B905 (table has a row per job, or one)
         row[:] = (j.entry, len(j.pointers), at, j.chunks, j.extent, j.end)
