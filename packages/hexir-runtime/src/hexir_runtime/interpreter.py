@@ -12,8 +12,8 @@ its buffers: a call then only copies its inputs in, runs the bound steps, and re
 outputs out. A run of compiled cpu kernels is one step of the runtime's native loop (a
 SEQUENCE, `arena.sequences`): one foreign call for all of them; an input only such kernels
 read is not even copied: their pointers are set to the caller's array
-(`arena.direct_inputs`). The buffers a call works in are an *arena* (`arena.Arena`), made on a call's first use and kept for the next, so a
-steady call allocates, zeroes and frees nothing; calls in flight at once each take their own
+(`arena.direct_inputs`). The buffers a call works in are an *arena* (`arena.Arena`), made
+on a call's first use and kept for the next, so a steady call allocates, zeroes and frees nothing; calls in flight at once each take their own
 arena (the pool grows to the most calls ever in flight), so a module may be called from
 several threads, with the same results as one at a time (calls that touch cuda take turns: a
 context is current on one thread at a time). When the module plans its memory
