@@ -12,17 +12,18 @@ its buffers: a call then only copies its inputs in, runs the bound steps, and re
 outputs out. A run of compiled cpu kernels is one step of the runtime's native loop (a
 SEQUENCE, `arena.sequences`): one foreign call for all of them; an input only such kernels
 read is not even copied: their pointers are set to the caller's array
-(`arena.direct_inputs`). The buffers a call works in are an *arena* (`arena.Arena`), made
-on a call's first use and kept for the next, so a steady call allocates, zeroes and frees nothing; calls in flight at once each take their own
-arena (the pool grows to the most calls ever in flight), so a module may be called from
-several threads, with the same results as one at a time (calls that touch cuda take turns: a
-context is current on one thread at a time). When the module plans its memory
-(`hexir_format.plan`), an arena's intermediates are views into one buffer per device, placed
-by the plan, instead of one buffer each. An arena is zeroed when it is made; a buffer that a
-call reads before it writes it (never in a module the compiler writes, where every buffer is
-a kernel's destination first; a kernel that names its destination among its inputs reads it
-first too) is zeroed again where its ALLOC binds it, so no call sees another's data, nor a
-buffer the bytes of one that died earlier in the call.
+(`arena.direct_inputs`). The buffers a call works in are an *arena* (`arena.Arena`), made on
+a call's first use and kept for the next, so a steady call allocates, zeroes and frees
+nothing; calls in flight at once each take their own arena (the pool grows to the most calls
+ever in flight), so a module may be called from several threads, with the same results as
+one at a time (calls that touch cuda take turns: a context is current on one thread at a
+time). When the module plans its memory (`hexir_format.plan`), an arena's intermediates are
+views into one buffer per device, placed by the plan, instead of one buffer each. An arena
+is zeroed when it is made; a buffer that a call reads before it writes it (never in a module
+the compiler writes, where every buffer is a kernel's destination first; a kernel that names
+its destination among its inputs reads it first too) is zeroed again where its ALLOC binds
+it, so no call sees another's data, nor a buffer the bytes of one that died earlier in the
+call.
 
 Device work is asynchronous, in order on the device's stream. Each maximal run of commands
 that only queue work on a device that records graphs (cuda kernels, copies and zeroing
