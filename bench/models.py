@@ -1,6 +1,6 @@
 """The model corpus: real architectures on Hexir's cpu against ONNX Runtime, in one run.
 
-    python bench/models.py [--models=NAME,...] [--quick] [--threads=default,1]
+    python bench/models.py [--models=NAME,...|extra] [--quick] [--threads=default,1]
                            [--targets=default,x86-64-v3] [--calls=200] [--block=10]
                            [--budget=20] [--baseline=DIR] [--clock=wall|cpu]
 
@@ -12,9 +12,12 @@ outputs) at benchmark sizes:
 - Hugging Face, small random configs (hidden 256, 4 layers, a 96-token vocabulary), batch 1
   x 128 tokens with padding in the mask: BERT, GPT-2, a Llama-style decoder (rotary, RMSNorm,
   grouped-query attention), T5's encoder; a Whisper-style encoder on 80 mels x 400 frames.
+`--models=extra` runs fifteen more torchvision architectures at 224x224 instead (`EXTRA`:
+ResNet-50, ResNeXt-50, DenseNet-121, GoogLeNet, AlexNet, SqueezeNet 1.0, MobileNetV3
+Small/Large, MNASNet, EfficientNet-B1, RegNetX/Y-400MF, ShuffleNetV2 x0.5, Swin-T, ViT-B/32).
 `--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
-64x64 images, 8 tokens): most of its time is compiling. The full corpus took 42 minutes on a
-loaded 2-core machine (bench/README.md), compiling included; `--models=` narrows either.
+64x64 images, 8 tokens): most of its time is compiling. The corpus took 10 minutes on this
+2-core machine when quiet, compiling included (42 on a loaded one); `--models=` narrows it.
 
 Each model is exported once into `build/models/<key>/` (the key hashes this file, real_models
 and the torch/transformers versions), compiled for every `--targets` entry (`default` is the
@@ -104,10 +107,20 @@ CORPUS: dict[str, Spec] = {
 }
 
 
+#: More torchvision architectures, the same way (`--models=extra`, or by name): a wider sweep
+#: than the corpus, for kernels the corpus lacks (GoogLeNet's stride-1 pools, DenseNet's
+#: concatenations, MobileNetV3's hard-swish and squeeze-excitation, RegNet's and ResNeXt's
+#: groups, Swin's windows, AlexNet's big heads).
+EXTRA: dict[str, Spec] = {name: _vision(name) for name in (
+    "resnet50", "resnext50_32x4d", "densenet121", "googlenet", "alexnet", "squeezenet1_0",
+    "mobilenet_v3_small", "mobilenet_v3_large", "mnasnet1_0", "efficientnet_b1",
+    "regnet_x_400mf", "regnet_y_400mf", "shufflenet_v2_x0_5", "swin_t", "vit_b_32")}
+
+
 def corpus(quick: bool) -> dict[str, Spec]:
     if quick:
         return {name: real_models.MODELS[name] for name in real_models.selected()}
-    return CORPUS
+    return CORPUS | EXTRA
 
 
 def export(name: str, spec: Spec, quick: bool) -> Path:
@@ -238,7 +251,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps(measure(Job(**json.loads(sys.stdin.read())))))
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=None, help="comma-separated names (default: all)")
+    parser.add_argument("--models", default=None,
+                        help="comma-separated names, `extra` for every EXTRA one (default: "
+                             "the corpus)")
     parser.add_argument("--quick", action="store_true",
                         help="the test suite's tiny configurations instead")
     parser.add_argument("--targets", default="default,x86-64-v3")
@@ -255,7 +270,8 @@ def main(argv: list[str]) -> int:
                              "machine's other processes barely disturb)")
     args = parser.parse_args(argv)
     models = corpus(args.quick)
-    names = args.models.split(",") if args.models else list(models)
+    names = [n for m in args.models.split(",") for n in (EXTRA if m == "extra" else [m])] \
+        if args.models else [n for n in models if n not in EXTRA]
     unknown = [n for n in names if n not in models]
     if unknown:
         parser.error(f"--models: unknown {', '.join(unknown)}; expected some of "
