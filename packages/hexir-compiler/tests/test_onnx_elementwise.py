@@ -249,3 +249,36 @@ def test_pow_by_a_constant_two_or_three_is_multiplies(exponent, multiplies):
     with np.errstate(invalid="ignore"):  # a negative base to the power 2.5: NaN, as here
         want = np.power(x.astype(np.float64), y)
     np.testing.assert_allclose(got, want, rtol=4e-7)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("constant", [True, False], ids=["constant-stats", "input-stats"])
+def test_batch_norm_of_constant_statistics_is_one_multiply_add(dtype, constant):
+    """BatchNormalization whose scale, bias, mean and variance are initializers is
+    x * k + shift, k and shift computed at compile time (ONNX Runtime's form); statistics
+    that are graph inputs keep the subtract, sqrt and divide. Both match float64 numpy."""
+    import hexir_compiler
+    import hexir_runtime
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((2, 5, 3, 4)).astype(dtype)
+    stats = {"s": rng.standard_normal(5), "b": rng.standard_normal(5),
+             "m": rng.standard_normal(5), "v": rng.uniform(0.1, 2.0, 5)}
+    stats = {k: v.astype(dtype) for k, v in stats.items()}
+    element = TensorProto.FLOAT if dtype == np.float32 else TensorProto.DOUBLE
+    given = [helper.make_tensor_value_info(k, element, (5,)) for k in stats]
+    eps = 2.0**-10  # a float attribute is f32: exact there
+    graph = helper.make_graph(
+        [helper.make_node("BatchNormalization", ["x", *stats], ["y"], epsilon=eps)], "g",
+        [helper.make_tensor_value_info("x", element, x.shape), *([] if constant else given)],
+        [helper.make_tensor_value_info("y", element, x.shape)],
+        [onnx.numpy_helper.from_array(v, k) for k, v in stats.items()] if constant else [])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    text = hexir_compiler.compile(model, emit="mlir")
+    assert ('"hexir.sqrt"' not in text and '"hexir.div"' not in text) == constant
+    m = hexir_runtime.load(hexir_compiler.compile(model))
+    got = m.main(x) if constant else m.main(x, *stats.values())
+    s, b, mean, v = (stats[k].astype(np.float64).reshape(5, 1, 1) for k in "sbmv")
+    want = (x - mean) / np.sqrt(v + eps) * s + b
+    np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == np.float32 else 1e-14,
+                               atol=1e-6 if dtype == np.float32 else 1e-14)
