@@ -6,7 +6,9 @@
 The shapes are the convolutions ResNet-18, MobileNetV2, EfficientNet-B0 and SqueezeNet 1.1 spend
 their time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module
 and built as a one-node ONNX model with the same weights, checked against each other, then timed
-in interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call times).
+in interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call times),
+each block after the other engine's pool has stopped spinning (`timing.settle`: ORT's keeps
+a core busy ~40 ms after a call, and Hexir's two threads beside it ran no faster than one).
 Prints ms per call, the achieved G multiply-adds/s and hexir / ORT: where a model's conv time
 goes, kernel by kernel.
 """
@@ -22,6 +24,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from timing import settle, warm
 
 #: name: (input [C, H, W], output channels, kernel, stride, pad, group)
 SHAPES = {
@@ -51,6 +56,8 @@ SHAPES = {
     "en-1x1-7": ((320, 7, 7), 1280, 1, 1, 0, 1),
     "sq-1x1-expand": ((16, 55, 55), 64, 1, 1, 0, 1),
     "sq-3x3-expand": ((16, 55, 55), 64, 3, 1, 1, 1),
+    "sq10-stem-7x7s2": ((3, 224, 224), 96, 7, 2, 0, 1),
+    "sq10-3x3-expand": ((32, 54, 54), 128, 3, 1, 1, 1),
 }
 
 
@@ -145,7 +152,8 @@ def main(argv: list[str]) -> int:
             times = {e: [] for e in engines}
             for _ in range(args.rounds):
                 for engine, call in engines.items():
-                    call()
+                    settle()  # the other engine's pool stops spinning (bench/timing.py)
+                    warm(call)
                     start = clock()
                     for _ in range(args.block):
                         call()

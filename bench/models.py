@@ -28,10 +28,12 @@ HEXIR_CPU_THREADS=N and ORT's intra-op threads N), measured in a fresh process (
 pool's size is fixed per process): every Hexir result is checked against ONNX
 Runtime's first (within rtol 1e-3 / atol 1e-4, as the tests hold them), then the engines run
 in interleaved blocks -- a wait until the process is idle (the last engine's pool stops
-spinning: `settle`), one untimed call, then `--block` calls each timed -- until each has
+spinning: `settle`), untimed calls (`warm`), then `--block` calls each timed -- until each has
 `--calls` timed calls or the model's `--budget` seconds are spent. A figure is the median of
-an engine's calls, its ratio hexir / ORT, and its stability the slowest call over the median
-(issue 24's target: <= 1.5 over 200 calls on a quiet machine).
+an engine's calls, its ratio hexir / ORT, and its stability the slowest call over the median.
+Then each engine runs alone, back to back (up to `--calls` calls, at least 20, in its share
+of the budget), for issue 24's stability: the slowest call and the 99th percentile over the
+median (its target: slowest <= 1.5x the median over 200 calls on a quiet machine).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ TESTS = REPO / "packages" / "hexir-compiler" / "tests"
 sys.path.insert(0, str(TESTS))
 import real_models  # noqa: E402  (the test suite's corpus builders)
 from real_models import Input, Spec  # noqa: E402
+from timing import settle, warm  # noqa: E402  (bench/timing.py, beside this file)
 
 COMPILE = r"""
 import sys, time
@@ -205,30 +208,36 @@ def measure(job: Job) -> dict:
         for label in order[rounds % len(order):] + order[:rounds % len(order)]:
             call = engines[label]
             settle()
-            call()  # untimed: our own pool's threads may be asleep
+            warm(call)
             for _ in range(min(job.block, job.calls - len(times[label]))):
                 before = clock()
                 call()
                 times[label].append(clock() - before)
         rounds += 1
+    alone = {}
+    for label, call in engines.items():  # back to back, as issue 24's stability is defined
+        settle()
+        warm(call)
+        alone[label] = []
+        deadline = time.perf_counter() + job.budget / len(engines)
+        while len(alone[label]) < job.calls and (len(alone[label]) < 20
+                                                 or time.perf_counter() < deadline):
+            before = clock()
+            call()
+            alone[label].append(clock() - before)
     for module in modules:
         module.close()
     return {"engines": {label: {"calls": len(t), "median": statistics.median(t),
-                                "slowest": max(t), **checks[label]}
+                                "slowest": max(t), "alone": _spread(alone[label]),
+                                **checks[label]}
                         for label, t in times.items()}}
 
 
-def settle(slice_s: float = 0.005, most_s: float = 1.0) -> None:
-    """Wait until this process's threads are idle: each engine's pool spins for a while after
-    its last call (ORT's intra-op pool keeps a core busy for ~40 ms, bench/README.md), and a
-    block timed inside another engine's spin measures the two engines sharing the cores, not
-    the engine (bench/coexist.py measures that on purpose)."""
-    deadline, idle = time.perf_counter() + most_s, 0
-    while idle < 2 and time.perf_counter() < deadline:  # two slices: CPU time moves in ticks
-        wall, cpu = time.perf_counter(), time.process_time()
-        time.sleep(slice_s)
-        busy = time.process_time() - cpu >= 0.1 * (time.perf_counter() - wall)
-        idle = 0 if busy else idle + 1
+def _spread(times: list[float]) -> dict:
+    """Back-to-back calls' stability: the slowest and the 99th percentile over the median."""
+    median = statistics.median(times)
+    return {"calls": len(times), "slowest": max(times) / median,
+            "p99": float(np.percentile(times, 99)) / median}
 
 
 def run_job(job: Job) -> dict:
@@ -289,8 +298,9 @@ def main(argv: list[str]) -> int:
     rule = "| --- | --- | ---: |"
     for t in settings:
         name = "default threads" if not t else f"{t} thread{'s' * (t != 1)}"
-        header += f" {name}: ms | / ORT | slowest / median | calls |"
-        rule += " ---: | ---: | ---: | ---: |"
+        header += (f" {name}: ms | / ORT | slowest / median | calls | back to back: slowest,"
+                   " p99 / median (calls) |")
+        rule += " ---: | ---: | ---: | ---: | ---: |"
     print(header + " max abs diff |")
     print(rule + " ---: |", flush=True)
     with tempfile.TemporaryDirectory() as scratch:
@@ -338,8 +348,10 @@ def _model(name: str, spec: Spec, args, settings: list[int], scratch: Path) -> N
         row = f"| {name} | {label} | " + ("-" if label == "ORT" else f"{compile_s[label]:.1f}")
         for engines in results:
             e, ort = engines[label], engines["ORT"]["median"]
+            a = e["alone"]
             row += (f" | {e['median'] * 1e3:.2f} | {e['median'] / ort:.2f} | "
-                    f"{e['slowest'] / e['median']:.2f} | {e['calls']}")
+                    f"{e['slowest'] / e['median']:.2f} | {e['calls']} | "
+                    f"{a['slowest']:.2f}, {a['p99']:.2f} ({a['calls']})")
         e = results[0][label]
         row += f" | {e['max_abs_diff']:.1e}{'' if e['ok'] else ' WRONG'} |"
         print(row, flush=True)
