@@ -143,3 +143,69 @@ def test_a_conv_takes_its_bias_and_activation_as_its_epilogue(tmp_path, element)
     (on_cuda,) = tir_graph.run(str(source), [x, w, b], Options("mlir-tir", {"*": "cuda"}))
     for got in (fused, unfused, on_cuda):
         np.testing.assert_allclose(got, expected, rtol=tolerance, atol=tolerance)
+
+
+def _concat_model(channels: list[int], axis: int):
+    from onnx import helper
+
+    names = [f"x{i}" for i in range(len(channels))]
+    shapes = [[1, c, 3, 5] for c in channels]
+    graph = helper.make_graph(
+        [helper.make_node("Concat", names, ["y"], axis=axis),
+         helper.make_node("Relu", ["y"], ["z"])], "g",
+        [helper.make_tensor_value_info(n, 1, s) for n, s in zip(names, shapes, strict=True)],
+        [helper.make_tensor_value_info("z", 1, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), shapes
+
+
+@pytest.mark.parametrize("parts, kernels", [(3, 1), (8, 1), (9, 2), (25, 4)])
+def test_an_n_way_concat_copies_each_part_once_per_eight(parts, kernels):
+    # DenseNet's concats of every earlier feature map: a chain of two-operand concats would
+    # copy the first part once per later one; a tree of eight-part nodes, each one kernel,
+    # copies every element once per level (25 parts: three nodes of eight, then one of those
+    # three and the last part)
+    pytest.importorskip("onnx")
+    model, shapes = _concat_model([1 + i % 4 for i in range(parts)], 1)
+    text = hexir_compiler.compile(model, "mlir-tir")
+    callees = re.findall(r"callee = @(\w+)", text)
+    assert len([c for c in callees if c.startswith("concat")]) == kernels, callees
+    assert callees[-1].startswith("relu")  # a concat's group takes nothing but concats
+    rng = np.random.default_rng(parts)
+    xs = [rng.standard_normal(s).astype(np.float32) for s in shapes]
+    want = np.maximum(np.concatenate(xs, axis=1), 0)
+    np.testing.assert_array_equal(hexir_runtime.load(hexir_compiler.compile(model)).main(*xs),
+                                  want)
+    (on_cuda,) = tir_graph.run(model, xs, Options("mlir-tir", {"*": "cuda"}))
+    np.testing.assert_array_equal(on_cuda, want)
+
+
+NESTED = """\
+func.func @main(%a: tensor<2x3xf32>, %b: tensor<2x1xf32>, %c: tensor<2x2xf32>)
+    -> (tensor<2x6xf32>, tensor<4x3xf32>) {
+  %0 = "hexir.concat"(%b, %c) {axis = 1 : i64}
+      : (tensor<2x1xf32>, tensor<2x2xf32>) -> tensor<2x3xf32>
+  %1 = "hexir.concat"(%a, %0) {axis = -1 : i64}
+      : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x6xf32>
+  %2 = "hexir.concat"(%0, %a) {axis = 0 : i64}
+      : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<4x3xf32>
+  return %1, %2 : tensor<2x6xf32>, tensor<4x3xf32>
+}
+"""
+
+
+def test_a_concat_joins_the_group_of_a_concat_of_its_axis_only(tmp_path):
+    # %0 feeds concats along both axes: it is its own kernel, and each of them reads it
+    source = tmp_path / "nested.mlir"
+    source.write_text(NESTED)
+    assert re.findall(r"callee = @(\w+)", hexir_compiler.compile(source, "mlir-tir")) == [
+        "concat_0", "concat_1", "concat_2"]
+    source.write_text(NESTED.replace("%2 = \"hexir.concat\"(%0, %a) {axis = 0 : i64}",
+                                     "%2 = \"hexir.concat\"(%a, %a) {axis = 0 : i64}"))
+    # now %0's one use is the concat of its axis (-1 is 1): one kernel, its leaves a, b, c
+    assert re.findall(r"callee = @(\w+)", hexir_compiler.compile(source, "mlir-tir")) == [
+        "concat_concat_0", "concat_1"]
+    rng = np.random.default_rng(5)
+    a, b, c = (rng.standard_normal(s).astype(np.float32) for s in ((2, 3), (2, 1), (2, 2)))
+    got, stacked = hexir_runtime.load(hexir_compiler.compile(source)).main(a, b, c)
+    np.testing.assert_array_equal(got, np.concatenate([a, b, c], axis=1))
+    np.testing.assert_array_equal(stacked, np.concatenate([a, a], axis=0))

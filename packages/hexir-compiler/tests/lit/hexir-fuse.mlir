@@ -50,3 +50,32 @@ func.func @gate(%x: tensor<3x6xf32>, %w: tensor<6x6xf32>) -> tensor<3x6xf32> {
 // CHECK:      %0 = "hexir.sigmoid"(%arg0) {device = "cpu"} : (tensor<3x6xf32>) -> tensor<3x6xf32>
 // CHECK-NEXT: "hexir.linear"(%0, %arg1) {device = "cpu", hexir.group = 0 : i64}
 // CHECK-NEXT: "hexir.add"(%1, %0) {device = "cpu", hexir.group = 0 : i64}
+
+// Concats of one axis are one group (one kernel copies each part once); a concat never joins
+// an element-wise group, nor one along another axis.
+func.func @concats(%a: tensor<2x3xf32>, %b: tensor<2x1xf32>) -> (tensor<2x8xf32>, tensor<4x4xf32>) {
+  %0 = "hexir.concat"(%a, %b) {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x4xf32>
+  %1 = "hexir.relu"(%0) : (tensor<2x4xf32>) -> tensor<2x4xf32>
+  %2 = "hexir.concat"(%0, %1) {axis = 1 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x8xf32>
+  %3 = "hexir.concat"(%a, %b) {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x4xf32>
+  %4 = "hexir.concat"(%3, %3) {axis = 0 : i64} : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<4x4xf32>
+  %5 = "hexir.concat"(%a, %b) {axis = 1 : i64} : (tensor<2x3xf32>, tensor<2x1xf32>) -> tensor<2x4xf32>
+  %6 = "hexir.concat"(%b, %5) {axis = -1 : i64} : (tensor<2x1xf32>, tensor<2x4xf32>) -> tensor<2x5xf32>
+  %7 = "hexir.concat"(%6, %b) {axis = 1 : i64} : (tensor<2x5xf32>, tensor<2x1xf32>) -> tensor<2x6xf32>
+  %8 = "hexir.concat"(%7, %b) {axis = 1 : i64} : (tensor<2x6xf32>, tensor<2x1xf32>) -> tensor<2x7xf32>
+  %9 = "hexir.concat"(%8, %b) {axis = 1 : i64} : (tensor<2x7xf32>, tensor<2x1xf32>) -> tensor<2x8xf32>
+  %10 = "hexir.add"(%9, %2) : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %10, %4 : tensor<2x8xf32>, tensor<4x4xf32>
+}
+// CHECK-LABEL: func.func @concats
+// CHECK:      %0 = "hexir.concat"(%arg0, %arg1) {axis = 1 : i64} :
+// CHECK-NEXT: %1 = "hexir.relu"(%0) :
+// CHECK-NEXT: %2 = "hexir.concat"(%0, %1) {axis = 1 : i64} :
+// CHECK-NEXT: %3 = "hexir.concat"(%arg0, %arg1) {axis = 1 : i64} :
+// CHECK-NEXT: %4 = "hexir.concat"(%3, %3) {axis = 0 : i64} :
+// CHECK-NEXT: "hexir.concat"(%arg0, %arg1) {axis = 1 : i64, hexir.group = [[G:[0-9]+]] : i64}
+// CHECK-NEXT: "hexir.concat"(%arg1, %5) {axis = -1 : i64, hexir.group = [[G]] : i64}
+// CHECK-NEXT: "hexir.concat"(%6, %arg1) {axis = 1 : i64, hexir.group = [[G]] : i64}
+// CHECK-NEXT: "hexir.concat"(%7, %arg1) {axis = 1 : i64, hexir.group = [[G]] : i64}
+// CHECK-NEXT: "hexir.concat"(%8, %arg1) {axis = 1 : i64, hexir.group = [[G]] : i64}
+// CHECK-NEXT: %10 = "hexir.add"(%9, %2) :

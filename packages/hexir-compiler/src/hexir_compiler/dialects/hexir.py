@@ -241,8 +241,9 @@ class ExpandOp(HexirOp, name="expand"):
 
 
 class ConcatOp(HexirOp, name="concat"):
-    """lhs and rhs, of one rank, joined along `axis` (numpy's concatenate of two; an importer
-    writes more as a chain of these)."""
+    """lhs and rhs, of one rank, joined along `axis` (numpy's concatenate of two: IRDL's
+    variadic operands are all of one type, and parts differ in size. An importer writes more
+    as a tree of these, and `hexir-fuse` makes concats of one axis one kernel)."""
 
     lhs: ext.Operand[Any]
     rhs: ext.Operand[Any]

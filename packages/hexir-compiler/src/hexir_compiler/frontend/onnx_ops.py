@@ -21,6 +21,7 @@ from typing import overload
 import numpy as np
 
 from hexir_compiler import symbolic
+from hexir_compiler.dialects.hexir import MAX_KERNEL_INPUTS
 from hexir_compiler.frontend.onnx import (
     DOMAINS,
     DTYPES,
@@ -287,6 +288,27 @@ class Emitter:
             operands=[self.tensor(t) for t in inputs],
             attributes={k: _attribute(v) for k, v in attrs.items()})
         return Tensor(shape, dtype, value=op.result)
+
+    def concat(self, parts: list[Tensor], axis: int) -> Tensor:
+        """`parts` (checked: one rank and element type, equal off `axis`) joined along `axis`:
+        a constant when all are, else a tree of two-operand concats whose nodes take at most
+        MAX_KERNEL_INPUTS parts, each node a left chain (`hexir-fuse` makes a chain one
+        kernel): each element is copied once per level, log8 of the count, where one chain
+        would copy the first part once per later one. Empty parts are left out."""
+        parts = [p for p in parts if p.shape[axis] != 0] or parts[:1]
+        if all(p.const is not None for p in parts):
+            return constant(np.concatenate([p.const for p in parts], axis=axis))
+        while len(parts) > 1:
+            nodes = []
+            for at in range(0, len(parts), MAX_KERNEL_INPUTS):
+                node = parts[at]
+                for part in parts[at + 1:at + MAX_KERNEL_INPUTS]:
+                    shape = list(node.shape)
+                    shape[axis] = dims.add(shape[axis], part.shape[axis])
+                    node = self.op("concat", [node, part], shape, node.dtype, axis=axis)
+                nodes.append(node)
+            parts = nodes
+        return parts[0]
 
     # ---- helpers the handlers share ------------------------------------------------------
 
@@ -955,16 +977,12 @@ def _concat(e, xs, a, v):
     axis = _axis(a["axis"], rank)
     if any(p.dtype != parts[0].dtype or len(p.shape) != rank for p in parts):
         raise NodeError("operands differ in element type or rank")
-    result = parts[0]
     for part in parts[1:]:
-        if any(p != q for d, (p, q) in enumerate(zip(result.shape, part.shape, strict=False))
+        if any(p != q for d, (p, q) in enumerate(zip(parts[0].shape, part.shape, strict=True))
                if d != axis):
-            raise NodeError(f"shapes {list(result.shape)} and {list(part.shape)} differ off "
+            raise NodeError(f"shapes {list(parts[0].shape)} and {list(part.shape)} differ off "
                             f"axis {axis}")
-        shape = list(result.shape)
-        shape[axis] += part.shape[axis]
-        result = e.op("concat", [result, part], shape, result.dtype, axis=axis)
-    return [result]
+    return [e.concat(parts, axis)]
 
 
 @handles("Slice", 13)

@@ -62,16 +62,6 @@ def _take(e, x: Tensor, indices: np.ndarray, axis: int) -> Tensor:
     return e.op("gather", [x, constant(indices)], shape, x.dtype, axis=axis)
 
 
-def _concat(e, parts: list[Tensor], axis: int) -> Tensor:
-    parts = [p for p in parts if p.shape[axis]] or parts[:1]
-    result = parts[0]
-    for part in parts[1:]:
-        shape = list(result.shape)
-        shape[axis] += part.shape[axis]
-        result = e.op("concat", [result, part], shape, result.dtype, axis=axis)
-    return result
-
-
 #: The most elements a fill of a known value is a constant of; a larger one (Trilu's zeros
 #: beside a whole tensor) is an expand kernel, so the file holds no megabytes of one value.
 FILL_CONSTANT_MAX = 4096
@@ -506,7 +496,7 @@ def _pad(e, xs, a, v):
             x = _slice(e, x, axis, crop, crop + kept)
             sides = [[d if k != axis else p for k, d in enumerate(x.shape)]
                      for p in (before, after)]
-            x = _concat(e, [_fill(e, fill, sides[0]), x, _fill(e, fill, sides[1])], axis)
+            x = e.concat([_fill(e, fill, sides[0]), x, _fill(e, fill, sides[1])], axis)
         elif kept != n or before or after:
             if kept == 0 and before + after:
                 raise NodeError(f"{mode} padding of axis {axis}, which is empty")

@@ -99,21 +99,6 @@ def _take(e, x: Tensor, axis: int, start: int, stop: int) -> Tensor:
     return e.op("slice", [x], shape, x.dtype, starts=starts, steps=[1] * len(shape))
 
 
-def _join(e, parts: list[Tensor], axis: int) -> Tensor:
-    """`parts` concatenated along `axis`, as a balanced tree of two-operand concats (each
-    element is copied log2(len) times, not len times as a chain would)."""
-    if all(p.const is not None for p in parts):
-        return constant(np.concatenate([p.const for p in parts], axis=axis))
-    while len(parts) > 1:
-        joined = []
-        for a, b in zip(parts[::2], parts[1::2], strict=False):
-            shape = list(a.shape)
-            shape[axis] += b.shape[axis]
-            joined.append(e.op("concat", [a, b], shape, a.dtype, axis=axis))
-        parts = joined + parts[len(parts) // 2 * 2:]
-    return parts[0]
-
-
 def _activations(a: dict, op: str, directions: int) -> list[list[tuple]]:
     """Each direction's activation functions as (name, alpha, beta), alpha and beta taken in
     order by the functions that use them (ONNX Runtime's reading of the lists)."""
@@ -193,8 +178,8 @@ def _recurrent(op: str):
                               coupled=bool(a.get("input_forget", 0)),
                               reset_after=bool(a.get("linear_before_reset", 0)))
                    for d in range(dirs)]
-        Y = _join(e, [y for y, *_ in outputs], 1)               # [seq, dirs, batch, hidden]
-        states = [_join(e, [e.reshape(o[k], (1, batch, hidden)) for o in outputs], 0)
+        Y = e.concat([y for y, *_ in outputs], 1)               # [seq, dirs, batch, hidden]
+        states = [e.concat([e.reshape(o[k], (1, batch, hidden)) for o in outputs], 0)
                   for k in range(1, len(outputs[0]))]           # each [dirs, batch, hidden]
         if layout:
             Y = e.transpose(Y, (2, 0, 1, 3))
@@ -229,7 +214,7 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
     if Wb is not None and Rb is not None:  # both or neither: B's halves
         xbias = step.bin("add", Wb, Rb)
         if op == "GRU" and reset_after:
-            xbias = _join(e, [_take(e, xbias, 0, 0, 2 * hidden),
+            xbias = e.concat([_take(e, xbias, 0, 0, 2 * hidden),
                               _take(e, Wb, 0, 2 * hidden, 3 * hidden)], 0)
         xproj = step.bin("add", xproj, xbias)
     # (one row where the batch is symbolic: the first step broadcasts it to every sequence)
@@ -309,7 +294,7 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
             H = step.where(started, H, step.s(0))
             C = step.where(started, C, step.s(0)) if op == "LSTM" else C
     if seq:  # the steps side by side, [batch, seq * hidden], then as [seq, 1, batch, hidden]
-        Y = e.reshape(_join(e, [ys[t] for t in range(seq)], 1), (batch, seq, hidden))
+        Y = e.reshape(e.concat([ys[t] for t in range(seq)], 1), (batch, seq, hidden))
         Y = e.reshape(e.transpose(Y, (1, 0, 2)), (seq, 1, batch, hidden))
     else:
         Y = constant(np.zeros((0, 1, batch, hidden), dtype))

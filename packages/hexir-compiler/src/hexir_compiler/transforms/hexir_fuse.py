@@ -10,7 +10,12 @@ A group is a chain ending in one op (its sink, the only op whose result leaves t
   kernel, and so is `conv -> add -> relu`;
 - a reduction (softmax, layer_norm, reduce_*) ends the group of the element-wise prologue
   that computes its data operand: `add -> layer_norm` (a residual) and `mul -> softmax` (a
-  scale) are one kernel each. Nothing consumes a reduction inside a group.
+  scale) are one kernel each. Nothing consumes a reduction inside a group;
+- concats along one axis are one group, and one kernel that copies each part once: the dialect's
+  concat joins two operands (IRDL's variadic operands are all of one type, and parts differ in
+  size), so an importer writes an n-way Concat as a tree of them, which would copy its first
+  parts once per level (DenseNet-121's concats of all earlier feature maps, a chain each: 535
+  copy kernels, 8 of its ~41 ms a call). Nothing else joins a concat's group.
 
 A producer joins its consumer's group only when both run on the same device (placement
 decides fusion boundaries), every use of its result is in that group, and the result has the
@@ -38,6 +43,8 @@ from hexir_compiler.placement import device_of
 
 PASS_NAME = "hexir-fuse"
 GROUP = "hexir.group"
+#: The ops whose producers may join their group.
+SEEDS = ELEMENTWISE | REDUCTIONS | {"concat"}
 
 
 def mnemonic(op: ir.Operation) -> str:
@@ -62,14 +69,14 @@ def _function(block: ir.Block) -> None:
     group_of: dict[int, list[ir.Operation]] = {}  # id(op) -> its group (shared list)
     producers = {result: op for op in ops for result in op.results}
     for op in ops:
-        if mnemonic(op) not in ELEMENTWISE | REDUCTIONS:
+        if mnemonic(op) not in SEEDS:
             continue
         group = group_of.setdefault(id(op), [op])
         joined_any = True
         while joined_any:  # a join can let a producer in whose other uses were in the group
             joined_any = False
             for consumer in list(group):
-                if mnemonic(consumer) not in ELEMENTWISE | REDUCTIONS:
+                if mnemonic(consumer) not in SEEDS:
                     continue  # a contraction heads its group: its operands come from outside
                 for operand in _data(consumer):
                     producer = producers.get(operand)
@@ -92,7 +99,7 @@ def _function(block: ir.Block) -> None:
 def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
            group_of: dict[int, list]) -> bool:
     name = mnemonic(producer)
-    if name not in ELEMENTWISE and name not in CONTRACTIONS:
+    if name not in ELEMENTWISE and name not in CONTRACTIONS and name != "concat":
         return False
     if id(producer) in {id(o) for o in group}:
         return False
@@ -101,6 +108,10 @@ def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
     uses = list(producer.results[0].uses)
     if any(_op(use.owner) not in group for use in uses):
         return False
+    if "concat" in (name, mnemonic(consumer)):  # concats join concats of their axis only
+        theirs = group_of.get(id(producer), [producer])
+        return name == mnemonic(consumer) and _axis(producer) == _axis(consumer) and \
+            len(_inputs([*theirs, *group])) <= MAX_KERNEL_INPUTS
     # and each of them reads it through the group: a contraction's operands, and a
     # reduction's other than its data, come from outside its kernel
     if any(mnemonic(_op(use.owner)) not in ELEMENTWISE | REDUCTIONS or (
@@ -116,6 +127,12 @@ def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
     if contractions and any(mnemonic(o) in REDUCTIONS for o in group):
         return False
     return len(contractions) <= 1 and len(_inputs([*theirs, *group])) <= MAX_KERNEL_INPUTS
+
+
+def _axis(op: ir.Operation) -> int:
+    """A concat's axis, counted from the first."""
+    axis = ir.IntegerAttr(op.attributes["axis"]).value
+    return axis % ir.RankedTensorType(op.results[0].type).rank
 
 
 def _data(op: ir.Operation) -> list[ir.Value]:

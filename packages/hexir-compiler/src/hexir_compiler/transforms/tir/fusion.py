@@ -1,5 +1,5 @@
 """One kernel for a fusion group (`hexir-fuse`): element-wise chains, contraction epilogues,
-reduction prologues.
+reduction prologues, concats.
 
 A group's element-wise values all have one shape, so they are computed together at each element: the
 group's inputs loaded there (numpy-broadcast, each once), the ops evaluated in program order with
@@ -10,7 +10,7 @@ matmul is the host BLAS, a pass over the product in place right after the call).
 reduction is that reduction's kernel reading its data operand through the chain (a `Prologue`):
 wherever it would load an element it evaluates the chain there instead, so the chain's result never
 goes through memory (softmax reads its row twice and layer_norm three times: the chain's ops are
-recomputed rather than stored).
+recomputed rather than stored). A group of concats is one concat of the parts at its leaves.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from hexir_compiler.transforms.tir.kernel import (
     Prologue,
     broadcast_indices,
 )
+from hexir_compiler.transforms.tir.movement import plan_concat
 from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce, plan_softmax
 from hexir_compiler.transforms.tir.schedule import lanes
 from hexir_compiler.transforms.tir.window import plan_conv
@@ -57,6 +58,8 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                output: tuple[int, ...]) -> Kernel:
     """The kernel of a group whose inputs have shapes `inputs` (a contraction's two first)."""
     sink = steps[-1]
+    if all(s.op.mnemonic == "concat" for s in steps):
+        return _concat_of_leaves(steps, inputs)
     reduction = SINKS.get(sink.op.mnemonic)
     chain = steps[:-1] if reduction else steps
     shape = sink.op.inputs[0] if reduction else output  # where the chain's values live
@@ -108,6 +111,22 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
                 b.store(value, out, coords)
 
     return Kernel("map", emit)
+
+
+def _concat_of_leaves(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]]) -> Kernel:
+    """A group of concats (of one axis, `hexir-fuse`) as one concat of its leaves in order:
+    the kernel inputs its operand tree reaches, left to right."""
+    def leaves(source: tuple[str, int]) -> list[int]:
+        kind, index = source
+        if kind == "input":
+            return [index]
+        return [leaf for s in steps[index].operands for leaf in leaves(s)]
+
+    sink = steps[-1]
+    order = [leaf for s in sink.operands for leaf in leaves(s)]
+    whole = GraphOp("concat", tuple(inputs[i] for i in order), sink.op.output,
+                    sink.op.attributes, sink.op.elements)
+    return plan_concat(whole, order)
 
 
 def _vector_operand(b: KernelBuilder, buffer: ir.Value, coords: list[ir.Value],

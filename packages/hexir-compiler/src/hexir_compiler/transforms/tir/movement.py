@@ -10,6 +10,7 @@ it reads from its input tensor, since their values are data the compiler never s
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from hexir_compiler.errors import CompileError
 from hexir_compiler.mlir import arith, ir
@@ -22,8 +23,11 @@ from hexir_format.dims import Dim
 GENERIC = "generic"
 
 
-def plan_concat(op: GraphOp) -> Kernel:
-    """On the cpu, with axes after the concat axis, a parallel iteration is one row of the
+def plan_concat(op: GraphOp, order: Sequence[int] | None = None) -> Kernel:
+    """`op.inputs` joined in turn, the i-th read from kernel input `order[i]` (by default
+    the i-th: a fused group of concats names its leaves, `tir.fusion`).
+
+    On the cpu, with axes after the concat axis, a parallel iteration is one row of the
     output up to that axis, and copies its trailing elements from the one input that holds
     them in one flat serial loop: the choice of input is made once per row, and the loop is
     a plain contiguous copy LLVM vectorizes. (One output element an iteration, each
@@ -55,7 +59,8 @@ def plan_concat(op: GraphOp) -> Kernel:
         b.store(b.load(buffer, source), b.args[-1], target)
 
     def emit(b: KernelBuilder) -> None:
-        *inputs, _ = b.args
+        *args, _ = b.args
+        inputs = args if order is None else [args[i] for i in order]
         if b.device == "cuda" or not trailing:
             with b.building(), parallel(b, op.output) as coords:
                 copy(b, inputs, coords, lambda *where: element(b, *where))
