@@ -1,6 +1,6 @@
 """The model corpus: real architectures on Hexir's cpu against ONNX Runtime, in one run.
 
-    python bench/models.py [--models=NAME,...|extra] [--quick] [--threads=default,1]
+    python bench/models.py [--models=NAME,...|extra|text] [--quick] [--threads=default,1]
                            [--targets=default,x86-64-v3] [--calls=200] [--block=10]
                            [--budget=20] [--baseline=DIR] [--clock=wall|cpu]
 
@@ -14,7 +14,9 @@ outputs) at benchmark sizes:
   grouped-query attention), T5's encoder; a Whisper-style encoder on 80 mels x 400 frames.
 `--models=extra` runs fifteen more torchvision architectures at 224x224 instead (`EXTRA`:
 ResNet-50, ResNeXt-50, DenseNet-121, GoogLeNet, AlexNet, SqueezeNet 1.0, MobileNetV3
-Small/Large, MNASNet, EfficientNet-B1, RegNetX/Y-400MF, ShuffleNetV2 x0.5, Swin-T, ViT-B/32).
+Small/Large, MNASNet, EfficientNet-B1, RegNetX/Y-400MF, ShuffleNetV2 x0.5, Swin-T, ViT-B/32);
+`--models=text` seven more Hugging Face ones at the corpus's text sizes (`TEXT`: DistilBERT,
+RoBERTa, ALBERT, Qwen2, Mistral, Phi-3, GPT-NeoX).
 `--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
 64x64 images, 8 tokens): most of its time is compiling. The corpus took 10 minutes on this
 2-core machine when quiet, compiling included (42 on a loaded one); `--models=` narrows it.
@@ -49,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -120,10 +123,51 @@ EXTRA: dict[str, Spec] = {name: _vision(name) for name in (
     "regnet_x_400mf", "regnet_y_400mf", "shufflenet_v2_x0_5", "swin_t", "vit_b_32")}
 
 
+def _hf(model: str, config: str, **settings) -> Callable[[], object]:
+    """A Hugging Face `model` class built from its `config` class with `settings`."""
+    def build():
+        t = real_models._transformers()
+        return getattr(t, model)(getattr(t, config)(**settings))
+
+    return build
+
+
+_VOCAB = {"vocab_size": 96, **_HIDDEN}
+_DECODER = {"hidden_size": 256, "intermediate_size": 688, "num_hidden_layers": 4,
+            "num_attention_heads": 8, "num_key_value_heads": 4, **_VOCAB}
+_LOGITS = {"options": {"use_cache": False}}
+#: More Hugging Face architectures at the corpus's text sizes (`--models=text`, or by name):
+#: encoders with other embeddings and layer sharing (DistilBERT, RoBERTa, ALBERT), decoders
+#: with other attention and MLP variants (Qwen2's biased projections, Mistral, Phi-3's fused
+#: projections, GPT-NeoX's partial rotary and parallel residual).
+TEXT: dict[str, Spec] = {
+    "distilbert": Spec(_hf("DistilBertModel", "DistilBertConfig", dim=256, n_layers=4,
+                           n_heads=4, hidden_dim=1024, **_VOCAB),
+                       _TEXT, ("last_hidden_state",)),
+    "roberta": Spec(_hf("RobertaModel", "RobertaConfig", hidden_size=256, num_hidden_layers=4,
+                        num_attention_heads=4, intermediate_size=1024, vocab_size=96,
+                        max_position_embeddings=160),  # its positions start past the pad id
+                    _TEXT, ("last_hidden_state",)),
+    "albert": Spec(_hf("AlbertModel", "AlbertConfig", hidden_size=256, embedding_size=128,
+                       num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                       **_VOCAB), _TEXT, ("last_hidden_state",)),
+    "qwen2": Spec(_hf("Qwen2ForCausalLM", "Qwen2Config", **_DECODER), _TEXT, ("logits",),
+                  **_LOGITS),
+    "mistral": Spec(_hf("MistralForCausalLM", "MistralConfig", **_DECODER), _TEXT,
+                    ("logits",), **_LOGITS),
+    "phi3": Spec(_hf("Phi3ForCausalLM", "Phi3Config", pad_token_id=0, **_DECODER), _TEXT,
+                 ("logits",), **_LOGITS),
+    "gpt_neox": Spec(_hf("GPTNeoXForCausalLM", "GPTNeoXConfig", hidden_size=256,
+                         intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                         **_VOCAB), _TEXT, ("logits",), **_LOGITS),
+}
+GROUPS = {"extra": EXTRA, "text": TEXT}
+
+
 def corpus(quick: bool) -> dict[str, Spec]:
     if quick:
         return {name: real_models.MODELS[name] for name in real_models.selected()}
-    return CORPUS | EXTRA
+    return CORPUS | EXTRA | TEXT
 
 
 def export(name: str, spec: Spec, quick: bool) -> Path:
@@ -279,8 +323,8 @@ def main(argv: list[str]) -> int:
                              "machine's other processes barely disturb)")
     args = parser.parse_args(argv)
     models = corpus(args.quick)
-    names = [n for m in args.models.split(",") for n in (EXTRA if m == "extra" else [m])] \
-        if args.models else [n for n in models if n not in EXTRA]
+    names = [n for m in args.models.split(",") for n in GROUPS.get(m, [m])] \
+        if args.models else [n for n in models if n not in EXTRA and n not in TEXT]
     unknown = [n for n in names if n not in models]
     if unknown:
         parser.error(f"--models: unknown {', '.join(unknown)}; expected some of "
