@@ -183,11 +183,12 @@ def plan_pool(op: GraphOp) -> Kernel:
         # lanes: 660 -> 120 us)
         lo, hi = interior
         blocks = (hi - lo) // lanes
-        tails, after = [], lo + blocks * lanes
-        for width in itertools.takewhile(lambda w: w >= 2, (lanes >> i for i in range(1, 8))):
+        tails, after, width = [], lo + blocks * lanes, lanes // 2
+        while width >= 2:
             if hi - after >= width:
                 tails.append((after, width))
                 after += width
+            width //= 2
         with b.building(), parallel(b, op.output[:-1]) as coords:
             runs = ((0, lo, None), (after, hi, len(spatial) - 1), (hi, op.output[-1], None))
             with b.loop(blocks, "serial") as j:
