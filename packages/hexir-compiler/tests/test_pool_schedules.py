@@ -1,12 +1,14 @@
-"""The cpu max pool of a padded window (`window.plan_pool`: rows whose windows lie inside
-the input along the last axis as vectors of strided loads, the padded ones masked one at a
-time) against torch, at every x86-64 level this CPU runs.
+"""The cpu max pool (`window.plan_pool`: a row of outputs in blocks of a vector's lanes, each
+window row read as one contiguous run and the offsets along the row shuffled out of it; the
+blocks inside the row in a loop, the edge blocks unrolled with the padding's lanes -inf)
+against torch, at every x86-64 level this CPU runs.
 
-The shapes reach each run of a row: windows in the padding at both ends, vector blocks, the
-narrower vectors after the last whole one (a 14-wide row has 12 outputs inside: at 16 lanes
-one vector of 8 and one of 4) and the single outputs after those, rows too short for a
-vector, strides 1 to 3, a dilation, ceil mode's last window past the end, 1-D and 3-D, and
-NaNs, which a max pool propagates as torch's does.
+The shapes reach each kind of block: windows in the padding at both ends, interior blocks
+after an edge block and from the row's start, a short last block (a 14-wide row: at 16
+lanes one block of 14), rows shorter than a vector, unpadded rows (SqueezeNet's 3x3/2, no
+condition anywhere), strides 1 to 3, a dilation, ceil mode's last window past the end, rows
+in the padding along the other axes, 1-D and 3-D, and NaNs, which a max pool propagates as
+torch's does.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ CASES = {  # name: (x shape, kernel, strides, pads (begins, ends), dilations, ce
     "googlenet-14": ((1, 3, 14, 14), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 1),
     "tails-8-4-2": ((1, 2, 5, 33), (3, 3), (1, 1), (1, 1, 1, 1), (1, 1), 0),
     "1d": ((2, 3, 90), (5,), (2,), (2, 2), (1,), 0),
+    "unpadded-3x3s2": ((1, 3, 27, 111), (3, 3), (2, 2), (0, 0, 0, 0), (1, 1), 1),
+    "unpadded-wide": ((1, 2, 4, 70), (2, 2), (1, 1), (0, 0, 0, 0), (1, 1), 0),
     "3d": ((1, 2, 5, 6, 40), (3, 3, 3), (1, 1, 2), (1, 1, 1, 1, 1, 1), (1, 1, 1), 0),
 }
 
@@ -63,7 +67,7 @@ def _torch(x: np.ndarray, kernel, strides, pads, dilations, ceil: int) -> np.nda
 @pytest.mark.parametrize("level", LEVELS, ids=[NAMES[v] for v in LEVELS])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("name", CASES)
-def test_a_padded_max_pool_matches_torch(name, dtype, level) -> None:
+def test_a_max_pool_matches_torch(name, dtype, level) -> None:
     shape, *geometry = CASES[name]
     rng = np.random.default_rng(7)
     x = rng.standard_normal(shape).astype(dtype)

@@ -6,8 +6,8 @@ window with serial loops carrying the accumulator (for conv, the input channels 
 Input position p = o * stride - pad_begin + k * dilation; a position in the padding is never read:
 its load goes to a clamped address inside the input and the step keeps the accumulator as it was, so
 padding adds 0 to a conv and nothing to a pool. When no pads are given, every position is inside by
-the shape rule, and the kernel has no masks at all. A padded cpu max pool vectorizes the
-outputs whose windows lie inside the input along the last axis (`plan_pool`).
+the shape rule, and the kernel has no masks at all. A cpu max pool computes a row of outputs
+in vectors instead, the padding lanes of -inf (`plan_pool`).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import itertools
 import math
 from collections.abc import Sequence
 
-from hexir_compiler.mlir import arith, ir
+from hexir_compiler.mlir import arith, ir, vector
 from hexir_compiler.transforms.tir import convolution
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel
@@ -108,6 +108,12 @@ def _interior(outputs: Dim, size: Dim, stride: int, pad: int, dilation: int,
     return lo, max(lo, min(outputs, (size - 1 - (kernel - 1) * dilation + pad) // stride + 1))
 
 
+def _drop_last(pads: Sequence[int]) -> list[int]:
+    """ONNX pads [begin..., end...] without the last axis's."""
+    rank = len(pads) // 2
+    return [*pads[:rank - 1], *pads[rank:2 * rank - 1]]
+
+
 def plan_pool(op: GraphOp) -> Kernel:
     (x,) = op.inputs
     strides, pads, dilations = _geometry(op)
@@ -147,19 +153,45 @@ def plan_pool(op: GraphOp) -> Kernel:
         total, count = b.fold(kernel, [b.float(0.0), b.float(0.0)], step)
         return arith.divf(total, count)
 
-    def vectors(b: KernelBuilder, coords: list[ir.Value], first: ir.Value, lanes: int):
-        """The max of the windows of `lanes` outputs along the last axis from `first`, all
-        inside the input along it: per window offset one strided vector load
-        (`KernelBuilder.load_strided`), the other axes' padding a condition of the row."""
+    def block(b: KernelBuilder, coords: list[ir.Value], first: int | ir.Value, count: int):
+        """The max pools of `count` outputs along the last axis from `first` (a number: an
+        edge block, its windows may reach into the padding or past the row's end; a value:
+        an interior block, all inside along that axis). The windows' rows (their offsets
+        along the other axes) are read as one run each -- every element of the row any of
+        the windows needs, contiguous -- and combined first, a row in the padding left out
+        (a condition of the row); then each offset along the last axis is a shuffle of the
+        run's lanes, stride apart, a position outside the row a lane of -inf instead. No
+        output is computed alone and nothing is masked along the row (SqueezeNet's 3x3/2
+        pool: 9 loads, 6 row maxima and 3 shuffles a vector of outputs, where per-offset
+        strided loads took 18 loads and 9 shuffles)."""
         data, last = b.args[0], len(spatial) - 1
-        n, c, outs = coords[0], coords[1], [*coords[2:], first]
-        best = b.splat(b.float(float("-inf")), lanes)
-        for offsets in itertools.product(*(range(k) for k in kernel)):
-            at, inside, _ = _positions(b, outs, [b.index(k) for k in offsets], spatial,
-                                       strides, pads, dilations, padded, last)
-            more = arith.maximumf(best, b.load_strided(data, [n, c, *at], strides[last],
-                                                       lanes, lanes))
-            best = more if inside is None else arith.select(inside, more, best)
+        step, dilation, begin = strides[last], dilations[last], pads[last]
+        at = [[(j * step + k * dilation) for j in range(count)] for k in range(kernel[last])]
+        if isinstance(first, int):  # positions in the row, clipped to it
+            at = [[first * step - begin + p for p in row] for row in at]
+            low = max(0, min(p for row in at for p in row))
+            high = min(spatial[last], max(p for row in at for p in row) + 1)
+            start = b.index(low)
+        else:  # positions from the window of `first`'s start
+            low, high = 0, max(p for row in at for p in row) + 1
+            start = arith.subi(b.mul(first, step), b.index(begin)) if begin \
+                else b.mul(first, step)
+        span = high - low
+        neg = b.splat(b.float(float("-inf")), span)
+        n, c, outs = coords[0], coords[1], coords[2:]
+        rows = None
+        for offsets in itertools.product(*(range(k) for k in kernel[:-1])):
+            row, inside, _ = _positions(b, outs, [b.index(k) for k in offsets], spatial[:-1],
+                                        strides[:-1], _drop_last(pads), dilations[:-1], padded)
+            run = b.load_vector(data, [n, c, *row, start], span)
+            if inside is not None:
+                run = arith.select(inside, run, neg)
+            rows = run if rows is None else arith.maximumf(rows, run)
+        best = None
+        for lanes_at in at:
+            picked = vector.shuffle(rows, neg, [p - low if low <= p < high else span
+                                                for p in lanes_at])
+            best = picked if best is None else arith.maximumf(best, picked)
         return best
 
     def emit(b: KernelBuilder) -> None:
@@ -168,39 +200,29 @@ def plan_pool(op: GraphOp) -> Kernel:
                              dilations[-1], kernel[-1])
         lanes = register_lanes(b.host_level, ir.FloatType(b.element).width // 8) \
             if isinstance(b.element, ir.F32Type | ir.F64Type) else 1
-        if b.device != "cpu" or kind != "max" or not padded or interior is None \
+        if b.device != "cpu" or kind != "max" or interior is None \
                 or lanes == 1 or math.prod(kernel) > MAX_UNROLLED_WINDOW:
             with b.building(), parallel(b, op.output) as coords:
                 b.store(value(b, coords), out, coords)
             return
-        # cpu max with padding, whose masks keep LLVM from vectorizing the loops above (it
-        # does without them: SqueezeNet's unpadded pools, 16 lanes of stride-2 loads): a row
-        # of outputs along the last axis an iteration, the windows that reach into the
-        # padding one at a time (masked), those inside along that axis `lanes` at a time as
-        # vectors, then what is left of them in vectors of half as many lanes, a quarter, ...
-        # down to two, the rest one at a time (ResNet-18's 3x3/2 pool with pads 1: 508 -> 301
-        # us; GoogLeNet's 3x3/1 pools on 14-wide rows, 12 inside, had no vector at v4's 16
-        # lanes: 660 -> 120 us)
+        # cpu max: a row of outputs along the last axis an iteration, in blocks of `lanes`;
+        # those whose windows lie inside the row along it in a loop, the edges' unrolled
+        # (`block`). One output at a time, as above, LLVM vectorized only unpadded rows at
+        # least a vector wide; padded, the masks kept it from vectorizing at all.
         lo, hi = interior
-        blocks = (hi - lo) // lanes
-        tails, after, width = [], lo + blocks * lanes, lanes // 2
-        while width >= 2:
-            if hi - after >= width:
-                tails.append((after, width))
-                after += width
-            width //= 2
+        first_inside = -(-lo // lanes)
+        inside = max(0, (hi - first_inside * lanes) // lanes)
+        edges = [j for j in range(0, op.output[-1], lanes)
+                 if not first_inside * lanes <= j < (first_inside + inside) * lanes]
         with b.building(), parallel(b, op.output[:-1]) as coords:
-            runs = ((0, lo, None), (after, hi, len(spatial) - 1), (hi, op.output[-1], None))
-            with b.loop(blocks, "serial") as j:
-                first = arith.addi(b.index(lo), b.mul(j, lanes))
-                b.store_vector(vectors(b, coords, first, lanes), out, [*coords, first])
-            for start, width in tails:
-                first = b.index(start)
-                b.store_vector(vectors(b, coords, first, width), out, [*coords, first])
-            for start, end, along in runs:
-                if end > start:
-                    with b.loop(end, "serial", start=b.index(start) if start else None) as o:
-                        b.store(value(b, [*coords, o], along), out, [*coords, o])
+            if inside:
+                with b.loop(inside, "serial") as j:
+                    first = arith.addi(b.index(first_inside * lanes), b.mul(j, lanes)) \
+                        if first_inside else b.mul(j, lanes)
+                    b.store_vector(block(b, coords, first, lanes), out, [*coords, first])
+            for j in edges:
+                count = min(lanes, op.output[-1] - j)
+                b.store_vector(block(b, coords, j, count), out, [*coords, b.index(j)])
 
     return Kernel(GENERIC, emit)
 
