@@ -6,8 +6,8 @@ window with serial loops carrying the accumulator (for conv, the input channels 
 Input position p = o * stride - pad_begin + k * dilation; a position in the padding is never read:
 its load goes to a clamped address inside the input and the step keeps the accumulator as it was, so
 padding adds 0 to a conv and nothing to a pool. When no pads are given, every position is inside by
-the shape rule, and the kernel has no masks at all. A cpu max pool computes a row of outputs
-in vectors instead, the padding lanes of -inf (`plan_pool`).
+the shape rule, and the kernel has no masks at all. A cpu pool computes a row of outputs in
+vectors instead, the padding's lanes -inf or 0 (`plan_pool`).
 """
 
 from __future__ import annotations
@@ -154,16 +154,19 @@ def plan_pool(op: GraphOp) -> Kernel:
         return arith.divf(total, count)
 
     def block(b: KernelBuilder, coords: list[ir.Value], first: int | ir.Value, count: int):
-        """The max pools of `count` outputs along the last axis from `first` (a number: an
-        edge block, its windows may reach into the padding or past the row's end; a value:
-        an interior block, all inside along that axis). The windows' rows (their offsets
-        along the other axes) are read as one run each -- every element of the row any of
-        the windows needs, contiguous -- and combined first, a row in the padding left out
-        (a condition of the row); then each offset along the last axis is a shuffle of the
-        run's lanes, stride apart, a position outside the row a lane of -inf instead. No
-        output is computed alone and nothing is masked along the row (SqueezeNet's 3x3/2
-        pool: 9 loads, 6 row maxima and 3 shuffles a vector of outputs, where per-offset
-        strided loads took 18 loads and 9 shuffles)."""
+        """The pools of `count` outputs along the last axis from `first` (a number: an edge
+        block, its windows may reach into the padding or past the row's end; a value: an
+        interior block, all inside along that axis). The windows' rows (their offsets along
+        the other axes) are read as one run each -- every element of the row any of the
+        windows needs, contiguous -- and combined first (max or sum), a row in the padding
+        left out (a condition of the row); then each offset along the last axis is a shuffle
+        of the run's lanes, stride apart, a position outside the row a lane of the fill
+        (-inf, or 0) instead. An average divides by how many of its window's positions count
+        (those in the input, or in the padded extent with count_include_pad): the rows' count
+        times each lane's along the row, known at compile time. No output is computed alone
+        and nothing is masked along the row (SqueezeNet's 3x3/2 max pool: 9 loads, 6 row
+        maxima and 3 shuffles a vector of outputs, where per-offset strided loads took 18
+        loads and 9 shuffles)."""
         data, last = b.args[0], len(spatial) - 1
         step, dilation, begin = strides[last], dilations[last], pads[last]
         at = [[(j * step + k * dilation) for j in range(count)] for k in range(kernel[last])]
@@ -177,22 +180,40 @@ def plan_pool(op: GraphOp) -> Kernel:
             start = arith.subi(b.mul(first, step), b.index(begin)) if begin \
                 else b.mul(first, step)
         span = high - low
-        neg = b.splat(b.float(float("-inf")), span)
+        fill = b.splat(b.float(float("-inf") if kind == "max" else 0.0), span)
+        combine = arith.maximumf if kind == "max" else arith.addf
         n, c, outs = coords[0], coords[1], coords[2:]
-        rows = None
+        rows, counted = None, None
         for offsets in itertools.product(*(range(k) for k in kernel[:-1])):
-            row, inside, _ = _positions(b, outs, [b.index(k) for k in offsets], spatial[:-1],
-                                        strides[:-1], _drop_last(pads), dilations[:-1], padded)
+            row, inside, extent = _positions(b, outs, [b.index(k) for k in offsets],
+                                             spatial[:-1], strides[:-1], _drop_last(pads),
+                                             dilations[:-1], padded)
             run = b.load_vector(data, [n, c, *row, start], span)
             if inside is not None:
-                run = arith.select(inside, run, neg)
-            rows = run if rows is None else arith.maximumf(rows, run)
-        best = None
+                run = arith.select(inside, run, fill)
+            rows = run if rows is None else combine(rows, run)
+            if kind != "max":
+                counts = extent if include_pad else inside
+                one = b.float(1.0) if counts is None else \
+                    arith.select(counts, b.float(1.0), b.float(0.0))
+                counted = one if counted is None else arith.addf(counted, one)
+        result = None
         for lanes_at in at:
-            picked = vector.shuffle(rows, neg, [p - low if low <= p < high else span
-                                                for p in lanes_at])
-            best = picked if best is None else arith.maximumf(best, picked)
-        return best
+            picked = vector.shuffle(rows, fill, [p - low if low <= p < high else span
+                                                 for p in lanes_at])
+            result = picked if result is None else combine(result, picked)
+        if kind == "max":
+            return result
+        if isinstance(first, int):
+            end = spatial[last] + pads[len(pads) // 2 + last] if include_pad else spatial[last]
+            lower = -begin if include_pad else 0
+            along = b.vector_of([b.float(float(sum(lower <= row[j] < end for row in at)))
+                                 for j in range(count)])
+        else:
+            along = b.splat(b.float(float(kernel[last])), count)
+        if counted is not None:
+            along = arith.mulf(along, b.splat(counted, count))
+        return arith.divf(result, along)
 
     def emit(b: KernelBuilder) -> None:
         out = b.args[-1]
@@ -200,12 +221,12 @@ def plan_pool(op: GraphOp) -> Kernel:
                              dilations[-1], kernel[-1])
         lanes = register_lanes(b.host_level, ir.FloatType(b.element).width // 8) \
             if isinstance(b.element, ir.F32Type | ir.F64Type) else 1
-        if b.device != "cpu" or kind != "max" or interior is None \
+        if b.device != "cpu" or interior is None \
                 or lanes == 1 or math.prod(kernel) > MAX_UNROLLED_WINDOW:
             with b.building(), parallel(b, op.output) as coords:
                 b.store(value(b, coords), out, coords)
             return
-        # cpu max: a row of outputs along the last axis an iteration, in blocks of `lanes`;
+        # cpu: a row of outputs along the last axis an iteration, in blocks of `lanes`;
         # those whose windows lie inside the row along it in a loop, the edges' unrolled
         # (`block`). One output at a time, as above, LLVM vectorized only unpadded rows at
         # least a vector wide; padded, the masks kept it from vectorizing at all.
