@@ -153,6 +153,37 @@ def test_a_pool_runs_each_chunk_once_contiguous_and_balanced(workers, extent, sp
 
 
 @runs_v3
+def test_each_participant_runs_its_own_range_first():
+    """Participant i's range is the i-th of a job's chunks cut in `threads` runs; it claims
+    all of those it can before any of the others'. So a thread that ran a chunk outside its
+    range ran every chunk of its own (nobody steals from a range whose owner has not spent
+    it), and when both keep up, the caller runs the first half of the job and the worker the
+    second: the same thread writes the same part of a tensor kernel after kernel, and finds
+    it in its own cache (bench/README.md: where the two cores are far apart a cache line
+    another core wrote costs a round trip of ~380 ns against ~60). With the one ticket that
+    both claimed in turn, as the pool did before, they took chunks alternately and the
+    property fails in most jobs."""
+    extent, work = 1 << 12, np.array([2000], np.int64)  # a chunk spins ~0.1 ms
+    with load(fixture("owner"), "owner", 2) as k, threads.Pool(2, 1 << 24) as pool:
+        caller = np.zeros(1, np.int64)
+        k.run(ptrs(caller, work), 1, None)  # alone: this thread's identity
+        chunks = 2 * threads.CHUNKS_PER_THREAD
+        ranges = np.arange(chunks) >= chunks // 2  # False: the caller's, True: the worker's
+        shared = 0
+        for _ in range(60):
+            owner = np.zeros(extent, np.int64)
+            k.run(ptrs(owner, work), extent, pool)
+            by_worker = owner.reshape(chunks, -1)[:, 0] != caller[0]
+            assert (owner != 0).all() and len(set(owner.tolist())) <= 2
+            for own in (False, True):  # the caller (False), then the worker (True):
+                ran_mine = by_worker[ranges == own] == own  # its own range's chunks it ran
+                ran_other = by_worker[ranges != own] == own  # the other's it ran
+                assert not ran_other.any() or ran_mine.all(), by_worker
+            shared += by_worker.any() and not by_worker.all()
+        assert shared > 0, "the worker never took part: the property was never tested"
+
+
+@runs_v3
 def test_extent_zero_makes_no_call():
     out = np.full(6, 7, np.uint64)
     with load(fixture("probe"), "probe", 1) as k, threads.Pool(2) as pool:

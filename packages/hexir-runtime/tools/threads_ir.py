@@ -10,14 +10,15 @@ external functions of libc: `syscall`, for the futex (SYS_futex = 202 on x86-64)
 `sched_yield` (24), and `memcpy`.
 
 One entry, `hexir_threads(state, op, arg)`:
-- WORK: a worker's loop, until CLOSE. It spins on the generation for `state.spin` cycles of
+- WORK: a worker's loop, until CLOSE; `arg` is its participant number (1, 2, ...). It spins on the generation for `state.spin` cycles of
   the time-stamp counter after each job (yielding its core after YIELD_AFTER of them), then
   sleeps on it (FUTEX_WAIT_PRIVATE) with `state.sleepers` raised, so that a publisher knows
   to wake it.
 - RUN: publish the job at `arg` (copied into the slot of the new generation's parity, field
-  by field with atomic stores), reset the done count, open the ticket (generation << 32 |
-  next chunk), bump the generation, wake sleepers, claim chunks like a worker, then spin
-  until every chunk is done, yielding its core after YIELD_AFTER cycles.
+  by field with atomic stores), reset the done count, open each participant's ticket
+  (generation << 32 | the first chunk of its range), bump the generation, wake sleepers,
+  claim chunks like a worker (as participant 0), then spin until every chunk is done,
+  yielding its core after YIELD_AFTER cycles.
 - CLOSE: raise `state.stop`, bump the generation and wake everyone: each worker returns.
 - SEQUENCE: run the jobs of the sequence record at `arg` in order, as RUN would each one
   of more than one chunk; with a null state (no pool, or the pool busy with another
@@ -28,11 +29,16 @@ One entry, `hexir_threads(state, op, arg)`:
   the step's SEQUENCE, copy each cache's new position into the window, unmask it, and
   choose the next token (argmax of the logits), until a count or the end-of-sequence token.
 
-A chunk is claimed by a compare-and-swap of the ticket that carries the generation, and its
-fields are read after the claim: the job cannot be replaced while one of its chunks runs,
-so a worker that wakes late takes nothing of a finished job. Chunk c of n over extent e is
-[q c + min(c, r), q (c + 1) + min(c + 1, r)) with q, r = divmod(e, n); the last ends at the
-job's `end` (END for a kernel that clamps its own range).
+The n chunks are cut into `parts` ranges (the state's PARTS: the caller and the workers),
+range j = [q j + min(j, r), q (j + 1) + min(j + 1, r)) with q, r = divmod(n, parts), each with
+its ticket. A participant claims the chunks of its own range, then of the next ones around;
+a chunk is claimed by a compare-and-swap of its range's ticket, which carries the
+generation, and the job's fields are read after the claim: the job cannot be replaced while
+one of its chunks runs, so a worker that wakes late takes nothing of a finished job (every
+range of a finished job is spent). A participant adds the chunks it ran to the done count
+once, when it finds nothing left to claim. Chunk c of n over extent e is [q c + min(c, r),
+q (c + 1) + min(c + 1, r)) with q, r = divmod(e, n); the last ends at the job's `end` (END
+for a kernel that clamps its own range).
 """
 
 import sys
@@ -67,7 +73,7 @@ generate:
   call void @generate(ptr %s, ptr %gen)
   br label %out
 work:
-  call void @worker(ptr %s)
+  call void @worker(ptr %s, i64 %arg)
   br label %out
 run:
   %job = inttoptr i64 %arg to ptr
@@ -112,8 +118,19 @@ entry:
   store atomic i64 0, ptr %pdone monotonic, align 8
   %gz = zext i32 %g to i64
   %t = shl i64 %gz, 32
-  %pticket = getelementptr inbounds i8, ptr %s, i64 {TICKET}
-  store atomic i64 %t, ptr %pticket release, align 8
+  %parts = call i64 @parts(ptr %s)
+  %n = call i64 @field(ptr %slot, i64 {CHUNKS})
+  br label %open
+open:
+  %j = phi i64 [ 0, %entry ], [ %j1, %open ]
+  %pticket = call ptr @ticket(ptr %s, i64 %j)
+  %lo = call i64 @first_chunk(i64 %n, i64 %parts, i64 %j)
+  %tj = or i64 %t, %lo
+  store atomic i64 %tj, ptr %pticket release, align 8
+  %j1 = add i64 %j, 1
+  %opening = icmp ult i64 %j1, %parts
+  br i1 %opening, label %open, label %opened
+opened:
   store atomic i32 %g, ptr %s seq_cst, align 4
   %psleepers = getelementptr inbounds i8, ptr %s, i64 {SLEEPERS}
   %sleepers = load atomic i32, ptr %psleepers seq_cst, align 4
@@ -123,7 +140,7 @@ wake:
   call void @wake(ptr %s)
   br label %claim
 claim:
-  call void @claim(ptr %s, i32 %g)
+  call void @claim(ptr %s, i32 %g, i64 0)
   %chunks = call i64 @field(ptr %slot, i64 {CHUNKS})
   %start = call i64 @llvm.readcyclecounter()
   br label %wait
@@ -146,14 +163,54 @@ exit:
   ret void
 }}
 
-define internal void @claim(ptr %s, i32 %g) nounwind {{
+; participant %j's first chunk of %n: q j + min(j, r) with q, r = divmod(n, parts) (its
+; range ends where participant j + 1's begins; the last's at n)
+define internal i64 @first_chunk(i64 %n, i64 %parts, i64 %j) nounwind {{
+  %q = udiv i64 %n, %parts
+  %r = urem i64 %n, %parts
+  %qj = mul i64 %q, %j
+  %rj = call i64 @llvm.umin.i64(i64 %j, i64 %r)
+  %lo = add i64 %qj, %rj
+  ret i64 %lo
+}}
+
+; participant %j's ticket: generation << 32 | the next chunk of its range
+define internal ptr @ticket(ptr %s, i64 %j) nounwind {{
+  %skip = mul i64 %j, {TICKET_BYTES}
+  %at = add i64 %skip, {TICKETS}
+  %p = getelementptr inbounds i8, ptr %s, i64 %at
+  ret ptr %p
+}}
+
+; how many threads take part: the caller and the workers (set before any starts)
+define internal i64 @parts(ptr %s) nounwind {{
+  %p = getelementptr inbounds i8, ptr %s, i64 {PARTS}
+  %v = load atomic i64, ptr %p monotonic, align 8
+  ret i64 %v
+}}
+
+; participant %me's claims on job %g: the chunks of its own range in order, then those left
+; of the others' ranges, theirs in turn (%me + 1, %me + 2, ... around)
+define internal void @claim(ptr %s, i32 %g, i64 %me) nounwind {{
 entry:
   %gz = zext i32 %g to i64
   %slot = call ptr @slot(ptr %s, i32 %g)
-  %pticket = getelementptr inbounds i8, ptr %s, i64 {TICKET}
   %pdone = getelementptr inbounds i8, ptr %s, i64 {DONE}
+  %parts = call i64 @parts(ptr %s)
+  br label %range
+range:
+  %k = phi i64 [ 0, %entry ], [ %k1, %spent ]
+  %ran = phi i64 [ 0, %entry ], [ %ran2, %spent ]
+  %more = icmp ult i64 %k, %parts
+  br i1 %more, label %pick, label %exit
+pick:
+  %mk = add i64 %me, %k
+  %j = urem i64 %mk, %parts
+  %pticket = call ptr @ticket(ptr %s, i64 %j)
+  %j1 = add i64 %j, 1
   br label %next
 next:
+  %ran2 = phi i64 [ %ran, %pick ], [ %ran2, %take ], [ %ran3, %chunk ]
   %t = load atomic i64, ptr %pticket acquire, align 8
   %tg = lshr i64 %t, 32
   %current = icmp eq i64 %tg, %gz
@@ -161,13 +218,17 @@ next:
 left:
   %c = and i64 %t, 4294967295
   %n = call i64 @field(ptr %slot, i64 {CHUNKS})
-  %some = icmp ult i64 %c, %n
-  br i1 %some, label %take, label %exit
+  %stop = call i64 @first_chunk(i64 %n, i64 %parts, i64 %j1)
+  %some = icmp ult i64 %c, %stop
+  br i1 %some, label %take, label %spent
 take:
   %t1 = add i64 %t, 1
   %pair = cmpxchg ptr %pticket, i64 %t, i64 %t1 acq_rel monotonic
   %taken = extractvalue {{ i64, i1 }} %pair, 1
   br i1 %taken, label %chunk, label %next
+spent:
+  %k1 = add i64 %k, 1
+  br label %range
 chunk:
   %entryv = call i64 @field(ptr %slot, i64 {ENTRY_FIELD})
   %fn = inttoptr i64 %entryv to ptr
@@ -188,13 +249,20 @@ chunk:
   %last = icmp eq i64 %c1, %n
   %hi = select i1 %last, i64 %end, i64 %hi0
   call void @invoke(ptr %fn, i64 %argc, ptr %args, i64 %lo, i64 %hi)
-  %old = atomicrmw add ptr %pdone, i64 1 release
+  %ran3 = add i64 %ran2, 1
   br label %next
 exit:
+  %total = phi i64 [ %ran, %range ], [ %ran2, %next ]
+  %any = icmp ne i64 %total, 0
+  br i1 %any, label %count, label %out
+count:
+  %old = atomicrmw add ptr %pdone, i64 %total release
+  br label %out
+out:
   ret void
 }}
 
-define internal void @worker(ptr %s) nounwind {{
+define internal void @worker(ptr %s, i64 %me) nounwind {{
 entry:
   %psleepers = getelementptr inbounds i8, ptr %s, i64 {SLEEPERS}
   %pstop = getelementptr inbounds i8, ptr %s, i64 {STOP}
@@ -246,7 +314,7 @@ job:
   %stopping2 = icmp ne i32 %stop2, 0
   br i1 %stopping2, label %exit, label %claim
 claim:
-  call void @claim(ptr %s, i32 %g)
+  call void @claim(ptr %s, i32 %g, i64 %me)
   br label %idle
 exit:
   ret void
@@ -501,7 +569,8 @@ def source() -> str:
     assert threads.GEN == 0, "the loop addresses the generation as the state itself"
     return IR.format(
         ENTRY=threads.ENTRY, WORK=threads.WORK, RUN=threads.RUN, CLOSE=threads.CLOSE,
-        SLOT_BYTES=threads.SLOT_BYTES, SLOTS=threads.SLOTS, TICKET=threads.TICKET,
+        SLOT_BYTES=threads.SLOT_BYTES, SLOTS=threads.SLOTS, TICKETS=threads.TICKETS,
+        TICKET_BYTES=threads.TICKET_BYTES, PARTS=threads.PARTS,
         DONE=threads.DONE, SLEEPERS=threads.SLEEPERS, STOP=threads.STOP, SPIN=threads.SPIN,
         CHUNKS=FIELD["chunks"], ENTRY_FIELD=FIELD["entry"], ARGC=FIELD["argc"],
         ARGS=FIELD["args"], EXTENT=FIELD["extent"], END=FIELD["end"], COPY=copy_fields(),

@@ -15,10 +15,20 @@ current) and linked by `hostcode` like a kernel's host image, with libc's `sysca
 futex) offered to it alone. The calling
 thread publishes a job (the kernel's entry, its pointers, the extent and the chunk count,
 made once per launch), claims chunks itself like the workers, and returns when every chunk
-has run. Each chunk is claimed once, by a compare-and-swap on a ticket that carries the
-job's generation, so a worker that wakes late can neither take a chunk of a finished job nor
-run one twice. One job at a time: a thread that finds the pool busy (a module called from
-several threads) runs its kernel alone, at once.
+has run. The job's chunks are cut into one contiguous range per participant (the caller is
+participant 0, worker i participant i + 1), each with its own ticket that carries the job's
+generation: a thread claims the chunks of its own range in order, then what is left of the
+others' (a thread that starts late or runs slower has its range finished by the rest). A
+claim is a compare-and-swap of the range's ticket, so a chunk runs once and a worker that
+wakes late can take nothing of a finished job; a thread adds the chunks it ran to the done
+count once, when it finds nothing left. So, kernel after kernel, the same thread computes
+the same part of the grid -- the part of a tensor the next kernel's same part mostly reads
+-- and in the common case the threads share two cache lines a kernel, not one per chunk.
+That matters where the machine's two cores are far apart: on the 2-core VM we measure on, a
+cache line written by the other core costs a round trip of ~60 ns at times and ~380 ns at
+others (bench/README.md, "the slow state"), when SqueezeNet 1.1 on two threads took as long
+as on one (7.5-7.8 ms, with one ticket claimed in turn by both threads: chunks alternated
+between them).
 """
 
 from __future__ import annotations
@@ -37,9 +47,11 @@ from hexir_runtime.errors import DeviceError
 from hexir_runtime.hal import hostcode
 
 # The shared state's layout (bytes), which tools/threads_ir.py compiles into the loop. The
-# fields that threads write are a cache line apart.
-GEN, TICKET, DONE, SLEEPERS, STOP, SPIN, SLOTS = 0, 64, 128, 192, 196, 200, 256
-SLOT_BYTES, STATE_BYTES = 64, 384
+# fields that threads write are a cache line apart: the generation, the done count, and a
+# ticket per participant (the caller is participant 0, worker i participant i + 1), from
+# TICKETS on; PARTS (how many participants) is written before any worker starts.
+GEN, DONE, SLEEPERS, STOP, SPIN, PARTS, SLOTS, TICKETS = 0, 128, 192, 196, 200, 208, 256, 384
+SLOT_BYTES = TICKET_BYTES = 64
 # A job, copied into the slot of its generation's parity: six 64-bit fields.
 JOB_FIELDS = ("entry", "argc", "args", "chunks", "extent", "end")
 WORK, RUN, CLOSE, SEQUENCE, GENERATE = range(5)  # the entry's operations:
@@ -127,10 +139,12 @@ class Pool:
         code = _load()
         self._code: hostcode.HostKernel | None = code  # None once closed
         self._call = hostcode.call_kernel(code.entry, 1)
-        raw = np.zeros(STATE_BYTES + SLOT_BYTES, np.uint8)
+        size = TICKETS + threads * TICKET_BYTES
+        raw = np.zeros(size + SLOT_BYTES, np.uint8)
         skip = -raw.ctypes.data % SLOT_BYTES
-        self._state = raw[skip:skip + STATE_BYTES]
+        self._state = raw[skip:skip + size]
         self._state[SPIN:SPIN + 8].view(np.int64)[0] = spin_cycles
+        self._state[PARTS:PARTS + 8].view(np.int64)[0] = threads
         self._address = self._state.ctypes.data
         self.threads = threads
         self.jobs = 0  # jobs run on the pool, alone or in a SEQUENCE (the tests count them)
@@ -138,7 +152,7 @@ class Pool:
         self._workers: list[threading.Thread] = []
         try:
             for i in range(threads - 1):
-                worker = threading.Thread(target=self._call, args=(self._address, WORK, 0),
+                worker = threading.Thread(target=self._call, args=(self._address, WORK, i + 1),
                                           name=f"hexir-cpu-{i}", daemon=True)
                 worker.start()
                 self._workers.append(worker)
