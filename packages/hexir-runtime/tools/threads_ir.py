@@ -10,10 +10,10 @@ external functions of libc: `syscall`, for the futex (SYS_futex = 202 on x86-64)
 `sched_yield` (24), and `memcpy`.
 
 One entry, `hexir_threads(state, op, arg)`:
-- WORK: a worker's loop, until CLOSE; `arg` is its participant number (1, 2, ...). It spins on the generation for `state.spin` cycles of
-  the time-stamp counter after each job (yielding its core after YIELD_AFTER of them), then
-  sleeps on it (FUTEX_WAIT_PRIVATE) with `state.sleepers` raised, so that a publisher knows
-  to wake it.
+- WORK: a worker's loop, until CLOSE; `arg` is its participant number (1, 2, ...). It spins
+  on the generation for `state.spin` cycles of the time-stamp counter after each job
+  (yielding its core after YIELD_AFTER of them), then sleeps on it (FUTEX_WAIT_PRIVATE) with
+  `state.sleepers` raised, so that a publisher knows to wake it.
 - RUN: publish the job at `arg` (copied into the slot of the new generation's parity, field
   by field with atomic stores), reset the done count, open each participant's ticket
   (generation << 32 | the first chunk of its range), bump the generation, wake sleepers,
