@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import settle, warm
+from timing import interleaved
 
 #: name: (input [C, H, W], output channels, kernel, stride, pad, group)
 SHAPES = {
@@ -155,16 +154,8 @@ def main(argv: list[str]) -> int:
             assert np.abs(got - want).max() <= 1e-4 * max(1.0, np.abs(want).max()), name
             engines = {"hexir": lambda m=module, x=x: m.main(x),
                        "ort": lambda s=session, x=x: s.run(None, {"x": x})}
-            times = {e: [] for e in engines}
-            for _ in range(args.rounds):
-                for engine, call in engines.items():
-                    settle()  # the other engine's pool stops spinning (bench/timing.py)
-                    warm(call)
-                    start = clock()
-                    for _ in range(args.block):
-                        call()
-                    times[engine].append((clock() - start) / args.block)
-        ours, theirs = (statistics.median(times[e]) for e in engines)
+            medians = interleaved(engines, args.rounds, args.block, clock)
+        ours, theirs = medians["hexir"], medians["ort"]
         macs = m * _out(h, k, s, p) * _out(width, k, s, p) * (c // group) * k * k
         print(f"| {name} | {ours * 1e3:.3f} | {theirs * 1e3:.3f} | {macs / ours / 1e9:.1f} | "
               f"{macs / theirs / 1e9:.1f} | {ours / theirs:.2f} |", flush=True)

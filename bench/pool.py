@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from timing import settle, warm
+from timing import interleaved
 
 #: name: (op, input [C, H, W], kernel, stride, pad (all sides), ceil_mode)
 SHAPES = {
@@ -94,16 +92,8 @@ def main(argv: list[str]) -> int:
             np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6, err_msg=name)
             engines = {"hexir": lambda m=module, x=x: m.main(x),
                        "ort": lambda s=session, x=x: s.run(None, {"x": x})}
-            times = {e: [] for e in engines}
-            for _ in range(args.rounds):
-                for engine, call in engines.items():
-                    settle()  # the other engine's pool stops spinning (bench/timing.py)
-                    warm(call)
-                    start = time.perf_counter()
-                    for _ in range(args.block):
-                        call()
-                    times[engine].append((time.perf_counter() - start) / args.block)
-        ours, theirs = (statistics.median(times[e]) for e in engines)
+            medians = interleaved(engines, args.rounds, args.block)
+        ours, theirs = medians["hexir"], medians["ort"]
         print(f"| {name} | {ours * 1e6:.1f} | {theirs * 1e6:.1f} | {ours / theirs:.2f} |",
               flush=True)
     return 0

@@ -1,5 +1,5 @@
-"""What the in-process benchmarks (models.py, conv.py) do between one engine's timed block and
-the next: let the other engine's pool stop spinning, then warm the next one up.
+"""What the in-process benchmarks (models.py, conv.py, pool.py) do between one engine's timed
+block and the next: let the other engine's pool stop spinning, then warm the next one up.
 
 Each engine's thread pool spins for a while after its last call: ONNX Runtime's intra-op
 pool keeps a core busy for about 40 ms (bench/README.md, coexist.py), PyTorch's OpenMP
@@ -10,6 +10,7 @@ conv no faster than one), which coexist.py measures on purpose and these must no
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 
@@ -33,3 +34,19 @@ def warm(call: Callable[[], object], least_s: float = 0.02) -> None:
     while calls < 2 or time.perf_counter() - start < least_s:
         call()
         calls += 1
+
+
+def interleaved(engines: dict[str, Callable[[], object]], rounds: int, block: int,
+                clock: Callable[[], float] = time.perf_counter) -> dict[str, float]:
+    """Each engine's median time per call: `rounds` times, each engine in turn settles,
+    warms up and times a block of `block` calls (conv.py's and pool.py's one-op timings)."""
+    times: dict[str, list[float]] = {engine: [] for engine in engines}
+    for _ in range(rounds):
+        for engine, call in engines.items():
+            settle()  # the other engine's pool stops spinning
+            warm(call)
+            start = clock()
+            for _ in range(block):
+                call()
+            times[engine].append((clock() - start) / block)
+    return {engine: statistics.median(spent) for engine, spent in times.items()}
