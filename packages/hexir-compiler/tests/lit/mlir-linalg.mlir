@@ -24,5 +24,5 @@
 // CHECK-NEXT: scf.for %[[I:.*]] = %[[START]] to %[[END]] step %c1 {
 // CHECK:      memref.load %arg0[%[[I]],
 // CHECK:      arith.maximumf
-// CHECK:      } {hexir.loop = "parallel"}
+// CHECK:      } {hexir.loop = "parallel"{{.*}}}
 // CHECK-NOT:  hextir.
