@@ -16,7 +16,10 @@ outputs) at benchmark sizes:
 ResNet-50, ResNeXt-50, DenseNet-121, GoogLeNet, AlexNet, SqueezeNet 1.0, MobileNetV3
 Small/Large, MNASNet, EfficientNet-B1, RegNetX/Y-400MF, ShuffleNetV2 x0.5, Swin-T, ViT-B/32);
 `--models=text` seven more Hugging Face ones at the corpus's text sizes (`TEXT`: DistilBERT,
-RoBERTa, ALBERT, Qwen2, Mistral, Phi-3, GPT-NeoX).
+RoBERTa, ALBERT, Qwen2, Mistral, Phi-3, GPT-NeoX); `--models=sizes` twelve at other sizes
+(`SIZES`: ResNet-34, Wide ResNet-50-2, EfficientNetV2-S, RegNetY-800MF, MNASNet 0.5, VGG-11,
+ResNet-18 on a batch of 4; BERT and GPT-2 at width 768 with 12 heads, BERT on 4 x 64 tokens,
+a Llama-style decoder at 512 with 4:1 grouped-query attention, T5's encoder at 512).
 `--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
 64x64 images, 8 tokens): most of its time is compiling. The corpus took 10 minutes on this
 2-core machine when quiet, compiling included (42 on a loaded one); `--models=` narrows it.
@@ -161,13 +164,42 @@ TEXT: dict[str, Spec] = {
                          intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
                          **_VOCAB), _TEXT, ("logits",), **_LOGITS),
 }
-GROUPS = {"extra": EXTRA, "text": TEXT}
+_WIDE = (Input("input_ids", (1, 128), "ids"), Input("attention_mask", (1, 128), "mask"))
+_BATCH = (Input("input_ids", (4, 64), "ids"), Input("attention_mask", (4, 64), "mask"))
+#: The corpus's kinds at other sizes and depths (`--models=sizes`, or by name): the schedules
+#: picked by shape (panels, attention tiles, conv blocks) met at shapes the corpus does not
+#: have -- deeper and wider CNNs, a batch of four, BERT-base and GPT-2-small widths (768, 12
+#: heads of 64), a Llama-style decoder with 4:1 grouped-query attention, T5 at 512.
+SIZES: dict[str, Spec] = {
+    **{name: _vision(name) for name in (
+        "resnet34", "wide_resnet50_2", "efficientnet_v2_s", "regnet_y_800mf", "mnasnet0_5",
+        "vgg11")},
+    "resnet18_batch4": Spec(real_models._vision("resnet18"),
+                            (Input("pixel_values", (4, 3, 224, 224)),), ("logits",)),
+    "bert_768": Spec(functools.partial(real_models._bert, hidden_size=768, num_hidden_layers=2,
+                                       num_attention_heads=12, intermediate_size=3072,
+                                       **_HIDDEN),
+                     _WIDE, ("last_hidden_state", "pooler_output")),
+    "bert_batch4": Spec(CORPUS["bert"].build, _BATCH, ("last_hidden_state", "pooler_output")),
+    "gpt2_768": Spec(functools.partial(real_models._gpt2, n_embd=768, n_layer=2, n_head=12,
+                                       n_positions=128),
+                     _WIDE, ("logits",), **_LOGITS),
+    "llama_512": Spec(functools.partial(real_models._llama, hidden_size=512,
+                                        intermediate_size=1376, num_hidden_layers=2,
+                                        num_attention_heads=8, num_key_value_heads=2,
+                                        **_HIDDEN),
+                      _WIDE, ("logits",), **_LOGITS),
+    "t5_512": Spec(functools.partial(real_models._t5_encoder, d_model=512, d_kv=64, d_ff=2048,
+                                     num_layers=2, num_heads=8),
+                   _WIDE, ("last_hidden_state",)),
+}
+GROUPS = {"extra": EXTRA, "text": TEXT, "sizes": SIZES}
 
 
 def corpus(quick: bool) -> dict[str, Spec]:
     if quick:
         return {name: real_models.MODELS[name] for name in real_models.selected()}
-    return CORPUS | EXTRA | TEXT
+    return CORPUS | EXTRA | TEXT | SIZES
 
 
 def export(name: str, spec: Spec, quick: bool) -> Path:
@@ -324,7 +356,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     models = corpus(args.quick)
     names = [n for m in args.models.split(",") for n in GROUPS.get(m, [m])] \
-        if args.models else [n for n in models if n not in EXTRA and n not in TEXT]
+        if args.models else [n for n in models if n not in EXTRA | TEXT | SIZES]
     unknown = [n for n in names if n not in models]
     if unknown:
         parser.error(f"--models: unknown {', '.join(unknown)}; expected some of "
