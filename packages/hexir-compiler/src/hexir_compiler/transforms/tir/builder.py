@@ -335,6 +335,42 @@ class KernelBuilder:
         """Lane `index` of the vector `value`."""
         return vector.extract(value, [], [index])
 
+    def transpose(self, rows: Sequence[ir.Value]) -> list[ir.Value]:
+        """The columns of `rows` (R vectors of L lanes, R a power of two that divides L): L
+        vectors of R lanes, the i-th holding lane i of each row in order. log2(R) rounds of
+        two-source interleaves within groups of R lanes -- round e pairs rows e apart and
+        interleaves runs of e lanes, x86's unpack instructions at R = 4 (unpcklps, then
+        unpcklpd) -- leave each column in one group of one vector; a column is then that
+        group (at R = 4 and L = 16, four zmm become sixteen 16-byte stores after eight
+        shuffles, where lane by lane they were 64 extracts and 64 scalar stores)."""
+        count, lanes = len(rows), ir.VectorType(rows[0].type).shape[0]
+        assert count & (count - 1) == 0 and lanes % count == 0, (count, lanes)
+        vectors = list(rows)
+        held = [[(r, c) for c in range(lanes)] for r in range(count)]  # (row, lane) a lane has
+        run = 1
+        while run < count:
+            for i in (i for i in range(count) if not i & run):
+                j, both = i + run, held[i] + held[i + run]
+                half = count // run // 2  # runs of `run` lanes per half group
+                lo: list[int] = []
+                hi: list[int] = []
+                for group in range(0, lanes, count):
+                    for q in range(half):
+                        for first, into in ((group + q * run, lo), (group + (half + q) * run, hi)):
+                            into += [*range(first, first + run),
+                                     *range(lanes + first, lanes + first + run)]
+                x, y = vectors[i], vectors[j]
+                vectors[i], vectors[j] = vector.shuffle(x, y, lo), vector.shuffle(x, y, hi)
+                held[i], held[j] = [both[m] for m in lo], [both[m] for m in hi]
+            run *= 2
+        where = {held[v][g][1]: (v, g) for v in range(count) for g in range(0, lanes, count)}
+        columns = []
+        for c in range(lanes):
+            v, g = where[c]
+            assert held[v][g:g + count] == [(r, c) for r in range(count)], (c, held[v])
+            columns.append(vector.shuffle(vectors[v], vectors[v], list(range(g, g + count))))
+        return columns
+
     def shared(self, shape: Sequence[int], element: ir.Type | None = None) -> ir.Value:
         """A buffer of `shape` in the block's shared memory (a cuda kernel's staging area)."""
         element = element or self.element

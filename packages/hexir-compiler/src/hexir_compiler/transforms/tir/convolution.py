@@ -6,7 +6,7 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
 - channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows are
   output pixels and whose columns are a group's output channels. A block is `rows` neighbouring
   pixels (the output's spatial positions flattened, so a 7x7 map wastes nothing) by `width`
-  channels (`schedule.conv_tile`: 6 x 16 f32 at x86-64-v3, twelve ymm accumulators; 4 x 64 at
+  channels (`schedule.conv_tile`: 4 x 16 f32 at x86-64-v3, eight ymm accumulators; 4 x 64 at
   v4, sixteen zmm), summed in registers over the kernel window (outer loops) and the group's
   input channels (the innermost loop): each step loads the panel's weights (`width / lanes`
   vectors), broadcasts one input value per pixel and does rows x vectors vector multiply-adds
@@ -32,9 +32,18 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
   multiply-adds per output (`uses_pixel_windows`: a first conv on RGB), whose channel-panel
   stores cost more than their sums (`bench/conv.py`, as below: EfficientNet-B0's 3 -> 32 3x3
   stride 2 1.63 -> 0.97x ORT, SqueezeNet's 3 -> 64 1.76 -> 0.97x).
-- the channel panels' fused epilogue runs on each vector of channels where its formulas take
-  vectors (the operands along the channels loaded as vectors, a bias in one load), and each
-  lane is stored after it.
+- the channel panels' block goes out by channel (`_store_columns`): its sums transposed in
+  registers (`KernelBuilder.transpose`) so that each channel's pixels -- adjacent in NCHW --
+  are one vector store, the fused epilogue on the channel vectors before (a bias: one load
+  a vector) or on each channel's pixels after (a residual: one load a channel). Stored lane
+  by lane, each pixel's channels a plane apart, a 4 x 64 block at x86-64-v4 was 256 extracts
+  and scalar stores: `bench/conv.py --target=x86-64-v4 --threads=1`, hexir / ORT before and
+  after in one session: ResNet-18's 7x7 stride-2 stem 1.31 -> 1.06-1.10, its 3x3 convs
+  1.06-1.17 -> 1.02-1.08, SqueezeNet's 16 -> 64 3x3 1.15 -> 1.07-1.09, ResNeXt-style grouped
+  3x3 at 56x56 1.20 -> 1.09. A block with a pixel in the padding selects each of its
+  broadcasts against a zero vector (LLVM: a branch per pixel, invariant in the channel
+  loop), not its scalar before the broadcast (a masked load, then a broadcast from a
+  register on the multiply-adds' pipes).
 - pixel vectors (Mg == 1: depthwise and its like): a block is up to `schedule.depthwise_pixels`
   neighbouring pixels along the innermost output axis, one channel, the weight a broadcast
   scalar, the window unrolled: each step loads the pixels' inputs as register-wide vectors (one
@@ -353,6 +362,9 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     full, remainder = divmod(pixels, rows)
     outer = g.batch * g.group * per_group
     chunks = _chunks(b, outer, full)
+    # a whole block's sums go out by channel, its pixels one vector (`_store_columns`)
+    by_columns = rows > 1 and rows & (rows - 1) == 0 and lanes % rows == 0 and (
+        epilogue is None or epilogue.vectors)
     with b.loop(outer * chunks, "parallel") as flat:
         n, group, panel, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
         first_in = b.mul(group, g.per_group_in)
@@ -375,6 +387,7 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                                      for t in range(1, columns))]
             vectors = -(-columns // lanes)  # a last tile's vectors past its channels: none
             zero = b.float(0.0)
+            zeros = b.splat(zero, lanes)
 
             def run(masked: list[int]) -> None:
                 def step(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
@@ -394,12 +407,15 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                     for base in bases:
                         at, inside = g.position(b, base, ks, masked)
                         value = b.load(data, [n, channel, *at])
-                        xs.append(b.splat(value if inside is None else
-                                          arith.select(inside, value, zero), lanes))
+                        xs.append(b.splat(value, lanes) if inside is None else
+                                  arith.select(inside, b.splat(value, lanes), zeros))
                     return _multiply_add(acc, xs, ys)
 
                 sums = b.fold([*g.kernel, g.per_group_in], [b.splat(zero, lanes)] *
                               (count * vectors), step)
+                if not short and by_columns:
+                    _store_columns(b, sums, outs, channels, columns, lanes, n, epilogue)
+                    return
                 for r, o in enumerate(outs):
                     for v in range(vectors):
                         total = sums[r * vectors + v]
@@ -422,6 +438,33 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                        lambda index, short: block(index, short, columns))
 
         _by_tile(b, panel, per_group, width, tail, blocks)
+
+
+def _store_columns(b: KernelBuilder, sums: Sequence[ir.Value], outs: Sequence[list[ir.Value]],
+                   channels: Sequence[ir.Value], columns: int, lanes: int, n: ir.Value,
+                   epilogue: Epilogue | None) -> None:
+    """Store a whole block of channel panels -- `sums[r * vectors + v]`: pixel r's channels
+    v * lanes on, the pixels neighbours in the flattened plane -- as one vector of the
+    block's pixels per channel (`KernelBuilder.transpose`): in NCHW a channel's pixels are
+    adjacent, its channels a plane apart. The epilogue runs on the channel vectors before
+    the transposition where its operands do not vary along the plane (a bias: one load a
+    vector, its ops on `rows` vectors), else on each channel's pixels after it (a residual:
+    one load a channel, where along the channels it was gathered lane by lane)."""
+    rows, rank = len(outs), len(outs[0])
+    vectors = len(sums) // rows
+    plane = tuple(range(2, 2 + rank))
+    late = epilogue is not None and epilogue.varies_along(plane, 2 + rank)
+    for v in range(vectors):
+        mine = range(v * lanes, min(columns, (v + 1) * lanes))
+        pixels = [sums[r * vectors + v] for r in range(rows)]
+        if epilogue is not None and not late and len(mine) == lanes:
+            pixels = [epilogue(b, p, [n, channels[mine[0]], *o], axis=1)
+                      for p, o in zip(pixels, outs, strict=True)]
+        for t, column in zip(mine, b.transpose(pixels)[:len(mine)], strict=True):
+            at = [n, channels[t], *outs[0]]
+            if epilogue is not None and (late or len(mine) < lanes):
+                column = epilogue(b, column, at, axis=plane)
+            b.store_vector(column, b.args[-1], at)
 
 
 def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,

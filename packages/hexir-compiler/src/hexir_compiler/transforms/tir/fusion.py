@@ -100,8 +100,10 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     if head is not None:
         vectors = all(s.op.mnemonic in VECTOR_FORMULAS for _, s in rest) and all(
             e in FLOATS for _, s in rest for e in s.op.elements)
+        operands = tuple(inputs[index] for _, s in rest for kind, index in s.operands
+                         if kind == "input")
         return HEADS[steps[head].op.mnemonic](steps[head].op, Epilogue(
-            lambda b, value, at, axis: evaluate(b, at, value, axis), vectors))
+            lambda b, value, at, axis: evaluate(b, at, value, axis), vectors, operands))
 
     def emit(b: KernelBuilder) -> None:
         out = b.args[-1]

@@ -90,11 +90,19 @@ class Epilogue:
     pixels), the coordinates then the first one's, and the result is the vector of theirs:
     its operands are loaded as vectors (gathered lane by lane where their elements along
     the lanes are not adjacent in memory) and its ops run on them, instead of lane by
-    lane."""
+    lane. `operands` are the shapes of the operands it reads (numpy-broadcast to the
+    output), so a schedule can tell along which axes they vary (`varies_along`)."""
 
     apply: Callable[[KernelBuilder, ir.Value, list[ir.Value], int | tuple[int, ...]],
                     ir.Value]
     vectors: bool = False
+    operands: tuple[tuple[int, ...], ...] = ()
+
+    def varies_along(self, axes: Sequence[int], rank: int) -> bool:
+        """Whether an operand has more than one element along one of the output's `axes`
+        (of its `rank`): then a vector along them reads it as a vector, not a broadcast."""
+        return any(a >= rank - len(shape) and shape[a - rank + len(shape)] != 1
+                   for shape in self.operands for a in axes)
 
     def __call__(self, b: KernelBuilder, value: ir.Value, at: list[ir.Value],
                  axis: int | tuple[int, ...] = -1) -> ir.Value:

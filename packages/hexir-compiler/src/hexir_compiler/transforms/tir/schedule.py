@@ -169,12 +169,18 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 #:   against 1.18, 1.09, 1.19, 1.56, 1.73 for 8 x 2 zmm, 1.20, 1.17, 1.76, 1.31, 1.60 for
 #:   10 x 2, 1.22, 1.25, 1.32, 1.47, 1.89 for 12 x 2, and 1.42, 1.62, 1.84, -, 1.62 for the
 #:   first guess, 8 x 1 zmm (whose stores are one channel's pixels, each a plane apart);
-#: - v3: 6 x 2 ymm, twelve accumulators (ResNet-18's 14x14 conv 2.20x ORT against 2.47x for
-#:   4 x 2; 3 x 4 ymm: 2.32);
+#:   with the stores by channel, 4 x 4 still (the stem, 56x56, 14x14, 7x7, stride 2,
+#:   SqueezeNet's 3x3: 1.10, 1.02, 1.05, 1.04, 1.02, 1.08 against 1.15, 1.02, 1.05, 1.07,
+#:   1.03, 1.07 for 8 x 2);
+#: - v3: 4 x 2 ymm, eight accumulators: since a block's stores go out by channel
+#:   (`convolution._store_columns`, a power of two of pixels), ResNet-18's stem, 56x56,
+#:   14x14, 7x7 and stride-2 convs and SqueezeNet's 3x3 at 1.17, 1.26, 1.41, 1.65, 1.28, 1.22
+#:   against 1.24, 1.32, 2.01, 2.43, 1.64, 1.40 for 6 x 2 stored lane by lane (before,
+#:   6 x 2 had beaten 4 x 2: 2.20x against 2.47x at 14x14; 3 x 4 ymm: 2.32);
 #: - v2 (SSE: no FMA, a product needs a register of its own): 2 x 4 xmm, 3.49, 4.05, 3.24,
 #:   4.06, 2.96 against 4.52, 4.87, 4.20, 3.66, 3.33 for 4 x 2 xmm and 3.78-4.30 for 3 x 4.
 #: The tile is a whole number of CONV_PANEL_BYTES panels at every level.
-CONV_TILES = {4: (4, 256), 3: (6, 64), 2: (2, 64), 1: (2, 64)}
+CONV_TILES = {4: (4, 256), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
 #: Bytes of output channels per packed panel of a conv's constant weight
 #: (`convolution.pack_weight`), the same at every level: a module that carries a program
 #: per level stores one packed copy of each weight (identical constants are deduplicated),
