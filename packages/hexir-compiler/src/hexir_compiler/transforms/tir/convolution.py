@@ -107,6 +107,14 @@ from hexir_compiler.transforms.tir.schedule import (
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
 #: window loops ran 1 step of 4 vectors per iteration).
 MAX_UNROLLED_WINDOW = 25
+#: Independent sums a pixel-vector block with an unrolled window keeps at least: a block
+#: of fewer vectors sums each in several chains (window offset i into chain i mod chains),
+#: added at the end. One chain a vector was a row of dependent FMAs, one latency each (4
+#: cycles) where the core could start two a cycle -- EfficientNet's 5x5 depthwise at 28x28, rows of 16 +
+#: 8 + 4 pixels, a block a vector: 25 FMAs in a row per block (`bench/conv.py
+#: --target=x86-64-v4 --threads=1`, hexir / ORT before and after in one session: 1.84 ->
+#: 1.59; its stride-2 5x5 at 56x56, 2.33 -> 1.86; MobileNetV2's 3x3 at 56x56, 1.24 -> 1.10-1.23).
+DEPTHWISE_CHAINS = 4
 #: The most vector x window-offset steps a depthwise plane unrolls (`_plane_vectors`): at
 #: x86-64-v4 (16 f32 a vector) a 14x14 plane under a 5x5 window (325) or a 28x28 one under a
 #: 3x3 window (441), not a 28x28 plane under a 5x5 window (1225).
@@ -706,14 +714,21 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                             acc[j] = _multiply_add([acc[j]], [x], [y])[0]
                     return acc
 
+                vectors = count // width
+                offsets = list(itertools.product(*(range(k) for k in g.kernel)))
+                chains = min(len(offsets), -(-DEPTHWISE_CHAINS // vectors)) if unrolled else 1
+
                 def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-                    for ks in itertools.product(*(range(k) for k in g.kernel)):
-                        acc = step([*(b.index(k) for k in ks), c[0]], acc, ks)
+                    acc = list(acc)
+                    for i, ks in enumerate(offsets):  # offset i into chain i % chains
+                        chain = slice(i % chains * vectors, (i % chains + 1) * vectors)
+                        acc[chain] = step([*(b.index(k) for k in ks), c[0]], acc[chain], ks)
                     return acc
 
-                inits = [b.splat(zero, width)] * (count // width)
+                inits = [b.splat(zero, width)] * (vectors * chains)
                 sums = b.fold([g.per_group_in], inits, channel) if unrolled else \
                     b.fold([*g.kernel, g.per_group_in], inits, step)
+                sums = [functools.reduce(arith.addf, sums[j::vectors]) for j in range(vectors)]
                 if epilogue is None or epilogue.vectors:  # a vector's pixels are neighbours
                     for j, total in enumerate(sums):
                         at = [n, m, *outs[j * width]]
