@@ -38,8 +38,11 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "wide-3x3": ((1, 6, 7, 6), (100, 6, 3, 3), 1, (1, 1), (1, 1, 1, 1), (1, 1)),
     # each group's packed panels after the last one's: 72 = 64 + 8 channels a group
     "groups-tail": ((1, 8, 5, 6), (144, 4, 3, 3), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
-    # pixel vectors along rows of 37 (32 + 4 + 1 at v4), a 16 + 4 channel split at v4
+    # pixel vectors along rows of 37 at v2 (the plane, 111 pixels, fills too few of its
+    # vectors' lanes at v3 and v4: channel panels there), a 16 + 4 channel split at v4
     "1x1-rows": ((1, 12, 3, 37), (20, 12, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
+    # pixel vectors at every level, the plane's 136 pixels 8 x 16 + 8 at v4
+    "1x1-plane": ((2, 12, 8, 17), (20, 12, 1, 1), 1, (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1-groups": ((2, 8, 2, 20), (12, 4, 1, 1), 2, (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1-stride2": ((1, 8, 9, 9), (16, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
     "dilation2": ((1, 4, 12, 10), (9, 4, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
@@ -209,7 +212,8 @@ def test_a_depthwise_epilogue_runs_on_vectors_where_its_formulas_take_them(
 
 
 @pytest.mark.parametrize("level", LEVELS, ids=lambda v: f"v{v}")
-@pytest.mark.parametrize("name", ["3x3-pad1", "wide-3x3", "1x1-rows", "depthwise"])
+@pytest.mark.parametrize("name", ["3x3-pad1", "wide-3x3", "1x1-rows", "1x1-plane",
+                                  "depthwise"])
 def test_a_silu_epilogue_is_one_kernel_with_the_conv(tmp_path, name, level) -> None:
     """conv + bias -> x * sigmoid(x) (SiLU: the sum has two uses, both in the epilogue) is
     one kernel in every schedule -- channel panels (its epilogue on vectors of channels,
@@ -254,15 +258,19 @@ def test_the_pixel_vector_forms_grids(tmp_path) -> None:
 
 
 def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:
-    """A 1x1 stride-1 conv whose rows hold a vector of pixels stores whole vectors along
-    them (its correctness: the 1x1-rows and 1x1-groups cases above), and so does a stride-2
-    one with few input channels (pixel vectors with a window): a register's 4 lanes at
-    x86-64-v2. A conv with many multiply-adds per output keeps the channel panels, whose
-    stores are a block's 2 pixels of one channel."""
+    """A 1x1 stride-1 conv whose plane fills its vectors stores whole vectors along it (its
+    correctness: the 1x1-rows, 1x1-plane and 1x1-groups cases above), and so does a
+    stride-2 one with few input channels (pixel vectors with a window): a register's lanes,
+    4 at x86-64-v2, 16 at v4. A conv with many multiply-adds per output keeps the channel
+    panels, and so does a 1x1 conv on a 7x7 plane at v4 (49 pixels: four vectors, 77% of
+    their lanes), whose stores are a block's pixels of one channel (2 at v2, 4 at v4)."""
     source = tmp_path / "conv.mlir"
-    for name, vectors in (("1x1-rows", True), ("1x1-stride2", True), ("deep-3x3", False)):
+    for name, level, vectors in (("1x1-rows", 2, True), ("1x1-stride2", 2, True),
+                                 ("deep-3x3", 2, False), ("1x1-plane", 4, True),
+                                 ("1x1", 4, False)):
         case = CASES[name]
         source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, True))
-        tir = compile_source(source, "mlir-tir", target="cpu:x86-64-v2")
+        tir = compile_source(source, "mlir-tir", target=f"cpu:x86-64-v{level}")
         stores = set(re.findall(r"vector\.store .*, vector<(\d+)xf32>", tir))
-        assert "4" in stores if vectors else stores == {"2"}, (name, stores)
+        lanes, rows = (4, 2) if level == 2 else (16, 4)
+        assert str(lanes) in stores if vectors else stores == {str(rows)}, (name, stores)

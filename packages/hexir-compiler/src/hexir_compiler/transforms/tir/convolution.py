@@ -110,10 +110,11 @@ MAX_UNROLLED_WINDOW = 25
 #: Independent sums a pixel-vector block with an unrolled window keeps at least: a block
 #: of fewer vectors sums each in several chains (window offset i into chain i mod chains),
 #: added at the end. One chain a vector was a row of dependent FMAs, one latency each (4
-#: cycles) where the core could start two a cycle -- EfficientNet's 5x5 depthwise at 28x28, rows of 16 +
-#: 8 + 4 pixels, a block a vector: 25 FMAs in a row per block (`bench/conv.py
-#: --target=x86-64-v4 --threads=1`, hexir / ORT before and after in one session: 1.84 ->
-#: 1.59; its stride-2 5x5 at 56x56, 2.33 -> 1.86; MobileNetV2's 3x3 at 56x56, 1.24 -> 1.10-1.23).
+#: cycles) where the core could start two a cycle -- EfficientNet's 5x5 depthwise at
+#: 28x28, rows of 16 + 8 + 4 pixels, a block a vector: 25 FMAs in a row per block
+#: (`bench/conv.py --target=x86-64-v4 --threads=1`, hexir / ORT before and after in one
+#: session: 1.84 -> 1.59; its stride-2 5x5 at 56x56, 2.33 -> 1.86; MobileNetV2's 3x3 at
+#: 56x56, 1.24 -> 1.10-1.23).
 DEPTHWISE_CHAINS = 4
 #: The most vector x window-offset steps a depthwise plane unrolls (`_plane_vectors`): at
 #: x86-64-v4 (16 f32 a vector) a 14x14 plane under a 5x5 window (325) or a 28x28 one under a
@@ -130,6 +131,14 @@ MAX_KNOWN_ROW_BLOCKS = 4
 #: 64 channels a plane apart (SqueezeNet 1.1's 3 -> 64 3x3 stride-2 conv: 4.76 ms, 20% of
 #: the model, at 8.9 GFLOP/s).
 MAX_PIXEL_WINDOW_MACS = 32
+#: The least share of its vectors' lanes a 1x1 conv's plane fills for the pixel-vector form
+#: (`uses_pixel_panels`): each vector of the plane's rest costs a whole one, a 7x7 plane's
+#: 49 pixels at v4 four vectors (77%), and the channel panels waste less there (a block of 4
+#: pixels, the 49th one a quarter block): `bench/conv.py --target=x86-64-v4 --threads=1`,
+#: hexir / ORT, pixel vectors against channel panels: EfficientNet's 320 -> 1280 at 7x7
+#: 1.13 against 1.04, ResNeXt-style 400 -> 400 at 7x7 1.08 against 1.03, SqueezeNet's
+#: 512 -> 1000 at 13x13 (88%) 1.04 against 1.02; at 14x14 (94%) 1.00 against 1.13.
+PIXEL_PANEL_FILL = 0.9
 #: Parallel iterations a conv kernel aims for (batch x panels x pixel chunks): enough to
 #: balance a thread pool of a few cores; each chunk keeps at least MIN_CHUNK_BLOCKS blocks.
 TARGET_ITERATIONS = 32
@@ -220,8 +229,8 @@ def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
                       epilogue: Epilogue | None) -> bool:
     """Whether a channel-panel conv takes the pixel-vector form (`_pixel_panels`): 1x1,
     stride 1, no padding, fewer input channels a group than `schedule.PIXEL_PANEL_INPUTS` at
-    `level`, a plane of at least a vector's pixels at `level` and an epilogue that takes
-    vectors (or none)."""
+    `level`, a plane of at least a vector's pixels at `level` that fills its vectors
+    (PIXEL_PANEL_FILL) and an epilogue that takes vectors (or none)."""
     x, w = op.inputs[:2]
     limit = PIXEL_PANEL_INPUTS[level]
     if not uses_panels(op) or any(k != 1 for k in w[2:]) or len(x) < 3 or \
@@ -229,7 +238,9 @@ def uses_pixel_panels(op: GraphOp, level: int, element_bytes: int,
         return False
     if any(s != 1 for s in op.ints_attr("strides")) or any(op.ints_attr("pads")):
         return False
-    return pymath.prod(x[2:]) >= register_lanes(level, element_bytes) and (
+    pixels, lanes = pymath.prod(x[2:]), register_lanes(level, element_bytes)
+    full, rest = divmod(pixels, lanes)  # the rest: a vector per power of two (`_blocks_from`)
+    return full > 0 and pixels >= PIXEL_PANEL_FILL * lanes * (full + rest.bit_count()) and (
         epilogue is None or epilogue.vectors)
 
 
