@@ -3,14 +3,14 @@
     python bench/conv.py [--target=x86-64-v3] [--rounds=5] [--block=5] [--threads=N]
                          [--shapes=NAME,...]
 
-The shapes are the convolutions ResNet-18, MobileNetV2, EfficientNet-B0 and SqueezeNet 1.1 spend
-their time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module
-and built as a one-node ONNX model with the same weights, checked against each other, then timed
-in interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call times),
-each block after the other engine's pool has stopped spinning (`timing.settle`: ORT's keeps
-a core busy ~40 ms after a call, and Hexir's two threads beside it ran no faster than one).
-Prints ms per call, the achieved G multiply-adds/s and hexir / ORT: where a model's conv time
-goes, kernel by kernel.
+The shapes are the convolutions ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1 and 1.0,
+ResNeXt-style grouped convs and ConvNeXt's 7x7 depthwise spend their time in (f32, batch 1, the
+weight a constant). Each is compiled as a one-op Hexir module and built as a one-node ONNX model
+with the same weights, checked against each other, then timed in interleaved blocks of `--block`
+calls, `--rounds` times (medians of the per-call times), each block after the other engine's
+pool has stopped spinning (`timing.settle`: ORT's keeps a core busy ~40 ms after a call, and
+Hexir's two threads beside it ran no faster than one). Prints ms per call, the achieved G
+multiply-adds/s and hexir / ORT: where a model's conv time goes, kernel by kernel.
 """
 
 from __future__ import annotations
@@ -63,6 +63,10 @@ SHAPES = {
     "rx-g3x3-14": ((160, 14, 14), 160, 3, 1, 1, 10),
     "rx-g3x3-7": ((400, 7, 7), 400, 3, 1, 1, 25),
     "rx-1x1-7": ((400, 7, 7), 400, 1, 1, 0, 1),
+    "cnx-dw-7x7-56": ((96, 56, 56), 96, 7, 1, 3, 96),
+    "cnx-dw-7x7-28": ((192, 28, 28), 192, 7, 1, 3, 192),
+    "cnx-dw-7x7-14": ((384, 14, 14), 384, 7, 1, 3, 384),
+    "cnx-dw-7x7-7": ((768, 7, 7), 768, 7, 1, 3, 768),
 }
 
 

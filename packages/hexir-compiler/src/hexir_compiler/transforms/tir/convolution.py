@@ -49,27 +49,30 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
   scalar, the window unrolled: each step loads the pixels' inputs as register-wide vectors (one
   load of the run they lie in; at stride 2, the run read as whole registers, the last one
   masked, and one two-source shuffle: `KernelBuilder.load_strided`) and does a vector
-  multiply-add each. A row of at most MAX_KNOWN_ROW_BLOCKS blocks under an unrolled window is
-  cut into blocks at compile time, so which lanes of each load fall in the padding is known
-  there (`_known_lanes`: the run between the first and last lane inside, and a shuffle with
-  zeros); a longer row is split into its border runs (placed at compile time the same way) and
-  its interior run (the innermost axis's windows inside the input), each in power-of-two blocks;
-  a window too wide to unroll gathers its border lanes one by one. A small stride-1 plane whose
-  rows are as wide as the input's is one grid iteration (`_plane_vectors`): vectors along its
-  flattened pixels, every block and window offset placed at compile time. Measured with
-  `bench/conv.py --target=x86-64-v4 --threads=1 --clock=cpu` (hexir / ORT, before and after, one
-  session each, load average 5-7): 5x5 depthwise at 7x7 9.20 -> 1.26-1.31, at 14x14 2.68 ->
-  1.14-1.26, at 28x28 2.43 -> 2.30, 5x5 stride 2 at 56x56 3.61 -> 1.80, MobileNetV2's 3x3 at
-  14x14 1.80 -> 0.75-0.92, at 7x7 1.76 -> 0.86-1.16, stride 2 at 56x56 2.28 -> 1.41 (its rows
-  had gathered their border lanes one by one and loaded a stride-2 run of 31 elements, which
-  LLVM split into five loads and their shuffles). Written as vectors for the reason the panels
-  are: LLVM compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread:
-  4.55x ORT scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x). A block's pixels being neighbours
-  along the innermost axis, the fused epilogue runs on the sum vectors and each is one vector
-  store where its formulas take vectors (`kernel.Epilogue.vectors`): lane by lane, the bias, the
-  relu's compare and blend and the store were scalar instructions per pixel, more than the
-  window's vector FMAs (the same conv with bias + relu at x86-64-v4, one thread: 2.42x ORT lane
-  by lane, 1.04x on vectors; stride 2: 2.39x, 1.19x).
+  multiply-add each. A row of at most MAX_KNOWN_ROW_BLOCKS blocks (its window's innermost axis
+  unrolled) is cut into blocks at compile time, so which lanes of each load fall in the padding
+  is known there (`_known_lanes`: the run between the first and last lane inside, and a shuffle
+  with zeros); a longer row is split into its border runs (placed at compile time the same way)
+  and its interior run (the innermost axis's windows inside the input), each in power-of-two
+  blocks; a window too wide to unroll is a loop over its outer axes with its innermost axis's
+  offsets unrolled, so its border lanes are placed at compile time too (they were gathered one
+  by one: ConvNeXt's 7x7 depthwise at 56x56, 28x28 and 14x14, hexir / ORT as below, 3.24, 5.28,
+  6.06 -> 1.65, 1.97, 1.65-1.83, the last as a plane). A small stride-1 plane whose rows are as
+  wide as the input's is one grid iteration (`_plane_vectors`): vectors along its flattened
+  pixels, every block and window offset placed at compile time. Measured with `bench/conv.py
+  --target=x86-64-v4 --threads=1 --clock=cpu` (hexir / ORT, before and after, one session each,
+  load average 5-7): 5x5 depthwise at 7x7 9.20 -> 1.26-1.31, at 14x14 2.68 -> 1.14-1.26, at
+  28x28 2.43 -> 2.30, 5x5 stride 2 at 56x56 3.61 -> 1.80, MobileNetV2's 3x3 at 14x14 1.80 ->
+  0.75-0.92, at 7x7 1.76 -> 0.86-1.16, stride 2 at 56x56 2.28 -> 1.41 (its rows had gathered
+  their border lanes one by one and loaded a stride-2 run of 31 elements, which LLVM split into
+  five loads and their shuffles). Written as vectors for the reason the panels are: LLVM
+  compiled these loops to scalar FMAs (MobileNetV2's 56x56 depthwise 3x3, one thread: 4.55x ORT
+  scalar, 2.26x as vectors; stride 2: 3.19x, 2.68x). A block's pixels being neighbours along the
+  innermost axis, the fused epilogue runs on the sum vectors and each is one vector store where
+  its formulas take vectors (`kernel.Epilogue.vectors`): lane by lane, the bias, the relu's
+  compare and blend and the store were scalar instructions per pixel, more than the window's
+  vector FMAs (the same conv with bias + relu at x86-64-v4, one thread: 2.42x ORT lane by lane,
+  1.04x on vectors; stride 2: 2.39x, 1.19x).
 
 Padding: a block whose every window lies inside the input (its "interior", decided once per
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
@@ -117,12 +120,14 @@ MAX_UNROLLED_WINDOW = 25
 #: 56x56, 1.24 -> 1.10-1.23).
 DEPTHWISE_CHAINS = 4
 #: The most vector x window-offset steps a depthwise plane unrolls (`_plane_vectors`): at
-#: x86-64-v4 (16 f32 a vector) a 14x14 plane under a 5x5 window (325) or a 28x28 one under a
-#: 3x3 window (441), not a 28x28 plane under a 5x5 window (1225).
-MAX_PLANE_STEPS = 512
+#: x86-64-v4 (16 f32 a vector) a 14x14 plane under a 5x5 window (325) or a 7x7 one (637:
+#: ConvNeXt's, 1.65-1.83x ORT as a plane, 2.40 by rows) or a 28x28 one under a 3x3 window
+#: (441), not a 28x28 plane under a 5x5 window (1225).
+MAX_PLANE_STEPS = 640
 #: A depthwise row of at most this many blocks (`schedule.depthwise_pixels` pixels each) is
 #: cut into blocks at compile time whose padding lanes are known (`_known_lanes`) when its
-#: window is unrolled: 256 pixels at v4, every row of the CNNs' 112x112 maps and below.
+#: window's innermost axis is unrolled: 256 pixels at v4, every row of the CNNs' 112x112
+#: maps and below.
 MAX_KNOWN_ROW_BLOCKS = 4
 #: The most multiply-adds per output (input channels a group x window) of a conv with a
 #: window that takes the pixel-vector form (`uses_pixel_windows`): a 3x3 conv on three
@@ -666,6 +671,9 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
     first, end = g.inside_range(inner)
     rows = g.out[:-1]
     unrolled = pymath.prod(g.kernel) <= MAX_UNROLLED_WINDOW
+    # the innermost axis's offsets unrolled (a loop over the others' when the whole window
+    # is not), so that a block's padding lanes are known at compile time (`_known_lanes`)
+    inner_unrolled = g.kernel[-1] <= MAX_UNROLLED_WINDOW
     with b.loop(g.batch * g.group * pymath.prod(rows), "parallel") as flat:
         n, m, *row = b.delinearize(flat, [g.batch, g.group, *rows])
         first_in = b.mul(m, g.per_group_in)
@@ -683,15 +691,15 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
 
             def run(masked: list[int]) -> None:
                 def pixels(channel: ir.Value, ks: Sequence[ir.Value], j: int,
-                           static: Sequence[int] | None) -> ir.Value | None:
+                           static: int | None) -> ir.Value | None:
                     """The inputs of pixels j*width ... at window offset `ks` (`static`:
-                    the same as integers, when the window is unrolled), a vector; None
-                    when each is padding."""
+                    its innermost one as an integer, when that axis is unrolled), a vector;
+                    None when each is padding."""
                     mine = bases[j * width:(j + 1) * width]
                     step = g.strides[inner]
                     if masked_inner and known is not None and static is not None:
                         at, inside = g.position(b, mine[0], ks, masked)
-                        offset = static[inner] * g.dilations[inner] - g.pads[inner]
+                        offset = static * g.dilations[inner] - g.pads[inner]
                         cols = [(known + j * width + lane) * step + offset
                                 for lane in range(width)]
                         vector_ = _known_lanes(
@@ -714,7 +722,7 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                     return arith.select(inside, vector_, b.splat(zero, width))
 
                 def step(ivs: list[ir.Value], acc: list[ir.Value],
-                         static: Sequence[int] | None = None) -> list[ir.Value]:
+                         static: int | None = None) -> list[ir.Value]:
                     *ks, c = ivs
                     y = b.splat(b.load(weight, [m, c, *ks]), width)
                     channel = arith.addi(first_in, c)
@@ -726,19 +734,23 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
                     return acc
 
                 vectors = count // width
-                offsets = list(itertools.product(*(range(k) for k in g.kernel)))
-                chains = min(len(offsets), -(-DEPTHWISE_CHAINS // vectors)) if unrolled else 1
+                # the unrolled offsets: the window's, else its innermost axis's (in a loop
+                # over the others), else none (a loop over the whole window)
+                looped = [] if unrolled else g.kernel[:-1] if inner_unrolled else g.kernel
+                offsets = list(itertools.product(*(range(k) for k in g.kernel[len(looped):])))
+                chains = min(len(offsets), -(-DEPTHWISE_CHAINS // vectors))
 
-                def channel(c: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                def channel(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
+                    *outer, c = ivs  # (the loop's window offsets, when it has some)
                     acc = list(acc)
                     for i, ks in enumerate(offsets):  # offset i into chain i % chains
                         chain = slice(i % chains * vectors, (i % chains + 1) * vectors)
-                        acc[chain] = step([*(b.index(k) for k in ks), c[0]], acc[chain], ks)
+                        acc[chain] = step([*outer, *(b.index(k) for k in ks), c], acc[chain],
+                                          ks[-1] if ks else None)
                     return acc
 
                 inits = [b.splat(zero, width)] * (vectors * chains)
-                sums = b.fold([g.per_group_in], inits, channel) if unrolled else \
-                    b.fold([*g.kernel, g.per_group_in], inits, step)
+                sums = b.fold([*looped, g.per_group_in], inits, channel)
                 sums = [functools.reduce(arith.addf, sums[j::vectors]) for j in range(vectors)]
                 if epilogue is None or epilogue.vectors:  # a vector's pixels are neighbours
                     for j, total in enumerate(sums):
@@ -757,12 +769,12 @@ def _pixel_vectors(b: KernelBuilder, g: Geometry, epilogue: Epilogue | None) -> 
             for at, count in _blocks_from(lo, hi - lo, lanes):
                 block(b.index(at), count, True, at)
 
-        if unrolled and g.out[-1] <= MAX_KNOWN_ROW_BLOCKS * lanes:
+        if inner_unrolled and g.out[-1] <= MAX_KNOWN_ROW_BLOCKS * lanes:
             known_blocks(0, g.out[-1])  # the whole row, every block placed at compile time
             return
         for lo, hi, masked_inner in ((0, first, True), (first, end, False),
                                      (end, g.out[-1], True)):
-            if masked_inner and unrolled and hi - lo < lanes:
+            if masked_inner and inner_unrolled and hi - lo < lanes:
                 known_blocks(lo, hi)
             else:
                 _runs(b, lo, hi - lo, lanes,
