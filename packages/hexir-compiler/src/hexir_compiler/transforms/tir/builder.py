@@ -342,7 +342,8 @@ class KernelBuilder:
         interleaves runs of e lanes, x86's unpack instructions at R = 4 (unpcklps, then
         unpcklpd) -- leave each column in one group of one vector; a column is then that
         group (at R = 4 and L = 16, four zmm become sixteen 16-byte stores after eight
-        shuffles, where lane by lane they were 64 extracts and 64 scalar stores)."""
+        interleaves -- LLVM emits four zmm unpacks and 20 narrower shuffles -- where lane by
+        lane they were 64 extracts and 64 scalar stores)."""
         count, lanes = len(rows), ir.VectorType(rows[0].type).shape[0]
         assert count & (count - 1) == 0 and lanes % count == 0, (count, lanes)
         vectors = list(rows)

@@ -30,6 +30,7 @@ from hexir_compiler.transforms.tir.kernel import (
     Kernel,
     Prologue,
     broadcast_indices,
+    varying_axes,
 )
 from hexir_compiler.transforms.tir.movement import plan_concat
 from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce, plan_softmax
@@ -145,7 +146,7 @@ def _vector_operand(b: KernelBuilder, buffer: ir.Value, coords: list[ir.Value],
     axes = [a % rank for a in ((axis,) if isinstance(axis, int) else axis)]
     offset = rank - len(operand)  # the operand's dim of output axis a is a - offset
     at = broadcast_indices(b, coords, operand, out)
-    varying = [a for a in axes if a >= offset and operand[a - offset] != 1]
+    varying = varying_axes(operand, rank, axes)
     if not varying:
         return b.splat(b.load(buffer, at), lanes)
     if varying == axes and all(operand[a - offset] == out[a] for a in axes[1:]) and \

@@ -101,12 +101,18 @@ class Epilogue:
     def varies_along(self, axes: Sequence[int], rank: int) -> bool:
         """Whether an operand has more than one element along one of the output's `axes`
         (of its `rank`): then a vector along them reads it as a vector, not a broadcast."""
-        return any(a >= rank - len(shape) and shape[a - rank + len(shape)] != 1
-                   for shape in self.operands for a in axes)
+        return any(varying_axes(shape, rank, axes) for shape in self.operands)
 
     def __call__(self, b: KernelBuilder, value: ir.Value, at: list[ir.Value],
                  axis: int | tuple[int, ...] = -1) -> ir.Value:
         return self.apply(b, value, at, axis)
+
+
+def varying_axes(operand: Sequence[int], rank: int, axes: Sequence[int]) -> list[int]:
+    """Those of the output's `axes` (of its `rank`, each in [0, rank)) along which an
+    operand of shape `operand`, numpy-broadcast to the output, has more than one element."""
+    offset = rank - len(operand)  # the operand's dim of output axis a is a - offset
+    return [a for a in axes if a >= offset and operand[a - offset] != 1]
 
 
 #: Reads an operand's element at the given coordinates.
