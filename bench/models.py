@@ -1,7 +1,8 @@
 """The model corpus: real architectures on Hexir's cpu against ONNX Runtime, in one run.
 
-    python bench/models.py [--models=NAME,...|extra|text] [--quick] [--threads=default,1]
-                           [--targets=default,x86-64-v3] [--calls=200] [--block=10]
+    python bench/models.py [--models=NAME,...|extra|text|sizes|more] [--quick]
+                           [--threads=default,1] [--targets=default,x86-64-v3]
+                           [--calls=200] [--block=10]
                            [--budget=20] [--baseline=DIR] [--clock=wall|cpu]
 
 The corpus (random weights: nothing can be downloaded), built by the test suite's
@@ -19,7 +20,10 @@ Small/Large, MNASNet, EfficientNet-B1, RegNetX/Y-400MF, ShuffleNetV2 x0.5, Swin-
 RoBERTa, ALBERT, Qwen2, Mistral, Phi-3, GPT-NeoX); `--models=sizes` twelve at other sizes
 (`SIZES`: ResNet-34, Wide ResNet-50-2, EfficientNetV2-S, RegNetY-800MF, MNASNet 0.5, VGG-11,
 ResNet-18 on a batch of 4; BERT and GPT-2 at width 768 with 12 heads, BERT on 4 x 64 tokens,
-a Llama-style decoder at 512 with 4:1 grouped-query attention, T5's encoder at 512).
+a Llama-style decoder at 512 with 4:1 grouped-query attention, T5's encoder at 512);
+`--models=more` seventeen more (`MORE`: OPT, BLOOM, Falcon, GPT-J, Gemma, Qwen3, ELECTRA,
+DeBERTa-v2, BART, wav2vec 2.0, MobileViT, SegFormer, ConvNeXt V2, ResNet-101, VGG-16,
+EfficientNet-B3, Swin V2-T).
 `--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
 64x64 images, 8 tokens): most of its time is compiling. The corpus took 10 minutes on this
 2-core machine when quiet, compiling included (42 on a loaded one); `--models=` narrows it.
@@ -31,7 +35,9 @@ compiler's default: a program per x86-64 level, of which the runtime runs this h
 then, for every `--threads` entry (`default`: each runtime its own default, `N`:
 HEXIR_CPU_THREADS=N and ORT's intra-op threads N), measured in a fresh process (the cpu
 pool's size is fixed per process): every Hexir result is checked against ONNX
-Runtime's first (within rtol 1e-3 / atol 1e-4, as the tests hold them), then the engines run
+Runtime's first (within rtol 1e-3 / atol 1e-4, as the tests hold them, or within twice ORT's
+own rounding noise -- its results with its graph rewrites off against on, the ORT row's
+`own`: a deep network drifts past 1e-4 in any f32 order), then the engines run
 in interleaved blocks -- a wait until the process is idle (the last engine's pool stops
 spinning: `settle`), untimed calls (`warm`), then `--block` calls each timed -- until each has
 `--calls` timed calls or the model's `--budget` seconds are spent. A figure is the median of
@@ -76,6 +82,12 @@ sys.stderr.write(f"compile-seconds {time.perf_counter() - start:.3f}\n")
 sys.stdout.buffer.write(image)
 """
 RTOL, ATOL = 1e-3, 1e-4
+#: A result outside RTOL/ATOL of ORT's still counts as right within this many times ORT's own
+#: difference between its optimized and unoptimized graphs: a deep network's f32 sums (ResNet-
+#: 101's 104 convolutions) drift by more than ATOL in any order -- against a float64
+#: evaluation of its graph (onnx.reference), max errors 1.7e-4 (ORT), 1.9e-4 (ORT without
+#: graph rewrites) and 1.8e-4 (Hexir) on logits of magnitude 0.5-1.7.
+NOISE_FACTOR = 2.0
 
 _IMAGE = (Input("pixel_values", (1, 3, 224, 224)),)
 _TEXT = (Input("input_ids", (1, 128), "ids"), Input("attention_mask", (1, 128), "mask"))
@@ -193,13 +205,62 @@ SIZES: dict[str, Spec] = {
                                      num_layers=2, num_heads=8),
                    _WIDE, ("last_hidden_state",)),
 }
-GROUPS = {"extra": EXTRA, "text": TEXT, "sizes": SIZES}
+_IMAGE_256 = (Input("pixel_values", (1, 3, 256, 256)),)
+_AUDIO = (Input("input_values", (1, 16000)),)
+#: Architectures none of the groups above has (`--models=more`, or by name), each for an
+#: operation mix of its own: decoders with ALiBi (BLOOM), learned offset positions (OPT),
+#: parallel attention (Falcon, GPT-J), GeGLU and scaled RMSNorm (Gemma), query/key norms
+#: (Qwen3); ELECTRA's narrow embeddings, DeBERTa-v2's disentangled relative attention, BART
+#: (an encoder and a decoder with cross-attention); wav2vec 2.0 on a second of 16 kHz audio
+#: (seven strided Conv1d, GroupNorm, a grouped positional Conv1d of width 128); MobileViT,
+#: SegFormer and ConvNeXt V2 (unfolded patches, efficient attention, global response
+#: norm); torchvision's deeper and bigger ResNet-101, VGG-16, EfficientNet-B3, Swin V2-T.
+MORE: dict[str, Spec] = {
+    "opt": Spec(_hf("OPTForCausalLM", "OPTConfig", hidden_size=256, ffn_dim=1024,
+                    num_hidden_layers=4, num_attention_heads=4, word_embed_proj_dim=256,
+                    **_VOCAB), _TEXT, ("logits",), **_LOGITS),
+    "bloom": Spec(_hf("BloomForCausalLM", "BloomConfig", hidden_size=256, n_layer=4, n_head=8,
+                      vocab_size=96), _TEXT, ("logits",), **_LOGITS),
+    "falcon": Spec(_hf("FalconForCausalLM", "FalconConfig", hidden_size=256,
+                       num_hidden_layers=4, num_attention_heads=8, **_VOCAB),
+                   _TEXT, ("logits",), **_LOGITS),
+    "gptj": Spec(_hf("GPTJForCausalLM", "GPTJConfig", n_embd=256, n_layer=4, n_head=8,
+                     rotary_dim=16, vocab_size=96, n_positions=128),
+                 _TEXT, ("logits",), **_LOGITS),
+    "gemma": Spec(_hf("GemmaForCausalLM", "GemmaConfig", head_dim=32, **_DECODER), _TEXT,
+                  ("logits",), **_LOGITS),
+    "qwen3": Spec(_hf("Qwen3ForCausalLM", "Qwen3Config", head_dim=32, **_DECODER), _TEXT,
+                  ("logits",), **_LOGITS),
+    "electra": Spec(_hf("ElectraModel", "ElectraConfig", embedding_size=128, hidden_size=256,
+                        num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                        **_VOCAB), _TEXT, ("last_hidden_state",)),
+    "deberta_v2": Spec(_hf("DebertaV2Model", "DebertaV2Config", hidden_size=256,
+                           num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024,
+                           relative_attention=True, pos_att_type=["p2c", "c2p"],
+                           position_buckets=64, max_relative_positions=-1, **_VOCAB),
+                       _TEXT, ("last_hidden_state",)),
+    "bart": Spec(_hf("BartModel", "BartConfig", d_model=256, encoder_layers=2,
+                     decoder_layers=2, encoder_attention_heads=4, decoder_attention_heads=4,
+                     encoder_ffn_dim=1024, decoder_ffn_dim=1024, **_VOCAB),
+                 _TEXT, ("last_hidden_state",), **_LOGITS),
+    "wav2vec2": Spec(_hf("Wav2Vec2Model", "Wav2Vec2Config", hidden_size=256,
+                         num_hidden_layers=4, num_attention_heads=4, intermediate_size=1024),
+                     _AUDIO, ("last_hidden_state",)),
+    "mobilevit": Spec(_hf("MobileViTModel", "MobileViTConfig"), _IMAGE_256,
+                      ("last_hidden_state", "pooler_output")),
+    "segformer": Spec(_hf("SegformerModel", "SegformerConfig"), _IMAGE, ("last_hidden_state",)),
+    "convnextv2": Spec(_hf("ConvNextV2Model", "ConvNextV2Config"), _IMAGE,
+                       ("last_hidden_state", "pooler_output")),
+    **{name: _vision(name) for name in (
+        "resnet101", "vgg16", "efficientnet_b3", "swin_v2_t")},
+}
+GROUPS = {"extra": EXTRA, "text": TEXT, "sizes": SIZES, "more": MORE}
 
 
 def corpus(quick: bool) -> dict[str, Spec]:
     if quick:
         return {name: real_models.MODELS[name] for name in real_models.selected()}
-    return CORPUS | EXTRA | TEXT | SIZES
+    return CORPUS | EXTRA | TEXT | SIZES | MORE
 
 
 def export(name: str, spec: Spec, quick: bool) -> Path:
@@ -255,7 +316,15 @@ def measure(job: Job) -> dict:
     session = onnxruntime.InferenceSession(job.onnx, options, providers=["CPUExecutionProvider"])
     want = session.run(None, feeds)
     engines = {"ORT": lambda: session.run(None, feeds)}
-    checks: dict[str, dict] = {"ORT": {"max_abs_diff": 0.0, "ok": True}}
+    # ORT's own rounding noise: its results with its graph rewrites off (no fused or
+    # reordered sums), as far from its optimized ones as another correct f32 order may be
+    plain = onnxruntime.SessionOptions()
+    plain.graph_optimization_level = onnxruntime.GraphOptimizationLevel.ORT_DISABLE_ALL
+    noise = [np.abs(a - b).max() if b.dtype.kind == "f" else 0.0 for a, b in zip(
+        onnxruntime.InferenceSession(job.onnx, plain, providers=["CPUExecutionProvider"])
+        .run(None, feeds), want, strict=True)]
+    checks: dict[str, dict] = {"ORT": {"max_abs_diff": 0.0, "ok": True,
+                                       "noise": float(max(noise, default=0.0))}}
     modules = []
     for label, path in job.images.items():
         module = hexir_runtime.load(path)
@@ -264,12 +333,14 @@ def measure(job: Job) -> dict:
         got = module.main(*args)
         got = got if isinstance(got, tuple | list) else (got,)
         diff, ok = 0.0, len(got) == len(want)
-        for g, w in zip(got, want, strict=False):
+        for g, w, n in zip(got, want, noise, strict=False):
             g = np.asarray(g)
             ok = ok and g.shape == w.shape
             if ok and w.dtype.kind == "f":
-                diff = max(diff, float(np.abs(g - w).max()))
-                ok = ok and bool(np.allclose(g, w, rtol=RTOL, atol=ATOL))
+                err = float(np.abs(g - w).max())
+                diff = max(diff, err)
+                ok = ok and (bool(np.allclose(g, w, rtol=RTOL, atol=ATOL))
+                             or err <= NOISE_FACTOR * n)
             elif ok:
                 ok = bool(np.array_equal(g, w))
         checks[label] = {"max_abs_diff": diff, "ok": ok}
@@ -356,7 +427,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     models = corpus(args.quick)
     names = [n for m in args.models.split(",") for n in GROUPS.get(m, [m])] \
-        if args.models else [n for n in models if n not in EXTRA | TEXT | SIZES]
+        if args.models else [n for n in models if n not in EXTRA | TEXT | SIZES | MORE]
     unknown = [n for n in names if n not in models]
     if unknown:
         parser.error(f"--models: unknown {', '.join(unknown)}; expected some of "
@@ -429,7 +500,8 @@ def _model(name: str, spec: Spec, args, settings: list[int], scratch: Path) -> N
                     f"{e['slowest'] / e['median']:.2f} | {e['calls']} | "
                     f"{a['slowest']:.2f}, {a['p99']:.2f} ({a['calls']})")
         e = results[0][label]
-        row += f" | {e['max_abs_diff']:.1e}{'' if e['ok'] else ' WRONG'} |"
+        row += (f" | own {e['noise']:.1e} |" if label == "ORT" else
+                f" | {e['max_abs_diff']:.1e}{'' if e['ok'] else ' WRONG'} |")
         print(row, flush=True)
     for image in images.values():
         image.unlink()
