@@ -67,15 +67,18 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     head = next((i for i, s in enumerate(chain) if s.op.mnemonic in CONTRACTIONS), None)
     rest = [(i, s) for i, s in enumerate(chain) if i != head]
     formulas = {i: formula(s.op) for i, s in rest}
+    vectors = all(s.op.mnemonic in VECTOR_FORMULAS for _, s in rest) and all(
+        e in FLOATS for _, s in rest for e in s.op.elements)
 
     def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None,
-                 axis: int | tuple[int, ...] = -1):
+                 axis: int | tuple[int, ...] = -1, lanes: int = 0):
+        """The chain's value at `coords` (a vector of `lanes` along `axis` where the
+        contraction's `product` is one, or `lanes` is given)."""
         buffers = b.args[:-1]
         loaded: dict[int, ir.Value] = {}
         values: dict[int, ir.Value] = {} if head is None else {head: product}
-
-        lanes = ir.VectorType(product.type).shape[0] \
-            if product is not None and isinstance(product.type, ir.VectorType) else 0
+        if product is not None and isinstance(product.type, ir.VectorType):
+            lanes = ir.VectorType(product.type).shape[0]
 
         def operand(source: tuple[str, int]) -> ir.Value:
             kind, index = source
@@ -97,10 +100,10 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
         if sink.operands[0] != ("step", len(chain) - 1) or len(others) != len(sink.operands) - 1:
             raise CompileError(f"hexir.{sink.op.mnemonic}: only its data operand can be a "
                                "fused prologue")
-        return reduction(sink.op, Prologue(lambda b, at: evaluate(b, at, None), others))
+        return reduction(sink.op, Prologue(
+            lambda b, at: evaluate(b, at, None), others,
+            (lambda b, at, lanes: evaluate(b, at, None, -1, lanes)) if vectors else None))
     if head is not None:
-        vectors = all(s.op.mnemonic in VECTOR_FORMULAS for _, s in rest) and all(
-            e in FLOATS for _, s in rest for e in s.op.elements)
         operands = tuple(inputs[index] for _, s in rest for kind, index in s.operands
                          if kind == "input")
         return HEADS[steps[head].op.mnemonic](steps[head].op, Epilogue(

@@ -123,10 +123,13 @@ Read = Callable[[list[ir.Value]], ir.Value]
 class Prologue:
     """A fused element-wise chain computing a reduction's data operand (`tir.fusion`):
     `value(b, at)` evaluates it at the operand's coordinates `at`; `operands` are the kernel
-    argument positions of the reduction's other operands (layer_norm's scale and shift)."""
+    argument positions of the reduction's other operands (layer_norm's scale and shift).
+    `vector(b, at, lanes)`, where the chain's formulas all take vectors, evaluates it at
+    `lanes` neighbours along the innermost axis from `at` as one vector."""
 
     value: Callable[[KernelBuilder, list[ir.Value]], ir.Value]
     operands: tuple[int, ...] = ()
+    vector: Callable[[KernelBuilder, list[ir.Value], int], ir.Value] | None = None
 
 
 @dataclass(frozen=True)
