@@ -23,7 +23,9 @@ from hexir_compiler.transforms.tir.kernel import GraphOp, Kernel, broadcast_indi
 from hexir_compiler.transforms.tir.schedule import (
     lanes,
     parallel,
+    register_transpose,
     tiled_transpose,
+    transpose_tile,
     transposes_by_tiles,
 )
 from hexir_format import KernelKind, signatures
@@ -367,6 +369,11 @@ def plan_transpose(op: GraphOp) -> Kernel:
             with b.building():
                 tiled_transpose(b, shape, perm, lambda at: b.load(x, at),
                                 lambda value, at: b.store(value, out, at))
+            return
+        tile = transpose_tile(b, shape, perm)
+        if tile is not None:
+            with b.building():
+                register_transpose(b, shape, perm, x, out, tile)
             return
         with b.building(), parallel(b, op.output) as coords:
             source = [coords[perm.index(axis)] for axis in range(len(shape))]
