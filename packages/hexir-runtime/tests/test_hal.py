@@ -2,7 +2,9 @@
 the fake driver, whose launches run the kernels' PTX) and `cuda` (a GPU; skipped without
 one): buffers, copies and views, then dispatch and replay through a module."""
 
+import mmap
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -136,6 +138,36 @@ def test_cpu_constant_is_a_view_not_a_copy():
     buf = hal.create_device("cpu").constant(memoryview(data))
     data[0] = 9
     assert buf.handle[0] == 9 and not buf.handle.flags.writeable
+
+
+def _resident_bytes(address: int) -> int:
+    """The resident bytes (`Rss`) of this process's mapping that holds `address`."""
+    inside = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and not head.endswith(":"):
+            start, end = (int(v, 16) for v in head.split("-"))
+            inside = start <= address < end
+        elif inside and head == "Rss:":
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="needs Linux's smaps")
+def test_a_cpu_constant_of_a_mapped_file_has_its_pages_mapped(tmp_path):
+    """Binding a constant reads each of its pages once (`cpu._map_pages`): a kernel that
+    reads it only through masked loads would otherwise take a fault-suppressing assist per
+    load, every call. The file's pages are in the page cache (just written) and none is
+    mapped before the binding; after it, the mapping's resident size covers the range."""
+    path = tmp_path / "weights.bin"
+    path.write_bytes(bytes(range(256)) * 4096)  # 1 MiB
+    with path.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        view = memoryview(mapped)[100:(1 << 20) - 100]  # starts and ends inside a page
+        address = np.frombuffer(view, np.uint8).__array_interface__["data"][0]
+        assert _resident_bytes(address) < 1 << 20
+        buffer = hal.create_device("cpu").constant(view)
+        assert _resident_bytes(address) == 1 << 20
+        del buffer, view
 
 
 def test_unknown_backend():
