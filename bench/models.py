@@ -21,7 +21,7 @@ RoBERTa, ALBERT, Qwen2, Mistral, Phi-3, GPT-NeoX); `--models=sizes` twelve at ot
 (`SIZES`: ResNet-34, Wide ResNet-50-2, EfficientNetV2-S, RegNetY-800MF, MNASNet 0.5, VGG-11,
 ResNet-18 on a batch of 4; BERT and GPT-2 at width 768 with 12 heads, BERT on 4 x 64 tokens,
 a Llama-style decoder at 512 with 4:1 grouped-query attention, T5's encoder at 512);
-`--models=more` thirty more (`MORE`: OPT, BLOOM, Falcon, GPT-J, Gemma, Qwen3, GPTBigCode,
+`--models=more` thirty-one more (`MORE`: OPT, BLOOM, Falcon, GPT-J, Gemma, Qwen3, GPTBigCode,
 ELECTRA, DeBERTa-v2, MobileBERT, SqueezeBERT, ConvBERT, BART, T5, wav2vec 2.0, CLIP's vision
 tower, DINOv2, BEiT, LeViT, PoolFormer, MobileViT, SegFormer, ConvNeXt V2, Inception v3,
 ResNet-101, VGG-16, EfficientNet-B3, Swin V2-T, MaxViT-T, RegNetY-1.6GF, ShuffleNetV2 x2.0).
