@@ -155,16 +155,18 @@ def test_a_cpu_conv_matches_torch(tmp_path, name, weight, fused, element, level)
 
 @pytest.mark.parametrize("level", [2, 3, 4], ids=lambda v: f"v{v}")
 def test_a_constant_conv_weight_is_packed_into_channel_panels(tmp_path, level) -> None:
-    """At every level a 20-channel weight [20, 5, 3, 3] becomes the same two 16-channel
+    """At every level a 20-channel weight [20, 5, 3, 3] is read as the same two 16-channel
     panels [2, 3, 3, 5, 16] (zeros past channel 20: one packed copy serves a module's
-    programs for all levels) and the original constant goes; a depthwise weight stays as it
-    is (its schedule broadcasts one weight at a time)."""
+    programs for all levels): its constant names that layout and keeps the value (packed as
+    the `.hxb` is written, `packing`), and the unpacked constant goes; a depthwise weight
+    stays as it is (its schedule broadcasts one weight at a time)."""
     case = CASES["3x3-pad1"]
     w = np.ones(case[1], np.float32)
     source = tmp_path / "conv.mlir"
     source.write_text(_program(case, "f32", w, True, False))
     tir = compile_source(source, "mlir-tir", target=f"cpu:x86-64-v{level}")
-    assert "tensor<2x3x3x5x16xf32>" in tir and "tensor<20x5x3x3xf32>" not in tir
+    assert ('packing = ["conv", 1, 16], value = dense<1.000000e+00> : tensor<20x5x3x3xf32>} : '
+            "() -> tensor<2x3x3x5x16xf32>") in tir and "-> tensor<20x5x3x3xf32>" not in tir
     case = CASES["depthwise"]
     source.write_text(_program(case, "f32", np.ones(case[1], np.float32), True, False))
     tir = compile_source(source, "mlir-tir", target=f"cpu:x86-64-v{level}")

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hexir_compiler import packing
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir
 from hexir_compiler.pipeline import Options, lower
@@ -141,12 +142,8 @@ def evaluate(module: ir.Module, inputs: list[np.ndarray]) -> list[np.ndarray]:
 
 
 def _constant(op: ir.Operation) -> np.ndarray:
-    dense = ir.DenseFPElementsAttr(op.attributes["value"])
     type_ = ir.RankedTensorType(op.results[0].type)
-    dtype = DTYPES[str(type_.element_type)]
-    if dense.is_splat:
-        return np.full(type_.shape, dense.get_splat_value().value, dtype)
-    return np.array(dense).astype(dtype).reshape(type_.shape)
+    return np.array(packing.value(op, np.dtype(DTYPES[str(type_.element_type)])))
 
 
 @pytest.mark.parametrize("element", ["f32", "f64"])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hexir_compiler import symbolic
+from hexir_compiler import packing, symbolic
 from hexir_compiler.dialects import context
 from hexir_compiler.mlir import ir
 from hexir_compiler.pipeline import Options, load, lower
@@ -43,8 +43,9 @@ def run(source, inputs: list[np.ndarray], options: Options) -> list[np.ndarray]:
         for view in block.operations:
             op = view.operation
             if op.name == "hexir.constant":
-                values[op.results[0]] = _storage(np.asarray(op.attributes["value"]),
-                                                 op.results[0].type, splat=True)
+                values[op.results[0]] = _storage(
+                    packing.value(op, np.asarray(op.attributes["value"]).dtype),
+                    op.results[0].type, splat=True)
             elif op.name == "hexir.transfer":
                 values[op.results[0]] = values[op.operands[0]].copy()
             elif op.name == "hexir.call_tir":

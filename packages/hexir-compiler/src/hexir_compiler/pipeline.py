@@ -204,8 +204,8 @@ def _kernels(module: ir.Module, options: Options) -> None:
     _lower_to_tir(module, _made_for(module) or host.cpus(options.cpu)[0])
 
 
-def _lower_to_tir(module: ir.Module, cpu: str, packings: dict | None = None) -> None:
-    hexir_lower_to_tir.run(module, cpu, packings)
+def _lower_to_tir(module: ir.Module, cpu: str) -> None:
+    hexir_lower_to_tir.run(module, cpu)
     hexir_dedupe_kernels.run(module)
 
 
@@ -286,11 +286,10 @@ def _hxb(module: ir.Module, options: Options) -> tuple[hf.Module, serialize.Roda
     _fuse(module, options)
     _verify(module)
     variants = serialize.Variants(options.chip)
-    packings: dict = {}  # the packed weights, computed once for every level that reads them
     with contextlib.ExitStack() as stack:
         for level in levels:
             copy = _clone(module)
-            _lower_to_tir(copy, level, packings)
+            _lower_to_tir(copy, level)
             _verify(copy)
             for _, step in PASSES[STAGES.index("mlir-tir"):]:
                 step(copy, options)
@@ -302,7 +301,7 @@ def _hxb(module: ir.Module, options: Options) -> tuple[hf.Module, serialize.Roda
             if variants.codegen is None:  # (the first level shows how many kernels there are)
                 variants.codegen = stack.enter_context(_codegen(copy, len(levels), options))
             variants.add(copy, level)
-            del copy  # its packed weights are in the variants' rodata now
+            del copy  # (the next level's clone need not sit beside it)
         return serialize.with_generations(variants.model(rodata=False), module), \
             variants.rodata
 
@@ -346,7 +345,7 @@ def compile_file(path, options: Options, out: BinaryIO | None = None) -> str | b
                 result = replace(result, rodata=rodata.join())
             del rodata
     # The module goes, and with it the context, before the .hxb's bytes are made: the
-    # context's attributes hold the weights, twice where a matmul's are packed.
+    # context's attributes hold the weights.
     del module
     dialects.release()
     return serialize.build(result) if isinstance(result, hf.Module) else result

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 import hexir_format as hf
-from hexir_compiler import symbolic
+from hexir_compiler import packing, symbolic
 from hexir_compiler.dialects.hexir import CASE_CHANGE_ACTIONS
 from hexir_compiler.dialects.hextir import SYMBOLS
 from hexir_compiler.element_types import STRING
@@ -118,45 +118,75 @@ def _symbols(module: ir.Module, entries: list[ir.Operation]) -> tuple[Symbol, ..
     return tuple(Symbol(n, *ranges.get(n, DEFAULT_RANGE)) for n in sorted(names))
 
 
+def _bytes(data: np.ndarray) -> memoryview:
+    """`data`'s bytes (no copy where it is C-contiguous)."""
+    return np.ascontiguousarray(data).data.cast("B") if data.size else memoryview(b"")
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A packed constant's bytes (`packing`), made when they are written and dropped after:
+    held as RODATA's pieces until the `.hxb` is written, the packed copies of a big model's
+    weights would double its peak memory again."""
+
+    value: ir.Attribute  # the weight as given (its attribute lives as long as the context)
+    layout: tuple[str, tuple[int, ...]]
+    dtype: np.dtype
+    nbytes: int
+
+    def __call__(self) -> memoryview:
+        return _bytes(packing.pack(*self.layout, packing.elements(self.value, self.dtype)))
+
+
 @dataclass
 class Rodata:
     """A module's constants, each distinct value stored once: a constant equal byte for byte
     to one already written (a tied weight; the weights every level's program shares) takes
     its offset. Each value starts at an 8-byte boundary. The pieces are mostly views of the
     constants' attributes, joined once at the end (appending to one buffer copied the weights
-    up to twice more), or written one by one (`pieces`) where the `.hxb` goes to a file.
+    up to twice more), or written one by one (`pieces`) where the `.hxb` goes to a file; a
+    packed constant's piece makes its bytes as it is written (`Packed`).
 
     Values are found by length and CRC-32 (four times as fast as a cryptographic hash over a
-    big model's weights), and a match is compared byte for byte."""
+    big model's weights), and a match is compared byte for byte; a packed value by its
+    attribute and layout (MLIR uniques attributes: equal weights are one attribute)."""
 
     pieces: list = field(default_factory=list)
     size: int = 0
     seen: dict[tuple[int, int], list[tuple[int, memoryview]]] = field(default_factory=dict)
-    #: offsets by attribute: MLIR uniques attributes, so the same weight in every level's
-    #: program is one attribute, and its bytes need reading once, not once per level
+    #: offsets by attribute (a packed value's: with its layout): MLIR uniques attributes, so
+    #: the same weight in every level's program is one attribute, and its bytes need reading
+    #: once, not once per level
     known: dict = field(default_factory=dict)
 
-    def add(self, value: memoryview, attribute: ir.Attribute | None = None) -> int:
-        """The offset of `value`'s bytes (a C-contiguous byte view; `attribute`, where
-        given, the uniqued attribute those bytes are the value of)."""
-        if attribute is not None and attribute in self.known:
-            return self.known[attribute]
-        same = self.seen.setdefault((len(value), zlib.crc32(value)), [])
-        bytes_ = np.frombuffer(value, np.uint8)
-        offset = next((at for at, other in same
-                       if np.array_equal(bytes_, np.frombuffer(other, np.uint8))), None)
-        if offset is None:
-            offset = self.size
-            same.append((offset, value))
-            pad = -len(value) % 8
-            self.pieces += [value, bytes(pad)]
-            self.size += len(value) + pad
-        if attribute is not None:
-            self.known[attribute] = offset
+    def add(self, value: memoryview | Packed, key=None) -> int:
+        """The offset of `value`'s bytes (a C-contiguous byte view, or a packed constant);
+        `key`, where given, the uniqued attribute (and layout) those bytes are the value of
+        (a packed constant's is needed: its bytes are not at hand to compare)."""
+        if key is not None and key in self.known:
+            return self.known[key]
+        if isinstance(value, Packed):
+            offset = self._append(value, value.nbytes)
+        else:
+            same = self.seen.setdefault((len(value), zlib.crc32(value)), [])
+            bytes_ = np.frombuffer(value, np.uint8)
+            found = next((at for at, other in same
+                          if np.array_equal(bytes_, np.frombuffer(other, np.uint8))), None)
+            offset = self._append(value, len(value)) if found is None else found
+            if found is None:
+                same.append((offset, value))
+        if key is not None:
+            self.known[key] = offset
+        return offset
+
+    def _append(self, piece: memoryview | Packed, nbytes: int) -> int:
+        offset, pad = self.size, -nbytes % 8
+        self.pieces += [piece, bytes(pad)]
+        self.size += nbytes + pad
         return offset
 
     def join(self) -> bytes:
-        return b"".join(self.pieces)
+        return b"".join(p() if isinstance(p, Packed) else p for p in self.pieces)
 
 
 @dataclass
@@ -283,8 +313,9 @@ def build(model: hf.Module) -> bytes:
 
 def write(model: hf.Module, rodata: Rodata, out) -> None:
     """`model` (its rodata empty) to the binary file `out`, the constants written from
-    `rodata`'s pieces, views of their attributes: the weights are never copied into one
-    buffer (the caller keeps the MLIR context, which owns them, until this returns)."""
+    `rodata`'s pieces, views of their attributes or packed weights made one at a time as
+    they are written: the weights are never copied into one buffer (the caller keeps the
+    MLIR context, which owns them, until this returns)."""
     with _serialize_errors():
         hf.write(model, out, rodata.pieces)
 
@@ -501,13 +532,20 @@ class _Writer:
             raise SerializeError("expected a dense constant", op.location)
         ttype = tensor_type(op.results[0].type)
         dtype = np.dtype(ttype.dtype.numpy).newbyteorder("<")
-        # The buffer protocol gives the elements (a splat's too, repeated) without a Python loop.
-        data = np.broadcast_to(np.asarray(value).astype(dtype, copy=False), ttype.static_shape)
-        # (a view with a 0 in its shape cannot be cast; the buffer protocol: no bytes copy)
-        offset = self.rodata.add(np.ascontiguousarray(data).data.cast("B") if data.size
-                                 else memoryview(b""), value)
+        try:
+            layout = packing.of(op)
+        except packing.PackingError as err:
+            raise SerializeError(str(err), op.location) from None
+        nbytes = ttype.static_nbytes
+        if layout is not None:  # packed as it is written: one packed weight at a time
+            offset = self.rodata.add(Packed(value, layout, dtype, nbytes),
+                                     (value, op.attributes[packing.ATTRIBUTE]))
+        else:
+            # The buffer protocol gives the elements (a splat's too, repeated) without a
+            # Python loop; a view with a 0 in its shape cannot be cast.
+            offset = self.rodata.add(_bytes(packing.elements(value, dtype)), value)
         slot = self._result(op, slot_of)
-        return [hf.Command.const(slot, offset, data.nbytes)]
+        return [hf.Command.const(slot, offset, nbytes)]
 
     def _call(self, op: ir.Operation, slot_of: dict) -> list[hf.Command]:
         callee = ir.FlatSymbolRefAttr(op.attributes["callee"]).value

@@ -104,9 +104,12 @@ def build(module: Module) -> bytes:
 def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
     """Write `module` in its own version's layout to `out` (a binary file, at its start or
     anywhere: offsets are the module's own) and return the bytes written. `rodata`, where
-    given, is the read-only data as a sequence of byte buffers written one after the other,
-    in place of `module.rodata` (which must then be empty): nothing joins them."""
-    pieces = [memoryview(module.rodata)] if rodata is None else [memoryview(p) for p in rodata]
+    given, is the read-only data as a sequence of pieces written one after the other, in
+    place of `module.rodata` (which must then be empty): nothing joins them. A piece is a
+    byte buffer, or a callable with an `nbytes` that makes its buffer as it is written (a
+    compiler's packed weight: it exists only while it is written)."""
+    pieces = [memoryview(module.rodata)] if rodata is None else \
+        [p if callable(p) else memoryview(p) for p in rodata]
     if rodata is not None and len(module.rodata):
         raise FormatError("the read-only data is given twice: the module's and as pieces")
     if module.version == 3 and (problem := _v3_problem(module)):
@@ -176,7 +179,11 @@ def write(module: Module, out: BinaryIO, rodata: Iterable | None = None) -> int:
     for (_, payload), entry in zip(sections, table, strict=True):
         written += out.write(bytes(entry["offset"] - written))
         for piece in (payload if isinstance(payload, list) else (payload,)):
-            written += out.write(piece)
+            made = piece() if callable(piece) else piece
+            if callable(piece) and memoryview(made).nbytes != piece.nbytes:
+                raise FormatError(f"a read-only data piece made {memoryview(made).nbytes} "
+                                  f"bytes; it announced {piece.nbytes}")
+            written += out.write(made)
     return written
 
 

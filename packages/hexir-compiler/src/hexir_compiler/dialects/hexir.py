@@ -14,7 +14,7 @@ import math
 import types
 from typing import TYPE_CHECKING, Any
 
-from hexir_compiler import symbolic
+from hexir_compiler import packing, symbolic
 from hexir_compiler.dialects._bases import Dialect
 from hexir_compiler.dialects._verify import (
     DEVICES,
@@ -71,7 +71,9 @@ def _shapes(op, *names: str, takes: tuple[str, ...] = ELEMENTS) -> list[tuple[Di
 
 
 class ConstantOp(HexirOp, name="constant"):
-    """A literal tensor; `value` is dense elements of the result type (a splat is allowed)."""
+    """A literal tensor; `value` is dense elements of the result type (a splat is allowed),
+    or, where `packing` names a layout a cpu kernel reads (`packing`), of the shape that
+    layout packs into the result's."""
 
     value: Any
     result: ext.Result[Any]
@@ -82,8 +84,24 @@ class ConstantOp(HexirOp, name="constant"):
         if not isinstance(value, ir.DenseFPElementsAttr | ir.DenseIntElementsAttr):
             raise Invalid(f"value must be dense elements, got {value}")
         vtype = ir.RankedTensorType(value.type)
-        if vtype != self.results[0].type:
-            raise Invalid(f"value has type {vtype} but the result is {self.results[0].type}")
+        result = ir.RankedTensorType(self.results[0].type)
+        try:
+            layout = packing.of(self.operation)
+        except packing.PackingError as err:
+            raise Invalid(str(err)) from None
+        if layout is None:
+            if vtype != result:
+                raise Invalid(f"value has type {vtype} but the result is {result}")
+            return
+        try:
+            shape = packing.packed_shape(*layout, tuple(vtype.shape))
+        except packing.PackingError as err:
+            raise Invalid(str(err)) from None
+        if vtype.element_type != result.element_type or not result.has_static_shape or \
+                tuple(result.shape) != shape:
+            packed = f"tensor<{''.join(f'{d}x' for d in shape)}{vtype.element_type}>"
+            raise Invalid(f"value of type {vtype} packed as {layout[0]} is {packed}, but the "
+                          f"result is {result}")
 
 
 class SizesOp(HexirOp, name="sizes"):

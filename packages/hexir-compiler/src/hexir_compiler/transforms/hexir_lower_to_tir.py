@@ -20,22 +20,20 @@ the group's operands from outside it, a contraction's two first (`tir.fusion`).
 but for one rewrite: a cpu matmul or linear whose rhs is a constant matrix, where the schedule packs
 it (`schedule.panel_width`), reads a new constant, that matrix in column panels
 (`contraction.PANEL`), and so does a cpu conv with a constant weight that the channel-panel schedule
-reads (`convolution.pack_weight`), each made once per constant, layout and width; the old one goes
-when nothing else reads it. An op placed nowhere (no `device`) is lowered for the default device,
-the cpu.
+reads, each made once per constant, layout and width; the old one goes when nothing else reads it.
+The new constant holds the same value and names its layout (`packing`): the packed elements are
+made as the `.hxb` is written, so the MLIR context never holds a weight twice. An op placed
+nowhere (no `device`) is lowered for the default device, the cpu.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import math
 from typing import cast
 
-import numpy as np
-
-from hexir_compiler import symbolic
+from hexir_compiler import packing, symbolic
 from hexir_compiler.dialects.hexir import segment_sizes
 from hexir_compiler.element_types import ELEMENTS
 from hexir_compiler.errors import CompileError
@@ -65,13 +63,9 @@ def hexir_lower_to_tir(op: ir.Operation, pass_) -> None:
         pass_.signal_pass_failure()
 
 
-def run(module: ir.Module | ir.Operation, cpu: str | None = None,
-        packings: dict | None = None) -> None:
+def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
     """Lower every compute op of `module` in place; cpu kernels are scheduled for the host
-    CPU level `cpu` (`-target=cpu:...`; None: `target.host.DEFAULT_CPU`). `packings`, a
-    dict shared by the lowerings of one program for several levels, keeps each packed
-    weight's value, so a layout every level reads is computed once (a big model's weights
-    take seconds to repack).
+    CPU level `cpu` (`-target=cpu:...`; None: `target.host.DEFAULT_CPU`).
 
     Raises CompileError (`hexir.<op>: ...`, with the op's location) when one cannot be
     lowered.
@@ -116,7 +110,7 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None,
                 counter += 1
         name = f"{stem}_{counter}"
         counter += 1
-        _lower(members, name, body, level, packed, {} if packings is None else packings)
+        _lower(members, name, body, level, packed)
     for constant in {key[0] for key in packed}:
         if not list(constant.uses):
             constant.owner.erase()
@@ -135,7 +129,7 @@ def _compute_ops(module: ir.Operation) -> list[ir.Operation]:
 
 
 def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level: int,
-           packed: dict, packings: dict) -> None:
+           packed: dict) -> None:
     """One kernel for an op or a fusion group, called where its last op was; the others are
     erased. A lone op's inputs are its operands; a group's are its operands from outside it,
     each once, a contraction's two first."""
@@ -148,7 +142,7 @@ def _lower(members: list[ir.Operation], name: str, module_body: ir.Block, level:
     for member in members:
         graph_op, _ = _read(member)
         if member is head:  # its operands are the first inputs (the rhs perhaps packed)
-            graph_op = _pack_rhs(member, graph_op, inputs, level, packed, packings)
+            graph_op = _pack_rhs(member, graph_op, inputs, level, packed)
             steps.append(fusion.Step(graph_op, tuple(("input", i) for i in range(2))))
             continue
         sources = []
@@ -218,10 +212,9 @@ def _replace(members: list[ir.Operation], kernel, name: str, inputs: list[ir.Val
 
 
 def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level: int,
-              packed: dict, packings: dict) -> GraphOp:
+              packed: dict) -> GraphOp:
     """`graph_op` marked PANEL, its rhs (`inputs[1]`) replaced by the packed constant, where
-    the schedule packs it (see the module docstring); else `graph_op` unchanged. `packings`
-    holds the packed values made so far, by (value, layout)."""
+    the schedule packs it (see the module docstring); else `graph_op` unchanged."""
     if graph_op.mnemonic not in ("conv", "matmul", "linear"):
         return graph_op
     rhs = op.operands[1]
@@ -234,8 +227,7 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
         group = graph_op.int_attr("group")
         width = convolution.panel_columns(ir.FloatType(element).width // 8,
                                           graph_op.inputs[1][0] // group)
-        pack = functools.partial(convolution.pack_weight, group=group, width=width)
-        layout: tuple[str | int, ...] = ("conv", group, width)
+        layout: tuple[str, tuple[int, ...]] = ("conv", (group, width))
     elif len(graph_op.inputs[1]) == 2:
         depth, cols = graph_op.inputs[1]
         macs = symbolic.hint(math.prod(graph_op.inputs[0][:-1]) * depth * cols)
@@ -244,40 +236,23 @@ def _pack_rhs(op: ir.Operation, graph_op: GraphOp, inputs: list[ir.Value], level
         if panel is None:
             return graph_op
         width = panel
-        pack = functools.partial(_column_panels, width=width)
-        layout = ("columns", width)
+        layout = ("columns", (width,))
     else:
         return graph_op
     key = (rhs, graph_op.mnemonic == "conv", width)
     if key not in packed:
         value = ir.DenseElementsAttr(rhs.owner.attributes["value"])
-        shape = graph_op.inputs[1]
+        shape = packing.packed_shape(*layout, tuple(ir.ShapedType(value.type).shape))
         with rhs.owner.location:
-            if (value, shape, layout) not in packings:
-                dtype = np.dtype(str(element).replace("f", "float"))
-                array = pack(np.full(shape, ir.FloatAttr(value.get_splat_value()).value, dtype)
-                             if value.is_splat else np.asarray(value).reshape(shape))
-                type_ = ir.RankedTensorType.get(list(array.shape), element)
-                packings[value, shape, layout] = ir.DenseElementsAttr.get(array, type=type_)
-            attr = packings[value, shape, layout]
             packed[key] = ir.Operation.create(
-                "hexir.constant", results=[attr.type],
+                "hexir.constant", results=[ir.RankedTensorType.get(list(shape), element)],
                 attributes={**{n: rhs.owner.attributes[n] for n in rhs.owner.attributes},
-                            "value": attr},
+                            packing.ATTRIBUTE: packing.attribute(*layout)},
                 ip=ir.InsertionPoint(rhs.owner)).result
     inputs[1] = packed[key]
     attributes = {**graph_op.attributes, PANEL: ir.IntegerAttr.get(ir.IntegerType.get_signless(64),
                                                                    width)}
     return dataclasses.replace(graph_op, attributes=attributes)
-
-
-def _column_panels(matrix: np.ndarray, width: int) -> np.ndarray:
-    """A [K, N] matrix as [ceil(N / width), K, width] column panels, zeros past N."""
-    depth, cols = matrix.shape
-    panels = -(-cols // width)
-    padded = np.zeros((depth, panels * width), matrix.dtype)
-    padded[:, :cols] = matrix
-    return np.ascontiguousarray(padded.reshape(depth, panels, width).transpose(1, 0, 2))
 
 
 def _read(op: ir.Operation) -> tuple[GraphOp, list[ir.Type]]:

@@ -15,8 +15,8 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
   vectorized the same loops or gave up on them by what followed them (ResNet-18's 56x56 3x3
   conv with a residual add in its epilogue ran as scalar FMAs with the sums on the stack: 88.8
   against 13.9 ms for the conv without it, one profile at x86-64-v3; explicit vectors, 19.9 and
-  16.7 on the same loaded machine). A constant weight is packed at compile time by hexir-lower-
-  to-tir (`pack_weight`: [group x panels, *kernel, Cg, 16] for f32 --
+  16.7 on the same loaded machine). A constant weight is packed at compile time (hexir-lower-to-
+  tir names the layout, `packing`: [group x panels, *kernel, Cg, 16] for f32 --
   `schedule.CONV_PANEL_BYTES`, the same at every level -- zeros past the group's channels), so
   a step's weights are whole vectors, a tile of several panels reading each from its own
   contiguous run (a group's last tile computes the zero columns of its last vector and stores
@@ -282,22 +282,6 @@ def tile_columns(level: int, element_bytes: int, per_group_out: int, panel: int 
     if panel is None:
         return max(1, min(columns, per_group_out))
     return min(max(columns // panel, 1) * panel, -(-per_group_out // panel) * panel)
-
-
-def pack_weight(weight, group: int, width: int):
-    """A conv weight [M, Cg, *K] as the channel-panel schedule reads it: [group x panels,
-    *K, Cg, width], panel g * panels + q holding channels g * Mg + q * width + t, zeros
-    past the group's Mg (numpy in, numpy out)."""
-    import numpy as np
-
-    m, cg, *kernel = weight.shape
-    mg = m // group
-    panels = -(-mg // width)
-    padded = np.zeros((group, panels * width, cg, *kernel), weight.dtype)
-    padded[:, :mg] = weight.reshape(group, mg, cg, *kernel)
-    tiles = padded.reshape(group * panels, width, cg, *kernel)
-    order = (0, *range(3, 3 + len(kernel)), 2, 1)  # [P, *K, Cg, width]
-    return np.ascontiguousarray(tiles.transpose(order))
 
 
 def emit_cpu(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:

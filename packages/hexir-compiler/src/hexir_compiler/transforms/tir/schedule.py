@@ -187,7 +187,7 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 #: The tile is a whole number of CONV_PANEL_BYTES panels at every level.
 CONV_TILES = {4: (4, 256), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
 #: Bytes of output channels per packed panel of a conv's constant weight
-#: (`convolution.pack_weight`), the same at every level: a module that carries a program
+#: (`packing`'s conv layout), the same at every level: a module that carries a program
 #: per level stores one packed copy of each weight (identical constants are deduplicated),
 #: and a tile of several panels reads each from its own run (CONV_TILES' v4 figures are
 #: with 64-byte panels).
