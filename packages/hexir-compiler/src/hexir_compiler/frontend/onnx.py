@@ -31,7 +31,9 @@ and the error lists every refusal, unsupported ops grouped (`Refusals`).
 
 from __future__ import annotations
 
+import mmap
 import os
+import stat
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,7 +44,7 @@ import numpy as np
 from hexir_compiler import symbolic
 from hexir_compiler.element_types import STRING
 from hexir_compiler.errors import CompileError
-from hexir_compiler.frontend import onnx_generate
+from hexir_compiler.frontend import onnx_external, onnx_generate
 from hexir_compiler.mlir import ir
 from hexir_format import dims, printable
 from hexir_format.dims import Dim, Expr
@@ -162,15 +164,29 @@ def _onnx():
 
 
 def load_model(source):
-    """An `onnx.ModelProto` from a path (external data resolved next to it) or a model."""
+    """An `onnx.ModelProto` from a path or a model. A file's big initializers are parsed as
+    external-data references to their bytes in it, and a model saved with external data keeps
+    its initializers' references: `Importer._initializer` reads each when it makes its
+    constant, so the protobuf never holds the weights next to their attributes
+    (`onnx_external`). The other tensors' external data (a Constant's, a subgraph's) is loaded
+    here, next to the model, as ONNX's loader does."""
     onnx = _onnx()
     if isinstance(source, onnx.ModelProto):
         return source
     path = Path(source)
     try:
-        data = path.read_bytes()
+        with path.open("rb") as file:
+            status = os.fstat(file.fileno())
+            if status.st_size and stat.S_ISREG(status.st_mode):
+                with mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as whole:
+                    data = onnx_external.without_weights(whole, path.name, _IN_PLACE)
+            else:  # empty, or a pipe: nothing to leave on disk
+                data = file.read()
     except OSError as err:
         raise ModelError(f"{path}: cannot read the model: {err.strerror}") from None
+    except onnx_external.Refused as err:
+        raise ModelError(f"{path}: not an ONNX model (the protobuf does not parse: {err})") \
+            from None
     model = onnx.ModelProto()
     try:
         model.ParseFromString(data)
@@ -180,9 +196,11 @@ def load_model(source):
     if not model.graph.node and not model.graph.output:
         raise ModelError(f"{path}: not an ONNX model (it has no graph)")
     try:
-        from onnx.external_data_helper import load_external_data_for_model
+        from onnx.external_data_helper import load_external_data_for_tensor, uses_external_data
 
-        load_external_data_for_model(model, str(path.parent))
+        for tensor in onnx_external.nested_tensors(model):
+            if uses_external_data(tensor):
+                load_external_data_for_tensor(tensor, str(path.parent))
     except Exception as err:  # noqa: BLE001 -- OSError, or the checker's on external data
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise ModelError(f"{path}: cannot read external data: {first}") from None
@@ -196,22 +214,26 @@ def import_model(source, input_shapes: Mapping[str, tuple[int | str, ...]] | Non
     `generate`, a decoder-with-past step whose decode loop the module records
     (`onnx_generate`)."""
     model = load_model(source)
-    name = os.fspath(source) if not hasattr(source, "graph") else "<model>"
+    file = None if hasattr(source, "graph") else Path(source)
+    name = os.fspath(source) if file is not None else "<model>"
     shapes = dict(input_shapes or {})
     wrapped = None
     if generate is not None:
         wrapped = onnx_generate.plan(model, generate, name, shapes)
         shapes = {**wrapped.input_shapes, **shapes}
-    module = Importer(model, name, shapes, dict(fixed_inputs or {})).run()
+    module = Importer(model, name, shapes, dict(fixed_inputs or {}), file).run()
     if wrapped is not None:
         module.operation.attributes[onnx_generate.ATTRIBUTE] = wrapped.attribute()
     return module
 
 
 class Importer:
-    def __init__(self, model, name: str, shapes: dict, fixed: dict) -> None:
+    def __init__(self, model, name: str, shapes: dict, fixed: dict,
+                 file: Path | None) -> None:
         self.onnx = _onnx()
         self.model, self.name = model, name
+        #: the model's file, where its initializers' external data is found (`_initializer`)
+        self.file = file
         self.shapes, self.fixed = shapes, fixed
         #: each symbol's inclusive range, where the model bounds it (`require`)
         self.ranges: dict[str, tuple[int, int]] = {}
@@ -379,19 +401,27 @@ class Importer:
     def _initializer(self, init) -> Tensor:
         what = f"initializer '{init.name}'"
         dtype = self._dtype(init.data_type, what)
-        try:
-            array = self.onnx.numpy_helper.to_array(init)
-        except Exception as err:  # noqa: BLE001 -- a short buffer, a missing external file
-            raise ModelError(f"{self.name}: {what} (shape {list(init.dims)}): its data does "
-                             f"not hold its shape: {str(err).splitlines()[0]}") from None
+        if init.data_location == self.onnx.TensorProto.EXTERNAL:
+            try:
+                array = onnx_external.read(init, dtype, self.file)
+            except onnx_external.Refused as err:
+                raise ModelError(f"{self.name}: {what} (shape {list(init.dims)}): {err}") \
+                    from None
+        else:
+            try:
+                array = self.onnx.numpy_helper.to_array(init)
+            except Exception as err:  # noqa: BLE001 -- a short buffer
+                raise ModelError(f"{self.name}: {what} (shape {list(init.dims)}): its data "
+                                 f"does not hold its shape: {str(err).splitlines()[0]}") \
+                    from None
         if array.shape != tuple(init.dims) or array.dtype != dtype:
             raise ModelError(f"{self.name}: {what}: data of shape {list(array.shape)}, "
                              f"declared {list(init.dims)}")
         if array.nbytes >= _IN_PLACE and dtype != np.bool_:
             # The weight's one lasting copy is the attribute its constant will hold (MLIR
             # makes it once: the constant's later `get` finds it); the values read at
-            # import are a view of it, so the model's protobuf, its arrays and the
-            # attributes are not all held at once (a third more memory for a big model).
+            # import are a view of it, and the array read from the file is dropped, so
+            # the weights are held once (`load_model` left them out of the protobuf).
             attr = ir.DenseElementsAttr.get(np.require(array, requirements="C"),
                                             type=_tensor_type(array.shape, dtype))
             array = np.asarray(attr).reshape(array.shape)
