@@ -1,7 +1,9 @@
 """The `hexir` command in-process: exit codes, where output goes, no half-written files."""
 
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -197,6 +199,22 @@ def test_a_compiled_module_as_input_is_named_as_one(capsys):
     assert capsys.readouterr().err == (
         f"error: {FIXTURES / 'builtin.hxb'} is a compiled module (.hxb), not a program to "
         "compile: run it with hexir-run, or list it with hxb-dump\n")
+
+
+def test_a_program_named_by_a_pipe_is_compiled_whole(tmp_path):
+    """`hexir <(...)` and a FIFO: the check for a compiled module reads no byte of a pipe
+    (it read the first eight, and the parser saw the rest)."""
+    fifo = tmp_path / "program.mlir"
+    os.mkfifo(fifo)
+    text = (Path(__file__).resolve().parents[3] / "examples" / "mlp.mlir").read_bytes()
+    # (opening a FIFO to write waits for its reader: the compiler, started next)
+    writer = threading.Thread(target=fifo.write_bytes, args=(text,), daemon=True)
+    writer.start()
+    done = subprocess.run([sys.executable, "-m", "hexir_compiler", "-emit=mlir", str(fifo)],
+                          capture_output=True, check=False, timeout=120)
+    writer.join(timeout=10)
+    assert done.returncode == 0, done.stderr.decode()
+    assert done.stdout.decode().startswith("module")
 
 
 def test_the_python_api_names_its_own_argument_for_a_missing_shape(tmp_path):

@@ -309,7 +309,11 @@ def _stdin_has_data() -> bool:
 
 
 def _is_module_file(path: str) -> bool:
+    """Whether `path` is a regular file that starts like a `.hxb`. A pipe (`hexir
+    <(...)`, a FIFO) is not read here: the bytes read would be gone for the compile."""
     try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return False
         with open(path, "rb") as f:
             return is_compiled_module(f.read(len(MAGIC)))
     except OSError:
