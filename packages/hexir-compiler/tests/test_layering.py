@@ -18,7 +18,7 @@ SOURCE = PACKAGES / "hexir-compiler" / "src"
 
 #: Bottom to top: a module may import its own layer and those below it, never one above.
 LAYERS = [
-    ("base", ["__about__", "errors", "element_types", "mlir", "symbolic"]),
+    ("base", ["__about__", "errors", "element_types", "mlir", "symbolic", "packing"]),
     ("op registry", ["ops"]),
     ("placement", ["placement"]),
     ("dialects", ["dialects"]),
