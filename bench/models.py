@@ -21,10 +21,12 @@ RoBERTa, ALBERT, Qwen2, Mistral, Phi-3, GPT-NeoX); `--models=sizes` twelve at ot
 (`SIZES`: ResNet-34, Wide ResNet-50-2, EfficientNetV2-S, RegNetY-800MF, MNASNet 0.5, VGG-11,
 ResNet-18 on a batch of 4; BERT and GPT-2 at width 768 with 12 heads, BERT on 4 x 64 tokens,
 a Llama-style decoder at 512 with 4:1 grouped-query attention, T5's encoder at 512);
-`--models=more` thirty-one more (`MORE`: OPT, BLOOM, Falcon, GPT-J, Gemma, Qwen3, GPTBigCode,
+`--models=more` forty more (`MORE`: OPT, BLOOM, Falcon, GPT-J, Gemma, Qwen3, GPTBigCode,
 ELECTRA, DeBERTa-v2, MobileBERT, SqueezeBERT, ConvBERT, BART, T5, wav2vec 2.0, CLIP's vision
 tower, DINOv2, BEiT, LeViT, PoolFormer, MobileViT, SegFormer, ConvNeXt V2, Inception v3,
-ResNet-101, VGG-16, EfficientNet-B3, Swin V2-T, MaxViT-T, RegNetY-1.6GF, ShuffleNetV2 x2.0).
+ResNet-101, VGG-16, EfficientNet-B3, Swin V2-T, MaxViT-T, RegNetY-1.6GF, ShuffleNetV2 x2.0,
+DenseNet-169, MNASNet 1.3, RegNetX-800MF, EfficientNet-B2, GPT-Neo (local attention), Phi,
+StableLM, XLM-RoBERTa, MPNet's relative position buckets).
 `--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
 64x64 images, 8 tokens): most of its time is compiling. The corpus took 10 minutes on this
 2-core machine when quiet, compiling included (42 on a loaded one); `--models=` narrows it.
@@ -289,7 +291,22 @@ MORE: dict[str, Spec] = {
                          (Input("pixel_values", (1, 3, 299, 299)),), ("logits",)),
     **{name: _vision(name) for name in (
         "resnet101", "vgg16", "efficientnet_b3", "swin_v2_t", "maxvit_t", "regnet_y_1_6gf",
-        "shufflenet_v2_x2_0")},
+        "shufflenet_v2_x2_0", "densenet169", "mnasnet1_3", "regnet_x_800mf",
+        "efficientnet_b2")},
+    "gpt_neo": Spec(_hf("GPTNeoForCausalLM", "GPTNeoConfig", hidden_size=256, num_layers=4,
+                        num_heads=8, attention_types=[[["global", "local"], 2]],
+                        window_size=64, **_VOCAB), _TEXT, ("logits",), **_LOGITS),
+    "phi": Spec(_hf("PhiForCausalLM", "PhiConfig", hidden_size=256, intermediate_size=1024,
+                    num_hidden_layers=4, num_attention_heads=8, **_VOCAB),
+                _TEXT, ("logits",), **_LOGITS),
+    "stablelm": Spec(_hf("StableLmForCausalLM", "StableLmConfig", hidden_size=256,
+                         intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,
+                         num_key_value_heads=4, **_VOCAB), _TEXT, ("logits",), **_LOGITS),
+    **{name: Spec(_hf(model, config, hidden_size=256, intermediate_size=1024,
+                      num_hidden_layers=4, num_attention_heads=4, vocab_size=96,
+                      max_position_embeddings=130), _TEXT, ("last_hidden_state",))
+       for name, model, config in (("xlm_roberta", "XLMRobertaModel", "XLMRobertaConfig"),
+                                   ("mpnet", "MPNetModel", "MPNetConfig"))},
 }
 GROUPS = {"extra": EXTRA, "text": TEXT, "sizes": SIZES, "more": MORE}
 
