@@ -46,9 +46,30 @@ def _conv(shape: tuple[int, ...], group: int, width: int) -> tuple[int, ...]:
     return (group * -(-(m // group) // width), *kernel, cg, width)
 
 
-#: layout -> (its parameters' names, the packed shape of an unpacked one)
-LAYOUTS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[int, ...]]]] = {
-    "columns": (("width",), _columns), "conv": (("group", "width"), _conv)}
+def _column_panels(array: np.ndarray, width: int) -> np.ndarray:
+    depth, cols = array.shape
+    panels = -(-cols // width)
+    padded = np.zeros((depth, panels * width), array.dtype)
+    padded[:, :cols] = array
+    return np.ascontiguousarray(padded.reshape(depth, panels, width).transpose(1, 0, 2))
+
+
+def _conv_panels(array: np.ndarray, group: int, width: int) -> np.ndarray:
+    m, cg, *kernel = array.shape
+    mg = m // group
+    panels = -(-mg // width)
+    padded = np.zeros((group, panels * width, cg, *kernel), array.dtype)
+    padded[:, :mg] = array.reshape(group, mg, cg, *kernel)
+    tiles = padded.reshape(group * panels, width, cg, *kernel)
+    return np.ascontiguousarray(tiles.transpose(0, *range(3, 3 + len(kernel)), 2, 1))
+
+
+#: layout -> (its parameters' names, the packed shape of an unpacked one, the packing)
+LAYOUTS: dict[str, tuple[tuple[str, ...], Callable[..., tuple[int, ...]],
+                         Callable[..., np.ndarray]]] = {
+    "columns": (("width",), _columns, _column_panels),
+    "conv": (("group", "width"), _conv, _conv_panels),
+}
 
 
 def attribute(layout: str, params: tuple[int, ...]) -> ir.ArrayAttr:
@@ -86,21 +107,7 @@ def packed_shape(layout: str, params: tuple[int, ...], shape: tuple[int, ...]) -
 
 def pack(layout: str, params: tuple[int, ...], array: np.ndarray) -> np.ndarray:
     """`array` packed in `layout` (a new C-contiguous array)."""
-    if layout == "columns":
-        (width,) = params
-        depth, cols = array.shape
-        panels = -(-cols // width)
-        padded = np.zeros((depth, panels * width), array.dtype)
-        padded[:, :cols] = array
-        return np.ascontiguousarray(padded.reshape(depth, panels, width).transpose(1, 0, 2))
-    group, width = params
-    m, cg, *kernel = array.shape
-    mg = m // group
-    panels = -(-mg // width)
-    padded = np.zeros((group, panels * width, cg, *kernel), array.dtype)
-    padded[:, :mg] = array.reshape(group, mg, cg, *kernel)
-    tiles = padded.reshape(group * panels, width, cg, *kernel)
-    return np.ascontiguousarray(tiles.transpose(0, *range(3, 3 + len(kernel)), 2, 1))
+    return LAYOUTS[layout][2](array, *params)
 
 
 def elements(value: ir.Attribute, dtype: np.dtype) -> np.ndarray:
