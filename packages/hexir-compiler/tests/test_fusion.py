@@ -19,6 +19,7 @@ import hexir_format as hf
 import hexir_runtime
 import tir_graph
 from hexir_compiler.pipeline import Options
+from hexir_runtime.hal.hostcode import host_level
 
 REPO = Path(__file__).resolve().parents[3]
 NETWORKS = [("mlp", "f32"), ("mlp", "f64"), ("transformer_block", "f32"),
@@ -209,3 +210,94 @@ def test_a_concat_joins_the_group_of_a_concat_of_its_axis_only(tmp_path):
     got, stacked = hexir_runtime.load(hexir_compiler.compile(source)).main(a, b, c)
     np.testing.assert_array_equal(got, np.concatenate([a, b, c], axis=1))
     np.testing.assert_array_equal(stacked, np.concatenate([a, a], axis=0))
+
+
+VIEWS = """\
+func.func @main(%x: tensor<6x40xf32>, %y: tensor<6x24xf32>, %w: tensor<24x16xf32>,
+                %t: tensor<5x6x20xf32>, %i: tensor<i64>, %e: tensor<10x20xf32>,
+                %j: tensor<6xi32>, %v: tensor<20x16xf32>, %u: tensor<6x30xf32>,
+                %z: tensor<16xi64>, %zz: tensor<20xi64>)
+    -> (tensor<6x16xf32>, tensor<6x20xf32>, tensor<6x20xf32>, tensor<6x16xf32>) {
+  %a = "hexir.slice"(%x) {starts = array<i64: 0, 8>, steps = array<i64: 1, 1>}
+      : (tensor<6x40xf32>) -> tensor<6x16xf32>
+  %p = "hexir.linear"(%y, %w) : (tensor<6x24xf32>, tensor<24x16xf32>) -> tensor<6x16xf32>
+  %a2 = "hexir.slice"(%x) {starts = array<i64: 0, 1>, steps = array<i64: 1, 2>}
+      : (tensor<6x40xf32>) -> tensor<6x16xf32>
+  %a3 = "hexir.gather"(%u, %z) {axis = 1 : i64} : (tensor<6x30xf32>, tensor<16xi64>)
+      -> tensor<6x16xf32>
+  %q = "hexir.add"(%p, %a) : (tensor<6x16xf32>, tensor<6x16xf32>) -> tensor<6x16xf32>
+  %q2 = "hexir.add"(%q, %a2) : (tensor<6x16xf32>, tensor<6x16xf32>) -> tensor<6x16xf32>
+  %q3 = "hexir.add"(%q2, %a3) : (tensor<6x16xf32>, tensor<6x16xf32>) -> tensor<6x16xf32>
+  %r = "hexir.relu"(%q3) : (tensor<6x16xf32>) -> tensor<6x16xf32>
+  %b = "hexir.slice"(%x) {starts = array<i64: 5, 39>, steps = array<i64: -1, -2>}
+      : (tensor<6x40xf32>) -> tensor<6x20xf32>
+  %c = "hexir.gather"(%t, %i) {axis = 0 : i64} : (tensor<5x6x20xf32>, tensor<i64>)
+      -> tensor<6x20xf32>
+  %d = "hexir.gather"(%e, %j) {axis = 0 : i64} : (tensor<10x20xf32>, tensor<6xi32>)
+      -> tensor<6x20xf32>
+  %m = "hexir.add"(%b, %c) : (tensor<6x20xf32>, tensor<6x20xf32>) -> tensor<6x20xf32>
+  %n = "hexir.add"(%m, %d) : (tensor<6x20xf32>, tensor<6x20xf32>) -> tensor<6x20xf32>
+  %o = "hexir.tanh"(%n) : (tensor<6x20xf32>) -> tensor<6x20xf32>
+  %f = "hexir.slice"(%x) {starts = array<i64: 0, 20>, steps = array<i64: 1, 1>}
+      : (tensor<6x40xf32>) -> tensor<6x20xf32>
+  %g = "hexir.slice"(%x) {starts = array<i64: 0, 0>, steps = array<i64: 1, 1>}
+      : (tensor<6x40xf32>) -> tensor<6x20xf32>
+  %f2 = "hexir.slice"(%x) {starts = array<i64: 0, 1>, steps = array<i64: 1, 2>}
+      : (tensor<6x40xf32>) -> tensor<6x20xf32>
+  %g2 = "hexir.gather"(%u, %zz) {axis = 1 : i64} : (tensor<6x30xf32>, tensor<20xi64>)
+      -> tensor<6x20xf32>
+  %h = "hexir.add"(%f, %g) : (tensor<6x20xf32>, tensor<6x20xf32>) -> tensor<6x20xf32>
+  %h2 = "hexir.add"(%h, %f2) : (tensor<6x20xf32>, tensor<6x20xf32>) -> tensor<6x20xf32>
+  %h3 = "hexir.add"(%h2, %g2) : (tensor<6x20xf32>, tensor<6x20xf32>) -> tensor<6x20xf32>
+  %s = "hexir.softmax"(%h3) {axis = -1 : i64} : (tensor<6x20xf32>) -> tensor<6x20xf32>
+  %k = "hexir.slice"(%x) {starts = array<i64: 0, 1>, steps = array<i64: 1, 2>}
+      : (tensor<6x40xf32>) -> tensor<6x20xf32>
+  %l = "hexir.linear"(%k, %v) : (tensor<6x20xf32>, tensor<20x16xf32>) -> tensor<6x16xf32>
+  return %r, %o, %s, %l : tensor<6x16xf32>, tensor<6x20xf32>, tensor<6x20xf32>,
+                          tensor<6x16xf32>
+}
+"""
+
+
+def _views_reference(x, y, w, t, i, e, j, v, u, z, zz):
+    return [np.maximum(y @ w + x[:, 8:24] + x[:, 1:32:2] + u[:, z], 0),
+            np.tanh(x[5::-1, 39::-2] + t[i] + e[j]),
+            _softmax(x[:, 20:40] + x[:, 0:20] + x[:, 1::2] + u[:, zz]),
+            x[:, 1::2] @ v]
+
+
+def _softmax(z):
+    z = np.exp(z - z.max(-1, keepdims=True))
+    return z / z.sum(-1, keepdims=True)
+
+
+@pytest.mark.parametrize("cpu", ["x86-64-v2", "x86-64-v3", "x86-64-v4"])
+def test_slices_and_gathers_are_read_in_place_by_the_kernels_they_feed(tmp_path, cpu):
+    # each slice and gather read by element-wise ops (a map, a linear's epilogue, a
+    # softmax's prologue) is a leaf of their kernel, loaded where it maps the kernel's
+    # coordinates (reversed and strided slices, a scalar and a vector of indices, negative
+    # ones counting from the end; in the softmax's prologue, at v3 and v4 a vector along the
+    # row: one load from a step-1 slice, lane by lane from a strided one and a gather along
+    # the row); a slice a linear multiplies stays a kernel of its own
+    source = tmp_path / "views.mlir"
+    source.write_text(VIEWS)
+    text = hexir_compiler.compile(source, "mlir-tir", target=f"cpu:{cpu}")
+    assert re.findall(r"callee = @(\w+)", text) == [
+        "linear_add_add_add_relu_0", "add_add_tanh_1", "add_add_add_softmax_2", "slice_3",
+        "linear_4"]
+    rng = np.random.default_rng(7)
+    x, y, w, t, e, v, u = (rng.standard_normal(s).astype(np.float32) for s in (
+        (6, 40), (6, 24), (24, 16), (5, 6, 20), (10, 20), (20, 16), (6, 30)))
+    i, j = np.array(-2, np.int64), np.array([3, -1, 0, 9, 4, -10], np.int32)
+    z, zz = rng.integers(-30, 30, 16), rng.integers(-30, 30, 20)
+    inputs = [x, y, w, t, i, e, j, v, u, z, zz]
+    want = _views_reference(*(a.astype(np.float64) if a.dtype == np.float32 else a
+                              for a in inputs))
+    if int(cpu[-1]) <= host_level():  # (this cpu runs the level's code)
+        got = hexir_runtime.load(hexir_compiler.compile(source, target=f"cpu:{cpu}")).main(
+            *inputs)
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    on_cuda = tir_graph.run(str(source), inputs, Options("mlir-tir", {"*": "cuda"}))
+    for a, b in zip(on_cuda, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pytest
 
+from hexir_compiler.mlir import ir
 from tir_programs import Case, Lowered, _ints, assert_close, reference, sample, to_gpu
 
 UNARY = ("relu", "sigmoid", "tanh", "exp", "sqrt", "neg", "abs")
@@ -162,6 +163,12 @@ CPU_MATMULS = [
     Case("linear", [(6, 0), (0, 3)], (6, 3)),
     Case("linear", [(0, 5), (5, 3)], (0, 3)),
     Case("matmul", [(2, 0, 5), (2, 5, 3)], (2, 0, 3)),
+    # fewer rows than the tile: wider column tiles, spread over the grid with the last one
+    # partial (one row, a vector lhs, two row blocks, a tall lhs of four rows)
+    Case("linear", [(1, 37), (37, 300)], (1, 300)),
+    Case("linear", [(40,), (40, 129)], (129,)),
+    Case("matmul", [(6, 16), (16, 256)], (6, 256)),
+    Case("linear", [(2, 2, 9), (9, 70)], (2, 2, 70)),
 ]
 LEVELS = ["x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"]
 
@@ -189,6 +196,25 @@ def test_every_cpu_matmul_is_loops_at_every_level_and_size(cpu, shape) -> None:
     lowered = Lowered(Case("matmul", [(m, k), (k, n)], (m, n)).program("f32", "cpu"), cpu=cpu)
     assert '"hextir.library_call"' not in lowered.text
     assert '{kind = "parallel"}' in lowered.text and '{kind = "serial"}' in lowered.text
+
+
+@pytest.mark.parametrize("cpu, tiles", [("x86-64-v2", 16), ("x86-64-v3", 8), ("x86-64-v4", 4)])
+def test_a_matrix_vector_product_spreads_wide_column_tiles_over_the_grid(cpu, tiles) -> None:
+    """One row: the level's eight accumulators are one row's columns (32 f32 at v2, 64 at
+    v3, 128 at v4), and those column tiles are the parallel grid, not one thread's serial
+    loop (`schedule.FEW_ROW_BLOCKS`)."""
+    lowered = Lowered(Case("linear", [(1, 256), (256, 512)], (1, 512)).program("f32", "cpu"),
+                      cpu=cpu)
+    grids: list[int] = []
+
+    def visit(op):
+        if op.name == "hextir.for" and str(op.attributes["kind"]) == '"parallel"':
+            grids.append(ir.IntegerAttr(op.operands[1].owner.attributes["value"]).value)
+        return ir.WalkResult.ADVANCE
+
+    with lowered.context:
+        lowered.module.operation.walk(visit)
+    assert grids == [tiles]
 
 
 @pytest.mark.parametrize("case", ROWS, ids=lambda c: f"{c.op}-{'x'.join(map(str, c.inputs[0]))}")

@@ -9,6 +9,9 @@ and nn.LSTM as PyTorch exports them, and the refusals.
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+
 import numpy as np
 import pytest
 
@@ -25,12 +28,12 @@ SEQ, BATCH, WIDTH, HIDDEN = 5, 3, 4, 3
 
 
 def _model(op, direction="forward", attrs=None, *, bias=True, lens=False, h0=True, c0=True,
-           peepholes=True, layout=0, dtype=np.float32, seed=0, lengths=None):
+           peepholes=True, layout=0, dtype=np.float32, seed=0, lengths=None, seq=SEQ):
     """One `op` node, its weights as initializers; returns (model, runtime inputs by name)."""
     rng = np.random.default_rng(seed)
     dirs = 2 if direction == "bidirectional" else 1
     gates = GATES[op]
-    x_shape = (BATCH, SEQ, WIDTH) if layout else (SEQ, BATCH, WIDTH)
+    x_shape = (BATCH, seq, WIDTH) if layout else (seq, BATCH, WIDTH)
     state = (BATCH, dirs, HIDDEN) if layout else (dirs, BATCH, HIDDEN)
     weights = {"W": rng.standard_normal((dirs, gates * HIDDEN, WIDTH)) * 0.7,
                "R": rng.standard_normal((dirs, gates * HIDDEN, HIDDEN)) * 0.7,
@@ -109,6 +112,26 @@ CASES = {
                   "ScaledTanh", "HardSigmoid", "Elu", "Softsign", "Softplus")
        for given in (0, 1)},
 }
+
+
+@pytest.mark.parametrize("op, attrs, per_step", [
+    ("RNN", {}, 1), ("GRU", {"linear_before_reset": 1}, 2), ("GRU", {}, 3), ("LSTM", {}, 3)])
+def test_every_step_is_the_same_few_kernels(op, attrs, per_step):
+    # a step gathers its row of the input projection and slices its gates in the kernels
+    # that read them (`hexir-fuse`'s leaves): its h x R product with the gates it feeds, then
+    # the rest of the update (GRU's default form multiplies r * h by its R first, a kernel
+    # more; PyTorch exports linear_before_reset; LSTM's cell and hidden states are a kernel
+    # each, a kernel having one result); the step's index is an input, so every
+    # step calls the same executables and a longer sequence adds calls, not code
+    kernels = {}
+    for seq in (5, 9):
+        model, feeds = _model(op, "forward", attrs, seq=seq, seed=seq)
+        calls = Counter(re.findall(r"callee = @(\w+)", hexir_compiler.compile(model, "mlir-tir")))
+        kernels[seq] = sorted(name for name, count in calls.items() if count == seq)
+        assert len(kernels[seq]) == per_step, calls
+        assert all(count < 5 for name, count in calls.items() if name not in kernels[seq])
+        _same(_hexir(model, feeds), _ort(model, feeds))
+    assert kernels[5] == kernels[9]
 
 
 @pytest.mark.parametrize("name", sorted(CASES))

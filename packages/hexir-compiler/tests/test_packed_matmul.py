@@ -74,6 +74,12 @@ SHAPES = [  # (lhs shape, K, N)
     ((13, 64), 64, 48),  # three full panels
     ((11, 1), 1, 40),  # K = 1
     ((300, 7), 7, 20),  # few panels, many row blocks: the rows split into groups
+    # fewer rows than the tile: several panels a grid iteration (8 for one row at v4, 5 at
+    # v3), then the panels left over and a partial last one
+    ((1, 9), 9, 16 * 11 + 5),
+    ((2, 9), 9, 16 * 16),
+    ((3, 4), 4, 16 * 3 + 1),
+    ((1, 6), 6, 16 * 8),
 ]
 
 

@@ -1,10 +1,12 @@
 """ONNX's recurrent layers (RNN, GRU, LSTM) as hexir ops, unrolled over the static sequence.
 
 The sequence length is known at compile time (shapes are static), so each layer becomes a
-straight line of ops that Hexir already has: the input projection of every step at once (one
-`linear` of X [seq * batch, input] by W^T, the biases added once), then per step one `linear`
-of the hidden state by R^T, the gates sliced out, their activations, and the state update.
-No loop op, no new kernel: fusion sees the element-wise chain of each step as any other.
+straight line of ops that Hexir already has: the input projection of every step at once (a
+`linear` of X [seq * batch, input] by W^T, the biases added once), then per step its row of
+the projection gathered, one `linear` of the hidden state by R^T, the gates sliced out, their
+activations, and the state update. No loop op, no new kernel: fusion sees each step's chain as
+any other (the gather and slices read in place, `hexir-fuse`), and each step's kernels are the
+same code, the step's index an input: one executable serves every step.
 
 Per-batch `sequence_lens` (ONNX and ONNX Runtime): a step at or past a sequence's length keeps
 that sequence's state and writes zeros to Y; the reverse direction, walked from the last step
@@ -206,17 +208,31 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
         bias = per_direction(B, (2 * gates * hidden,))
         Wb, Rb = _take(e, bias, 0, 0, gates * hidden), _take(e, bias, 0, gates * hidden,
                                                              2 * gates * hidden)
-    # The input side of every step at once; the recurrent bias joins it, except GRU's
-    # reset-after gate, whose recurrent bias is scaled by r with the recurrent product.
+    # The input side of every step at once, for each range of gates a step reads together
+    # (GRU: update and reset, then the candidate's), [seq, batch, its gates * hidden]; a step
+    # gathers its row of each, which fuses into the kernel that reads it. The recurrent bias
+    # joins it, except GRU's reset-after gate's, scaled by r with the recurrent product.
     xs = e.reshape(X, (seq * batch, width))
-    xproj = e.reshape(e.op("linear", [xs, WT], (seq * batch, gates * hidden), dtype),
-                      (seq, batch, gates * hidden))
+    xbias = None
     if Wb is not None and Rb is not None:  # both or neither: B's halves
         xbias = step.bin("add", Wb, Rb)
         if op == "GRU" and reset_after:
             xbias = e.concat([_take(e, xbias, 0, 0, 2 * hidden),
                               _take(e, Wb, 0, 2 * hidden, 3 * hidden)], 0)
-        xproj = step.bin("add", xproj, xbias)
+    ranges: dict[tuple[int, int], Tensor] = {}
+
+    def projected(t: int, first: int, last: int) -> Tensor:
+        """Step t's input side of gates [first, last)."""
+        if (first, last) not in ranges:
+            columns = (first * hidden, last * hidden)
+            product = e.op("linear", [xs, _take(e, WT, 1, *columns)],
+                           (seq * batch, (last - first) * hidden), dtype)
+            if xbias is not None:
+                product = step.bin("add", product, _take(e, xbias, 0, *columns))
+            ranges[first, last] = e.reshape(product, (seq, batch, (last - first) * hidden))
+        return e.op("gather", [ranges[first, last], constant(np.array(t, np.int64))],
+                    (batch, (last - first) * hidden), dtype, axis=0)
+
     # (one row where the batch is symbolic: the first step broadcasts it to every sequence)
     zeros = constant(np.zeros((batch if isinstance(batch, int) else 1, hidden), dtype))
     H = per_direction(h0, (batch, hidden)) if h0 is not None else zeros
@@ -245,26 +261,24 @@ def _direction(e, step: _Step, op, X, lens, d, W, R, B, h0, c0, P, functions, cl
         e.expand(e.reshape(lens, (batch, 1)), (batch, hidden))
     ys: dict[int, Tensor] = {}  # step -> its output
     for t in (reversed(range(seq)) if reverse else range(seq)):
-        x = e.op("gather", [xproj, constant(np.array(t, np.int64))], (batch, gates * hidden),
-                 dtype, axis=0)
         if op == "RNN":
-            H_new = step.activate(f, plus(x, times_R(H, 0, 1)), clip)
+            H_new = step.activate(f, plus(projected(t, 0, 1), times_R(H, 0, 1)), clip)
         elif op == "GRU":
-            zr = plus(_take(e, x, 1, 0, 2 * hidden), times_R(H, 0, 2))
+            zr = plus(projected(t, 0, 2), times_R(H, 0, 2))
             z = step.activate(f, gate(zr, 0), clip)
             r = step.activate(f, gate(zr, 1), clip)
             if reset_after:
                 rec = times_R(H, 2, 3)
                 if Rb is not None:
                     rec = plus(_take(e, Rb, 0, 2 * hidden, 3 * hidden), rec)
-                pre = plus(gate(x, 2), None if rec is None else step.bin("mul", r, rec))
+                pre = plus(projected(t, 2, 3), None if rec is None else step.bin("mul", r, rec))
             else:
-                pre = plus(gate(x, 2), times_R(step.bin("mul", r, H), 2, 3))
+                pre = plus(projected(t, 2, 3), times_R(step.bin("mul", r, H), 2, 3))
             candidate = step.activate(g, pre, clip)
             # (1 - z) * candidate + z * H, as candidate + z * (H - candidate)
             H_new = step.bin("add", candidate, step.bin("mul", z, step.bin("sub", H, candidate)))
         else:
-            pre = plus(x, times_R(H, 0, 4))
+            pre = plus(projected(t, 0, 4), times_R(H, 0, 4))
             pi, po, pf, pc = (gate(pre, k) for k in range(4))
             if P is not None:
                 pi, pf = step.bin("add", pi, step.bin("mul", Pi, C)), \

@@ -15,7 +15,13 @@ A group is a chain ending in one op (its sink, the only op whose result leaves t
   concat joins two operands (IRDL's variadic operands are all of one type, and parts differ in
   size), so an importer writes an n-way Concat as a tree of them, which would copy its first
   parts once per level (DenseNet-121's concats of all earlier feature maps, a chain each: 535
-  copy kernels, 8 of its ~41 ms a call). Nothing else joins a concat's group.
+  copy kernels, 8 of its ~41 ms a call). Nothing else joins a concat's group;
+- a slice or a gather joins the group of the element-wise ops or reduction that read it, as a
+  leaf (`LEAVES`: nothing of the group flows into it): the kernel reads its source where it
+  maps the group's coordinates (start + i * step; the index read at the indices' axes), so
+  it is never copied. An unrolled recurrent layer gathers every step's row of its input
+  projection and slices the gates out of it (GRU, hidden 256, 64 steps: seven kernels a
+  step, five of them copies of 256 elements; two once they are leaves).
 
 A producer joins its consumer's group only when both run on the same device (placement
 decides fusion boundaries), every use of its result is in that group, and the result has the
@@ -45,6 +51,8 @@ PASS_NAME = "hexir-fuse"
 GROUP = "hexir.group"
 #: The ops whose producers may join their group.
 SEEDS = ELEMENTWISE | REDUCTIONS | {"concat"}
+#: The ops that join a group only as its leaves (nothing of the group flows into them).
+LEAVES = frozenset({"slice", "gather"})
 
 
 def mnemonic(op: ir.Operation) -> str:
@@ -99,7 +107,8 @@ def _function(block: ir.Block) -> None:
 def _joins(producer: ir.Operation, consumer: ir.Operation, group: list,
            group_of: dict[int, list]) -> bool:
     name = mnemonic(producer)
-    if name not in ELEMENTWISE and name not in CONTRACTIONS and name != "concat":
+    if name not in ELEMENTWISE and name not in CONTRACTIONS and name not in LEAVES and \
+            name != "concat":
         return False
     if id(producer) in {id(o) for o in group}:
         return False

@@ -41,7 +41,7 @@ from hexir_compiler.mlir import ir
 from hexir_compiler.ops import CONTRACTIONS
 from hexir_compiler.placement import DEVICES, device_of
 from hexir_compiler.target import host
-from hexir_compiler.transforms.hexir_fuse import GROUP
+from hexir_compiler.transforms.hexir_fuse import GROUP, LEAVES
 from hexir_compiler.transforms.tir import PLANS, GraphOp, convolution, fusion
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL
@@ -101,11 +101,13 @@ def run(module: ir.Module | ir.Operation, cpu: str | None = None) -> None:
             members = groups[(op.parent, ir.IntegerAttr(op.attributes[GROUP]).value)]
             if op != members[-1]:
                 continue  # lowered with its group, at the group's last op
-        stem = "_".join(m.name.removeprefix("hexir.") for m in members)
+        # (named after the ops it computes: a group's leaves only say where it reads)
+        named = [m for m in members if m.name.removeprefix("hexir.") not in LEAVES] or members
+        stem = "_".join(m.name.removeprefix("hexir.") for m in named)
         while f"{stem}_{counter}" in taken or len(f"{stem}_{counter}") > MAX_NAME:
             if len(f"{stem}_{counter}") > MAX_NAME:
-                first, last = (m.name.removeprefix("hexir.") for m in (members[0], members[-1]))
-                stem = f"{first}_{len(members)}ops_{last}"
+                first, last = (m.name.removeprefix("hexir.") for m in (named[0], named[-1]))
+                stem = f"{first}_{len(named)}ops_{last}"
             else:
                 counter += 1
         name = f"{stem}_{counter}"

@@ -29,6 +29,7 @@ from hexir_compiler.mlir import arith, ir, math
 from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp, Kernel, broadcast_indices
 from hexir_compiler.transforms.tir.schedule import (
+    FEW_ROW_BLOCKS,
     PANEL_TILES,
     ROW_TILES,
     gemm_blocks,
@@ -93,9 +94,22 @@ def _rows(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     lhs, rhs = b.args[:2]
     tile_rows, tile_bytes = ROW_TILES[b.host_level]
     height = max(1, symbolic.at_most(rows, tile_rows))  # no rows: no blocks
-    width = max(1, tile_bytes // (ir.FloatType(b.element).width // 8))
+    # a matrix of fewer rows than the tile (a matrix-vector product) widens the columns
+    # instead, keeping the tile's independent accumulators (see ROW_TILES)
+    width = max(1, tile_bytes * (tile_rows // height) // (ir.FloatType(b.element).width // 8))
     blocks = cast(int, dims.ceildiv(rows, height))  # (an Expr where rows is: `kernel.Shape`)
-    with matrix_rows(b, [] if tall else batch, blocks) as (coords, block_row):
+    tiles, rest = cols // width, cols % width
+    # too few row blocks to share among the threads: each block's column tiles (the last
+    # perhaps partial) are iterations of the grid too (see FEW_ROW_BLOCKS)
+    spread = 0
+    if (tall or not batch) and isinstance(blocks, int) and blocks < FEW_ROW_BLOCKS and \
+            isinstance(cols, int) and tiles + bool(rest) > 1:
+        spread = tiles + bool(rest)
+    with matrix_rows(b, [] if tall else batch, blocks * max(spread, 1)) as (coords, it):
+        block_row, tile = it, None
+        if spread:
+            block_row = arith.divui(it, b.index(spread)) if blocks > 1 else b.index(0)
+            tile = arith.subi(it, b.mul(block_row, spread)) if blocks > 1 else it
         first = b.mul(block_row, height)
         # a block that overhangs the matrix computes (and stores) its last row again
         mine = _block_rows(b, first, height, rows)
@@ -122,10 +136,17 @@ def _rows(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
             sums = b.fold([depth], [b.float(0.0)] * (n * height), step)
             _store(b, sums, [[*row, j] for row in out_at for j in js], epilogue)
 
-        if cols // width != 0:
-            with b.loop(cols // width, "serial") as jb:
+        if tile is not None:  # this iteration's one column tile
+            if tiles:
+                with b.guard(b.less_than(tile, tiles) if rest else None):
+                    block(b.mul(tile, width), width)
+            if rest:
+                with b.guard(arith.cmpi(arith.CmpIPredicate.eq, tile, b.index(tiles))):
+                    block(b.index(cols - rest), rest)
+            return
+        if tiles != 0:
+            with b.loop(tiles, "serial") as jb:
                 block(b.mul(jb, width), width)
-        rest = cols % width
         if isinstance(rest, int):
             if rest:
                 block(b.index(cols - rest), rest)
@@ -162,39 +183,49 @@ def _multiply_add(acc: list[ir.Value], xs: list[ir.Value], ys: list[ir.Value]) -
 
 def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     """The cpu loops of `op` on a packed rhs (see the module docstring), in `b.building()`:
-    in parallel over the panels, each split into groups of consecutive row blocks
-    (`schedule.panel_groups`), serially over a group's blocks of `PANEL_TILES` rows (a block
-    that overhangs the matrix computes and stores its last row again), the block's products
-    summed over k in registers (one multiply-add each, in k order) and stored through the
-    epilogue (the k loop `UNROLL` steps an iteration, the remainder after it). When N is not
-    a multiple of the width, the last panel has its own copy of the block with only the
-    columns it has. Slicing k so that a slice of the panel stays in L1 across the row blocks
+    in parallel over sets of panels (one panel a set, or, for a matrix of fewer rows than the
+    tile, as many as keep the tile's accumulators: 8 at v4 for a matrix-vector product), each
+    split into groups of consecutive row blocks (`schedule.panel_groups`), serially over a
+    group's blocks of `PANEL_TILES` rows (a block that overhangs the matrix computes and
+    stores its last row again), the block's products summed over k in registers (one
+    multiply-add each, in k order) and stored through the epilogue (the k loop `UNROLL`
+    steps an iteration, the remainder after it). The last set holds the panels left over
+    and, when N is not a multiple of the width, the last panel with only the columns it
+    has. Slicing k so that a slice of the panel stays in L1 across the row blocks
     (16 or 8 KiB) was measured too and gained nothing (64 x 2048 x 512: 1271 against 1263 us;
     64 x 512 x 2048: 1550 against 1257)."""
     a, _, _, _, _, _, _, rows, cols, depth = _matrices(op)
     lhs, rhs = b.args[:2]
     width = ir.MemRefType(rhs.type).shape[2]
-    height = max(1, symbolic.at_most(rows, PANEL_TILES[b.host_level][0]))
-    panels, row_blocks = -(-cols // width), dims.ceildiv(rows, height)
+    tile_rows = PANEL_TILES[b.host_level][0]
+    height = max(1, symbolic.at_most(rows, tile_rows))
+    whole, partial = cols // width, cols % width  # full panels, columns of the last
+    wide = max(1, min(whole, tile_rows // height))  # panels a set
+    sets, left = divmod(whole, wide)
+    extra = bool(left or partial)  # a last set of the panels left over
+    row_blocks = dims.ceildiv(rows, height)
     # row blocks a group: where the count is symbolic, the same rule computed per call (a
     # `per` planned for one size either starves the threads or rereads each panel for every
     # row block: BERT at 1 x 128 took 1.79x the static module's time with one a group)
     if isinstance(row_blocks, int):
-        per: Dim = max(1, -(-row_blocks // panel_groups(panels, row_blocks)))
+        per: Dim = max(1, -(-row_blocks // panel_groups(sets + extra, row_blocks)))
     else:
-        per = dims.maximum(1, dims.ceildiv(row_blocks, panel_groups(panels, INT64_MAX)))
+        per = dims.maximum(1, dims.ceildiv(row_blocks, panel_groups(sets + extra, INT64_MAX)))
     groups = dims.maximum(1, dims.ceildiv(row_blocks, per))
 
-    def rows_of(panel: ir.Value, js: list[ir.Value], first: ir.Value, tall: int) -> None:
-        """Columns `js` of `panel` for the `tall` rows from `first`, summed in registers."""
-        n = len(js)
+    def rows_of(panels: list[tuple[ir.Value, list[ir.Value]]], first: ir.Value,
+                tall: int) -> None:
+        """The columns `js` of each (panel, js) for the `tall` rows from `first`, summed in
+        registers."""
         mine = _block_rows(b, first, tall, rows)
         lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
         at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
-              for r in mine for j in js]
+              for r in mine for _, js in panels for j in js]
+        n = sum(len(js) for _, js in panels)
 
         def step(k: ir.Value, acc: list[ir.Value]) -> list[ir.Value]:
-            ys = [b.load(rhs, [panel, k, b.index(t)]) for t in range(n)]
+            ys = [b.load(rhs, [panel, k, b.index(t)]) for panel, js in panels
+                  for t in range(len(js))]
             xs = [b.load(lhs, [*row, k]) for row in lhs_at]
             return _multiply_add(acc, xs, ys)
 
@@ -209,37 +240,40 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
             sums = step(b.index(k), sums)
         _store(b, sums, at, epilogue)
 
-    def block(panel: ir.Value, group: ir.Value, n: int) -> None:
-        """The first `n` columns of `panel` for the row blocks of `group`."""
-        j0 = b.mul(panel, width)
-        js = [j0, *(arith.addi(j0, b.index(t)) for t in range(1, n))]
+    def block(panels: list[tuple[ir.Value, int]], group: ir.Value) -> None:
+        """The first n columns of each (panel, n) for the row blocks of `group`."""
+        columns = []
+        for panel, n in panels:
+            j0 = b.mul(panel, width)
+            columns.append((panel, [j0, *(arith.addi(j0, b.index(t)) for t in range(1, n))]))
         few = None  # a symbolic row count below a block's: rows one at a time
         if not isinstance(rows, int) and height > 1:
             # (a decoding step's one row would be a block computing it `height` times)
             few = b.less_than(b.index(rows), height)
             with b.guard(few), b.loop(rows, "serial") as r:  # one group then (one block)
-                rows_of(panel, js, r, 1)
+                rows_of(columns, r, 1)
         with b.guard(None if few is None else b.less_than(b.index(height - 1), rows)), \
                 b.loop(per, "serial") as i:
             row_block = arith.addi(b.mul(group, per), i)
             overhang = groups * per != row_blocks  # the last group has fewer (or none)
             # (a symbolic count is taken to overhang: the guard is then always there)
             with b.guard(b.less_than(row_block, row_blocks) if overhang else None):
-                rows_of(panel, js, b.mul(row_block, height), height)
+                rows_of(columns, b.mul(row_block, height), height)
 
-    with b.loop(panels * groups, "parallel") as it:
-        panel, group = it, b.index(0)
+    with b.loop((sets + extra) * groups, "parallel") as it:
+        chosen, group = it, b.index(0)
         if groups != 1:
-            panel = arith.divui(it, b.index(groups))
-            group = arith.subi(it, b.mul(panel, groups))
-        if cols % width == 0:
-            block(panel, group, width)
-            return
-        last = arith.cmpi(arith.CmpIPredicate.eq, panel, b.index(panels - 1))
-        with b.guard(b.less_than(panel, panels - 1)):
-            block(panel, group, width)
-        with b.guard(last):
-            block(panel, group, cols % width)
+            chosen = arith.divui(it, b.index(groups))
+            group = arith.subi(it, b.mul(chosen, groups))
+        if sets:
+            first = b.mul(chosen, wide)
+            with b.guard(b.less_than(chosen, sets) if extra else None):
+                block([(arith.addi(first, b.index(i)) if i else first, width)
+                       for i in range(wide)], group)
+        if extra:
+            with b.guard(arith.cmpi(arith.CmpIPredicate.eq, chosen, b.index(sets))):
+                block([*((b.index(sets * wide + i), width) for i in range(left)),
+                       *([(b.index(whole), partial)] if partial else [])], group)
 
 
 def _per_element(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:

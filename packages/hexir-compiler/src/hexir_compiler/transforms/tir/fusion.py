@@ -11,6 +11,8 @@ reduction is that reduction's kernel reading its data operand through the chain 
 wherever it would load an element it evaluates the chain there instead, so the chain's result never
 goes through memory (softmax reads its row twice and layer_norm three times: the chain's ops are
 recomputed rather than stored). A group of concats is one concat of the parts at its leaves.
+A slice or gather in a group (a leaf: `hexir-fuse`) is a load of its source at the
+coordinates it maps the group's to (`_viewed`).
 """
 
 from __future__ import annotations
@@ -32,15 +34,27 @@ from hexir_compiler.transforms.tir.kernel import (
     broadcast_indices,
     varying_axes,
 )
-from hexir_compiler.transforms.tir.movement import plan_concat
+from hexir_compiler.transforms.tir.movement import (
+    check_gather,
+    check_slice,
+    gather_source,
+    plan_concat,
+    slice_source,
+)
 from hexir_compiler.transforms.tir.reduction import plan_layer_norm, plan_reduce, plan_softmax
 from hexir_compiler.transforms.tir.schedule import lanes
 from hexir_compiler.transforms.tir.window import plan_conv
+from hexir_format import signatures
 
 #: The element types a vector epilogue takes (MLIR's names).
 FLOATS = frozenset({"f16", "bf16", "f32", "f64"})
 #: The planners of the ops that can head a group (`ops.CONTRACTIONS`; each takes an epilogue).
 HEADS = {"matmul": plan_matmul, "linear": plan_matmul, "conv": plan_conv}
+#: The ops a group reads its inputs through (`hexir_fuse.LEAVES`): each the function that
+#: checks it, and the one that maps the group's coordinates to its source's.
+VIEWS = {"slice": (check_slice, lambda b, op, buffers, at: slice_source(b, op, at)),
+         "gather": (check_gather,
+                    lambda b, op, buffers, at: gather_source(b, op, buffers[1], at))}
 #: The planners of the reductions (`ops.REDUCTIONS`; each takes a prologue).
 SINKS = {"softmax": plan_softmax, "layer_norm": plan_layer_norm,
          **dict.fromkeys(REDUCTIONS - {"softmax", "layer_norm"}, plan_reduce)}
@@ -66,9 +80,14 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
     shape = sink.op.inputs[0] if reduction else output  # where the chain's values live
     head = next((i for i, s in enumerate(chain) if s.op.mnemonic in CONTRACTIONS), None)
     rest = [(i, s) for i, s in enumerate(chain) if i != head]
-    formulas = {i: formula(s.op) for i, s in rest}
-    vectors = all(s.op.mnemonic in VECTOR_FORMULAS for _, s in rest) and all(
-        e in FLOATS for _, s in rest for e in s.op.elements)
+    for _, s in rest:
+        if s.op.mnemonic in VIEWS:
+            VIEWS[s.op.mnemonic][0](s.op)
+    formulas = {i: formula(s.op) for i, s in rest if s.op.mnemonic not in VIEWS}
+    vectors = all(s.op.mnemonic in VECTOR_FORMULAS or s.op.mnemonic in VIEWS
+                  for _, s in rest) and all(
+        e in FLOATS for _, s in rest
+        for e in (s.op.elements[-1:] if s.op.mnemonic in VIEWS else s.op.elements))
 
     def evaluate(b: KernelBuilder, coords: list[ir.Value], product: ir.Value | None,
                  axis: int | tuple[int, ...] = -1, lanes: int = 0):
@@ -92,7 +111,10 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             return loaded[index]
 
         for i, step in rest:
-            values[i] = formulas[i](b, *(operand(s) for s in step.operands))
+            if step.op.mnemonic in VIEWS:  # (a leaf: its operands are inputs)
+                values[i] = _viewed(b, step, buffers, coords, axis, lanes)
+            else:
+                values[i] = formulas[i](b, *(operand(s) for s in step.operands))
         return values[len(chain) - 1]
 
     if reduction:
@@ -104,8 +126,9 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             lambda b, at: evaluate(b, at, None), others,
             (lambda b, at, lanes: evaluate(b, at, None, -1, lanes)) if vectors else None))
     if head is not None:
-        operands = tuple(inputs[index] for _, s in rest for kind, index in s.operands
-                         if kind == "input")
+        # (a view's elements are at the output's coordinates: it varies as the output does)
+        operands = tuple(s.op.output if s.op.mnemonic in VIEWS else inputs[index]
+                         for _, s in rest for kind, index in s.operands if kind == "input")
         return HEADS[steps[head].op.mnemonic](steps[head].op, Epilogue(
             lambda b, value, at, axis: evaluate(b, at, value, axis), vectors, operands))
 
@@ -116,7 +139,9 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             for coords, value in zip(owned, results, strict=True):
                 b.store(value, out, coords)
 
-    return Kernel("map", emit)
+    # a view's source is not of the map's broadcast shapes: no format kind computes it
+    viewed = any(s.op.mnemonic in VIEWS for s in steps)
+    return Kernel("generic" if viewed else "map", emit)
 
 
 def _concat_of_leaves(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]]) -> Kernel:
@@ -133,6 +158,43 @@ def _concat_of_leaves(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]]) 
     whole = GraphOp("concat", tuple(inputs[i] for i in order), sink.op.output,
                     sink.op.attributes, sink.op.elements)
     return plan_concat(whole, order)
+
+
+def _viewed(b: KernelBuilder, step: Step, buffers: Sequence[ir.Value], coords: list[ir.Value],
+            axis: int | tuple[int, ...], lanes: int) -> ir.Value:
+    """A view's (`VIEWS`) element at the group's `coords` (its result has the group's
+    shape), or `lanes` of them along `axis`: one vector load where they are adjacent in the
+    source (the output's innermost axis, which a slice of step 1 or a gather along another
+    axis keeps as its source's innermost), else loaded one by one."""
+    op = step.op
+    mine = [buffers[index] for _, index in step.operands]
+
+    def source(at: list[ir.Value]) -> list[ir.Value]:
+        return VIEWS[op.mnemonic][1](b, op, mine, at)
+
+    if not lanes:
+        return b.load(mine[0], source(coords))
+    rank = len(op.output)
+    axes = [a % rank for a in ((axis,) if isinstance(axis, int) else axis)]
+    data = op.inputs[0]
+    if op.mnemonic == "slice":
+        adjacent = op.ints_attr("steps")[-1] == 1
+    else:
+        gathered = signatures.normalize_axis(op.int_attr("axis"), len(data))
+        adjacent = gathered != len(data) - 1
+    if axes == [rank - 1] and adjacent:
+        return b.load_vector(mine[0], source(coords), lanes)
+    extents = [op.output[a] for a in axes]
+    first = b.linearize([coords[a] for a in axes], extents)
+    values = []
+    for j in range(lanes):
+        lane = list(coords)
+        moved = b.delinearize(arith.addi(first, b.index(j)), extents) if j else \
+            [coords[a] for a in axes]
+        for a, value in zip(axes, moved, strict=True):
+            lane[a] = value
+        values.append(b.load(mine[0], source(lane)))
+    return b.vector_of(values)
 
 
 def _vector_operand(b: KernelBuilder, buffer: ir.Value, coords: list[ir.Value],

@@ -83,43 +83,63 @@ def plan_concat(op: GraphOp, order: Sequence[int] | None = None) -> Kernel:
 
 
 def plan_slice(op: GraphOp) -> Kernel:
-    (shape,) = op.inputs
-    starts, steps = op.ints_attr("starts"), op.ints_attr("steps")
-    signatures.slice_(shape, starts, steps, op.output)
+    check_slice(op)
 
     def emit(b: KernelBuilder) -> None:
         x, out = b.args
         with b.building(), parallel(b, op.output) as coords:
-            source = []
-            for coord, start, step in zip(coords, starts, steps, strict=True):
-                moved = b.mul(coord, abs(step))
-                if step < 0:
-                    source.append(arith.subi(b.index(start), moved))
-                else:
-                    source.append(arith.addi(moved, b.index(start)) if start else moved)
-            b.store(b.load(x, source), out, coords)
+            b.store(b.load(x, slice_source(b, op, coords)), out, coords)
 
     return Kernel(GENERIC, emit)
 
 
+def check_slice(op: GraphOp) -> None:
+    (shape,) = op.inputs
+    signatures.slice_(shape, op.ints_attr("starts"), op.ints_attr("steps"), op.output)
+
+
+def slice_source(b: KernelBuilder, op: GraphOp, coords: Sequence[ir.Value]) -> list[ir.Value]:
+    """Where a slice's element at `coords` is in its source: start + i * step on each axis."""
+    source = []
+    for coord, start, step in zip(coords, op.ints_attr("starts"), op.ints_attr("steps"),
+                                  strict=True):
+        moved = b.mul(coord, abs(step))
+        if step < 0:
+            source.append(arith.subi(b.index(start), moved))
+        else:
+            source.append(arith.addi(moved, b.index(start)) if start else moved)
+    return source
+
+
 def plan_gather(op: GraphOp) -> Kernel:
-    data, indices = op.inputs
-    axis = signatures.normalize_axis(op.int_attr("axis"), len(data))
-    op.expect_output(signatures.gather(data, indices, axis))
-    extent = data[axis]
-    if extent == 0 and 0 not in op.output:
-        raise CompileError(f"hexir.gather: axis {axis} of {signatures.fmt(data)} is empty, so "
-                           "no index can be taken from it")
+    check_gather(op)
 
     def emit(b: KernelBuilder) -> None:
         x, where, out = b.args
         with b.building(), parallel(b, op.output) as coords:
-            picked = coords[axis:axis + len(indices)]
-            source = [*coords[:axis], index_in(b, b.load(where, picked), extent),
-                      *coords[axis + len(indices):]]
-            b.store(b.load(x, source), out, coords)
+            b.store(b.load(x, gather_source(b, op, where, coords)), out, coords)
 
     return Kernel(GENERIC, emit)
+
+
+def check_gather(op: GraphOp) -> None:
+    data, indices = op.inputs
+    axis = signatures.normalize_axis(op.int_attr("axis"), len(data))
+    op.expect_output(signatures.gather(data, indices, axis))
+    if data[axis] == 0 and 0 not in op.output:
+        raise CompileError(f"hexir.gather: axis {axis} of {signatures.fmt(data)} is empty, so "
+                           "no index can be taken from it")
+
+
+def gather_source(b: KernelBuilder, op: GraphOp, where: ir.Value,
+                  coords: Sequence[ir.Value]) -> list[ir.Value]:
+    """Where a gather's element at `coords` is in its data: the index read from `where` (the
+    indices buffer) at the coordinates of the indices' axes, in place of those axes."""
+    data, indices = op.inputs
+    axis = signatures.normalize_axis(op.int_attr("axis"), len(data))
+    picked = list(coords[axis:axis + len(indices)])
+    return [*coords[:axis], index_in(b, b.load(where, picked), data[axis]),
+            *coords[axis + len(indices):]]
 
 
 def index_in(b: KernelBuilder, raw: ir.Value, extent: int) -> ir.Value:
