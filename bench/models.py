@@ -21,12 +21,13 @@ RoBERTa, ALBERT, Qwen2, Mistral, Phi-3, GPT-NeoX); `--models=sizes` twelve at ot
 (`SIZES`: ResNet-34, Wide ResNet-50-2, EfficientNetV2-S, RegNetY-800MF, MNASNet 0.5, VGG-11,
 ResNet-18 on a batch of 4; BERT and GPT-2 at width 768 with 12 heads, BERT on 4 x 64 tokens,
 a Llama-style decoder at 512 with 4:1 grouped-query attention, T5's encoder at 512);
-`--models=more` forty more (`MORE`: OPT, BLOOM, Falcon, GPT-J, Gemma, Qwen3, GPTBigCode,
+`--models=more` forty-three more (`MORE`: OPT, BLOOM, Falcon, GPT-J, Gemma, Qwen3, GPTBigCode,
 ELECTRA, DeBERTa-v2, MobileBERT, SqueezeBERT, ConvBERT, BART, T5, wav2vec 2.0, CLIP's vision
 tower, DINOv2, BEiT, LeViT, PoolFormer, MobileViT, SegFormer, ConvNeXt V2, Inception v3,
 ResNet-101, VGG-16, EfficientNet-B3, Swin V2-T, MaxViT-T, RegNetY-1.6GF, ShuffleNetV2 x2.0,
 DenseNet-169, MNASNet 1.3, RegNetX-800MF, EfficientNet-B2, GPT-Neo (local attention), Phi,
-StableLM, XLM-RoBERTa, MPNet's relative position buckets).
+StableLM, XLM-RoBERTa, MPNet's relative position buckets; token taggers of two LSTM, GRU or
+bidirectional LSTM layers over 64 steps).
 `--quick` runs the test suite's own tiny configurations instead (`real_models.selected()`:
 64x64 images, 8 tokens): most of its time is compiling. The corpus took 10 minutes on this
 2-core machine when quiet, compiling included (42 on a loaded one); `--models=` narrows it.
@@ -222,7 +223,9 @@ _AUDIO = (Input("input_values", (1, 16000)),)
 #: biases and BatchNorm, CLIP's vision tower; MobileViT, SegFormer, ConvNeXt V2, PoolFormer,
 #: MaxViT (unfolded patches, efficient attention, global response norm, pooling as token
 #: mixer, grid attention); torchvision's Inception v3 at 299x299, ResNet-101, VGG-16,
-#: EfficientNet-B3, Swin V2-T, RegNetY-1.6GF, ShuffleNetV2 x2.0.
+#: EfficientNet-B3, Swin V2-T, RegNetY-1.6GF, ShuffleNetV2 x2.0; plain PyTorch recurrent
+#: taggers (embedding, two LSTM or GRU layers of 256, or bidirectional LSTM ones of 128, 64
+#: steps, a linear head on each), unrolled step by step by the frontend.
 MORE: dict[str, Spec] = {
     "opt": Spec(_hf("OPTForCausalLM", "OPTConfig", hidden_size=256, ffn_dim=1024,
                     num_hidden_layers=4, num_attention_heads=4, word_embed_proj_dim=256,
@@ -307,6 +310,11 @@ MORE: dict[str, Spec] = {
                       max_position_embeddings=130), _TEXT, ("last_hidden_state",))
        for name, model, config in (("xlm_roberta", "XLMRobertaModel", "XLMRobertaConfig"),
                                    ("mpnet", "MPNetModel", "MPNetConfig"))},
+    **{name: Spec(real_models._recurrent(kind, embed=128, hidden=hidden, batch_first=True,
+                                         bidirectional=both),
+                  (Input("ids", (1, 64), "ids"),), ("scores",))
+       for name, kind, hidden, both in (("lstm", "LSTM", 256, False), ("gru", "GRU", 256, False),
+                                        ("bilstm", "LSTM", 128, True))},
 }
 GROUPS = {"extra": EXTRA, "text": TEXT, "sizes": SIZES, "more": MORE}
 

@@ -236,7 +236,7 @@ def _vision(name: str, **kwargs):
     return build
 
 
-def _recurrent(kind: str, **config):
+def _recurrent(kind: str, embed: int = 16, hidden: int = 24, **config):
     """Token ids -> embedding -> a two-layer `kind` -> a linear head on every step."""
     import torch
 
@@ -245,9 +245,9 @@ def _recurrent(kind: str, **config):
             def __init__(self) -> None:
                 super().__init__()
                 torch.manual_seed(0)
-                self.embed = torch.nn.Embedding(VOCAB, 16)
-                self.rnn = getattr(torch.nn, kind)(16, 24, num_layers=2, **config)
-                width = 48 if config.get("bidirectional") else 24
+                self.embed = torch.nn.Embedding(VOCAB, embed)
+                self.rnn = getattr(torch.nn, kind)(embed, hidden, num_layers=2, **config)
+                width = 2 * hidden if config.get("bidirectional") else hidden
                 self.head = torch.nn.Linear(width, 5)
 
             def forward(self, ids):

@@ -6,11 +6,13 @@ batch and rows, and a vector input [K] has no row axis in the result.
 
 On the cpu every matmul is compiled loops, at every x86-64 level: matrix rows
 (`schedule.matrix_rows`: a block of rows summed in registers, a column tile at a time, the
-batch axes and row blocks in parallel), or, for a big one whose rhs is a constant matrix,
-loops over that matrix packed by hexir-lower-to-tir into column panels
-(`schedule.panel_width`; the op's PANEL attribute says how wide), the cpu grid, each summing
-its group of the lhs's row blocks against its panel in registers. Either way the epilogue is
-applied to each sum as it is stored. On cuda the kernel
+batch axes and row blocks in parallel -- and the column tiles, where there are few row
+blocks), or, for a big one whose rhs is a constant matrix, loops over that matrix packed by
+hexir-lower-to-tir into column panels (`schedule.panel_width`; the op's PANEL attribute says
+how wide), the cpu grid, each summing its group of the lhs's row blocks against its panel
+(or, for a matrix of few rows, several panels) in registers. Either way the epilogue is
+applied to the sums as they are stored, a register of a row's columns at a time where it
+takes vectors. On cuda the kernel
 is a tiled GEMM (`schedule.gemm_tiles`): each block stages k-slices of both operands in
 shared memory and each thread accumulates its tm x tn outputs in registers with fused
 multiply-adds (`math.fma`: one rounding per step, in k order, as the serial sum is). When

@@ -184,17 +184,8 @@ def _viewed(b: KernelBuilder, step: Step, buffers: Sequence[ir.Value], coords: l
         adjacent = gathered != len(data) - 1
     if axes == [rank - 1] and adjacent:
         return b.load_vector(mine[0], source(coords), lanes)
-    extents = [op.output[a] for a in axes]
-    first = b.linearize([coords[a] for a in axes], extents)
-    values = []
-    for j in range(lanes):
-        lane = list(coords)
-        moved = b.delinearize(arith.addi(first, b.index(j)), extents) if j else \
-            [coords[a] for a in axes]
-        for a, value in zip(axes, moved, strict=True):
-            lane[a] = value
-        values.append(b.load(mine[0], source(lane)))
-    return b.vector_of(values)
+    return b.vector_of([b.load(mine[0], source(lane))
+                        for lane in _lanes(b, coords, axes, op.output, lanes)])
 
 
 def _vector_operand(b: KernelBuilder, buffer: ir.Value, coords: list[ir.Value],
@@ -217,14 +208,22 @@ def _vector_operand(b: KernelBuilder, buffer: ir.Value, coords: list[ir.Value],
     if varying == axes and all(operand[a - offset] == out[a] for a in axes[1:]) and \
             all(extent == 1 for extent in operand[axes[-1] - offset + 1:]):
         return b.load_vector(buffer, at, lanes)
+    return b.vector_of([b.load(buffer, broadcast_indices(b, lane, operand, out))
+                        for lane in _lanes(b, coords, axes, out, lanes)])
+
+
+def _lanes(b: KernelBuilder, coords: list[ir.Value], axes: list[int], out: Sequence[int],
+           lanes: int) -> list[list[ir.Value]]:
+    """The output coordinates of `lanes` neighbours from `coords` along the consecutive
+    `axes` of `out` (flattened: a lane past an axis's end carries into the one before)."""
     extents = [out[a] for a in axes]
     first = b.linearize([coords[a] for a in axes], extents)
-    values = []
+    found = []
     for j in range(lanes):
         moved = b.delinearize(arith.addi(first, b.index(j)), extents) if j else \
             [coords[a] for a in axes]
         lane = list(coords)
         for a, value in zip(axes, moved, strict=True):
             lane[a] = value
-        values.append(b.load(buffer, broadcast_indices(b, lane, operand, out)))
-    return b.vector_of(values)
+        found.append(lane)
+    return found

@@ -22,7 +22,9 @@ of inferring it:
   block walks its columns a tile's width at a time and sums the tile over k in registers
   (carried values of one serial k loop: LLVM's SLP vectorizer makes them vector registers,
   each rhs load serving every row), each step a multiply-add it may fuse (`contract`), in
-  k order.
+  k order. A matrix of fewer rows than the tile widens the tile's columns instead, and one
+  of fewer than FEW_ROW_BLOCKS row blocks (no batch axes) puts its column tiles in the
+  parallel loop too.
 - cuda, GEMM tiles (`gemm_tiles`): a block of `ty` x `tx` = 256 threads computes a `bm` x `bn`
   tile of the output, each thread `tm` x `tn` of its elements (rows ty apart, columns tx
   apart, so a warp's stores are coalesced) in registers; the k axis is walked in steps of
