@@ -9,6 +9,7 @@ import hexir_format as hf
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
 
 import hexir_compiler
 import hexir_runtime
@@ -109,3 +110,32 @@ def test_names_survive_every_mlir_stage():
     entries = hf.parse(direct).functions  # a variant per x86-64 level, each named alike
     assert [(e.inputs, e.outputs) for e in entries] == [(("input.1",), ("logits",))] * 3
     assert '{hexir.name = "input.1"}' in hexir_compiler.compile(model, "mlir-llvm")
+
+
+#: (input, weight, strides, pads, dilations, group, the weight's window after the import):
+#: offsets that only ever read zero padding are cut, the output's size kept.
+CROPPED_CONVS = [
+    ((1, 6, 14, 14), (4, 6, 3, 3), [1, 1], [36, 36, 36, 36], [36, 36], 1, (1, 1)),  # ASPP
+    ((1, 6, 14, 14), (4, 6, 3, 3), [1, 1], [12, 12, 12, 12], [12, 12], 1, (3, 3)),  # all read
+    ((1, 6, 14, 14), (6, 1, 3, 3), [1, 1], [24, 24, 24, 24], [24, 24], 6, (1, 1)),  # depthwise
+    ((1, 6, 9, 13), (4, 6, 3, 5), [2, 3], [20, 1, 7, 30], [10, 8], 1, (2, 2)),
+    ((2, 3, 20), (5, 3, 5), [1], [24, 24], [12], 1, (3,)),
+    ((1, 4, 6, 6), (4, 4, 3, 3), [4, 4], [5, 0, 0, 5], [5, 5], 1, (2, 2)),
+]
+
+
+@pytest.mark.parametrize("case", CROPPED_CONVS, ids=lambda c: "x".join(map(str, c[-1])))
+def test_a_conv_offset_that_only_reads_padding_is_cut_from_the_weight(case):
+    shape, wshape, strides, pads, dilations, group, window = case
+    rng = np.random.default_rng(3)
+    w = rng.standard_normal(wshape).astype(np.float32)
+    model = _model([helper.make_node("Conv", ["x", "w"], ["y"], strides=strides, pads=pads,
+                                     dilations=dilations, group=group)],
+                   [_value("x", TensorProto.FLOAT, list(shape))],
+                   [_value("y", TensorProto.FLOAT, None)], [numpy_helper.from_array(w, "w")])
+    text = hexir_compiler.compile(model, "mlir")
+    assert f"x{'x'.join(map(str, window))}xf32>) -> tensor<" in text
+    x = rng.standard_normal(shape).astype(np.float32)
+    want = ReferenceEvaluator(model).run(None, {"x": x})[0]
+    got = hexir_runtime.load(hexir_compiler.compile(model, target="cpu:x86-64-v2")).main(x)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

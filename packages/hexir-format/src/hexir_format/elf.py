@@ -254,8 +254,7 @@ class _Parser:
     def parse(self) -> ElfObject:
         h = self.header()
         self.shoff = h.e_shoff
-        self.headers = [_record(Elf64_Shdr, self.view, h.e_shoff + i * SHDR_BYTES)
-                        for i in range(h.e_shnum)]
+        self.headers = L.table(Elf64_Shdr, self.view[h.e_shoff:], h.e_shnum)
         shstrndx = L.offset_of(Elf64_Ehdr, "e_shstrndx")
         if not 0 < h.e_shstrndx < h.e_shnum:
             self.fail(f"e_shstrndx {h.e_shstrndx} at offset {shstrndx} is not a section index "
@@ -361,9 +360,8 @@ class _Parser:
                       "sh_link", self.at(symtab.index, "sh_link"))
         strtab = bytes(self.sections[link].data)
         out = []
-        for j in range(count):
+        for j, raw in enumerate(L.table(Elf64_Sym, symtab.data, count)):
             at = symtab.offset + j * SYM_BYTES
-            raw = _record(Elf64_Sym, symtab.data, j * SYM_BYTES)
             where = f"{symtab.label}: symbol {j}"
             name = self.string(strtab, raw.st_name, where, "st_name", f"section {link}",
                                at + L.offset_of(Elf64_Sym, "st_name"))
@@ -395,9 +393,8 @@ class _Parser:
                       "contents to relocate", "sh_info", self.at(rela.index, "sh_info"))
         target = self.sections[rela.info]
         out = []
-        for k in range(count):
+        for k, raw in enumerate(L.table(Elf64_Rela, rela.data, count)):
             at = rela.offset + k * RELA_BYTES
-            raw = _record(Elf64_Rela, rela.data, k * RELA_BYTES)
             kind, symbol = raw.r_info & 0xFFFFFFFF, raw.r_info >> 32
             where = f"{rela.label}: relocation {k} at offset 0x{raw.r_offset:x}"
             if symbol >= symbols:
