@@ -685,6 +685,10 @@ def _cmpf(op: ir.Operation):
 
 
 def _erf(x):
+    """erf of a scalar, or of each lane of a vector (an epilogue on a register of columns)."""
+    if isinstance(x, np.ndarray) and x.ndim:
+        return np.array([math.erf(float(v)) for v in x.reshape(-1)],
+                        x.dtype).reshape(x.shape)
     return type(x)(math.erf(float(x)))
 
 
