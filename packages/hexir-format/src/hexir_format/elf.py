@@ -205,34 +205,6 @@ class ElfObject:
         return tuple(s.name for s in self.symbols[1:] if not s.defined)
 
 
-def cpu_code_problem(version: int, exe) -> str | None:
-    """Why cpu executable `exe` of a `version` module does not carry the code it must, or None.
-
-    Version 5: a host image that parses, defines a function of the kernel's name, on grid
-    (extent, 1, 1) and block (1, 1, 1). Versions 3 and 4: no image (a descriptor). The runtime's
-    validation and hxb-dump both ask this, so a file one accepts the other does too.
-    """
-    if exe.image is None:
-        if version >= 5:
-            return (f"cpu kernel '{exe.name}' carries no host image; in version {version} every "
-                    "cpu kernel is compiled code")
-        return None
-    if version < 5:
-        return (f"kernel '{exe.name}' is placed on cpu and carries an image, which only version "
-                f"5 holds; this module is version {version}")
-    try:
-        obj = parse_object(exe.image, f"host image of kernel '{exe.name}'")
-    except FormatError as e:
-        return str(e)
-    if exe.name not in obj.functions:
-        return (f"the host image defines no function '{exe.name}' (it defines "
-                f"{', '.join(obj.functions) or 'none'})")
-    if tuple(exe.grid[1:]) != (1, 1) or tuple(exe.block) != (1, 1, 1):
-        return (f"a cpu kernel runs on grid (extent, 1, 1) with block (1, 1, 1), not grid "
-                f"{tuple(exe.grid)} block {tuple(exe.block)}")
-    return None
-
-
 def parse_object(data: bytes | bytearray | memoryview, what: str = "host image") -> ElfObject:
     """Parse and check an ELF64 x86-64 relocatable object; FormatError for anything off."""
     return _Parser(memoryview(data).cast("B"), what).parse()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import bisect
 import math
 import struct
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 from hexir_format import dims, elf, generation, hostlink, plan
@@ -215,23 +216,27 @@ def _check_plan(module: Module, entries: list[EntryPlan],
     return planned
 
 
-def _expressions(module: Module):
-    """(where, the dimension) for every size of the module that may be an expression: each
-    tensor dimension, each launch extent, each ALLOC's bytes."""
+def _expressions(module: Module) -> Iterator[tuple[str, Expr]]:
+    """(where, the expression) for every size of the module that is an expression (not a
+    plain integer): each tensor dimension, each launch extent, each ALLOC's bytes. Only these
+    are described, so a static module's thousands of sizes cost no text."""
     for i, s in enumerate(module.slots):
         for j, d in enumerate(s.type.shape):
-            yield f"slot {i} ({s.type}), dim {j}", d
+            if isinstance(d, Expr):
+                yield f"slot {i} ({s.type}), dim {j}", d
     for i, exe in enumerate(module.executables):
         where = f"executable {i} ('{exe.name}')"
         for a, t in enumerate(exe.args):
             for j, d in enumerate(t.shape):
-                yield f"{where}, argument {a} ({t}), dim {j}", d
+                if isinstance(d, Expr):
+                    yield f"{where}, argument {a} ({t}), dim {j}", d
         for what in ("grid", "block"):
             for axis, d in zip("xyz", getattr(exe, what), strict=True):
-                yield f"{where}, {what}_{axis}", d
+                if isinstance(d, Expr):
+                    yield f"{where}, {what}_{axis}", d
     for function in module.functions:
         for n, c in enumerate(function.commands):
-            if c.op is Op.ALLOC:
+            if c.op is Op.ALLOC and isinstance(c.bytes, Expr):
                 yield (f"{variant_label(function.name, function.cpu_level)}: command {n} "
                        "(alloc), bytes", c.bytes)
 
@@ -243,7 +248,7 @@ def _check_sizes(module: Module) -> None:
     -- and an executable's operands name symbols. A module below version 6 holds none, and
     a dynamic one has no memory plan (the runtime plans each call's sizes). A static module
     passes untouched."""
-    found = [(where, d) for where, d in _expressions(module) if isinstance(d, Expr)]
+    found = list(_expressions(module))
     operands = [(i, exe) for i, exe in enumerate(module.executables) if exe.operands]
     if not (module.symbols or found or operands):
         return
@@ -267,7 +272,6 @@ def _check_sizes(module: Module) -> None:
                                   f"not one of the module's {len(module.symbols)}",
                                   field="operands")
     for where, d in found:
-        assert isinstance(d, Expr)
         if unknown := sorted(d.symbols() - ranges.keys()):
             raise ValidationError(f"{where}: '{dims.render(d)}' reads '{unknown[0]}', which is "
                                   "not a size symbol of the module", field="sizes")
@@ -300,7 +304,7 @@ def _check_executables(module: Module) -> Device:
             _check_library(exe, where)
         elif exe.device is Device.CUDA:
             _check_launchable(exe, where, {s.name: (s.lo, s.hi) for s in module.symbols})
-        elif problem := elf.cpu_code_problem(module.version, exe) or _link_problem(exe):
+        elif problem := _cpu_code_problem(module.version, exe):
             raise ValidationError(f"{where}, image: {problem}", field="image")
     devices = {exe.device for exe in module.executables}
     if module.version == 3 and len(devices) > 1:
@@ -344,13 +348,34 @@ def _check_library(exe: Executable, where: str) -> None:
                               "library function takes neither", field="args")
 
 
-def _link_problem(exe: Executable) -> str | None:
-    """Why the loader would refuse to link a cpu kernel's host image, wherever it went."""
+def _cpu_code_problem(version: int, exe: Executable) -> str | None:
+    """Why cpu executable `exe` of a `version` module does not carry the code it must, or None.
+
+    Version 5 and later: a host image that parses, defines a function of the kernel's name,
+    runs on grid (extent, 1, 1) and block (1, 1, 1), and that the loader can link wherever it
+    goes (`hostlink.layout`). Versions 3 and 4: no image (a descriptor). The image is parsed
+    once for all of it: parsing is most of a module's validation.
+    """
     if exe.image is None:
+        if version >= 5:
+            return (f"cpu kernel '{exe.name}' carries no host image; in version {version} every "
+                    "cpu kernel is compiled code")
         return None
+    if version < 5:
+        return (f"kernel '{exe.name}' is placed on cpu and carries an image, which only version "
+                f"5 holds; this module is version {version}")
     try:
-        hostlink.layout(elf.parse_object(exe.image, f"host image of kernel '{exe.name}'"),
-                        exe.name)
+        obj = elf.parse_object(exe.image, f"host image of kernel '{exe.name}'")
+    except FormatError as e:
+        return str(e)
+    if exe.name not in obj.functions:
+        return (f"the host image defines no function '{exe.name}' (it defines "
+                f"{', '.join(obj.functions) or 'none'})")
+    if tuple(exe.grid[1:]) != (1, 1) or tuple(exe.block) != (1, 1, 1):
+        return (f"a cpu kernel runs on grid (extent, 1, 1) with block (1, 1, 1), not grid "
+                f"{tuple(exe.grid)} block {tuple(exe.block)}")
+    try:
+        hostlink.layout(obj, exe.name)
     except FormatError as e:
         return str(e)
     return None
