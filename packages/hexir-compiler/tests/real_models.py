@@ -58,7 +58,7 @@ class Spec:
     build: Callable[[], object]  # the torch module, in eval mode
     inputs: tuple[Input, ...]
     outputs: tuple[str, ...]
-    full: bool = False  # only with HEXIR_FULL_MODELS=1
+    full: bool = False  # only with HEXIR_FULL_TESTS=1
     options: dict = field(default_factory=dict)  # keyword arguments of a Hugging Face model
 
 
@@ -317,7 +317,7 @@ MODELS: dict[str, Spec] = {
                         ("scores",)),
     "gru_tagger": Spec(_recurrent("GRU", batch_first=True), (Input("ids", (2, 5), "ids"),),
                        ("scores",)),
-    # bigger ones, with HEXIR_FULL_MODELS=1
+    # bigger ones, with HEXIR_FULL_TESTS=1
     "resnet18_224": Spec(_vision("resnet18"), (Input("pixel_values", (1, 3, 224, 224)),),
                          ("logits",), full=True),
     "bert_wide": Spec(functools.partial(_bert, hidden_size=128, num_hidden_layers=4,
@@ -328,7 +328,7 @@ MODELS: dict[str, Spec] = {
 
 
 def selected() -> list[str]:
-    full = os.environ.get("HEXIR_FULL_MODELS") == "1"
+    full = os.environ.get("HEXIR_FULL_TESTS") == "1"
     return [name for name, spec in MODELS.items() if full or not spec.full]
 
 

@@ -33,9 +33,9 @@ from hexir_compiler import cli
 from hexir_runtime import cli as run_cli
 
 #: `light` (the Model Zoo's full-size CNNs: VGG-19 alone takes minutes and a 575 MB module)
-#: runs only in the full mode, HEXIR_FULL_MODELS=1.
+#: runs only in the full mode, HEXIR_FULL_TESTS=1.
 SUITES = ("simple", "pytorch-converted", "pytorch-operator") + (
-    ("light",) if os.environ.get("HEXIR_FULL_MODELS") == "1" else ())
+    ("light",) if os.environ.get("HEXIR_FULL_TESTS") == "1" else ())
 #: ONNX's runner: 1e-3 / 1e-7 for every model test, densenet121 2e-3.
 RTOL, ATOL = 1e-3, 1e-7
 LOOSER = {"light_densenet121": 2e-3}

@@ -10,7 +10,7 @@ The outputs are first checked to vary (a near-constant output would match anythi
 Each model's per-kernel profile (`Module.profile`, what `hexir-run --profile` prints) is
 checked too: every kernel the call runs is listed, the kernels and the runtime's overhead
 make up the call, and profiling changes no answer. Each model is compiled once per session.
-HEXIR_FULL_MODELS=1 adds bigger configurations. Exports are cached (see `real_models`).
+HEXIR_FULL_TESTS=1 adds bigger configurations. Exports are cached (see `real_models`).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ Cost, measured on the 2-core machine under a load of 5-7 (compiling the cpu and 
 module, then the fake run): by default the six cheapest models that still cover each family
 -- bert (masks through bool `where`), gpt2 with its KV cache, the Whisper-style encoder
 (conv1d), ViT, squeezenet and resnet18 -- 19-55 s each, 3 minutes together (70 s of CPU).
-HEXIR_FULL_MODELS=1 runs the whole corpus, about 16 minutes so: T5, CLIP, gpt2, llama,
+HEXIR_FULL_TESTS=1 runs the whole corpus, about 16 minutes so: T5, CLIP, gpt2, llama,
 mobilenet_v2 and shufflenet_v2 20-47 s each; the LSTM and GRU taggers, efficientnet_b0 and the
 wide BERT 60-72 s (mostly compiling their many small kernels); resnet18 at 224x224 about 5.5
 minutes, 4.5 of them its PTX run.
@@ -38,9 +38,9 @@ import hexir_runtime
 import real_models
 from fake_driver import FakeDriver
 
-#: Run by default (the rest with HEXIR_FULL_MODELS=1): one or two of each family, cheapest.
+#: Run by default (the rest with HEXIR_FULL_TESTS=1): one or two of each family, cheapest.
 DEFAULT = ("bert", "gpt2_kv_cache", "whisper_encoder", "vit", "squeezenet", "resnet18")
-FULL = os.environ.get("HEXIR_FULL_MODELS") == "1"
+FULL = os.environ.get("HEXIR_FULL_TESTS") == "1"
 
 
 @pytest.mark.parametrize("name", [n for n in real_models.selected() if FULL or n in DEFAULT])
