@@ -22,6 +22,13 @@ define void @twice(ptr %x, ptr %y, i64 %lo, i64 %hi) {
 """
 
 
+@pytest.fixture(autouse=True)
+def compiled_afresh(monkeypatch):
+    """Every kernel here is compiled, by the workers under test: the process's objects
+    (`host_codegen.made`) are set aside, or a compile would answer from them."""
+    monkeypatch.setattr(host_codegen, "made", host_codegen.Objects(limit=0))
+
+
 @pytest.mark.parametrize("cpu", [None, "x86-64-v3"])
 def test_the_module_does_not_depend_on_the_workers(cpu):
     source = EXAMPLES / "mlp.mlir"
@@ -66,3 +73,27 @@ def test_how_many_workers(monkeypatch):
     assert host_codegen.workers(100) == 0  # one core: the parent would only wait
     monkeypatch.setattr(host_codegen.os, "sched_getaffinity", lambda pid: {0, 5})
     assert host_codegen.workers(100) == 2
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_a_kernel_made_before_is_not_compiled_again(monkeypatch, workers):
+    """The process's objects: the same text and level answer from them (the bytes a compile
+    makes), another level or text is compiled, and the least recently used go first."""
+    monkeypatch.setattr(host_codegen, "made", host_codegen.Objects(limit=2))
+    other = KERNEL.replace("2.0", "3.0")
+    with host_codegen.Codegen(workers) as codegen:
+        first = codegen.submit(KERNEL, "x86-64-v3").result()
+        compiled: list[str] = []  # each level compiled, in this process or by the worker
+        if workers:
+            remote = codegen._remote
+            monkeypatch.setattr(codegen, "_remote",
+                                lambda text, cpu: compiled.append(cpu) or remote(text, cpu))
+        else:
+            local = host_codegen.compile_object
+            monkeypatch.setattr(host_codegen, "compile_object",
+                                lambda text, cpu: compiled.append(cpu) or local(text, cpu))
+        assert codegen.submit(KERNEL, "x86-64-v3").result() == first and compiled == []
+        codegen.submit(KERNEL, "x86-64-v2").result()
+        codegen.submit(other, "x86-64-v3").result()  # the third: the first made goes out
+        assert codegen.submit(KERNEL, "x86-64-v3").result() == first
+    assert compiled == ["x86-64-v2", "x86-64-v3", "x86-64-v3"]

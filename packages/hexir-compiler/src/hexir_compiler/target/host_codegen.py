@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import os
 import pickle
 import signal
@@ -27,6 +28,7 @@ import struct
 import subprocess
 import sys
 import threading
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, BinaryIO
 
@@ -93,6 +95,37 @@ def workers(kernels: int, jobs: int | None = None) -> int:
     return min(cores, MAX_WORKERS) if cores > 1 and kernels >= MIN_KERNELS else 0
 
 
+class Objects:
+    """The objects this process made, by (SHA-256 of the IR text, level): a kernel compiled
+    again -- the same model compiled twice in a session, or two models sharing a layer shape
+    -- is not optimized again. LLVM's output is a function of its input and options, so a
+    reused object is the one a fresh compile makes. Bounded to `limit` objects, least
+    recently used out first (an object is a few KB to a few hundred)."""
+
+    def __init__(self, limit: int = 512):
+        self.limit = limit
+        self._objects: OrderedDict[tuple[bytes, str], bytes] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[bytes, str]) -> bytes | None:
+        with self._lock:
+            code = self._objects.get(key)
+            if code is not None:
+                self._objects.move_to_end(key)
+            return code
+
+    def put(self, key: tuple[bytes, str], code: bytes) -> bytes:
+        with self._lock:
+            self._objects[key] = code
+            self._objects.move_to_end(key)
+            while len(self._objects) > self.limit:
+                self._objects.popitem(last=False)
+        return code
+
+
+made = Objects()
+
+
 class Codegen:
     """Compiles kernels' LLVM IR as they are submitted: in `workers` child processes (one
     per thread of a pool that feeds them), or, with none, in this process at once. Use it as
@@ -106,15 +139,20 @@ class Codegen:
         self._lock = threading.Lock()
 
     def submit(self, text: str, cpu: str) -> Future:
-        """The object code of `text` for `cpu`, to come (`RejectedIR` where LLVM refuses it)."""
+        """The object code of `text` for `cpu`, to come (`RejectedIR` where LLVM refuses it):
+        from `made` where this process made it before."""
+        key = (hashlib.sha256(text.encode()).digest(), cpu)
+        future: Future = Future()
+        if (code := made.get(key)) is not None:
+            future.set_result(code)
+            return future
         if self._pool is None:
-            future: Future = Future()
             try:
-                future.set_result(compile_object(text, cpu))
+                future.set_result(made.put(key, compile_object(text, cpu)))
             except RejectedIR as err:
                 future.set_exception(err)
             return future
-        return self._pool.submit(self._remote, text, cpu)
+        return self._pool.submit(lambda: made.put(key, self._remote(text, cpu)))
 
     def _remote(self, text: str, cpu: str) -> bytes:
         """(On a pool thread) the job done by this thread's own worker."""
