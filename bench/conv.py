@@ -4,13 +4,14 @@
                          [--shapes=NAME,...]
 
 The shapes are the convolutions ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1 and 1.0,
-ResNeXt-style grouped convs and ConvNeXt's 7x7 depthwise spend their time in (f32, batch 1, the
-weight a constant). Each is compiled as a one-op Hexir module and built as a one-node ONNX model
-with the same weights, checked against each other, then timed in interleaved blocks of `--block`
-calls, `--rounds` times (medians of the per-call times), each block after the other engine's
-pool has stopped spinning (`timing.settle`: ORT's keeps a core busy ~40 ms after a call, and
-Hexir's two threads beside it ran no faster than one). Prints ms per call, the achieved G
-multiply-adds/s and hexir / ORT: where a model's conv time goes, kernel by kernel.
+ResNeXt-style grouped convs, ConvNeXt's 7x7 depthwise and DeepLabV3's dilated 3x3s spend their
+time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module and
+built as a one-node ONNX model with the same weights, checked against each other, then timed in
+interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call times), each
+block after the other engine's pool has stopped spinning (`timing.settle`: ORT's keeps a core
+busy ~40 ms after a call, and Hexir's two threads beside it ran no faster than one). Prints ms
+per call, the achieved G multiply-adds/s (nominal: every window offset counted, those that read
+only padding too) and hexir / ORT: where a model's conv time goes, kernel by kernel.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from timing import interleaved
 
-#: name: (input [C, H, W], output channels, kernel, stride, pad, group)
+#: name: (input [C, H, W], output channels, kernel, stride, pad, group[, dilation])
 SHAPES = {
     "r18-stem-7x7": ((3, 224, 224), 64, 7, 2, 3, 1),
     "r18-l1-3x3": ((64, 56, 56), 64, 3, 1, 1, 1),
@@ -67,16 +68,23 @@ SHAPES = {
     "cnx-dw-7x7-28": ((192, 28, 28), 192, 7, 1, 3, 192),
     "cnx-dw-7x7-14": ((384, 14, 14), 384, 7, 1, 3, 384),
     "cnx-dw-7x7-7": ((768, 7, 7), 768, 7, 1, 3, 768),
+    "dl-aspp-3x3d12": ((960, 14, 14), 256, 3, 1, 12, 1, 12),
+    "dl-3x3d2-14": ((256, 14, 14), 256, 3, 1, 2, 1, 2),
 }
 
 
-def _out(size: int, k: int, s: int, p: int) -> int:
-    return (size + 2 * p - k) // s + 1
+def _geometry(shape):
+    """(input, output channels, kernel, stride, pad, group, dilation)."""
+    return (*shape, 1) if len(shape) == 6 else shape
+
+
+def _out(size: int, k: int, s: int, p: int, d: int = 1) -> int:
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
 
 
 def hexir_program(shape, w: np.ndarray, bias: np.ndarray) -> str:
-    (c, h, width), m, k, s, p, group = shape
-    oh, ow = _out(h, k, s, p), _out(width, k, s, p)
+    (c, h, width), m, k, s, p, group, d = _geometry(shape)
+    oh, ow = _out(h, k, s, p, d), _out(width, k, s, p, d)
     t = lambda *d: f"tensor<{'x'.join(map(str, d))}xf32>"
     dense = lambda name, a: (f'  %{name} = "hexir.constant"() '
                              f'{{value = dense<"0x{a.tobytes().hex()}">'
@@ -86,7 +94,7 @@ def hexir_program(shape, w: np.ndarray, bias: np.ndarray) -> str:
         f"func.func @main(%x: {t(1, c, h, width)}) -> {o} {{",
         dense("w", w), dense("b", bias),
         (f'  %c = "hexir.conv"(%x, %w) {{strides = array<i64: {s}, {s}>, pads = array<i64: '
-         f"{p}, {p}, {p}, {p}>, dilations = array<i64: 1, 1>, group = {group} : i64}} : "
+         f"{p}, {p}, {p}, {p}>, dilations = array<i64: {d}, {d}>, group = {group} : i64}} : "
          f"({t(1, c, h, width)}, {t(*w.shape)}) -> {o}"),
         f'  %a = "hexir.add"(%c, %b) : ({o}, {t(*bias.shape)}) -> {o}',
         f'  %r = "hexir.relu"(%a) : ({o}) -> {o}', f"  return %r : {o}", "}"]) + "\n"
@@ -95,9 +103,9 @@ def hexir_program(shape, w: np.ndarray, bias: np.ndarray) -> str:
 def onnx_model(shape, w: np.ndarray, bias: np.ndarray) -> bytes:
     from onnx import TensorProto, helper, numpy_helper
 
-    (c, h, width), _, _, s, p, group = shape
+    (c, h, width), _, _, s, p, group, d = _geometry(shape)
     nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], strides=[s, s], pads=[p] * 4,
-                              group=group),
+                              dilations=[d, d], group=group),
              helper.make_node("Relu", ["c"], ["y"])]
     graph = helper.make_graph(
         nodes, "conv", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, c, h, width])],
@@ -139,7 +147,7 @@ def main(argv: list[str]) -> int:
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for name in args.shapes.split(","):
         shape = SHAPES[name]
-        (c, h, width), m, k, s, p, group = shape
+        (c, h, width), m, k, s, p, group, d = _geometry(shape)
         rng = np.random.default_rng(0)
         w = (rng.standard_normal((m, c // group, k, k)) / np.sqrt(c // group * k * k)).astype(
             np.float32)
@@ -160,7 +168,7 @@ def main(argv: list[str]) -> int:
                        "ort": lambda s=session, x=x: s.run(None, {"x": x})}
             medians = interleaved(engines, args.rounds, args.block, clock)
         ours, theirs = medians["hexir"], medians["ort"]
-        macs = m * _out(h, k, s, p) * _out(width, k, s, p) * (c // group) * k * k
+        macs = m * _out(h, k, s, p, d) * _out(width, k, s, p, d) * (c // group) * k * k
         print(f"| {name} | {ours * 1e3:.3f} | {theirs * 1e3:.3f} | {macs / ours / 1e9:.1f} | "
               f"{macs / theirs / 1e9:.1f} | {ours / theirs:.2f} |", flush=True)
     return 0

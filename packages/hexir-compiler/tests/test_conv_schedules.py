@@ -46,6 +46,12 @@ CASES = {  # name: (x shape, weight shape, group, strides, pads (begins, ends), 
     "1x1-groups": ((2, 8, 2, 20), (12, 4, 1, 1), 2, (1, 1), (0, 0, 0, 0), (1, 1)),
     "1x1-stride2": ((1, 8, 9, 9), (16, 8, 1, 1), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
     "dilation2": ((1, 4, 12, 10), (9, 4, 3, 3), 1, (1, 1), (2, 2, 2, 2), (2, 2)),
+    # atrous: dilations wider than most of the input, so a border block's loops run only the
+    # offsets that reach the input (`Geometry.reached`): rows whose windows read nothing
+    # (the first), blocks across rows, a stride, pads uneven on both axes
+    "atrous": ((1, 6, 9, 7), (12, 6, 3, 3), 1, (1, 2), (11, 5, 4, 6), (5, 6)),
+    # a causal dilated conv1d (WaveNet-style: all the padding before)
+    "conv1d-causal-dilated": ((1, 6, 30), (8, 6, 3), 1, (1,), (8, 0), (4,)),
     "uneven-pads": ((1, 3, 8, 9), (5, 3, 3, 2), 1, (1, 2), (0, 2, 1, 0), (1, 1)),
     "groups": ((1, 8, 7, 7), (12, 4, 3, 3), 2, (1, 1), (1, 1, 1, 1), (1, 1)),
     "groups-wide": ((1, 64, 5, 5), (64, 16, 3, 3), 4, (1, 1), (1, 1, 1, 1), (1, 1)),

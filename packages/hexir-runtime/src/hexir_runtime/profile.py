@@ -6,7 +6,8 @@ device step waited for, so its time is its own) and, in between, times whole cal
 way. Per kernel: the median time, its share of the median call, and what it achieved -- GFLOP/s
 for the kernels whose work the profile can count from their arguments (a matmul or linear: 2 M N
 K; a convolution, its weight in ONNX's layout or packed by the compiler: 2 x outputs x C/g x
-kernel), GB/s (the bytes of its arguments, each read or written once: a lower bound of its
+kernel, every window offset counted, those that read only padding too: a conv whose window lies
+mostly in the padding, an atrous one, can pass the compute peak), GB/s (the bytes of its arguments, each read or written once: a lower bound of its
 traffic) for every kernel -- each as a fraction of the machine's peak, and which roof bounds it
 (roofline framing): compute when its FLOPs per byte reach the ridge point (peak FLOP/s over peak
 bytes/s), else memory. A kernel whose data stays in the caches can pass the memory peak, which

@@ -23,6 +23,8 @@ from hexir_format.dims import Dim, Expr
 #: A loop's attribute: its symbolic upper bound, as `hexir_format.dims` writes it.
 EXTENT = "hexir.extent"
 Fold = Callable[[list[ir.Value], list[ir.Value]], list[ir.Value]]
+#: A serial loop's range: its extent (from 0), or [start, end) computed in the kernel.
+Extent = Dim | tuple[ir.Value, ir.Value]
 
 
 class KernelBuilder:
@@ -408,11 +410,14 @@ class KernelBuilder:
             _yield(body(block.arguments[0], list(block.arguments)[1:]))
         return list(op.results)
 
-    def fold(self, extents: Sequence[Dim], inits: Sequence[ir.Value], body: Fold) -> list[ir.Value]:
-        """Serial loop nest over `extents` carrying `inits`; `body(ivs, carried)` -> next."""
+    def fold(self, extents: Sequence[Extent], inits: Sequence[ir.Value],
+             body: Fold) -> list[ir.Value]:
+        """Serial loop nest over `extents` (each an extent from 0, or a [start, end) computed
+        in the kernel) carrying `inits`; `body(ivs, carried)` -> next."""
         if not extents:
             return body([], list(inits))
-        op = self._for(None, extents[0], 1, "serial", None, inits)
+        start, end = extents[0] if isinstance(extents[0], tuple) else (None, extents[0])
+        op = self._for(start, end, 1, "serial", None, inits)
         block = op.regions[0].blocks[0]
         with ir.InsertionPoint(block):
             iv, carried = block.arguments[0], list(block.arguments)[1:]
@@ -438,8 +443,8 @@ class KernelBuilder:
         """The conjunction of `conditions` (and-ed left to right); None when there are none."""
         return functools.reduce(arith.andi, conditions) if conditions else None
 
-    def _for(self, start: ir.Value | None, end: Dim, step: int, kind: str, bind: str | None,
-             inits: Sequence[ir.Value]) -> ir.Operation:
+    def _for(self, start: ir.Value | None, end: Dim | ir.Value, step: int, kind: str,
+             bind: str | None, inits: Sequence[ir.Value]) -> ir.Operation:
         attributes = {"kind": ir.StringAttr.get(kind)}
         if isinstance(end, Expr):  # what the cpu grid of a loop over it is (hextir-to-loops)
             attributes[EXTENT] = ir.StringAttr.get(dims.render(end))
@@ -448,7 +453,8 @@ class KernelBuilder:
         op = ir.Operation.create(
             "hextir.for",
             results=[value.type for value in inits],
-            operands=[self.index(0) if start is None else start, self.index(end),
+            operands=[self.index(0) if start is None else start,
+                      end if isinstance(end, ir.Value) else self.index(end),
                       self.index(step), *inits],
             attributes=attributes,
             regions=1,

@@ -78,7 +78,13 @@ Padding: a block whose every window lies inside the input (its "interior", decid
 block; for pixel vectors, along the outer axes once per row) runs a copy of the loops with no
 masks at all; a border block runs a copy where each pixel's position per kernel offset is
 clamped into the input and its value replaced by 0 outside (a select, invariant in the channel
-loop): padding adds 0, as the reference's zero padding does. Strides and dilations are affine
+loop): padding adds 0, as the reference's zero padding does. A channel-panel border block's
+window loops run only the offsets that read the input for one of its pixels at least
+(`Geometry.reached`, from the block's highest and lowest base; the others would add only
+zeros): an atrous conv's window lies mostly in the padding (DeepLabV3's ASPP: a 3x3 conv of
+dilation 12 on a 14x14 map, every block a border block, 396 of its 1764 pixel x offset steps
+reach the input: `bench/conv.py`, hexir / ORT 3.27 -> 0.85 in one session, the model 1.43 ->
+1.08), and a 3x3 conv's first and last rows skip a third of their window. Strides and dilations are affine
 index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel panels x chunks
 of pixel blocks (TARGET_ITERATIONS), batch x channels x rows, or batch x channels (a small
 depthwise plane); the sums go through the fused
@@ -200,6 +206,28 @@ class Geometry:
                     last = self.spatial[d] - 1 - (self.kernel[d] - 1) * self.dilations[d]
                     checks.append(arith.cmpi(arith.CmpIPredicate.sle, at, b.index(last)))
         return b.all_of(checks)
+
+    def reached(self, b: KernelBuilder, bases: Sequence[Sequence[ir.Value]],
+                d: int) -> int | tuple[ir.Value, ir.Value]:
+        """The kernel offsets along dim `d` whose input lies inside it for some pixel at
+        `bases` (one base per pixel): the whole extent where no window crosses a bound along
+        `d`, else [first, end) computed from the block's highest and lowest base (an offset
+        k is inside for base p when 0 <= p + k * dilation < size)."""
+        k, dilation = self.kernel[d], self.dilations[d]
+        if not (self.low[d] or self.high[d]):
+            return k
+        at = [base[d] for base in bases]
+        zero = first = b.index(0)
+        end = b.index(k)
+        if self.low[d]:  # ceil(-p / dilation) for the highest base p, 0 when p >= 0
+            behind = arith.maxsi(arith.subi(zero, functools.reduce(arith.maxsi, at)), zero)
+            first = arith.minsi(arith.divui(arith.addi(behind, b.index(dilation - 1)),
+                                            b.index(dilation)), end)
+        if self.high[d]:  # floor((size - 1 - p) / dilation) + 1 for the lowest base p
+            room = arith.subi(b.index(self.spatial[d] - 1 + dilation),
+                              functools.reduce(arith.minsi, at))
+            end = arith.minsi(arith.divui(arith.maxsi(room, zero), b.index(dilation)), end)
+        return first, end
 
     def position(self, b: KernelBuilder, base: Sequence[ir.Value], ks: Sequence[ir.Value],
                  masked: Sequence[int]) -> tuple[list[ir.Value], ir.Value | None]:
@@ -419,7 +447,9 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
                                   arith.select(inside, b.splat(value, lanes), zeros))
                     return _multiply_add(acc, xs, ys)
 
-                sums = b.fold([*g.kernel, g.per_group_in], [b.splat(zero, lanes)] *
+                window = [g.reached(b, bases, d) if d in masked else g.kernel[d]
+                          for d in range(len(g.kernel))]
+                sums = b.fold([*window, g.per_group_in], [b.splat(zero, lanes)] *
                               (count * vectors), step)
                 if not short and by_columns:
                     _store_columns(b, sums, outs, channels, columns, lanes, n, epilogue)
