@@ -151,3 +151,27 @@ def test_the_loops_slot_is_the_copy_record():
     from hexir_runtime import generate
 
     assert generate.Slot._fields == threads.COPY_FIELDS
+
+
+@runs_v3
+def test_a_kernel_alone_between_other_steps_is_a_sequence_of_one():
+    """`arena.sequences`: a compiled kernel with no other beside it is a one-job SEQUENCE
+    step too (so that a call can point it at the caller's array: `arena.direct_inputs`),
+    named as its command; the steps that are not kernels stay as they are, in order."""
+    from hexir_runtime.arena import Step, sequences
+
+    ran: list[str] = []
+    with load(fixture("iota"), "iota", 1) as iota:
+        out = np.zeros(128, np.int64)
+        made = job(iota, (out,), 128)
+        steps = [Step("command 0 (input)", lambda: ran.append("input")),
+                 Step("command 1 (dispatch)", lambda: ran.append("alone"), job=made),
+                 Step("command 2 (print)", lambda: ran.append("print"))]
+        got = sequences(steps)
+        assert [s.label for s in got] == ["command 0 (input)", "command 1 (cpu sequence)",
+                                          "command 2 (print)"]
+        assert got[0] is steps[0] and got[2] is steps[2] and got[1].record is not None
+        for step in got:
+            step.run()
+        assert ran == ["input", "print"]  # the kernel ran natively, not its Python launch
+        np.testing.assert_array_equal(out, np.arange(128))

@@ -7,12 +7,13 @@ way. Per kernel: the median time, its share of the median call, and what it achi
 for the kernels whose work the profile can count from their arguments (a matmul or linear: 2 M N
 K; a convolution, its weight in ONNX's layout or packed by the compiler: 2 x outputs x C/g x
 kernel, every window offset counted, those that read only padding too: a conv whose window lies
-mostly in the padding, an atrous one, can pass the compute peak), GB/s (the bytes of its arguments, each read or written once: a lower bound of its
-traffic) for every kernel -- each as a fraction of the machine's peak, and which roof bounds it
-(roofline framing): compute when its FLOPs per byte reach the ridge point (peak FLOP/s over peak
-bytes/s), else memory. A kernel whose data stays in the caches can pass the memory peak, which
-is DRAM's. The runtime's own overhead per call is the median call less its kernels' medians
-(inputs bound and copied in, results copied out, the step loop).
+mostly in the padding, an atrous one, can pass the compute peak), GB/s (the bytes of its
+arguments, each read or written once: a lower bound of its traffic) for every kernel -- each as
+a fraction of the machine's peak, and which roof bounds it (roofline framing): compute when its
+FLOPs per byte reach the ridge point (peak FLOP/s over peak bytes/s), else memory. A kernel
+whose data stays in the caches can pass the memory peak, which is DRAM's. The runtime's own
+overhead per call is the median call less its kernels' medians (inputs bound and copied in,
+results copied out, the step loop).
 
 The peaks are estimates, and the profile says how it got them:
 - compute: threads x clock x FLOPs a core does per cycle at the kernel's x86-64 level (v4:
