@@ -3,15 +3,16 @@
     python bench/conv.py [--target=x86-64-v3] [--rounds=5] [--block=5] [--threads=N]
                          [--shapes=NAME,...]
 
-The shapes are the convolutions ResNet-18, MobileNetV2, EfficientNet-B0, SqueezeNet 1.1 and 1.0,
-ResNeXt-style grouped convs, ConvNeXt's 7x7 depthwise and DeepLabV3's dilated 3x3s spend their
-time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir module and
-built as a one-node ONNX model with the same weights, checked against each other, then timed in
-interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call times), each
-block after the other engine's pool has stopped spinning (`timing.settle`: ORT's keeps a core
-busy ~40 ms after a call, and Hexir's two threads beside it ran no faster than one). Prints ms
-per call, the achieved G multiply-adds/s (nominal: every window offset counted, those that read
-only padding too) and hexir / ORT: where a model's conv time goes, kernel by kernel.
+The shapes are the convolutions ResNet-18, MobileNetV2 and V3, EfficientNet-B0, SqueezeNet 1.1
+and 1.0, ResNeXt-style grouped convs, ConvNeXt's 7x7 depthwise and DeepLabV3's dilated 3x3s
+spend their time in (f32, batch 1, the weight a constant). Each is compiled as a one-op Hexir
+module and built as a one-node ONNX model with the same weights, checked against each other,
+then timed in interleaved blocks of `--block` calls, `--rounds` times (medians of the per-call
+times), each block after the other engine's pool has stopped spinning (`timing.settle`: ORT's
+keeps a core busy ~40 ms after a call, and Hexir's two threads beside it ran no faster than
+one). Prints ms per call, the achieved G multiply-adds/s (nominal: every window offset counted,
+those that read only padding too) and hexir / ORT: where a model's conv time goes, kernel by
+kernel.
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ SHAPES = {
     "cnx-dw-7x7-28": ((192, 28, 28), 192, 7, 1, 3, 192),
     "cnx-dw-7x7-14": ((384, 14, 14), 384, 7, 1, 3, 384),
     "cnx-dw-7x7-7": ((768, 7, 7), 768, 7, 1, 3, 768),
+    "mv3-stem-3x3s2": ((3, 224, 224), 16, 3, 2, 1, 1),
+    "mv3-dw-3x3s2-112": ((64, 112, 112), 64, 3, 2, 1, 64),
+    "mv3-dw-5x5s2-56": ((72, 56, 56), 72, 5, 2, 2, 72),
     "dl-aspp-3x3d12": ((960, 14, 14), 256, 3, 1, 12, 1, 12),
     "dl-3x3d2-14": ((256, 14, 14), 256, 3, 1, 2, 1, 2),
 }

@@ -282,3 +282,63 @@ def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:
         stores = set(re.findall(r"vector\.store .*, vector<(\d+)xf32>", tir))
         lanes, rows = (4, 2) if level == 2 else (16, 4)
         assert str(lanes) in stores if vectors else stores == {str(rows)}, (name, stores)
+
+
+#: The input of a strided conv whose last windows end at the input's last element (each row
+#: 2 x 8 + 1 wide, unpadded): depthwise 3x3 and 5x5 at stride 2, and a first conv on three
+#: channels (pixel vectors with a window).
+GUARDED = {
+    "depthwise-3x3-stride2": ((1, 3, 9, 17), (3, 1, 3, 3), 3, (2, 2), (0, 0, 0, 0), (1, 1)),
+    "depthwise-5x5-stride2": ((1, 2, 11, 19), (2, 1, 5, 5), 2, (2, 2), (0, 0, 0, 0), (1, 1)),
+    "stem-3x3-stride2": ((1, 3, 9, 33), (8, 3, 3, 3), 1, (2, 2), (0, 0, 0, 0), (1, 1)),
+}
+
+_GUARDED_RUN = """
+import ctypes, mmap, sys
+import numpy as np
+import hexir_runtime
+x = np.load(sys.argv[2])
+page = mmap.PAGESIZE
+pages = -(-x.nbytes // page) + 1
+mapped = mmap.mmap(-1, pages * page)
+start = ctypes.addressof(ctypes.c_char.from_buffer(mapped))
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+assert libc.mprotect(start + (pages - 1) * page, page, 0) == 0  # PROT_NONE
+guarded = np.frombuffer(mapped, x.dtype, x.size, (pages - 1) * page - x.nbytes).reshape(x.shape)
+guarded[...] = x
+with hexir_runtime.load(sys.argv[1]) as module:
+    np.save(sys.argv[3], module.main(guarded))
+    program = module._resident.programs["main"]
+    (arena,) = program._arenas
+    assert not program.input_view(arena, 0).any(), "the input was copied into the arena"
+"""
+
+
+@pytest.mark.parametrize("level", LEVELS, ids=lambda v: f"v{v}")
+@pytest.mark.parametrize("name", list(GUARDED))
+def test_a_strided_conv_reads_nothing_past_its_input(tmp_path, name, level) -> None:
+    """A one-conv module's kernel reads the caller's array where it lies
+    (`arena.direct_inputs`); here that array ends where a page no one may read begins, so a
+    vector load past its last element -- a strided run read as whole registers, its last
+    one reaching beyond the run (`KernelBuilder.load_strided`) -- kills the process. The
+    answer is torch's."""
+    import subprocess
+    import sys
+
+    case = GUARDED[name]
+    x_shape, w_shape, group, strides, pads, dilations = case
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    (tmp_path / "conv.mlir").write_text(_program(case, "f32", w, True, False))
+    module = tmp_path / "conv.hxb"
+    module.write_bytes(compile_source(tmp_path / "conv.mlir", "hxb",
+                                      target=f"cpu:x86-64-v{level}"))
+    np.save(tmp_path / "x.npy", x)
+    done = subprocess.run([sys.executable, "-c", _GUARDED_RUN, str(module),
+                           str(tmp_path / "x.npy"), str(tmp_path / "y.npy")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    want = _reference(x, w, group, strides, pads, dilations)
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-5, atol=1e-5)

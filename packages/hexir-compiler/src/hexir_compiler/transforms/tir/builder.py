@@ -287,34 +287,30 @@ class KernelBuilder:
     def load_strided(self, buffer: ir.Value, indices: Sequence[ir.Value], step: int,
                      lanes: int, register: int) -> ir.Value:
         """buffer[indices], buffer[indices + step], ... (`lanes` of them along the innermost
-        axis) as one vector<lanes>: the run they lie in read as whole vectors of `register`
-        lanes -- the last one a masked load of the run's rest, which reads nothing past it
-        -- and at most two of them shuffled into the lanes (one two-source permute at
-        x86-64-v4). A run of any other length (`lanes` x `step` elements, not a power of
-        two) is split by LLVM into pieces, each a load and shuffles of its own; a run of
-        neighbours of such a length (`step` 1) is read the same way."""
+        axis) as one vector<lanes>: the run they lie in read as two whole vectors of the
+        largest power of two of lanes it holds (at most `register`), the second ending at
+        the run's end -- overlapping the first where the run is shorter than both -- and
+        one two-source shuffle of them into the lanes. Nothing past the run is read, and
+        no load is masked: the run's rest read by a masked load (vmaskmovps) made AVX2's
+        stride-2 convs 2-5x slower on Zen 3 than two plain loads (MobileNetV2's stride-2
+        3x3 depthwise at 56x56, one thread: 749 against 218 us). A run longer than two
+        such vectors is one load of its length, which LLVM splits into pieces, each a load
+        and shuffles of its own; a run of neighbours (`step` 1) is read the same way."""
         span = step * (lanes - 1) + 1
-        chunk = min(register, 1 << (span - 1).bit_length())
+        chunk = min(register, 1 << (span.bit_length() - 1))  # the largest power of two <= span
         if step == 1 and span == chunk:  # whole vectors
             return self.load_vector(buffer, indices, lanes)
         if span > 2 * chunk:
             return self.shuffle(self.load_vector(buffer, indices, span),
                                 list(range(0, span, step)))
-        element = self.elements[buffer]
-        parts = []
-        for first in range(0, span, chunk):
-            at = [*indices[:-1], arith.addi(indices[-1], self.index(first))
-                  if first else indices[-1]]
-            length = min(chunk, span - first)
-            if length == chunk:
-                parts.append(self.load_vector(buffer, at, chunk))
-                continue
-            type_ = ir.VectorType.get([chunk], element)
-            mask = vector.constant_mask(ir.VectorType.get([chunk], ir.IntegerType.get_signless(1)),
-                                        [length])
-            parts.append(vector.maskedload(type_, buffer, at, mask,
-                                           self.splat(self.constant(0.0, element), chunk)))
-        return vector.shuffle(parts[0], parts[-1], list(range(0, span, step)))
+        first = self.load_vector(buffer, indices, chunk)
+        if span == chunk:
+            return self.shuffle(first, list(range(0, span, step)))
+        later = span - chunk  # where the second vector starts in the run
+        second = self.load_vector(buffer, [*indices[:-1], arith.addi(
+            indices[-1], self.index(later))], chunk)
+        return vector.shuffle(first, second, [e if e < chunk else chunk + e - later
+                                              for e in range(0, span, step)])
 
     def store_vector(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value]) -> None:
         """buffer[indices], ... = the lanes of the vector `value`, along the innermost axis."""

@@ -80,15 +80,15 @@ masks at all; a border block runs a copy where each pixel's position per kernel 
 clamped into the input and its value replaced by 0 outside (a select, invariant in the channel
 loop): padding adds 0, as the reference's zero padding does. A channel-panel border block's
 window loops run only the offsets that read the input for one of its pixels at least
-(`Geometry.reached`, from the block's highest and lowest base; the others would add only
-zeros): an atrous conv's window lies mostly in the padding (DeepLabV3's ASPP: a 3x3 conv of
-dilation 12 on a 14x14 map, every block a border block, 396 of its 1764 pixel x offset steps
-reach the input: `bench/conv.py`, hexir / ORT 3.27 -> 0.85 in one session, the model 1.43 ->
-1.08), and a 3x3 conv's first and last rows skip a third of their window. Strides and dilations are affine
+(`Geometry.reached`, from the block's highest and lowest base; the others would add only zeros):
+an atrous conv's window lies mostly in the padding (DeepLabV3's ASPP: a 3x3 conv of dilation 12
+on a 14x14 map, every block a border block, 396 of its 1764 pixel x offset steps reach the
+input: `bench/conv.py`, hexir / ORT 3.27 -> 0.85 in one session, the model 1.43 -> 1.08), and a
+3x3 conv's first and last rows skip a third of their window. Strides and dilations are affine
 index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel panels x chunks
 of pixel blocks (TARGET_ITERATIONS), batch x channels x rows, or batch x channels (a small
-depthwise plane); the sums go through the fused
-epilogue (bias, activation, residual add) at the store. No output is computed twice.
+depthwise plane); the sums go through the fused epilogue (bias, activation, residual add) at the
+store. No output is computed twice.
 """
 
 from __future__ import annotations
