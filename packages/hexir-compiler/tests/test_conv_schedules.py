@@ -23,6 +23,7 @@ import torch
 import hexir_format as hf
 import hexir_runtime
 from hexir_compiler.pipeline import compile as compile_source
+from hexir_runtime.hal import hostcode
 from hexir_runtime.hal.hostcode import host_level
 
 DTYPES = {"f32": np.float32, "f64": np.float64}
@@ -263,6 +264,53 @@ def test_the_pixel_vector_forms_grids(tmp_path) -> None:
         image = hf.parse(compile_source(source, "hxb", target="cpu:x86-64-v4"))
         (conv,) = [e for e in image.executables if e.name.startswith("conv")]
         assert conv.grid[0] == grid, name
+
+
+#: name: (x shape, weight shape, whether the cpu grid runs its pixel chunks outside its channel
+#: tiles), each at x86-64-v3: 3 channel tiles x 4 pixel chunks, or 4 tiles x 4 chunks.
+PARTITIONS = {
+    "projection": ((1, 48, 8, 8), (40, 48, 1, 1), True),  # channel panels, input > weight
+    "expansion-pixel-vectors": ((1, 16, 8, 16), (24, 16, 1, 1), True),
+    "weight-heavy-3x3": ((1, 16, 8, 8), (64, 16, 3, 3), False),
+}
+
+
+@pytest.mark.skipif(host_level() < 3, reason="x86-64-v3 code; this CPU is below v3")
+@pytest.mark.parametrize("name", list(PARTITIONS))
+def test_a_conv_grids_first_half_is_part_of_the_plane_or_some_channels(tmp_path, name) -> None:
+    """The pool gives each thread a contiguous range of a kernel's cpu grid. A conv whose
+    input is at least as large as its weight runs its pixel chunks outside its channel
+    tiles, so the first half of its grid writes every channel of the plane's first part
+    (a thread reads that part of the input, not all of it); a conv with the larger weight
+    runs its tiles outside, so the first half writes the first channels over the whole
+    plane (a thread reads half the weight). Observed by running the kernel's host image on
+    the first half of its grid alone, into an output filled with NaN."""
+    x_shape, w_shape, pixels_outside = PARTITIONS[name]
+    case = (x_shape, w_shape, 1, (1, 1), (1, 1, 1, 1) if w_shape[2] == 3 else (0,) * 4,
+            (1, 1))
+    source = tmp_path / "conv.mlir"
+    source.write_text(_program(case, "f32", np.ones(w_shape, np.float32), False, False))
+    image = hf.parse(compile_source(source, "hxb", target="cpu:x86-64-v3"))
+    (conv,) = image.executables
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    out = np.full(_out_shape(x_shape, w_shape, (1, 1), case[4], (1, 1)), np.nan, np.float32)
+    with hostcode.load(conv.image, conv.name, 3, what=name) as kernel:
+        hostcode.call_kernel(kernel.entry, 3)(x.ctypes.data, w.ctypes.data, out.ctypes.data,
+                                              0, conv.grid[0] // 2)
+    written = ~np.isnan(out[0].reshape(out.shape[1], -1))  # channels x plane
+    channels, plane = written.any(axis=1), written.any(axis=0)
+    assert written.sum() == channels.sum() * plane.sum(), "not a block of channels x pixels"
+    if pixels_outside:
+        assert channels.all() and 0 < plane.sum() < plane.size, plane
+        assert plane[: plane.sum()].all(), "not the plane's first pixels"
+    else:
+        assert plane.all() and 0 < channels.sum() < channels.size, channels
+        assert channels[: channels.sum()].all(), "not the first channels"
+    want = _reference(x, w, 1, (1, 1), case[4], (1, 1))[0].reshape(written.shape)
+    np.testing.assert_allclose(out[0].reshape(written.shape)[written], want[written],
+                               rtol=1e-5, atol=1e-5)
 
 
 def test_a_1x1_conv_with_wide_rows_runs_as_pixel_vectors(tmp_path) -> None:

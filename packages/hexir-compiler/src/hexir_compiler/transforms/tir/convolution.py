@@ -86,9 +86,10 @@ on a 14x14 map, every block a border block, 396 of its 1764 pixel x offset steps
 input: `bench/conv.py`, hexir / ORT 3.27 -> 0.85 in one session, the model 1.43 -> 1.08), and a
 3x3 conv's first and last rows skip a third of their window. Strides and dilations are affine
 index arithmetic. The parallel loop (the cpu grid) is batch x groups x channel panels x chunks
-of pixel blocks (TARGET_ITERATIONS), batch x channels x rows, or batch x channels (a small
-depthwise plane); the sums go through the fused epilogue (bias, activation, residual add) at the
-store. No output is computed twice.
+of pixel blocks (TARGET_ITERATIONS; the chunks outside the panels where the input outweighs the
+weight: `_grid`), batch x channels x rows, or batch x channels (a small depthwise plane); the
+sums go through the fused epilogue (bias, activation, residual add) at the store. No output is
+computed twice.
 """
 
 from __future__ import annotations
@@ -176,6 +177,13 @@ class Geometry:
                      + (self.kernel[d] - 1) * self.dilations[d] >= self.spatial[d]
                      for d in range(rank)]
         self.padded = any(self.low) or any(self.high)
+
+    @property
+    def pixels_outside(self) -> bool:
+        """Whether the cpu grid runs its chunks of output pixels outside its channel tiles:
+        when an image's input is at least as large as the weight (`_grid`)."""
+        weight = self.group * self.per_group_out * self.per_group_in * pymath.prod(self.kernel)
+        return self.channels * pymath.prod(self.spatial) >= weight
 
     def inside_range(self, d: int) -> tuple[int, int]:
         """[first, end) of the output positions along dim `d` whose windows lie inside the
@@ -348,6 +356,30 @@ def _chunks(b: KernelBuilder, outer: int, blocks: int) -> int:
     return max(1, min(wanted, blocks // MIN_CHUNK_BLOCKS))
 
 
+def _grid(b: KernelBuilder, g: Geometry, flat: ir.Value, tiles: int,
+          chunks: int) -> tuple[ir.Value, ir.Value, ir.Value, ir.Value]:
+    """(image, group, channel tile, pixel chunk) of the channel panels' cpu grid iteration
+    `flat`. The pool gives each thread a contiguous range of the grid (`hal/threads.py`).
+    With the tiles outside, a thread computes some channels of the whole plane and reads
+    the whole input; with the pixel chunks outside (`Geometry.pixels_outside`), all the
+    channels of part of the plane, reading that part of the input and the whole weight. A
+    conv's input was mostly written by the kernel before it, split among the threads by
+    channel (a depthwise conv's grid, an element-wise kernel's flat range), and a line another core wrote is slow to read on the machines we
+    measure on (`hal/threads.py`): with the pixels outside, a thread reads half as much of
+    the other's part (two threads). Where the weight is the larger (ResNet-18's 3x3s past
+    its first stage), each thread would read all of it, and the tiles stay outside.
+    `bench/models.py --baseline`, default threads, hexir / ORT in one run, before -> after:
+    MobileNetV2 1.34 -> 1.24, SqueezeNet 1.1 1.25 -> 1.22, ResNet-18 1.20 -> 1.11,
+    EfficientNet-B0 1.25 -> 1.24, ShuffleNetV2 0.94 -> 0.93, ConvNeXt-T 1.03 -> 1.05
+    (in an earlier run the pixels outside for every conv: MobileNetV2 1.30 -> 1.22, the
+    others within 0.05, as noisy as this machine's runs are)."""
+    if g.pixels_outside:
+        n, group, chunk, tile = b.delinearize(flat, [g.batch, g.group, chunks, tiles])
+    else:
+        n, group, tile, chunk = b.delinearize(flat, [g.batch, g.group, tiles, chunks])
+    return n, group, tile, chunk
+
+
 def _blocks_of(b: KernelBuilder, chunk: ir.Value, chunks: int, full: int, rows: int,
                remainder: int, body: Callable[[ir.Value | int, int], None]) -> None:
     """Run `body(block index, 0)` for this chunk's full blocks (contiguous ranges of `full`),
@@ -402,7 +434,7 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
     by_columns = rows > 1 and rows & (rows - 1) == 0 and lanes % rows == 0 and (
         epilogue is None or epilogue.vectors)
     with b.loop(outer * chunks, "parallel") as flat:
-        n, group, panel, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
+        n, group, panel, chunk = _grid(b, g, flat, per_group, chunks)
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(panel, width))
         if packed:  # the tile's first packed panel: a tile is whole panels, or one narrower
@@ -538,7 +570,7 @@ def _pixel_panels(b: KernelBuilder, op: GraphOp, g: Geometry,
     chunks = _chunks(b, outer, full)
     plane = tuple(range(2, 2 + rank))  # the epilogue's lanes run along the flat plane
     with b.loop(outer * chunks, "parallel") as flat:
-        n, group, tile, chunk = b.delinearize(flat, [g.batch, g.group, per_group, chunks])
+        n, group, tile, chunk = _grid(b, g, flat, per_group, chunks)
         first_in = b.mul(group, g.per_group_in)
         first_out = arith.addi(b.mul(group, g.per_group_out), b.mul(tile, width))
         in_group = b.mul(tile, width)  # the tile's first channel within its group
