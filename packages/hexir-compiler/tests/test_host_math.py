@@ -97,3 +97,65 @@ def test_f32_math_is_arithmetic_not_a_libm_call(tmp_path, op: str, form: str) ->
     text = compile_file(_source(tmp_path, op, 64, form, "f64"), Options("llvm"))
     text = text.decode() if isinstance(text, bytes) else text
     assert f"@{op}(" in text or f"@llvm.{op}." in text, f"an f64 {op} should stay libm's {op}"
+
+
+def _clip_source(tmp_path, size: int, form: str):
+    """max(x, lo) then min(., hi), lo and hi scalars given at run time (a clip's bounds): a
+    map kernel (`scalar`), or the epilogue of a 1x1 depthwise conv by 1 (`vector`)."""
+    source = tmp_path / "clip.mlir"
+    s = "tensor<f32>"
+    if form == "scalar":
+        t = f"tensor<{size}xf32>"
+        head, x = [], "%x"
+    else:
+        t, w = f"tensor<1x1x1x{size}xf32>", "tensor<1x1x1x1xf32>"
+        ints = "array<i64: 1, 1>"
+        head = [f'  %w = "hexir.constant"() {{value = dense<1.0> : {w}}} : () -> {w}',
+                f'  %c = "hexir.conv"(%x, %w) {{strides = {ints}, pads = array<i64: 0, 0, 0, 0>, '
+                f"dilations = {ints}, group = 1 : i64}} : ({t}, {w}) -> {t}"]
+        x = "%c"
+    source.write_text("\n".join([
+        f"func.func @main(%x: {t}, %lo: {s}, %hi: {s}) -> {t} {{", *head,
+        f'  %m = "hexir.max"({x}, %lo) : ({t}, {s}) -> {t}',
+        f'  %y = "hexir.min"(%m, %hi) : ({t}, {s}) -> {t}',
+        f"  return %y : {t}", "}", ""]))
+    return source
+
+
+def _extremum(x: float, y: float, greater: bool) -> float:
+    """IEEE 754-2019 maximum (`greater`) or minimum: a NaN wins; of two zeros, max takes
+    +0 and min -0."""
+    if math.isnan(x) or math.isnan(y):
+        return math.nan
+    if x == y == 0:
+        return math.copysign(0.0, min(math.copysign(1, x), math.copysign(1, y))
+                             if not greater else max(math.copysign(1, x), math.copysign(1, y)))
+    return max(x, y) if greater else min(x, y)
+
+
+@pytest.mark.parametrize("form", ["scalar", "vector"])
+@pytest.mark.parametrize("cpu", LEVELS)
+def test_a_clip_with_bounds_given_at_run_time_is_ieee_max_then_min(tmp_path, cpu: str,
+                                                                     form: str) -> None:
+    """Every pair of bounds among NaN, signed zeros, infinities and numbers, on every such x
+    (and a sweep): the kernel loads the bounds once, at its top, and computes the corrections
+    for NaN and zero bounds there (`elementwise._extremum`); NaN and the sign of zero are
+    checked bit for bit. (In the vector form x is the conv's sum x * 1, where -0 is +0.)"""
+    bounds = [math.nan, 0.0, -0.0, math.inf, -math.inf, -1.0, 6.0, 1e-45]
+    x = np.concatenate([np.float32([*bounds, 1.0, -6.0, 7.0, -1e-45]),
+                        np.linspace(-8, 8, 61, dtype=np.float32)])
+    image = compile_file(_clip_source(tmp_path, x.size, form), Options("hxb", cpu=cpu))
+    seen = x if form == "scalar" else x + np.float32(0)  # the conv's -0 is +0
+    with hr.load(image) as m:
+        for lo in bounds:
+            for hi in bounds:
+                got = m.main(x if form == "scalar" else x.reshape(1, 1, 1, -1),
+                             np.float32(lo), np.float32(hi)).reshape(-1)
+                want = np.float32([_extremum(_extremum(v, lo, True), hi, False)
+                                   for v in seen.tolist()])
+                where = f"clip({form}, {cpu}) with bounds {lo}, {hi}"
+                assert np.array_equal(np.isnan(got), np.isnan(want)), where
+                ok = ~np.isnan(want)
+                assert np.array_equal(got[ok], want[ok]), (where, x[ok], got[ok])
+                assert np.array_equal(np.signbit(got[ok]), np.signbit(want[ok])), \
+                    (where, x[ok], got[ok])

@@ -80,6 +80,44 @@ def test_integer_arithmetic(op, element, device):
     np.testing.assert_array_equal(got, expected)
 
 
+SPECIALS = [np.nan, -np.nan, 0.0, -0.0, np.inf, -np.inf, 1.0, -1.0, 6.0, 1e-45]
+
+
+def _ieee(op: str, x: float, y: float) -> float:
+    """IEEE 754-2019 maximum / minimum, `arith.maximumf`'s and `minimumf`'s meaning: a NaN
+    wins, and of two zeros max takes +0, min -0."""
+    if math.isnan(x) or math.isnan(y):
+        return math.nan
+    if x == y == 0:
+        signs = {math.copysign(1, x), math.copysign(1, y)}
+        if op == "max":
+            return 0.0 if 1 in signs else -0.0
+        return -0.0 if -1 in signs else 0.0
+    return max(x, y) if op == "max" else min(x, y)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("element", ["f32", "f64"])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_float_max_and_min_are_ieee_maximum_and_minimum(op, element, device):
+    """Every pair of NaN, -NaN, zeros of both signs, infinities and numbers, the second
+    operand a tensor and a scalar (a clip's bound, which the kernel loads once), NaN and
+    the sign of zero checked bit for bit."""
+    values = np.array(SPECIALS, NUMPY[element])
+    a = np.repeat(values, len(values)).reshape(len(values), len(values))
+    b = a.T.copy()
+    cases = [(b, a)] + [(np.array(v, NUMPY[element]), values[:, None] * np.ones((1, 3)))
+                        for v in values]
+    for second, first in cases:
+        first = first.astype(NUMPY[element])
+        got = _run(op, [first, second], first.shape, element, device)
+        want = np.vectorize(lambda x, y: _ieee(op, x, y))(first, second).astype(got.dtype)
+        assert (np.isnan(got) == np.isnan(want)).all(), (first, second, got)
+        ok = ~np.isnan(want)
+        np.testing.assert_array_equal(got[ok], want[ok])
+        assert (np.signbit(got[ok]) == np.signbit(want[ok])).all(), (first, second, got)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("element", ["f32", "i64", "i1"])
 @pytest.mark.parametrize("op", ["equal", "less", "greater"])

@@ -111,6 +111,10 @@ def move_body(kernel: ir.Operation, entry: ir.Block) -> list[ir.Operation]:
     return moved
 
 
+#: The ops besides arith's a kernel computes at its top, once per range it is handed.
+_AT_TOP = ("memref.reinterpret_cast", "memref.load")
+
+
 def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int | str:
     """Make the outermost parallel loop run [lo, min(hi, extent)); returns the extent (the cpu
     grid): an int, or a symbolic one as `hexir_format.dims` writes it. The clamp keeps the
@@ -118,9 +122,10 @@ def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int | str:
     ops = [view.operation for view in entry.operations]
     loops = [op for op in ops if op.name == "scf.for"]
     # Only a body that is the loop and nothing else (code before or after it must run once,
-    # not once per range; the sizes and views a kernel computes from its symbols at the top
-    # are pure and cheap, so they may run once per range).
-    alone = all(op.name in ("scf.for", "func.return", "memref.reinterpret_cast")
+    # not once per range; the sizes and views a kernel computes from its symbols at the top,
+    # and the scalars it loads there (`KernelBuilder.load_once`), are pure and cheap, so they
+    # may run once per range).
+    alone = all(op.name in ("scf.for", "func.return", *_AT_TOP)
                 or op.name.startswith("arith.") for op in ops)
     if alone and len(loops) == 1 and _string(loops[0], LOOP) == "parallel":
         loop = loops[0]
@@ -132,9 +137,8 @@ def _split_outermost(entry: ir.Block, lo: ir.Value, hi: ir.Value) -> int | str:
         return extent
     # Not one parallel loop: the whole body (all but the return) is one iteration.
     body = [op for op in ops if op.name != "arith.constant"][:-1]
-    while body and (body[0].name.startswith("arith.")
-                    or body[0].name == "memref.reinterpret_cast"):
-        body.pop(0)  # the sizes and views computed at the top stay there
+    while body and (body[0].name.startswith("arith.") or body[0].name in _AT_TOP):
+        body.pop(0)  # the sizes, views and scalars computed at the top stay there
     with ir.InsertionPoint(body[0] if body else ops[-1]), ops[-1].location:
         zero, one = (arith.constant(ir.IndexType.get(), v) for v in (0, 1))
         loop = scf.ForOp(arith.addi(zero, lo), arith.minui(hi, one), one)

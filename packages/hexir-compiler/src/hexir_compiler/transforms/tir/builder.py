@@ -62,6 +62,7 @@ class KernelBuilder:
         self.element = elements[-1]  # the destination's: what most kernels compute in
         self.loc = loc
         self._constants: dict[tuple[str, str, float | str], ir.Value] = {}
+        self._once: dict[ir.Value, ir.Value] = {}  # load_once's
         self._last_constant: ir.Operation | None = None
         self.symbols = tuple(sorted(symbolic.symbols(d for shape in shapes for d in shape)
                                     | set(symbols)))
@@ -268,6 +269,16 @@ class KernelBuilder:
         if storage(element) == element:
             return op.result
         return arith.cmpi(arith.CmpIPredicate.ne, op.result, self.constant(0, storage(element)))
+
+    def load_once(self, buffer: ir.Value) -> ir.Value:
+        """The one element of a buffer of one element, loaded at the kernel's top (once per
+        kernel, not in its loops: LLVM cannot hoist a load that a store of the kernel might
+        alias), as `load` gives it."""
+        if buffer not in self._once:
+            rank = ir.MemRefType(buffer.type).rank
+            at = [self.index(0)] * rank
+            self._once[buffer] = self._at_top(lambda: self.load(buffer, at))
+        return self._once[buffer]
 
     def store(self, value: ir.Value, buffer: ir.Value, indices: Sequence[ir.Value]) -> None:
         """buffer[indices] = value (a bool as the byte 0 or 1)."""

@@ -364,9 +364,10 @@ def _grid(b: KernelBuilder, g: Geometry, flat: ir.Value, tiles: int,
     the whole input; with the pixel chunks outside (`Geometry.pixels_outside`), all the
     channels of part of the plane, reading that part of the input and the whole weight. A
     conv's input was mostly written by the kernel before it, split among the threads by
-    channel (a depthwise conv's grid, an element-wise kernel's flat range), and a line another core wrote is slow to read on the machines we
-    measure on (`hal/threads.py`): with the pixels outside, a thread reads half as much of
-    the other's part (two threads). Where the weight is the larger (ResNet-18's 3x3s past
+    channel (a depthwise conv's grid, an element-wise kernel's flat range), and a line
+    another core wrote is slow to read on the machines we measure on (`hal/threads.py`):
+    with the pixels outside, a thread reads half as much of the other's part (two
+    threads). Where the weight is the larger (ResNet-18's 3x3s past
     its first stage), each thread would read all of it, and the tiles stay outside.
     `bench/models.py --baseline`, default threads, hexir / ORT in one run, before -> after:
     MobileNetV2 1.34 -> 1.24, SqueezeNet 1.1 1.25 -> 1.22, ResNet-18 1.20 -> 1.11,

@@ -103,6 +103,9 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             kind, index = source
             if kind == "step":
                 return values[index]
+            if index not in loaded and all(d == 1 for d in inputs[index]):
+                scalar = b.load_once(buffers[index])  # a clip's bound: computed on once
+                loaded[index] = b.splat(scalar, lanes) if lanes else scalar
             if index not in loaded:
                 loaded[index] = _vector_operand(
                     b, buffers[index], coords, inputs[index], shape, axis, lanes) if lanes \
