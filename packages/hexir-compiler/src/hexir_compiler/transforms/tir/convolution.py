@@ -367,8 +367,8 @@ def _grid(b: KernelBuilder, g: Geometry, flat: ir.Value, tiles: int,
     channel (a depthwise conv's grid, an element-wise kernel's flat range), and a line
     another core wrote is slow to read on the machines we measure on (`hal/threads.py`):
     with the pixels outside, a thread reads half as much of the other's part (two
-    threads). Where the weight is the larger (ResNet-18's 3x3s past
-    its first stage), each thread would read all of it, and the tiles stay outside.
+    threads). Where the weight is the larger (ResNet-18's 3x3s past its first stage),
+    each thread would read all of it, and the tiles stay outside.
     `bench/models.py --baseline`, default threads, hexir / ORT in one run, before -> after:
     MobileNetV2 1.34 -> 1.24, SqueezeNet 1.1 1.25 -> 1.22, ResNet-18 1.20 -> 1.11,
     EfficientNet-B0 1.25 -> 1.24, ShuffleNetV2 0.94 -> 0.93, ConvNeXt-T 1.03 -> 1.05

@@ -104,7 +104,7 @@ def plan_group(steps: Sequence[Step], inputs: Sequence[tuple[int, ...]],
             if kind == "step":
                 return values[index]
             if index not in loaded and all(d == 1 for d in inputs[index]):
-                scalar = b.load_once(buffers[index])  # a clip's bound: computed on once
+                scalar = b.load_once(buffers[index])  # a clip's bound: loaded once a kernel
                 loaded[index] = b.splat(scalar, lanes) if lanes else scalar
             if index not in loaded:
                 loaded[index] = _vector_operand(
