@@ -89,6 +89,26 @@ def test_f32_math_matches_numpy_in_f64(tmp_path, op: str, cpu: str, form: str) -
 
 
 @pytest.mark.parametrize("form", ["scalar", "vector"])
+@pytest.mark.parametrize("cpu", LEVELS)
+@pytest.mark.parametrize("op", ["erf", "tanh"])
+def test_erf_and_tanh_are_exactly_one_where_f32_rounds_them_to_one(tmp_path, op: str,
+                                                                   cpu: str, form: str) -> None:
+    """Past erfc(x) = 2^-25 (x = 3.91921) and 1 - tanh(x) = 2^-25 (x = 9.01091) the f32 nearest
+    erf(x) and tanh(x) is 1, which a GELU's 1 + erf(x) and x (1 + erf(x)) / 2 keep exactly:
+    the relative bound of the test above would let 1 - 2^-24 by."""
+    start = {"erf": 3.9193, "tanh": 9.011}[op]
+    x = np.concatenate([np.linspace(start, 40, 2_000, dtype=np.float32),
+                        np.float32([F32.max, math.inf])])
+    x = np.concatenate([x, -x])
+    image = compile_file(_source(tmp_path, op, x.size, form), Options("hxb", cpu=cpu))
+    with hr.load(image) as m:
+        got = m.main(x if form == "scalar" else x.reshape(1, 1, 1, -1)).reshape(-1)
+    want = np.sign(x)
+    assert np.array_equal(got, want), \
+        f"{op} at {cpu}: x = {x[got != want][:3]} gives {got[got != want][:3]}, not +-1"
+
+
+@pytest.mark.parametrize("form", ["scalar", "vector"])
 @pytest.mark.parametrize("op", ["exp", "erf", "tanh"])
 def test_f32_math_is_arithmetic_not_a_libm_call(tmp_path, op: str, form: str) -> None:
     text = compile_file(_source(tmp_path, op, 64, form), Options("llvm"))
