@@ -25,17 +25,21 @@ dialect would make a vector's exp a libm call per lane.
   tensor, before -> after, two rounds each: SiLU 2443-2468 -> 2104-2124 us, erf's GELU
   4995-5031 -> 4655-4685, tanh 3420-3438 -> 3020-3050; EfficientNet's 16 -> 96 1x1 conv at
   112 x 112 with its SiLU, three rounds, 3798-3913 -> 3459-3617. The largest error over
-  [-20, 20] is unchanged (exp 7.5e-8 relative, sigmoid 1.8e-7).
-- erf: |x| < 1: x P(x^2); 1 from 3.92 on (where erf rounds to 1 in f32); between, L(|x| -
-  2.46), a polynomial of degree 12 on [1, 3.92]; the sign copied from x. It was 1 - exp(-x^2)
-  R(1 / |x|) there: an exp, a division and 11 terms besides P's 8 for every element (a
-  vector computes both sides), and erf's GELU took twice SiLU's time. `hexir-run
-  --profile`, one thread, a 1 x 96 x 112 x 112 tensor, three rounds: GELU 4639-4718 ->
-  2986-3009 us. Largest error unchanged (1.65e-7 relative, from P), the mean over [-20,
-  20] 5.6e-9 -> 7.7e-9.
+  [-20, 20] is unchanged (exp 7.5e-8 relative, sigmoid 1.8e-7). An exp of -|y| (a
+  sigmoid's, `_at_most_zero`) is at most 1: it has no upper clamp, and it scales by
+  2^(n + 64), normal for every n in [-150, 0], then by 2^-64, which rounds a subnormal
+  result once (4 instructions where the two powers of two take 8): SiLU 2089-2109 ->
+  1973-2013 us, the conv with it 3508-3519 -> 3311-3345, three rounds each.
+- erf: |x| < 1: x P(x^2); 1 from 3.92 on (where erf rounds to 1 in f32, and L alone gave
+  1 - 2^-24); between, L(|x| - 2.46), a polynomial of degree 12 on [1, 3.92]
+  (`_ERF_LARGE`); the sign copied from x. It was 1 - exp(-x^2) R(1 / |x|) there: an exp, a
+  division and 11 terms besides P's 8 for every element (a vector computes both sides),
+  and erf's GELU took twice SiLU's time. `hexir-run --profile`, one thread, a 1 x 96 x 112
+  x 112 tensor, three rounds: GELU 4639-4718 -> 2986-3009 us. Largest error unchanged
+  (1.65e-7 relative, from P), the mean over [-20, 20] 5.6e-9 -> 7.7e-9.
 - tanh: |x| < 0.55: x + x^3 T(x^2); else 1 - 2 / (exp(2 |x|) + 1) with |x| clamped to 9.1
   (past 9.0109, 1 - tanh(x) < 2^-25 and tanh rounds to 1 in f32; clamped to 9, it was
-  1 - 2^-24 from there on, as erf was past 4), the sign copied from x.
+  1 - 2^-24 from there on), the sign copied from x.
 
 Each polynomial step is a multiply and an add marked `contract`: one FMA on a CPU level that
 has it (x86-64-v3 and up), so an image's last bits depend on the level it was compiled for.
@@ -126,12 +130,28 @@ def _less(x: ir.Value, bound: float) -> ir.Value:
     return arith.cmpf(arith.CmpFPredicate.OLT, x, _c(x, bound))
 
 
+def _defined_by(value: ir.Value, name: str) -> ir.Operation | None:
+    """The op that defines `value` when it is a `name`, else None."""
+    owner = value.owner
+    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    return owner if isinstance(owner, ir.Operation) and owner.name == name else None
+
+
+def _at_most_zero(x: ir.Value) -> bool:
+    """Whether `x` is -|y| (a sigmoid's exp operand, `elementwise._sigmoid`): never above 0."""
+    negated = _defined_by(x, "arith.negf")
+    return negated is not None and _defined_by(negated.operands[0], "math.absf") is not None
+
+
 def exp(x: ir.Value) -> ir.Value:
+    nonpositive = _at_most_zero(x)
     # clamped by compares that keep a NaN x (x86's maxps / minps, x second): it then runs
     # through the arithmetic below to a NaN result, with no select at the end
     low, high = _c(x, -104.0), _c(x, 89.0)
     clamped = arith.select(_less(x, -104.0), low, x)
-    clamped = arith.select(arith.cmpf(arith.CmpFPredicate.OGT, clamped, high), high, clamped)
+    if not nonpositive:
+        clamped = arith.select(arith.cmpf(arith.CmpFPredicate.OGT, clamped, high), high,
+                               clamped)
     # rounded to even by adding and taking away 1.5 * 2^23 (|x log2 e| < 2^22): plain
     # arithmetic on every level, where roundeven is a libm call below x86-64-v2
     shift = _c(x, 1.5 * 2**23)
@@ -140,7 +160,6 @@ def exp(x: ir.Value) -> ir.Value:
     r = _multiply_add(n, _c(x, -_LN2_LO), r)
     i32 = ir.IntegerType.get_signless(32)
     whole = arith.fptosi(_like(x, i32), n)
-    half = arith.shrsi(whole, _c(x, 1, i32))
 
     def power_of_two(k: ir.Value) -> ir.Value:  # 2^k for k in [-126, 127]
         bits = arith.shli(arith.addi(k, _c(x, 127, i32)), _c(x, 23, i32))
@@ -149,6 +168,10 @@ def exp(x: ir.Value) -> ir.Value:
     taylor = _estrin(_TAYLOR[2:], r)  # 1 + r (1 + r q(r))
     for c in _TAYLOR[1::-1]:
         taylor = _multiply_add(taylor, r, _c(x, c))
+    if nonpositive:  # n in [-150, 0]: 2^(n + 64) is normal, and 2^-64 rounds once
+        return arith.mulf(arith.mulf(taylor, power_of_two(arith.addi(whole, _c(x, 64, i32)))),
+                          _c(x, 2.0**-64))
+    half = arith.shrsi(whole, _c(x, 1, i32))
     return arith.mulf(arith.mulf(taylor, power_of_two(half)),
                       power_of_two(arith.subi(whole, half)))
 
