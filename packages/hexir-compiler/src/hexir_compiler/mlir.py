@@ -83,5 +83,15 @@ from numba_cuda_mlir._mlir.dialects import (  # noqa: E402
 
 PROVIDER = "numba_cuda_mlir._mlir"
 
-__all__ = ["PROVIDER", "arith", "ext", "func", "gpu", "ir", "llvm", "math", "memref",
+
+def defining_op(value: ir.Value) -> ir.Operation | None:
+    """The op that defines `value`, None for a block argument. The bindings give an op
+    result's `owner` as an OpView where its dialect has Python classes and as an Operation
+    where not, and a block argument's as its Block."""
+    owner = value.owner
+    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    return owner if isinstance(owner, ir.Operation) else None
+
+
+__all__ = ["PROVIDER", "arith", "defining_op", "ext", "func", "gpu", "ir", "llvm", "math", "memref",
            "passmanager", "scf", "vector"]

@@ -63,7 +63,7 @@ from __future__ import annotations
 import math as pymath
 from collections.abc import Callable, Iterator, Sequence
 
-from hexir_compiler.mlir import arith, ir, math
+from hexir_compiler.mlir import arith, defining_op, ir, math
 
 _TAYLOR = tuple(1 / pymath.factorial(k) for k in range(8))
 _LN2_HI, _LN2_LO = 0.693359375, -2.12194440e-4  # ln2_hi has 9 bits: n * ln2_hi is exact
@@ -140,9 +140,8 @@ def _less(x: ir.Value, bound: float) -> ir.Value:
 
 def _defined_by(value: ir.Value, name: str) -> ir.Operation | None:
     """The op that defines `value` when it is a `name`, else None."""
-    owner = value.owner
-    owner = owner.operation if isinstance(owner, ir.OpView) else owner
-    return owner if isinstance(owner, ir.Operation) and owner.name == name else None
+    op = defining_op(value)
+    return op if op is not None and op.name == name else None
 
 
 def _at_most_zero(x: ir.Value) -> bool:

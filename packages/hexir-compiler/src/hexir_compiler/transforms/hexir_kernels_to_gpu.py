@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 
 from hexir_compiler.dialects.hextir import WORKGROUP
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import arith, gpu, ir
+from hexir_compiler.mlir import arith, defining_op, gpu, ir
 from hexir_compiler.transforms.hextir_to_loops import KERNEL_ATTRIBUTES, is_kernel, move_body
 from hexir_format import MAX_BLOCK, MAX_BLOCK_THREADS, MAX_GRID
 from hexir_format.plan import DEVICE_ARGUMENT_ALIGNMENT
@@ -168,8 +168,7 @@ def _check_launch_limits(container: ir.Operation, geometry: Geometry) -> None:
 
 
 def _constant_index(op: ir.Operation, value: ir.Value) -> int:
-    owner = value.owner
-    owner = owner.operation if isinstance(owner, ir.OpView) else owner
-    if not isinstance(owner, ir.Operation) or owner.name != "arith.constant":
+    owner = defining_op(value)
+    if owner is None or owner.name != "arith.constant":
         raise CompileError("a GPU-mapped loop needs constant bounds", op.location)
     return ir.IntegerAttr(owner.attributes["value"]).value

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from hexir_compiler.dialects.hextir import SYMBOLS
 from hexir_compiler.errors import CompileError
-from hexir_compiler.mlir import arith, func, gpu, ir, memref, scf
+from hexir_compiler.mlir import arith, defining_op, func, gpu, ir, memref, scf
 from hexir_compiler.transforms.tir.builder import EXTENT
 
 PASS_NAME = "hextir-to-loops"
@@ -254,8 +254,8 @@ def _replace_and_erase(op: ir.Operation, values) -> None:
 
 
 def _constant(value: ir.Value) -> int:
-    owner = value.owner
-    owner = owner.operation if isinstance(owner, ir.OpView) else owner
+    owner = defining_op(value)
+    assert owner is not None, "a loop bound defined by an arith.constant"
     return ir.IntegerAttr(owner.attributes["value"]).value
 
 
