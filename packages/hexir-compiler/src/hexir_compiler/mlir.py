@@ -93,5 +93,5 @@ def defining_op(value: ir.Value) -> ir.Operation | None:
     return owner if isinstance(owner, ir.Operation) else None
 
 
-__all__ = ["PROVIDER", "arith", "defining_op", "ext", "func", "gpu", "ir", "llvm", "math", "memref",
-           "passmanager", "scf", "vector"]
+__all__ = ["PROVIDER", "arith", "defining_op", "ext", "func", "gpu", "ir", "llvm", "math",
+           "memref", "passmanager", "scf", "vector"]
