@@ -6,8 +6,9 @@ Each case is compiled for every x86-64 level this CPU runs (each has its own til
 `schedule.PANEL_TILES`) and run here; v4's kernels, where the CPU has no AVX-512, are run by
 the test interpreter instead (`tir_interp`). Small shapes are packed by lowering the
 threshold (`PANEL_MIN_MACS`) below 0, which is what reaches every remainder: rows the row
-blocks do not divide, a last panel narrower than the others, a tall (batched) lhs, a vector
-lhs, K = 1, no depth, no rows, row blocks split into groups.
+blocks do not divide (a last block of the rows left over), a last panel narrower than the
+others, a tall (batched) lhs, a vector lhs, K = 1, no depth, no rows, row blocks split into
+groups.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ SHAPES = [  # (lhs shape, K, N)
     ((13, 64), 64, 48),  # three full panels
     ((11, 1), 1, 40),  # K = 1
     ((300, 7), 7, 20),  # few panels, many row blocks: the rows split into groups
+    ((302, 7), 7, 20),  # ... the last group ending in a block of the rows left over
     # fewer rows than the tile: several panels a grid iteration (8 for one row at v4, 5 at
     # v3), then the panels left over and a partial last one
     ((1, 9), 9, 16 * 11 + 5),

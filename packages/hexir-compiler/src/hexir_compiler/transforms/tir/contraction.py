@@ -205,7 +205,8 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     in parallel over sets of panels (one panel a set, or, for a matrix of fewer rows than the
     tile, as many as keep the tile's accumulators: 8 at v4 for a matrix-vector product), each
     split into groups of consecutive row blocks (`schedule.panel_groups`), serially over a
-    group's blocks of `PANEL_TILES` rows (a block that overhangs the matrix computes and
+    group's blocks of `PANEL_TILES` rows (of a static row count, the last block only the
+    rows left over; of a symbolic one, a block that overhangs the matrix computes and
     stores its last row again), the block's products summed over k in registers (one
     multiply-add each, in k order) and stored through the epilogue (the k loop `UNROLL`
     steps an iteration, the remainder after it). The last set holds the panels left over
@@ -231,6 +232,9 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     else:
         per = dims.maximum(1, dims.ceildiv(row_blocks, panel_groups(sets + extra, INT64_MAX)))
     groups = dims.maximum(1, dims.ceildiv(row_blocks, per))
+    # the rows past the last whole block of a static count: a block of their own (a block
+    # of `height` would compute its last row again, one row in 65 of a 64-row matrix at v3)
+    tail = rows % height if isinstance(rows, int) and rows > height else 0
 
     def rows_of(panels: list[tuple[ir.Value, list[ir.Value]]], first: ir.Value,
                 tall: int) -> None:
@@ -274,10 +278,18 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         with b.guard(None if few is None else b.less_than(b.index(height - 1), rows)), \
                 b.loop(per, "serial") as i:
             row_block = arith.addi(b.mul(group, per), i)
-            overhang = groups * per != row_blocks  # the last group has fewer (or none)
-            # (a symbolic count is taken to overhang: the guard is then always there)
-            with b.guard(b.less_than(row_block, row_blocks) if overhang else None):
-                rows_of(columns, b.mul(row_block, height), height)
+            first = b.mul(row_block, height)
+            if tail:  # the last block is the rows left over, each computed once
+                with b.guard(b.less_than(row_block, row_blocks - 1)):
+                    rows_of(columns, first, height)
+                last = arith.cmpi(arith.CmpIPredicate.eq, row_block, b.index(row_blocks - 1))
+                with b.guard(last):
+                    rows_of(columns, first, tail)
+            else:
+                overhang = groups * per != row_blocks  # the last group has fewer (or none)
+                # (a symbolic count is taken to overhang: the guard is then always there)
+                with b.guard(b.less_than(row_block, row_blocks) if overhang else None):
+                    rows_of(columns, first, height)
 
     with b.loop((sets + extra) * groups, "parallel") as it:
         chosen, group = it, b.index(0)
