@@ -175,3 +175,25 @@ def test_a_kernel_alone_between_other_steps_is_a_sequence_of_one():
             step.run()
         assert ran == ["input", "print"]  # the kernel ran natively, not its Python launch
         np.testing.assert_array_equal(out, np.arange(128))
+
+
+
+@pytest.mark.parametrize("level", [1, 2, 3, 4])
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_peak_loop_runs_each_chunk_to_the_fixed_point(level, workers):
+    """The profile's peak loop (`threads.peak_loop`): a call over [lo, hi) runs its twelve
+    chains of a = a x 0.5 + 0.25 to 0.5 exactly and stores 12 x 0.5 = 6 in every lane of
+    vector lo. On a pool each of the 3 x threads chunks is one call of its own; alone, the
+    whole range is one call. Run only at a level this CPU runs."""
+    if level > hostcode.host_level():
+        pytest.skip(f"this CPU runs no x86-64-v{level} code")
+    lanes = threads.PEAK_LANES[max(level, 2)]
+    chunks = 3 * (workers + 1)
+    out = np.full((chunks + 1, lanes), -1, np.float32)
+    if workers:
+        with threads.Pool(workers + 1) as pool:
+            threads.peak_loop(level).bind(ptrs(out), chunks, pool)()
+    else:
+        threads.peak_loop(level).bind(ptrs(out), chunks)()
+    stored = chunks if workers else 1
+    assert (out[:stored] == 6).all() and (out[stored:] == -1).all()

@@ -9,7 +9,11 @@ The code is for the x86-64 baseline (any x86-64 CPU), position-independent, and 
 external functions of libc: `syscall`, for the futex (SYS_futex = 202 on x86-64) and
 `sched_yield` (24), and `memcpy`.
 
-One entry, `hexir_threads(state, op, arg)`:
+Besides the pool's loop, `hexir_peak_v2`, `_v3` and `_v4`: the profile's compute peak, an
+FMA loop per x86-64 level (`peak`; `threads.PEAK_LANES`), each compiled with its level's
+target features and run only where the CPU has them.
+
+The pool's entry, `hexir_threads(state, op, arg)`:
 - WORK: a worker's loop, until CLOSE; `arg` is its participant number (1, 2, ...). It spins
   on the generation for `state.spin` cycles of the time-stamp counter after each job
   (yielding its core after YIELD_AFTER of them), then sleeps on it (FUTEX_WAIT_PRIVATE) with
@@ -560,6 +564,48 @@ def invoke() -> str:
     return "\n".join(out)
 
 
+#: Each peak loop's target features beyond the baseline's (SSE2 has the v1/v2 loop's).
+FEATURES = {2: "", 3: "+avx,+avx2,+fma", 4: "+avx,+avx2,+fma,+avx512f,+evex512"}
+
+
+def peak(level: int) -> str:
+    """`hexir_peak_v<level>(out, lo, hi)` (see `threads.PEAK_LANES`): PEAK_CHAINS
+    independent chains a = a x 0.5 + 0.25 (exact in f32, a fixed point at 0.5: no
+    denormals), one FMA each from v3 on, their sum stored at `out` + lo vectors."""
+    lanes, chains = threads.PEAK_LANES[level], threads.PEAK_CHAINS
+    vt = f"<{lanes} x float>"
+    half, quarter = (f"<{', '.join([f'float {c}'] * lanes)}>" for c in ("0.5", "0.25"))
+    out = [f"define void @hexir_peak_v{level}(ptr %out, i64 %lo, i64 %hi) #{level} {{",
+           "entry:", "  %chunks = sub i64 %hi, %lo",
+           f"  %n = mul i64 %chunks, {threads.PEAK_ITERATIONS}",
+           "  %any = icmp sgt i64 %n, 0", "  br i1 %any, label %loop, label %done", "loop:",
+           "  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]"]
+    out += [f"  %a{c} = phi {vt} [ zeroinitializer, %entry ], [ %b{c}, %loop ]"
+            for c in range(chains)]
+    for c in range(chains):
+        if level >= 3:
+            out.append(f"  %b{c} = call {vt} @llvm.fma.v{lanes}f32({vt} %a{c}, {vt} {half}, "
+                       f"{vt} {quarter})")
+        else:
+            out += [f"  %m{c} = fmul {vt} %a{c}, {half}", f"  %b{c} = fadd {vt} %m{c}, {quarter}"]
+    out += ["  %i1 = add i64 %i, 1", "  %more = icmp slt i64 %i1, %n",
+            "  br i1 %more, label %loop, label %done", "done:"]
+    out += [f"  %r{c} = phi {vt} [ zeroinitializer, %entry ], [ %b{c}, %loop ]"
+            for c in range(chains)]
+    total = "%r0"
+    for c in range(1, chains):
+        out.append(f"  %s{c} = fadd {vt} {total}, %r{c}")
+        total = f"%s{c}"
+    out += [f"  %at = getelementptr inbounds {vt}, ptr %out, i64 %lo",
+            f"  store {vt} {total}, ptr %at, align 4", "  ret void", "}"]
+    if level >= 3:
+        out.append(f"declare {vt} @llvm.fma.v{lanes}f32({vt}, {vt}, {vt})")
+    features = f' "target-features"="{FEATURES[level]}"' if FEATURES[level] else ""
+    width = f' "min-legal-vector-width"="{32 * lanes}"'
+    out.append(f"attributes #{level} = {{ nounwind{features}{width} }}")
+    return "\n".join(out) + "\n"
+
+
 def offsets(prefix: str, fields: tuple[str, ...]) -> dict[str, int]:
     """A record's fields' byte offsets as the IR names them: SEQ_COUNT, GEN_VOCAB, ..."""
     return {f"{prefix}_{name.upper()}": 8 * i for i, name in enumerate(fields)}
@@ -579,7 +625,7 @@ def source() -> str:
         **offsets("GEN", threads.GEN_FIELDS), **offsets("COPY", threads.COPY_FIELDS),
         SYS_FUTEX=SYS_FUTEX, SYS_SCHED_YIELD=SYS_SCHED_YIELD, YIELD_AFTER=threads.YIELD_AFTER,
         FUTEX_WAIT_PRIVATE=FUTEX_WAIT_PRIVATE,
-        FUTEX_WAKE_PRIVATE=FUTEX_WAKE_PRIVATE) + invoke()
+        FUTEX_WAKE_PRIVATE=FUTEX_WAKE_PRIVATE) + invoke() + "".join(map(peak, (2, 3, 4)))
 
 
 def build() -> bytes:

@@ -77,6 +77,14 @@ CHUNKS_PER_THREAD = 8  # so that a thread that starts late or runs slower takes 
 #: runnable a yield returns at once.
 YIELD_AFTER = 1 << 14
 ENTRY = "hexir_threads"
+#: The profile's compute peak (`hexir_runtime.profile`): `threads.o` also defines, per x86-64
+#: level (1 and 2 share SSE's), an entry `hexir_peak_v<level>(out, lo, hi)` that runs
+#: (hi - lo) x PEAK_ITERATIONS iterations of PEAK_CHAINS independent multiply-adds on f32
+#: vectors of the level's PEAK_LANES (an FMA from v3 on; at v1/v2 a multiply and an add) and
+#: stores their sum at `out` + lo vectors. Twelve chains keep every FMA unit busy on the
+#: CPUs we know (two units of latency 4 need 8; one of latency 5 needs 5).
+PEAK_LANES = {2: 4, 3: 8, 4: 16}
+PEAK_CHAINS, PEAK_ITERATIONS = 12, 1 << 17
 
 
 class Record:
@@ -281,16 +289,26 @@ def _alone():
     return hostcode.call_kernel(code.entry, 1)
 
 
-_kept: list[hostcode.HostKernel] = []  # `_alone`'s code, mapped until the process ends
+_kept: list[hostcode.HostKernel] = []  # `_alone`'s, `peak_loop`'s: mapped until the end
 
 
-def _load() -> hostcode.HostKernel:
-    """threads.o linked into this process, libc's `syscall` offered to it alone."""
+def _load(entry: str = ENTRY, argc: int = 1,
+          what: str = "the cpu thread pool") -> hostcode.HostKernel:
+    """threads.o linked into this process, libc's `syscall` offered to it alone: its entry
+    `entry`, taking `argc` pointers."""
     syscall = ctypes.cast(ctypes.CDLL(None).syscall, ctypes.c_void_p).value
     assert syscall is not None, "a symbol libc exports has an address"
     image = resources.files("hexir_runtime.hal").joinpath("threads.o").read_bytes()
-    return hostcode.load(image, ENTRY, 1, what="the cpu thread pool",
-                         provided={"syscall": syscall})
+    return hostcode.load(image, entry, argc, what=what, provided={"syscall": syscall})
+
+
+@functools.cache
+def peak_loop(level: int) -> hostcode.HostKernel:
+    """The peak loop of x86-64 `level` (see PEAK_LANES), loaded once per process and kept
+    mapped until it ends: the caller runs it only at a level this CPU runs."""
+    code = _load(f"hexir_peak_v{max(level, 2)}", 1, "the profile's peak loop")
+    _kept.append(code)
+    return code
 
 
 def shared() -> Pool | None:
