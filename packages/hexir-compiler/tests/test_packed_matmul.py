@@ -125,6 +125,9 @@ def test_a_packed_matmul_matches_numpy(tmp_path, monkeypatch, shape, fused, elem
     n = shape[2]
     assert f"{_t((-(-n // width), shape[1], width), element)}" in tir
     assert "library_call" not in tir
+    # the next panel's rows fetched ahead in the unrolled k loop (the interpreted v4 case
+    # checks that each prefetch lies inside the packed weight)
+    assert "memref.prefetch" in tir
     with hexir_runtime.load(_compile(tmp_path, text, target=target)) as module:
         _check(module.main(x), want, element)
 

@@ -319,6 +319,8 @@ class Kernel(StepCompiler):
             return self._compile_vector(op, ins, outs)
         if name == "memref.reinterpret_cast":
             return self._compile_view(op, ins, outs[0])
+        if name == "memref.prefetch":
+            return self._compile_prefetch(ins)
         if name == "arith.constant":
             value = _constant(op)
             out = outs[0]
@@ -541,6 +543,21 @@ class Kernel(StepCompiler):
         if slot not in self._args:
             raise InterpError(f"{self.name}: {what} a buffer that is not an argument")
         return self._args.index(slot), tuple(ir.MemRefType(self._buffer_types[slot]).shape)
+
+    def _compile_prefetch(self, ins: list[int]) -> Step:
+        """A prefetch: no effect on the results, but its element must be in the buffer (the
+        kernels prefetch only what a later step of theirs reads)."""
+        buffer, *indices = ins
+        number, fixed = self._buffer(buffer, "a prefetch from")
+
+        def prefetch(t: _Thread) -> None:
+            shape = fixed if fixed is not None else t.env[buffer].shape
+            index = tuple([t.env[i] for i in indices])
+            if len(index) != len(shape) or \
+                    not all(0 <= i < n for i, n in zip(index, shape, strict=True)):
+                raise InterpError(f"buffer #{number} of shape {shape} prefetched at {index}")
+
+        return prefetch
 
     def _compile_access(self, op: ir.Operation, ins: list[int], outs: list[int]) -> Step:
         write = op.name == "hextir.buffer_store"

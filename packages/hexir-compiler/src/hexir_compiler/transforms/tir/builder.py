@@ -295,6 +295,12 @@ class KernelBuilder:
         return vector.load(ir.VectorType.get([lanes], self.elements[buffer]), buffer,
                            list(indices))
 
+    def prefetch(self, buffer: ir.Value, indices: Sequence[ir.Value]) -> None:
+        """A hint that buffer[indices] is read soon: its cache line fetched into L2 (x86's
+        prefetcht1), with no effect on the results. A read far enough ahead that L1 would
+        lose the line before its use."""
+        memref.prefetch(buffer, list(indices), False, 2, True)
+
     def load_strided(self, buffer: ir.Value, indices: Sequence[ir.Value], step: int,
                      lanes: int, register: int) -> ir.Value:
         """buffer[indices], buffer[indices + step], ... (`lanes` of them along the innermost
