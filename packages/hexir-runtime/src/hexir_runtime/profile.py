@@ -26,7 +26,9 @@ The peaks are measured now, and the profile says how:
   boosts past it) or the cores have narrower units than the level's registers (Zen 1 does
   a 256-bit FMA on two 128-bit units): on the 2-core AMD EPYC VM we measure on (2.00 GHz
   reported; CPUID family 23 model 1), v3's nominal 128 GFLOP/s on two threads measures
-  about 90, and the example MLP's matmuls, at 66% of the nominal, run at 94% of that;
+  95, and the example MLP's matmuls, at 66-70% of the nominal, run at 93-95% of that. (A
+  pool busy with another thread's call runs the loop on the calling thread alone: the
+  peak then reads as one thread's);
 - memory: a 64 MiB numpy copy timed now (the best of 3; 2 x its bytes moved), one thread:
   more threads may move more.
 """
@@ -53,7 +55,7 @@ FLOPS_PER_CYCLE = {1: 8, 2: 8, 3: 32, 4: 64}
 PIPES = {1: "an SSE add and multiply of 4 lanes", 2: "an SSE add and multiply of 4 lanes",
          3: "two 8-lane FMAs", 4: "two 16-lane FMAs"}
 COPY_BYTES = 64 << 20
-PEAK_RUNS = 5
+PEAK_RUNS = 5  # runs of the peak loop, the fastest kept (each about 0.5 ms here)
 
 
 @dataclass

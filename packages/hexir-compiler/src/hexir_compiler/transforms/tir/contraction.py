@@ -249,8 +249,8 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
         registers; each iteration of the k loop prefetches row k + `phase` (below UNROLL)
         of the panels after them."""
         mine = _block_rows(b, first, tall, rows)
-        last = b.index(whole + bool(partial) - 1)
-        following = [arith.minui(arith.addi(panel, b.index(len(panels))), last)
+        final = b.index(whole + bool(partial) - 1)  # the last panel
+        following = [arith.minui(arith.addi(panel, b.index(len(panels))), final)
                      for panel, _ in panels]
         lhs_at = [b.delinearize(r, a[:-1]) if a[:-1] else [] for r in mine]
         at = [[*(b.delinearize(r, op.output[:-1]) if a[:-1] else []), j]
