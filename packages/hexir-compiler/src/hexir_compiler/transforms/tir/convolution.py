@@ -101,7 +101,7 @@ from collections.abc import Callable, Sequence
 
 from hexir_compiler import symbolic
 from hexir_compiler.mlir import arith, ir, vector
-from hexir_compiler.transforms.tir.builder import Fold, KernelBuilder
+from hexir_compiler.transforms.tir.builder import KernelBuilder
 from hexir_compiler.transforms.tir.contraction import PANEL, _multiply_add
 from hexir_compiler.transforms.tir.kernel import Epilogue, GraphOp
 from hexir_compiler.transforms.tir.schedule import (
@@ -117,12 +117,6 @@ from hexir_compiler.transforms.tir.schedule import (
 #: multiply-adds each, too few to pay for a loop of their own (a 3 x 3 depthwise conv's
 #: window loops ran 1 step of 4 vectors per iteration).
 MAX_UNROLLED_WINDOW = 25
-#: Channel steps an iteration of a channel-panel block's channel loop, where no pixel of the
-#: block is in the padding (a border block's loop stays one step: its selects, unrolled,
-#: made SqueezeNet's 13x13 3x3 convs 20% slower). One profile each, x86-64-v3, two threads:
-#: ResNet-18 44.45 -> 43.90 ms a call, SqueezeNet's 512 -> 1000 1x1 head 2.17 -> 2.13 ms,
-#: its 27x27 3x3 convs 724 -> 706-713 us.
-CHANNEL_UNROLL = 2
 #: Independent sums a pixel-vector block with an unrolled window keeps at least: a block
 #: of fewer vectors sums each in several chains (window offset i into chain i mod chains),
 #: added at the end. One chain a vector was a row of dependent FMAs, one latency each (4
@@ -419,23 +413,6 @@ def _split_interior(b: KernelBuilder, g: Geometry, bases: Sequence[Sequence[ir.V
         run(list(dims))
 
 
-def _fold_channels(b: KernelBuilder, window: list, channels: int,
-                   inits: list[ir.Value], step: Fold, unroll: int) -> list[ir.Value]:
-    """`b.fold([*window, channels], inits, step)`, the channel loop `unroll` steps an
-    iteration where that divides a static count of at least two iterations."""
-    if unroll == 1 or not isinstance(channels, int) or channels < 2 * unroll or \
-            channels % unroll:
-        return b.fold([*window, channels], inits, step)
-
-    def unrolled(ivs: list[ir.Value], acc: list[ir.Value]) -> list[ir.Value]:
-        *ks, c = ivs
-        c0 = b.mul(c, unroll)
-        for u in range(unroll):
-            acc = step([*ks, arith.addi(c0, b.index(u)) if u else c0], acc)
-        return acc
-    return b.fold([*window, channels // unroll], inits, unrolled)
-
-
 def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | None) -> None:
     data, weight, *_, out = b.args
     packed = PANEL in op.attributes
@@ -505,9 +482,8 @@ def _panels(b: KernelBuilder, op: GraphOp, g: Geometry, epilogue: Epilogue | Non
 
                 window = [g.reached(b, bases, d) if d in masked else g.kernel[d]
                           for d in range(len(g.kernel))]
-                sums = _fold_channels(b, window, g.per_group_in,
-                                      [b.splat(zero, lanes)] * (count * vectors), step,
-                                      1 if masked else CHANNEL_UNROLL)
+                sums = b.fold([*window, g.per_group_in], [b.splat(zero, lanes)] *
+                              (count * vectors), step)
                 if not short and by_columns:
                     _store_columns(b, sums, outs, channels, columns, lanes, n, epilogue)
                     return
