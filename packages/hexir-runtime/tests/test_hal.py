@@ -232,3 +232,24 @@ def test_missing_libcuda_is_one_line():
     message = str(info.value)
     assert "\n" not in message
     assert message.startswith("cannot use cuda: the NVIDIA driver library (libcuda) could not")
+
+
+@pytest.mark.parametrize("make", [
+    lambda: np.arange(12, dtype=np.float32).reshape(3, 4),
+    lambda: np.arange(12, dtype=np.float64)[2:],  # a view past its base's start
+    lambda: np.frombuffer(bytes(64), np.int64),  # read-only, of a bytes object
+    lambda: np.zeros((0, 3), np.float32),
+])
+def test_aligned_address_is_numpys_address(make):
+    """A call's hot path reads an input's address from the array interface's C struct
+    (`hal.aligned_address`): numpy's own address, for arrays it owns, views of them and
+    read-only ones."""
+    x = make()
+    assert x.flags.aligned and hal.aligned_address(x) == x.ctypes.data
+
+
+def test_aligned_address_is_none_off_the_element_alignment():
+    raw = np.zeros(4 * 8 + 1, np.uint8)
+    x = raw[1:].view(np.float32)
+    assert not x.flags.aligned and hal.aligned_address(x) is None
+    assert hal.aligned_address(raw[1:]) == raw.ctypes.data + 1  # bytes align anywhere

@@ -403,7 +403,11 @@ class Module:
         # The calls in flight, by thread (a count each: a PRINT callback may call again):
         # close() waits for them, and a call never sees its resources freed under it.
         self._calls: dict[int, int] = {}
-        self._state = threading.Condition(threading.Lock())
+        # entering and leaving a call take the lock alone (a C call, where the Condition's
+        # own methods are Python's: with the cache cold after a call's kernels, each Python
+        # call costs microseconds); a close waits on the condition
+        self._lock = threading.Lock()
+        self._state = threading.Condition(self._lock)
         self._closing: Resident | None = None  # closed, not yet freed
         self._freed_by_last_call = False  # closed from inside a call: its end frees
         self._entries = {name: EntryPoint(self, p) for name, p in plan.entries.items()}
@@ -483,7 +487,7 @@ class Module:
         """What a call runs on, once the module is known to be open and its file unchanged;
         the call is in flight until its `_leave`, and a close waits for it."""
         me = threading.get_ident()
-        with self._state:
+        with self._lock:
             resident = self._resident
             if resident is None:
                 raise ClosedError(f"module '{self.path}' is closed")
@@ -497,12 +501,12 @@ class Module:
 
     def _leave(self) -> None:
         me = threading.get_ident()
-        with self._state:
+        with self._lock:
             if self._calls[me] > 1:
                 self._calls[me] -= 1
                 return
             del self._calls[me]
-            if self._calls:
+            if self._calls or self._closing is None:  # (no close waits for it)
                 return
             self._state.notify_all()
             free, self._freed_by_last_call = self._freed_by_last_call, False

@@ -9,6 +9,7 @@ first call, since the graph holds the arena's buffer addresses, and replayed on 
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import itertools
 from collections.abc import Callable, Sequence
@@ -146,36 +147,47 @@ def direct_inputs(arena: Arena, inputs: dict[int, tuple[int, int]]) -> list[Step
             made.append(step)
             continue
         address, size = inputs[step.input]
-        tables, alone = [], False
+        sites: list[Site] = []
+        alone = False
         for other in arena.runs:
             if other.record is not None:
                 table = other.record.pointers
                 at = np.flatnonzero(other.record.addresses & (table >= address)
                                     & (table < address + size))
                 if at.size:
-                    tables.append((table, at, table[at] - np.uint64(address)))
+                    view = (ctypes.c_uint64 * table.size).from_buffer(table.data)
+                    sites.extend((view, int(i), int(table[i]) - address) for i in at)
             elif other.job is not None:
                 alone = alone or any(address <= p < address + size
                                      for p in other.job.addresses)
-        made.append(step if alone or not tables else
-                    dataclasses.replace(step, run=_repoint(arena, step, address, tables)))
+        made.append(step if alone or not sites else
+                    dataclasses.replace(step, run=_repoint(arena, step, address, sites)))
     return made
 
 
-def _repoint(arena: Arena, step: Step, address: int,
-             tables: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> Callable[[], None]:
+# A pointer a sequence passes that a call repoints: the sequence's pointer table (a ctypes
+# view of `Record.pointers`), the pointer's index in it, and its offset from the input's start.
+Site = tuple[ctypes.Array, int, int]
+
+
+def _repoint(arena: Arena, step: Step, address: int, sites: list[Site]) -> Callable[[], None]:
+    """The INPUT step that points `sites` at the call's array (its buffer's copy, at
+    `address`, where the array cannot be read in place). It runs once a call with the cache
+    cold -- the kernels before it swept it -- where each Python or numpy operation costs
+    tens of microseconds: so plain ctypes stores, and the address read with the alignment
+    in one step (`hal.aligned_address`); numpy's `ctypes.data` and a fancy-indexed store
+    took 77 us of the example MLP's call there, these 27 (bench/README.md)."""
     copy, index = step.run, step.input
     assert index is not None, "an INPUT step"
 
     def repoint() -> None:
         x = arena.call.inputs[index]
-        if isinstance(x, np.ndarray) and x.flags.aligned:  # checked: exact type, contiguous
-            base = x.ctypes.data
-        else:
+        base = hal.aligned_address(x) if isinstance(x, np.ndarray) else None
+        if base is None:  # checked: exact type, contiguous; not aligned, or on a device
             copy()
             base = address
-        for table, at, offsets in tables:
-            table[at] = offsets + np.uint64(base)
+        for view, at, offset in sites:
+            view[at] = base + offset
     return repoint
 
 

@@ -523,7 +523,7 @@ class Program:
         arena.call = Call(inputs, None)
         try:
             self._steps(arena)
-            return tuple([view.copy() for view in arena.result_views])
+            return tuple(map(np.ndarray.copy, arena.result_views))
         finally:
             arena.call = IDLE
             self._free.append(arena)

@@ -315,6 +315,8 @@ def shared() -> Pool | None:
     """The process's pool, made on first use ($HEXIR_CPU_THREADS threads, else one per core;
     None for one thread) and closed at exit."""
     global _shared, _made
+    if _made:  # (set once, after _shared: a call's hot path reads it without the lock)
+        return _shared
     with _lock:
         if not _made:
             threads = cpu_threads()
