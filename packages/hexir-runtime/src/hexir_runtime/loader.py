@@ -43,6 +43,7 @@ class MappedModule:
 
     def __init__(self, source: Source, *, copy: bool = False):
         self._file = None  # the mapped file, kept open to stat it
+        self._fd = -1  # its descriptor while it is open
         if isinstance(source, bytes | bytearray | memoryview):
             self.path = IN_MEMORY
             data = source if isinstance(source, bytes) else bytes(source)
@@ -52,7 +53,10 @@ class MappedModule:
         elif isinstance(source, str | os.PathLike):
             self.path = str(source)
             self._map, self._file = _read_file(self.path, copy)
-            self._stamp = _stamp(os.fstat(self._file.fileno())) if self._file else None
+            if self._file is not None:
+                self._fd = self._file.fileno()
+                st = os.fstat(self._fd)
+                self._size, self._mtime_ns = st.st_size, st.st_mtime_ns
         else:
             raise LoadError(f"cannot load a {type(source).__name__}: expected a path or the "
                             "module's bytes")
@@ -67,9 +71,11 @@ class MappedModule:
 
     def check_unchanged(self) -> None:
         """Refuse to go on when the mapped file was changed in place since it was loaded."""
-        if self._file is None or self._file.closed:
+        fd = self._fd  # (every call's: one fstat and two compares, with the cache cold)
+        if fd < 0:
             return
-        if _stamp(os.fstat(self._file.fileno())) != self._stamp:
+        st = os.fstat(fd)
+        if st.st_size != self._size or st.st_mtime_ns != self._mtime_ns:
             raise LoadError(f"'{self.path}' changed on disk after it was loaded (truncated or "
                             "rewritten in place); load it again, or load it with copy=True to "
                             "read a file that may change")
@@ -80,6 +86,7 @@ class MappedModule:
         self._release()
 
     def _release(self) -> None:
+        self._fd = -1
         if self._file is not None:
             self._file.close()
         mapping, self._map = self._map, None
@@ -91,10 +98,6 @@ class MappedModule:
             # A view of the mapping is still in use; the mmap object goes, and is unmapped,
             # when the last view does.
             pass
-
-
-def _stamp(st: os.stat_result) -> tuple[int, int]:
-    return (st.st_size, st.st_mtime_ns)
 
 
 def _read_file(path: str, copy: bool):
