@@ -1,6 +1,6 @@
 """The runtime's overhead per command and per call, against the cost of one foreign call.
 
-    python bench/call.py [--calls=2000] [--lengths=1,8,32,128]
+    python bench/call.py [--calls=2000] [--lengths=1,8,32,128] [--sweep=MIB]
 
 For each length n, compiles (in the `full` environment, `-fusion=off`) a chain of n
 element-wise kernels on a one-element f32 tensor, `relu(relu(...(x)))`: kernels that do
@@ -9,6 +9,13 @@ nothing measurable, so a call's time is the runtime's overhead. Reports the medi
 longest chain: the overhead of one DISPATCH. The baseline, measured in the same run, is one
 ctypes call of a C function that does nothing (libc's `labs`): what any dispatch from Python
 costs at the least.
+
+`--sweep=MIB` writes a buffer of that many MiB before each timed call (outside its time), as
+a model's kernels leave the caches: the overhead a real call pays, with the interpreter's,
+numpy's and the runtime's code and data evicted (the example MLP's kernels stream 8 MiB of
+weights; at 16 MiB on the 8 MiB-L3 VM we measure on, a one-kernel call costs about ten times
+its warm time). The same script on another checkout's runtime
+(`PYTHONPATH=OTHER/packages/hexir-runtime/src`) compares the two.
 """
 
 from __future__ import annotations
@@ -37,11 +44,13 @@ def chain(n: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def median_call(module: hr.Module, x: np.ndarray, calls: int) -> float:
+def median_call(module: hr.Module, x: np.ndarray, calls: int, sweep: np.ndarray) -> float:
     for _ in range(50):
         module.main(x)
     times = []
     for _ in range(calls):
+        if sweep.size:
+            sweep += 1
         start = time.perf_counter()
         module.main(x)
         times.append(time.perf_counter() - start)
@@ -61,7 +70,10 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(allow_abbrev=False)
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--lengths", default="1,8,32,128")
+    parser.add_argument("--sweep", type=int, default=0, metavar="MIB",
+                        help="MiB written before each timed call (0: the caches warm)")
     args = parser.parse_args(argv)
+    sweep = np.zeros(args.sweep << 20, np.uint8)
     lengths = [int(n) for n in args.lengths.split(",")]
     x = np.ones(1, np.float32)
     per_call = {}
@@ -71,8 +83,10 @@ def main(argv: list[str]) -> int:
             source.write_text(chain(n))
             # unfused: each relu its own DISPATCH (fused, the chain would be one kernel)
             with hr.load(compile_file(source, Options("hxb", fuse=False))) as m:
-                per_call[n] = median_call(m, x, args.calls)
+                per_call[n] = median_call(m, x, args.calls, sweep)
     ffi = foreign_call(args.calls * 10)
+    print(f"runtime {hr.__file__}; caches "
+          + (f"swept ({args.sweep} MiB) before each call" if args.sweep else "warm"))
     print(f"{'kernels':>8} {'per call':>12} {'per kernel':>12}")
     for n in lengths:
         print(f"{n:>8} {per_call[n] * 1e6:>9.1f} us {per_call[n] / n * 1e6:>9.2f} us")

@@ -265,7 +265,6 @@ def typed_view(host: np.ndarray, t: TensorType) -> np.ndarray:
     return host[:t.static_nbytes].view(t.dtype.storage).reshape(t.static_shape)
 
 
-
 class _ArrayInterface(ctypes.Structure):
     """numpy's array interface in its C form (`__array_struct__`'s PyArrayInterface)."""
     _fields_ = [("two", ctypes.c_int), ("nd", ctypes.c_int), ("typekind", ctypes.c_char),
@@ -287,6 +286,7 @@ def aligned_address(x: np.ndarray) -> int | None:
     capsule = x.__array_struct__  # held while its struct is read: it frees the struct
     interface = _ArrayInterface.from_address(_capsule_pointer(capsule, None))
     return interface.data if interface.flags & _ALIGNED else None
+
 
 # name -> module that defines `create(**options) -> Device`; imported on first use only.
 _BACKENDS = {"cpu": "hexir_runtime.hal.cpu", "cuda": "hexir_runtime.hal.cuda"}
