@@ -29,7 +29,12 @@ dialect would make a vector's exp a libm call per lane.
   sigmoid's, `_at_most_zero`) is at most 1: it has no upper clamp, and it scales by
   2^(n + 64), normal for every n in [-150, 0], then by 2^-64, which rounds a subnormal
   result once (4 instructions where the two powers of two take 8): SiLU 2089-2109 ->
-  1973-2013 us, the conv with it 3508-3519 -> 3311-3345, three rounds each.
+  1973-2013 us, the conv with it 3508-3519 -> 3311-3345, three rounds each. The 2^-64 is
+  now in the polynomial's coefficients (it scales each of its values exactly), so one
+  multiply ends the chain, and n's integer is read from the bits of the rounding sum
+  rather than converted from n: results bit for bit the same (EfficientNet-B0's logits),
+  its SiLU convs 1-4% faster (interleaved profiles, two threads, x86-64-v3, the model's
+  call 24481 -> 24066 us and, in the other order, 22437 -> 22108).
 - erf: |x| < 1: x P(x^2); 1 from 3.92 on (where erf rounds to 1 in f32, and L alone gave
   1 - 2^-24); between, L(|x| - 2.46), a polynomial of degree 12 on [1, 3.92]
   (`_ERF_LARGE`); the sign copied from x. It was 1 - exp(-x^2) R(1 / |x|) there: an exp, a
@@ -163,22 +168,31 @@ def exp(x: ir.Value, at_most_zero: bool = False) -> ir.Value:
     # rounded to even by adding and taking away 1.5 * 2^23 (|x log2 e| < 2^22): plain
     # arithmetic on every level, where roundeven is a libm call below x86-64-v2
     shift = _c(x, 1.5 * 2**23)
-    n = arith.subf(_multiply_add(clamped, _c(x, 1 / pymath.log(2)), shift), shift)
+    shifted = _multiply_add(clamped, _c(x, 1 / pymath.log(2)), shift)
+    n = arith.subf(shifted, shift)
     r = _multiply_add(n, _c(x, -_LN2_HI), clamped)
     r = _multiply_add(n, _c(x, -_LN2_LO), r)
+    # n as an integer: the low bits of 1.5 * 2^23 + n's encoding (its ulp is 1), that
+    # encoding less 1.5 * 2^23's -- integer arithmetic beside the float chain, where a
+    # conversion of n waited on the subtraction
     i32 = ir.IntegerType.get_signless(32)
-    whole = arith.fptosi(_like(x, i32), n)
+    whole = arith.subi(arith.bitcast(_like(x, i32), shifted), _c(x, 0x4B400000, i32))
 
     def power_of_two(k: ir.Value) -> ir.Value:  # 2^k for k in [-126, 127]
         bits = arith.shli(arith.addi(k, _c(x, 127, i32)), _c(x, 23, i32))
         return arith.bitcast(x.type, bits)
 
-    taylor = _estrin(_TAYLOR[2:], r)  # 1 + r (1 + r q(r))
+    # n in [-150, 0] (at_most_zero): the polynomial's coefficients scaled by 2^-64, which
+    # scales each of its values exactly (they stay normal), and the result by 2^(n + 64),
+    # normal too: one rounding, into the subnormals where e^x lies there, and one multiply
+    # after the polynomial, where scaling it by 2^-64 after 2^(n + 64) was a second one
+    # at the end of the chain
+    scale = 2.0**-64 if at_most_zero else 1.0
+    taylor = _estrin([c * scale for c in _TAYLOR[2:]], r)  # 1 + r (1 + r q(r))
     for c in _TAYLOR[1::-1]:
-        taylor = _multiply_add(taylor, r, _c(x, c))
-    if at_most_zero:  # n in [-150, 0]: 2^(n + 64) is normal, and 2^-64 rounds once
-        return arith.mulf(arith.mulf(taylor, power_of_two(arith.addi(whole, _c(x, 64, i32)))),
-                          _c(x, 2.0**-64))
+        taylor = _multiply_add(taylor, r, _c(x, c * scale))
+    if at_most_zero:
+        return arith.mulf(taylor, power_of_two(arith.addi(whole, _c(x, 64, i32))))
     half = arith.shrsi(whole, _c(x, 1, i32))
     return arith.mulf(arith.mulf(taylor, power_of_two(half)),
                       power_of_two(arith.subi(whole, half)))
