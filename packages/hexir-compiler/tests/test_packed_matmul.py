@@ -76,6 +76,9 @@ SHAPES = [  # (lhs shape, K, N)
     ((11, 1), 1, 40),  # K = 1
     ((300, 7), 7, 20),  # few panels, many row blocks: the rows split into groups
     ((302, 7), 7, 20),  # ... the last group ending in a block of the rows left over
+    # v4's two panels a block: five whole panels are two sets of two, then the one left
+    # over beside the partial sixth
+    ((16, 8), 8, 16 * 5 + 3),
     # fewer rows than the tile: several panels a grid iteration (8 for one row at v4, 5 at
     # v3), then the panels left over and a partial last one
     ((1, 9), 9, 16 * 11 + 5),

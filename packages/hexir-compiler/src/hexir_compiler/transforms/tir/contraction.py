@@ -202,8 +202,9 @@ def _multiply_add(acc: list[ir.Value], xs: list[ir.Value], ys: list[ir.Value]) -
 
 def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     """The cpu loops of `op` on a packed rhs (see the module docstring), in `b.building()`:
-    in parallel over sets of panels (one panel a set, or, for a matrix of fewer rows than the
-    tile, as many as keep the tile's accumulators: 8 at v4 for a matrix-vector product), each
+    in parallel over sets of panels (the level's panels side by side, `PANEL_TILES`: two at
+    v4; or, for a matrix of a half or less of the tile's rows, as many as keep the tile's
+    rows of accumulators: 8 at v4 for a matrix-vector product), each
     split into groups of consecutive row blocks (`schedule.panel_groups`), serially over a
     group's blocks of `PANEL_TILES` rows (of a static row count, the last block only the
     rows left over; of a symbolic one, a block that overhangs the matrix computes and
@@ -224,10 +225,10 @@ def _panels(b: KernelBuilder, op: GraphOp, epilogue: Epilogue | None) -> None:
     a, _, _, _, _, _, _, rows, cols, depth = _matrices(op)
     lhs, rhs = b.args[:2]
     width = ir.MemRefType(rhs.type).shape[2]
-    tile_rows = PANEL_TILES[b.host_level][0]
+    tile_rows, _, tile_panels = PANEL_TILES[b.host_level]
     height = max(1, symbolic.at_most(rows, tile_rows))
     whole, partial = cols // width, cols % width  # full panels, columns of the last
-    wide = max(1, min(whole, tile_rows // height))  # panels a set
+    wide = max(1, min(whole, max(tile_panels, tile_rows // height)))  # panels a set
     sets, left = divmod(whole, wide)
     extra = bool(left or partial)  # a last set of the panels left over
     row_blocks = dims.ceildiv(rows, height)

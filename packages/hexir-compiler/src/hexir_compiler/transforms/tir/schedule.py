@@ -129,19 +129,23 @@ PANEL_MIN_BYTES = 1 << 20
 
 
 #: The cpu register tile of a matmul whose constant rhs the compiler packs into column
-#: panels (rows, panel bytes), by x86-64 level. The panel is 64 bytes (16 f32) at every level,
-#: so the packed weights are the same bytes for each level's program of a module, which
-#: stores them once (`serialize.Rodata`). At v3 5 rows x 2 ymm, ten accumulators, each k step
-#: 2 panel loads, a broadcast a row and an FMA a vector; six rows (MLAS's tile) would load
-#: less per FMA, but LLVM then keeps all six broadcasts live and spills three accumulators to
-#: the stack: 17.6 against 40.2 G multiply-adds/s on one Zen 3 core. At v4 8 rows x 1 zmm:
-#: against 8 x 2 zmm (128-byte panels) the example MLP (64 x 512 -> 2048 -> 512, f32, 2
-#: threads, medians of 200 calls, three runs) took 0.79-0.87x ONNX Runtime's time against
-#: 0.73-0.82x, and the GELU epilogue of the transformer block's FFN compiled in a quarter of
-#: the 3.7 s (LLVM vectorizes every accumulator's epilogue); 12 and 14 rows x 1 zmm were
-#: slower (1.04-1.23x ORT). At v1 and v2 (SSE, 16 registers, no FMA) 2 rows x 4 xmm, eight
-#: accumulators: 1.96-2.21x ORT against 1.97-2.33x for 4 rows x 2 xmm (32-byte panels).
-PANEL_TILES = {1: (2, 64), 2: (2, 64), 3: (5, 64), 4: (8, 64)}
+#: panels (rows, panel bytes, panels side by side), by x86-64 level. The panel is 64 bytes
+#: (16 f32) at every level, so the packed weights are the same bytes for each level's program
+#: of a module, which stores them once (`serialize.Rodata`); a level whose tile is wider reads
+#: several panels at once, each its own contiguous stream. At v3 5 rows x 2 ymm, ten
+#: accumulators, each k step 2 panel loads, a broadcast a row and an FMA a vector; six rows
+#: (MLAS's tile) would load less per FMA, but LLVM then keeps all six broadcasts live and
+#: spills three accumulators to the stack: 17.6 against 40.2 G multiply-adds/s on one Zen 3
+#: core. At v4 8 rows x 2 panels (a zmm each), sixteen accumulators: a Zen 5 core retires two
+#: 16-lane FMAs a cycle at a 4-cycle latency, so 8 x 1 (one zmm of one panel: eight
+#: accumulators, nine loads to eight FMAs) left it latency- and load-bound. The example MLP's
+#: two kernels (64 x 512 x 2048 and 64 x 2048 x 512, f32, 2 threads, `hexir-run --profile`,
+#: medians of 300 calls) at 66-71% of the measured peak with 8 x 1, 94% with 8 x 2, 89-96%
+#: with 8 x 3 (but slower: 321 against 291-305 us), 86-90% with 10 x 2, 87-95% with 12 x 2, 71-77%
+#: with 4 x 4 and 44-74% with 16 x 1; the MLP went from 1.24x ONNX Runtime's time to 0.93x.
+#: At v1 and v2 (SSE, 16 registers, no FMA) 2 rows x 4 xmm, eight accumulators: 1.96-2.21x
+#: ORT against 1.97-2.33x for 4 rows x 2 xmm (32-byte panels).
+PANEL_TILES = {1: (2, 64, 1), 2: (2, 64, 1), 3: (5, 64, 1), 4: (8, 64, 2)}
 #: A panel kernel's cpu grid has at least this many iterations when the matrix has enough
 #: row blocks: the pool splits the grid into 8 chunks per thread (`hal/threads.py`), so a
 #: matmul with few panels (N = 512: 32 at v3) still reaches every core with even chunks.
