@@ -6,7 +6,7 @@ Three schedules, by how many output channels a group has (Mg = M / group) and th
 - channel panels (Mg > 1: ordinary, grouped and 1x1 convs): an implicit GEMM whose rows are
   output pixels and whose columns are a group's output channels. A block is `rows` neighbouring
   pixels (the output's spatial positions flattened, so a 7x7 map wastes nothing) by `width`
-  channels (`schedule.conv_tile`: 4 x 16 f32 at x86-64-v3, eight ymm accumulators; 4 x 64 at
+  channels (`schedule.conv_tile`: 4 x 16 f32 at x86-64-v3, eight ymm accumulators; 8 x 32 at
   v4, sixteen zmm), summed in registers over the kernel window (outer loops) and the group's
   input channels (the innermost loop): each step loads the panel's weights (`width / lanes`
   vectors), broadcasts one input value per pixel and does rows x vectors vector multiply-adds

@@ -184,7 +184,15 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 #: accumulators and the pixels' broadcasts. Measured with `bench/conv.py --threads=1
 #: --clock=cpu` (one core of this AMD EPYC, hexir / ORT, ResNet-18's 56x56, 14x14 and 7x7 3x3
 #: convs and its 3x3 stride-2 one, MobileNetV2's 24 -> 144 1x1):
-#: - v4: 4 x 4 zmm, 16 of the 32 registers accumulating: 1.12, 1.06, 1.13, 1.10, 1.54,
+#: - v4: 8 x 2 zmm, 16 of the 32 registers accumulating. On a Zen 5 host (two 512-bit FMAs a
+#:   cycle; interleaved `Module.profile`, best of 6, two threads, ResNet-18's 3x3 convs at
+#:   56x56, 28x28, 14x14 and 7x7, its stride-2 ones and its stem, us): 506-522, 495-527,
+#:   541-556, 681-705, 276-312 and 606-674 against 528-539, 531, 533-537, 789-792, 285-393
+#:   and 558 for 4 x 4 (the call 9503 against 9921 us; ORT's nodes 511-521, 526-530, 558-562,
+#:   750, 273-384 and 568); 6 x 4 and 8 x 3 slower everywhere, 12 x 2 and 14 x 2 spill.
+#:   MobileNetV2, EfficientNet-B0, ShuffleNetV2 and SqueezeNet (mostly 1x1 and depthwise
+#:   convs, which take other forms) within 2% either way. On the AVX-512 host before, 4 x 4
+#:   zmm had won (hexir / ORT): 1.12, 1.06, 1.13, 1.10, 1.54,
 #:   against 1.18, 1.09, 1.19, 1.56, 1.73 for 8 x 2 zmm, 1.20, 1.17, 1.76, 1.31, 1.60 for
 #:   10 x 2, 1.22, 1.25, 1.32, 1.47, 1.89 for 12 x 2, and 1.42, 1.62, 1.84, -, 1.62 for the
 #:   first guess, 8 x 1 zmm (whose stores are one channel's pixels, each a plane apart);
@@ -199,7 +207,7 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 #: - v2 (SSE: no FMA, a product needs a register of its own): 2 x 4 xmm, 3.49, 4.05, 3.24,
 #:   4.06, 2.96 against 4.52, 4.87, 4.20, 3.66, 3.33 for 4 x 2 xmm and 3.78-4.30 for 3 x 4.
 #: The tile is a whole number of CONV_PANEL_BYTES panels at every level.
-CONV_TILES = {4: (4, 256), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
+CONV_TILES = {4: (8, 128), 3: (4, 64), 2: (2, 64), 1: (2, 64)}
 #: Bytes of output channels per packed panel of a conv's constant weight
 #: (`packing`'s conv layout), the same at every level: a module that carries a program
 #: per level stores one packed copy of each weight (identical constants are deduplicated),
