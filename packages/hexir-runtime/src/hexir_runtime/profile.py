@@ -18,17 +18,21 @@ results copied out, the step loop).
 The peaks are measured now, and the profile says how:
 - compute: the peak loop of the kernel's x86-64 level (`threads.peak_loop`: twelve
   independent multiply-adds on vectors of the level's width, FMAs from v3 on) on every
-  thread of the pool at once, the best of PEAK_RUNS; f64 half that. Beside it, the nominal
+  thread of the pool at once, the best of PEAK_RUNS before the kernels are timed and as many
+  after (a VM's neighbours take its cores for seconds at a time: measured only after, a
+  contended moment read as half the peak, and the example MLP's kernels, timed over the
+  calls before it, at 167-174% of it); f64 half that. Beside it, the nominal
   peak it replaced: threads x clock x FLOPs a core does per cycle at the level (v4: two
   16-lane f32 FMA pipes, 64 FLOP/cycle; v3 32; v1/v2: an SSE add and multiply of 4 lanes,
   8), the clock the highest the system reports (cpufreq's `cpuinfo_max_freq`, else
   /proc/cpuinfo's `cpu MHz`). The two part where the system reports a base clock (a VM
   boosts past it) or the cores have narrower units than the level's registers (Zen 1 does
-  a 256-bit FMA on two 128-bit units): on the 2-core AMD EPYC VM we measure on (2.00 GHz
-  reported; CPUID family 23 model 1), v3's nominal 128 GFLOP/s on two threads measures
-  95, and the example MLP's matmuls, at 66-70% of the nominal, run at 93-95% of that. (A
-  pool busy with another thread's call runs the loop on the calling thread alone: the
-  peak then reads as one thread's);
+  a 256-bit FMA on two 128-bit units): on a 2-core AMD EPYC VM (2.00 GHz reported; CPUID
+  family 23 model 1) v3's nominal 128 GFLOP/s on two threads measures 95, and the example
+  MLP's matmuls, at 66-70% of the nominal, run at 93-95% of that; on a Zen 5 one (2.60 GHz
+  reported; family 26 model 2) v4's nominal 332 measures 444-494 and those matmuls run at
+  94-98% of it. (A pool busy with another thread's call runs the loop on the calling thread
+  alone: the peak then reads as one thread's);
 - memory: a 64 MiB numpy copy timed now (the best of 3; 2 x its bytes moved), one thread:
   more threads may move more.
 """
@@ -176,6 +180,10 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
         arena = program._take()
         steps = list(arena.steps)
         devices = program.resident.devices
+        executables = program.module_plan.module.executables
+        exes = [_executable(step.label, program.plan.commands, executables) for step in steps]
+        keys = sorted({key for key in map(_peak_key, exes) if key is not None})
+        peaks = {level: _compute_peak(level) for level in {level for level, _ in keys}}
         per_step: list[list[float]] = [[] for _ in steps]
         whole: list[float] = []
         try:
@@ -200,9 +208,12 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
     result = Profile(entry, calls, threads.cpu_threads(), statistics.median(whole))
     result.clock_hz, result.clock_source = _clock()
     result.peak_bytes = _copy_bandwidth()
-    executables = program.module_plan.module.executables
-    for step, times in zip(steps, per_step, strict=True):
-        exe = _executable(step.label, program.plan.commands, executables)
+    for level in peaks:  # measured again after the kernels: the better of the two
+        peaks[level] = max(peaks[level], _compute_peak(level), key=lambda found: found[1])
+    for level, dtype in keys:
+        result.peak_threads, f32 = peaks[level]
+        result.peak_flops[level, dtype] = f32 / (2 if dtype == "f64" else 1)
+    for step, exe, times in zip(steps, exes, per_step, strict=True):
         if exe is None and not step.label.endswith("graph)"):
             continue  # an input, a copy, a print: the runtime's own work
         result.kernels.append(_kernel(result, step.label, exe, statistics.median(times)))
@@ -217,6 +228,14 @@ def _executable(label: str, commands, executables) -> Executable | None:
     return executables[commands[int(found.group(1))].executable]
 
 
+def _peak_key(exe: Executable | None) -> tuple[int, str] | None:
+    """(level, element type) of the compute peak a cpu kernel whose work is counted is
+    measured against, else None."""
+    if exe is None or exe.device is not Device.CPU or not exe.cpu_level or work(exe) is None:
+        return None
+    return exe.cpu_level, "f64" if exe.args[-1].dtype is DType.F64 else "f32"
+
+
 def _kernel(result: Profile, label: str, exe: Executable | None, seconds: float) -> KernelTime:
     if exe is None:  # a run of cuda kernels captured as one graph
         return KernelTime(label, seconds, None, 0, None)
@@ -224,12 +243,8 @@ def _kernel(result: Profile, label: str, exe: Executable | None, seconds: float)
     timed = KernelTime(exe.name, seconds, flops, nbytes, exe)
     if exe.device is Device.CPU and exe.cpu_level:
         timed.peak_bytes = result.peak_bytes
-        if flops is not None:
-            dtype = "f64" if exe.args[-1].dtype is DType.F64 else "f32"
-            key = (exe.cpu_level, dtype)
-            if key not in result.peak_flops:
-                result.peak_threads, f32 = _compute_peak(exe.cpu_level)
-                result.peak_flops[key] = f32 / (2 if dtype == "f64" else 1)
+        key = _peak_key(exe)
+        if key is not None:
             timed.peak_flops = result.peak_flops[key]
     return timed
 
