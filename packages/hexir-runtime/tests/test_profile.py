@@ -35,26 +35,24 @@ def test_the_mlp_profile_times_every_kernel_and_counts_the_matmuls_work():
     assert [line.split()[0] for line in text[-len(kernels):]] == kernels
 
 
-@pytest.mark.parametrize("measured", [(300e9, 100e9), (100e9, 300e9)],
-                         ids=["contended-after", "contended-before"])
-def test_the_compute_peak_is_the_better_of_before_and_after_the_kernels(monkeypatch,
-                                                                        measured):
-    """A VM's neighbours take its cores for seconds: the peak loop is run on both sides of
-    the kernels' timings, once per level, and the faster reading kept (a fake loop here,
-    returning `measured` in turn)."""
-    readings = iter(measured)
+@pytest.mark.parametrize("fast", [0, 2, 4], ids=["before", "between-calls", "after"])
+def test_the_compute_peak_is_the_best_reading_around_and_between_the_calls(monkeypatch, fast):
+    """A VM's neighbours take its cores for seconds: the peak loop runs before the kernels
+    are timed, after each timed call and at the end, once per level, and the fastest
+    reading is kept (a fake loop here: one reading fast, at index `fast`, the rest slow).
+    """
     calls = []
 
-    def peak(level):
-        calls.append(level)
-        return 2, next(readings)
+    def peak(level, runs=prof.PEAK_RUNS):
+        calls.append((level, runs))
+        return 2, 300e9 if len(calls) - 1 == fast else 100e9
 
     monkeypatch.setattr(prof, "_compute_peak", peak)
     x = np.load(FIXTURES / "mlp-f32.npz")["input_0"]
     with hr.load(FIXTURES / "mlp-f32.hxb") as m:
-        p = m.profile("main", x, calls=2)
-    level = p.kernels[0].exe.cpu_level
-    assert calls == [level, level]  # every kernel of the fixture at the host's level
+        p = m.profile("main", x, calls=3)
+    level = p.kernels[0].exe.cpu_level  # every kernel of the fixture at the host's level
+    assert calls == [(level, prof.PEAK_RUNS), *[(level, 1)] * 3, (level, prof.PEAK_RUNS)]
     assert p.peak_flops == {(level, "f32"): 300e9} and p.peak_threads == 2
     assert p.kernels[0].peak_flops == 300e9
 

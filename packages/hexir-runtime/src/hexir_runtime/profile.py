@@ -18,10 +18,11 @@ results copied out, the step loop).
 The peaks are measured now, and the profile says how:
 - compute: the peak loop of the kernel's x86-64 level (`threads.peak_loop`: twelve
   independent multiply-adds on vectors of the level's width, FMAs from v3 on) on every
-  thread of the pool at once, the best of PEAK_RUNS before the kernels are timed and as many
-  after (a VM's neighbours take its cores for seconds at a time: measured only after, a
-  contended moment read as half the peak, and the example MLP's kernels, timed over the
-  calls before it, at 167-174% of it); f64 half that. Beside it, the nominal
+  thread of the pool at once, the best of PEAK_RUNS before the kernels are timed, one run
+  after each timed call and PEAK_RUNS at the end: a VM's neighbours take its cores for
+  seconds at a time, so a peak measured in one moment, as it was once, after the calls, can
+  read half what the kernels had (the example MLP's kernels at 167-174% of it); f64 half
+  that. Beside it, the nominal
   peak it replaced: threads x clock x FLOPs a core does per cycle at the level (v4: two
   16-lane f32 FMA pipes, 64 FLOP/cycle; v3 32; v1/v2: an SSE add and multiply of 4 lanes,
   8), the clock the highest the system reports (cpufreq's `cpuinfo_max_freq`, else
@@ -184,6 +185,11 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
         exes = [_executable(step.label, program.plan.commands, executables) for step in steps]
         keys = sorted({key for key in map(_peak_key, exes) if key is not None})
         peaks = {level: _compute_peak(level) for level in {level for level, _ in keys}}
+
+        def measure_peaks(runs: int) -> None:
+            for level, before in peaks.items():
+                peaks[level] = max(before, _compute_peak(level, runs), key=lambda p: p[1])
+
         per_step: list[list[float]] = [[] for _ in steps]
         whole: list[float] = []
         try:
@@ -195,6 +201,7 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
                     if step.device is not None:
                         devices[step.device].wait()
                     per_step[i].append(time.perf_counter() - start)
+                measure_peaks(1)
             arena.call = IDLE
         finally:
             arena.call = IDLE
@@ -203,13 +210,12 @@ def profile(module: Any, entry: str, checked: Sequence[Any], calls: int = 20,
             start = time.perf_counter()
             module.execute(entry, checked)
             whole.append(time.perf_counter() - start)
+        measure_peaks(PEAK_RUNS)
     finally:
         module._leave()
     result = Profile(entry, calls, threads.cpu_threads(), statistics.median(whole))
     result.clock_hz, result.clock_source = _clock()
     result.peak_bytes = _copy_bandwidth()
-    for level in peaks:  # measured again after the kernels: the better of the two
-        peaks[level] = max(peaks[level], _compute_peak(level), key=lambda found: found[1])
     for level, dtype in keys:
         result.peak_threads, f32 = peaks[level]
         result.peak_flops[level, dtype] = f32 / (2 if dtype == "f64" else 1)
@@ -249,9 +255,9 @@ def _kernel(result: Profile, label: str, exe: Executable | None, seconds: float)
     return timed
 
 
-def _compute_peak(level: int) -> tuple[int, float]:
+def _compute_peak(level: int, runs: int = PEAK_RUNS) -> tuple[int, float]:
     """The threads of the process's pool (1 without one) and the f32 FLOP/s they do at once
-    running the peak loop of x86-64 `level` (one chunk each), the best of PEAK_RUNS."""
+    running the peak loop of x86-64 `level` (one chunk each), the best of `runs`."""
     pool = threads.shared()
     count = 1 if pool is None else pool.threads
     lanes = threads.PEAK_LANES[max(level, 2)]
@@ -259,7 +265,7 @@ def _compute_peak(level: int) -> tuple[int, float]:
     run = threads.peak_loop(level).bind([out.ctypes.data], count, pool)
     run()  # the workers awake, the code's pages mapped
     best = math.inf
-    for _ in range(PEAK_RUNS):
+    for _ in range(runs):
         start = time.perf_counter()
         run()
         best = min(best, time.perf_counter() - start)
