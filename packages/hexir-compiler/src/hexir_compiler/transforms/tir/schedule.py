@@ -186,10 +186,11 @@ def panel_groups(panels: int, row_blocks: int) -> int:
 #: convs and its 3x3 stride-2 one, MobileNetV2's 24 -> 144 1x1):
 #: - v4: 8 x 2 zmm, 16 of the 32 registers accumulating. On a Zen 5 host (two 512-bit FMAs a
 #:   cycle; interleaved `Module.profile`, best of 6, two threads, ResNet-18's 3x3 convs at
-#:   56x56, 28x28, 14x14 and 7x7, its stride-2 ones and its stem, us): 506-522, 495-527,
-#:   541-556, 681-705, 276-312 and 606-674 against 528-539, 531, 533-537, 789-792, 285-393
-#:   and 558 for 4 x 4 (the call 9503 against 9921 us; ORT's nodes 511-521, 526-530, 558-562,
-#:   750, 273-384 and 568); 6 x 4 and 8 x 3 slower everywhere, 12 x 2 and 14 x 2 spill.
+#:   56x56, 28x28, 14x14 and 7x7, its stride-2 ones and its stem, us): 506-526, 495-528,
+#:   515-556, 681-705, 276-404 and 606-674 against 528-539, 515-531, 533-537, 789-792,
+#:   285-393 and 558 for 4 x 4 (the call 9503-9523 against 9921 us; ORT's nodes 511-521,
+#:   526-530, 558-562, 750-752, 273-384 and 568); 6 x 4 and 8 x 3 slower at every size, 12 x
+#:   2 and 14 x 2 spill. The whole call, paired A/B on a contended machine: within 1-3%.
 #:   MobileNetV2, EfficientNet-B0, ShuffleNetV2 and SqueezeNet (mostly 1x1 and depthwise
 #:   convs, which take other forms) within 2% either way. On the AVX-512 host before, 4 x 4
 #:   zmm had won (hexir / ORT): 1.12, 1.06, 1.13, 1.10, 1.54,
