@@ -21,7 +21,7 @@ The peaks are measured now, and the profile says how:
   thread of the pool at once, the best of PEAK_RUNS before the kernels are timed, one run
   after each timed call and PEAK_RUNS at the end: a VM's neighbours take its cores for
   seconds at a time, so a peak measured in one moment, as it was once, after the calls, can
-  read half what the kernels had (the example MLP's kernels at 167-174% of it); f64 half
+  read half what the kernels had (the example MLP's kernels at 167-184% of it); f64 half
   that. Beside it, the nominal
   peak it replaced: threads x clock x FLOPs a core does per cycle at the level (v4: two
   16-lane f32 FMA pipes, 64 FLOP/cycle; v3 32; v1/v2: an SSE add and multiply of 4 lanes,

@@ -140,9 +140,10 @@ PANEL_MIN_BYTES = 1 << 20
 #: 16-lane FMAs a cycle at a 4-cycle latency, so 8 x 1 (one zmm of one panel: eight
 #: accumulators, nine loads to eight FMAs) left it latency- and load-bound. The example MLP's
 #: two kernels (64 x 512 x 2048 and 64 x 2048 x 512, f32, 2 threads, `hexir-run --profile`,
-#: medians of 300 calls) at 66-71% of the measured peak with 8 x 1, 94% with 8 x 2, 89-96%
-#: with 8 x 3 (but slower: 321 against 291-305 us), 86-90% with 10 x 2, 87-95% with 12 x 2, 71-77%
-#: with 4 x 4 and 44-74% with 16 x 1; the MLP went from 1.24x ONNX Runtime's time to 0.93x.
+#: medians of 300 calls, us): 390 and 404 with 8 x 1 (66-71% of the measured peak), 291-305
+#: and 293-314 with 8 x 2 (92-98%), 321 and 323 with 8 x 3, 310 and 339 with 12 x 2, 326 and
+#: 343 with 10 x 2, 362 and 388 with 4 x 4, 389 and 655 with 16 x 1; the MLP went from 1.24x
+#: ONNX Runtime's time to 0.60-0.93x (1.02 in one run of 14; bench/README.md).
 #: At v1 and v2 (SSE, 16 registers, no FMA) 2 rows x 4 xmm, eight accumulators: 1.96-2.21x
 #: ORT against 1.97-2.33x for 4 rows x 2 xmm (32-byte panels).
 PANEL_TILES = {1: (2, 64, 1), 2: (2, 64, 1), 3: (5, 64, 1), 4: (8, 64, 2)}
